@@ -1,0 +1,331 @@
+// Package auth issues and verifies the dynamic token every node checks
+// locally, and verifies the business tickets the entry endpoint accepts.
+//
+// The auth Center derives one secret per epoch from a master key only it holds
+// (HMAC-SHA256(master, epoch)), so re-publishing after a store failover yields
+// the same secrets, and publishes the previous, current and next epoch's
+// secrets. A Keyring on every node fetches those three and signs (gslb) or
+// verifies (ingest, edge) tokens without calling anyone. Tokens are HS256 JWTs
+// whose kid is the epoch; no other algorithm is accepted. Center and Keyring
+// are safe for concurrent use.
+package auth
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"danmaku/internal/clock"
+)
+
+// Defaults.
+const (
+	defaultEpoch    = 10 * time.Minute
+	defaultRefresh  = 5 * time.Second
+	defaultTokenTTL = 10 * time.Minute
+	// maxTokenBytes bounds what Verify parses; a real token is ~500 bytes.
+	maxTokenBytes = 4096
+)
+
+// Roles a ticket and token may carry.
+const (
+	RoleViewer = "viewer"
+	RoleHost   = "host"
+	RoleAdmin  = "admin"
+)
+
+// ValidRole reports whether r is a known role.
+func ValidRole(r string) bool { return r == RoleViewer || r == RoleHost || r == RoleAdmin }
+
+// Errors returned by Verify and VerifyTicket. Each maps to one client code.
+var (
+	// ErrNoToken is returned for an empty token.
+	ErrNoToken = errors.New("auth: no token")
+	// ErrBadToken is returned for a token that does not parse, has a bad
+	// signature, the wrong algorithm, or is expired.
+	ErrBadToken = errors.New("auth: invalid token")
+	// ErrUnknownEpoch is returned when the token's epoch secret is not held
+	// (too old, or the keyring has not fetched yet).
+	ErrUnknownEpoch = errors.New("auth: unknown token epoch")
+	// ErrNoSecret is returned by Sign before the current epoch's secret is held.
+	ErrNoSecret = errors.New("auth: current epoch secret not available")
+)
+
+// Claims are the dynamic token's claims. The token binds the user to the room
+// and to the addresses handed out, so a node can refuse a token that was
+// issued for another node.
+type Claims struct {
+	Room   string   `json:"room"`
+	Nick   string   `json:"nick,omitempty"`
+	Avatar string   `json:"av,omitempty"`
+	Role   string   `json:"role"`
+	Addrs  []string `json:"addrs"`
+	Login  int64    `json:"login"`
+	jwt.RegisteredClaims
+}
+
+// User returns the token's user id (the JWT subject).
+func (c *Claims) User() string { return c.Subject }
+
+// HasAddr reports whether addr is one of the addresses the token was issued for.
+func (c *Claims) HasAddr(addr string) bool { return slices.Contains(c.Addrs, addr) }
+
+// EpochOf returns the epoch number that contains t.
+func EpochOf(t time.Time, epoch time.Duration) int64 { return t.UnixNano() / int64(epoch) }
+
+// DeriveSecret derives an epoch's secret from the master key.
+func DeriveSecret(master []byte, epoch int64) []byte {
+	h := hmac.New(sha256.New, master)
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], uint64(epoch))
+	h.Write([]byte("danmaku-token-epoch"))
+	h.Write(b[:])
+	return h.Sum(nil)
+}
+
+// CenterConfig configures the auth center.
+type CenterConfig struct {
+	// Store receives the secrets. Required.
+	Store SecretStore
+	// MasterKey derives every epoch's secret. Required, at least 32 bytes.
+	MasterKey []byte
+	// Epoch is the length of one secret's interval. Zero: 10 minutes.
+	Epoch time.Duration
+	// Interval is how often the center re-publishes. Zero: Epoch/10.
+	Interval time.Duration
+	// Clock tells the time. Nil: real clock.
+	Clock clock.Clock
+	// Logger. Nil: slog.Default().
+	Logger *slog.Logger
+}
+
+// Center publishes epoch secrets ahead of time.
+type Center struct {
+	cfg CenterConfig
+}
+
+// NewCenter checks cfg and returns a Center. It starts nothing.
+func NewCenter(cfg CenterConfig) (*Center, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("auth: center: Store is required")
+	}
+	if len(cfg.MasterKey) < 32 {
+		return nil, errors.New("auth: center: MasterKey must be at least 32 bytes")
+	}
+	if cfg.Epoch == 0 {
+		cfg.Epoch = defaultEpoch
+	}
+	if cfg.Epoch < time.Second {
+		return nil, errors.New("auth: center: Epoch must be at least 1s")
+	}
+	if cfg.Interval == 0 {
+		cfg.Interval = cfg.Epoch / 10
+	}
+	cfg.Clock = clock.Or(cfg.Clock)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Center{cfg: cfg}, nil
+}
+
+// Publish publishes the previous, current and next epoch's secrets now.
+func (c *Center) Publish(ctx context.Context) error {
+	cur := EpochOf(c.cfg.Clock.Now(), c.cfg.Epoch)
+	for e := cur - 1; e <= cur+1; e++ {
+		// Kept for three epochs past its own so late verifiers still find it.
+		if err := c.cfg.Store.Publish(ctx, e, DeriveSecret(c.cfg.MasterKey, e), 4*c.cfg.Epoch); err != nil {
+			return fmt.Errorf("auth: publish epoch %d: %w", e, err)
+		}
+	}
+	return nil
+}
+
+// Run publishes at once and then every Interval until ctx is done.
+func (c *Center) Run(ctx context.Context) error {
+	t := time.NewTicker(c.cfg.Interval)
+	defer t.Stop()
+	for {
+		if err := c.Publish(ctx); err != nil && ctx.Err() == nil {
+			c.cfg.Logger.Warn("auth center publish failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// KeyringConfig configures a Keyring.
+type KeyringConfig struct {
+	// Store is where secrets are fetched from. Required.
+	Store SecretStore
+	// Epoch must equal the center's. Zero: 10 minutes.
+	Epoch time.Duration
+	// Refresh is how often the keyring re-fetches. Zero: 5 s.
+	Refresh time.Duration
+	// TokenTTL is the lifetime of tokens Sign issues. Zero: 10 minutes. At
+	// most Epoch, so that a token never outlives its secret's grace window.
+	TokenTTL time.Duration
+	// Issuer is written to and required in the iss claim. Zero: "danmaku".
+	Issuer string
+	// Clock tells the time. Nil: real clock.
+	Clock clock.Clock
+	// Logger. Nil: slog.Default().
+	Logger *slog.Logger
+}
+
+// Keyring holds the previous, current and next epoch's secrets.
+type Keyring struct {
+	cfg    KeyringConfig
+	parser *jwt.Parser
+
+	mu      sync.RWMutex
+	secrets map[int64][]byte
+}
+
+// NewKeyring checks cfg and returns a Keyring. Call Refresh (or Run) before use.
+func NewKeyring(cfg KeyringConfig) (*Keyring, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("auth: keyring: Store is required")
+	}
+	if cfg.Epoch == 0 {
+		cfg.Epoch = defaultEpoch
+	}
+	if cfg.Refresh == 0 {
+		cfg.Refresh = defaultRefresh
+	}
+	if cfg.TokenTTL == 0 {
+		cfg.TokenTTL = min(defaultTokenTTL, cfg.Epoch)
+	}
+	if cfg.TokenTTL > cfg.Epoch {
+		return nil, fmt.Errorf("auth: keyring: TokenTTL %v exceeds Epoch %v", cfg.TokenTTL, cfg.Epoch)
+	}
+	if cfg.Issuer == "" {
+		cfg.Issuer = "danmaku"
+	}
+	cfg.Clock = clock.Or(cfg.Clock)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	k := &Keyring{cfg: cfg, secrets: map[int64][]byte{}}
+	k.parser = jwt.NewParser(
+		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
+		jwt.WithIssuer(cfg.Issuer),
+		jwt.WithExpirationRequired(),
+		jwt.WithTimeFunc(func() time.Time { return k.cfg.Clock.Now() }),
+		jwt.WithLeeway(2*time.Second),
+	)
+	return k, nil
+}
+
+// TokenTTL returns the lifetime of issued tokens.
+func (k *Keyring) TokenTTL() time.Duration { return k.cfg.TokenTTL }
+
+// Refresh fetches the previous, current and next epoch's secrets. On failure
+// the secrets already held stay in use.
+func (k *Keyring) Refresh(ctx context.Context) error {
+	cur := EpochOf(k.cfg.Clock.Now(), k.cfg.Epoch)
+	got, err := k.cfg.Store.Fetch(ctx, cur-1, cur, cur+1)
+	if err != nil {
+		return fmt.Errorf("auth: refresh: %w", err)
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for e := range k.secrets {
+		if e < cur-1 {
+			delete(k.secrets, e)
+		}
+	}
+	for e, s := range got {
+		k.secrets[e] = s
+	}
+	return nil
+}
+
+// Run refreshes every Refresh interval until ctx is done.
+func (k *Keyring) Run(ctx context.Context) error {
+	t := time.NewTicker(k.cfg.Refresh)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			if err := k.Refresh(ctx); err != nil && ctx.Err() == nil {
+				k.cfg.Logger.Warn("keyring refresh failed", "err", err)
+			}
+		}
+	}
+}
+
+func (k *Keyring) secret(epoch int64) []byte {
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	return k.secrets[epoch]
+}
+
+// Sign issues a token for c with the current epoch's secret, filling in the
+// registered claims (issuer, issued-at, expiry).
+func (k *Keyring) Sign(c Claims) (string, time.Time, error) {
+	now := k.cfg.Clock.Now()
+	epoch := EpochOf(now, k.cfg.Epoch)
+	sec := k.secret(epoch)
+	if sec == nil {
+		return "", time.Time{}, ErrNoSecret
+	}
+	exp := now.Add(k.cfg.TokenTTL)
+	c.Issuer = k.cfg.Issuer
+	c.IssuedAt = jwt.NewNumericDate(now)
+	c.ExpiresAt = jwt.NewNumericDate(exp)
+	tok := jwt.NewWithClaims(jwt.SigningMethodHS256, &c)
+	tok.Header["kid"] = strconv.FormatInt(epoch, 10)
+	s, err := tok.SignedString(sec)
+	if err != nil {
+		return "", time.Time{}, fmt.Errorf("auth: sign: %w", err)
+	}
+	return s, exp, nil
+}
+
+// Verify checks a token locally and returns its claims.
+func (k *Keyring) Verify(token string) (*Claims, error) {
+	if token == "" {
+		return nil, ErrNoToken
+	}
+	if len(token) > maxTokenBytes {
+		return nil, fmt.Errorf("%w: too long", ErrBadToken)
+	}
+	var c Claims
+	_, err := k.parser.ParseWithClaims(token, &c, func(t *jwt.Token) (any, error) {
+		kid, _ := t.Header["kid"].(string)
+		epoch, err := strconv.ParseInt(kid, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%w: kid", ErrBadToken)
+		}
+		sec := k.secret(epoch)
+		if sec == nil {
+			return nil, ErrUnknownEpoch
+		}
+		return sec, nil
+	})
+	if err != nil {
+		if errors.Is(err, ErrUnknownEpoch) {
+			return nil, ErrUnknownEpoch
+		}
+		return nil, fmt.Errorf("%w: %v", ErrBadToken, err)
+	}
+	if c.Subject == "" || c.Room == "" || !ValidRole(c.Role) {
+		return nil, fmt.Errorf("%w: missing claims", ErrBadToken)
+	}
+	return &c, nil
+}

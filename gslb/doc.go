@@ -1,0 +1,15 @@
+// Package gslb is the address allocator. Ingest and edge nodes report their
+// load into a LoadTable; the Allocator syncs that table in its own goroutine
+// (every 5 ms by default, never per request), drops stale and overloaded
+// nodes, sorts each line's addresses by load and hands each edge address out a
+// fixed number of times before moving to the next, so that stale load data
+// never stampedes the least-loaded node. Ingest nodes are chosen per user by
+// rendezvous hashing weighted by headroom, sticky while healthy. The entry
+// endpoint verifies the business ticket locally and returns the addresses, a
+// dynamic token, the CDN base URL, the server time and the segment timing.
+//
+// The Allocator is safe for concurrent use; its hot path reads an immutable
+// snapshot swapped in atomically by the sync goroutine.
+package gslb
+
+const defaultReportInterval = 5_000_000 // 5 ms, in time.Duration units

@@ -1,0 +1,147 @@
+package gslb
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"sync"
+	"time"
+)
+
+// NodeKind says which role a node plays.
+type NodeKind string
+
+const (
+	// KindIngest is a stateless upload node.
+	KindIngest NodeKind = "ingest"
+	// KindEdge is a WebSocket node.
+	KindEdge NodeKind = "edge"
+)
+
+// NodeLoad is one node's load report. Nodes report every few milliseconds;
+// the table keeps the newest report per node id.
+type NodeLoad struct {
+	// ID identifies the node; unique across the cluster.
+	ID string `json:"id"`
+	// Kind is the node's role.
+	Kind NodeKind `json:"kind"`
+	// Addr is the address clients are handed (an http:// or ws:// URL).
+	Addr string `json:"addr"`
+	// Line is the ISP line or region class the address serves; "" is BGP
+	// (reachable from every line).
+	Line string `json:"line,omitempty"`
+	// Conns is the current number of connections (edge) or in-flight
+	// requests (ingest).
+	Conns int `json:"conns"`
+	// Capacity is the number of connections the node accepts; 0 means
+	// unlimited.
+	Capacity int `json:"cap"`
+	// CPU is the node's CPU use, 0..1.
+	CPU float64 `json:"cpu"`
+	// Rooms is the number of viewers online per room (edge only); the room
+	// bucket's capacity follows it.
+	Rooms map[string]int `json:"rooms,omitempty"`
+	// Draining marks a node that takes no new clients (lame duck).
+	Draining bool `json:"draining,omitempty"`
+	// At is when the report was made, by the reporter's clock.
+	At time.Time `json:"at"`
+}
+
+// LoadTable is where nodes report their load and allocators read it. The Redis
+// implementation keeps one hash field per node; the memory one a map.
+type LoadTable interface {
+	Report(ctx context.Context, l NodeLoad) error
+	// Snapshot returns every node's newest report, sorted by ID.
+	Snapshot(ctx context.Context) ([]NodeLoad, error)
+	// Remove forgets a node (clean shutdown).
+	Remove(ctx context.Context, id string) error
+}
+
+// ErrNoID is returned by Report for a report without a node id.
+var ErrNoID = errors.New("gslb: load report without node id")
+
+var _ LoadTable = (*MemoryLoadTable)(nil)
+
+// MemoryLoadTable is the in-process LoadTable.
+type MemoryLoadTable struct {
+	mu    sync.Mutex
+	nodes map[string]NodeLoad
+}
+
+// NewMemoryLoadTable returns an empty table.
+func NewMemoryLoadTable() *MemoryLoadTable { return &MemoryLoadTable{nodes: map[string]NodeLoad{}} }
+
+// Report implements LoadTable.
+func (t *MemoryLoadTable) Report(ctx context.Context, l NodeLoad) error {
+	if l.ID == "" {
+		return ErrNoID
+	}
+	rooms := make(map[string]int, len(l.Rooms))
+	for k, v := range l.Rooms {
+		rooms[k] = v
+	}
+	l.Rooms = rooms
+	t.mu.Lock()
+	t.nodes[l.ID] = l
+	t.mu.Unlock()
+	return nil
+}
+
+// Snapshot implements LoadTable.
+func (t *MemoryLoadTable) Snapshot(ctx context.Context) ([]NodeLoad, error) {
+	t.mu.Lock()
+	out := make([]NodeLoad, 0, len(t.nodes))
+	for _, l := range t.nodes {
+		out = append(out, l)
+	}
+	t.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+// Remove implements LoadTable.
+func (t *MemoryLoadTable) Remove(ctx context.Context, id string) error {
+	t.mu.Lock()
+	delete(t.nodes, id)
+	t.mu.Unlock()
+	return nil
+}
+
+// Reporter sends a node's load to a LoadTable every Interval.
+type Reporter struct {
+	Table    LoadTable
+	Interval time.Duration
+	// Load returns the node's current load; the reporter stamps At.
+	Load func() NodeLoad
+	Now  func() time.Time
+}
+
+// Run reports until ctx is done, then removes the node from the table so that
+// allocators stop handing it out at once.
+func (r *Reporter) Run(ctx context.Context) error {
+	iv := r.Interval
+	if iv <= 0 {
+		iv = defaultReportInterval
+	}
+	now := r.Now
+	if now == nil {
+		now = time.Now
+	}
+	t := time.NewTicker(iv)
+	defer t.Stop()
+	var id string
+	for {
+		l := r.Load()
+		l.At = now()
+		id = l.ID
+		_ = r.Table.Report(ctx, l) // a missed report is retried next tick; staleness handles the rest
+		select {
+		case <-ctx.Done():
+			rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_ = r.Table.Remove(rctx, id)
+			cancel()
+			return nil
+		case <-t.C:
+		}
+	}
+}

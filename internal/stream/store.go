@@ -1,0 +1,96 @@
+// Package stream holds the room streams: the append-only logs that ingest
+// writes and the slicer and edge read. Each room has two lanes: Barrage
+// (droppable comments) and Live (gifts and system messages, which the edge
+// also pushes). The entry id of an append is the message's identity and its
+// timestamp (the store's clock decides which second a message belongs to).
+//
+// The interface is shaped after Redis Streams (XADD, XREADGROUP, XACK,
+// XAUTOCLAIM, XTRIM MINID, XREAD) so that the Redis implementation sits beside
+// the in-memory one. Implementations are safe for concurrent use.
+package stream
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"danmaku/internal/wire"
+)
+
+// Lane selects one of a room's two streams.
+type Lane uint8
+
+const (
+	// Barrage carries viewers' comments.
+	Barrage Lane = iota
+	// Live carries gifts and system messages: never dropped, pushed by the edge.
+	Live
+)
+
+func (l Lane) String() string {
+	if l == Live {
+		return "live"
+	}
+	return "barrage"
+}
+
+// Key names one stream.
+type Key struct {
+	Room string
+	Lane Lane
+}
+
+// Entry is one stored message; Msg.ID equals the entry id.
+type Entry = wire.Message
+
+// Errors.
+var (
+	// ErrClosed is returned after Close.
+	ErrClosed = errors.New("stream: store closed")
+	// ErrBadID is returned for a malformed entry id argument.
+	ErrBadID = errors.New("stream: bad entry id")
+)
+
+// Store is the room streams backend.
+type Store interface {
+	// Append stores msgs on key, in order, and returns them with their
+	// assigned ids (the ID field of each input is ignored). Batching is the
+	// caller's business; an implementation pipelines a batch in one round trip.
+	Append(ctx context.Context, key Key, msgs []wire.Message) ([]wire.Message, error)
+
+	// ReadGroup returns up to count entries of key not yet delivered to group,
+	// blocking up to block for at least one (0: don't block). The group is
+	// created at the start of the stream if it does not exist. Delivered
+	// entries stay pending for consumer until acknowledged.
+	ReadGroup(ctx context.Context, key Key, group, consumer string, count int, block time.Duration) ([]Entry, error)
+
+	// Claim transfers to consumer the entries pending in group for longer
+	// than minIdle (another consumer died holding them) and returns them.
+	Claim(ctx context.Context, key Key, group, consumer string, minIdle time.Duration, count int) ([]Entry, error)
+
+	// Ack acknowledges ids in group.
+	Ack(ctx context.Context, key Key, group string, ids ...string) error
+
+	// TrimBefore removes entries with ids below minID. Callers only trim
+	// behind what has been durably written.
+	TrimBefore(ctx context.Context, key Key, minID string) error
+
+	// Read returns up to count entries with ids above after ("" or "0": from
+	// the start; "$": only new ones), blocking up to block for at least one.
+	// It is the fan-out read of the edge and of resuming clients; no group
+	// state is kept.
+	Read(ctx context.Context, key Key, after string, count int, block time.Duration) ([]Entry, error)
+
+	// LastID returns the id of the newest entry of key ("0-0" when empty).
+	LastID(ctx context.Context, key Key) (string, error)
+
+	// Rooms lists the rooms that have ever been appended to (or opened).
+	Rooms(ctx context.Context) ([]string, error)
+
+	// OpenRoom registers a room so that the slicer writes its seconds even
+	// before the first message.
+	OpenRoom(ctx context.Context, room string) error
+
+	// Now returns the store's clock, the one that stamps entry ids.
+	Now(ctx context.Context) (time.Time, error)
+}

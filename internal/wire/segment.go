@@ -1,0 +1,217 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// SegmentDuration is the span of one segment in milliseconds. Segment keys are
+// unix seconds, so it is fixed; the field on the wire lets a later version
+// change it without breaking decoders.
+const SegmentDuration = 1000
+
+// MaxSegmentBytes bounds what a decoder accepts; a real segment is a few KB.
+const MaxSegmentBytes = 4 << 20
+
+// Content types and cache policies of the objects the CDN serves.
+const (
+	SegmentContentType  = "application/msgpack"
+	ManifestContentType = "application/json"
+	SegmentCacheControl = "public, max-age=31536000, immutable"
+	// ManifestCacheControl keeps the manifest fresh: it names the newest second.
+	ManifestCacheControl = "public, max-age=1"
+)
+
+// Segment is one second of one room, as written to object storage.
+type Segment struct {
+	V        int       `msgpack:"v"`
+	Room     string    `msgpack:"room"`
+	Second   int64     `msgpack:"t"`
+	Seq      uint64    `msgpack:"seq"`
+	Dur      uint32    `msgpack:"dur"`
+	Messages []Message `msgpack:"m"`
+}
+
+// Manifest names a room's newest written second. It is JSON so that any
+// client can read it without a msgpack decoder.
+type Manifest struct {
+	V      int    `json:"v"`
+	Room   string `json:"room"`
+	Second int64  `json:"t"`
+	Seq    uint64 `json:"seq"`
+	Dur    uint32 `json:"dur"`
+}
+
+// Frame is what the edge sends a WebSocket client: the messages of one merge
+// window, in stream order.
+type Frame struct {
+	V        int       `msgpack:"v"`
+	Room     string    `msgpack:"room"`
+	Messages []Message `msgpack:"m"`
+}
+
+// Decoding errors. Each wraps ErrDecode so callers can test for either.
+var (
+	// ErrDecode is the parent of every decoding error.
+	ErrDecode = errors.New("wire: decode")
+	// ErrTooLarge is returned for input above the size a decoder accepts.
+	ErrTooLarge = fmt.Errorf("%w: input too large", ErrDecode)
+	// ErrVersion is returned for a schema version newer than this package knows.
+	ErrVersion = fmt.Errorf("%w: unsupported version", ErrDecode)
+	// ErrInvalid is returned for a well-formed object that breaks the schema.
+	ErrInvalid = fmt.Errorf("%w: invalid", ErrDecode)
+)
+
+var roomRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// ValidRoom reports whether id may name a room: it is used in object keys and
+// Redis keys, so it is restricted to URL- and key-safe characters.
+func ValidRoom(id string) bool { return roomRE.MatchString(id) }
+
+// SegmentKey is the object key of a room's second.
+func SegmentKey(room string, second int64) string {
+	return "rooms/" + room + "/s/" + strconv.FormatInt(second, 10) + ".msgpack"
+}
+
+// ManifestKey is the object key of a room's live manifest.
+func ManifestKey(room string) string { return "rooms/" + room + "/live.json" }
+
+// EncodeSegment encodes s as msgpack. Messages must already be slim (Offset
+// set, Order cleared by the msgpack tag).
+func EncodeSegment(s *Segment) ([]byte, error) {
+	if s.Messages == nil {
+		s.Messages = []Message{}
+	}
+	var buf bytes.Buffer
+	enc := msgpack.NewEncoder(&buf)
+	enc.UseCompactInts(true)
+	if err := enc.Encode(s); err != nil {
+		return nil, fmt.Errorf("wire: encode segment: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// DecodeSegment decodes and validates a segment read back from storage or a
+// CDN. It never panics on any input.
+func DecodeSegment(b []byte) (*Segment, error) {
+	if len(b) > MaxSegmentBytes {
+		return nil, ErrTooLarge
+	}
+	var s Segment
+	if err := msgpack.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("%w: segment: %v", ErrDecode, err)
+	}
+	if s.V < 1 || s.V > Version {
+		return nil, fmt.Errorf("%w: segment v=%d", ErrVersion, s.V)
+	}
+	if !ValidRoom(s.Room) || s.Second < 0 {
+		return nil, fmt.Errorf("%w: segment header", ErrInvalid)
+	}
+	if err := validMessages(s.Messages); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// EncodeFrame encodes a WebSocket frame.
+func EncodeFrame(f *Frame) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := msgpack.NewEncoder(&buf)
+	enc.UseCompactInts(true)
+	if err := enc.Encode(f); err != nil {
+		return nil, fmt.Errorf("wire: encode frame: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// MaxFrameBytes bounds a decoded WebSocket frame.
+const MaxFrameBytes = 1 << 20
+
+// DecodeFrame decodes and validates a WebSocket frame.
+func DecodeFrame(b []byte) (*Frame, error) {
+	if len(b) > MaxFrameBytes {
+		return nil, ErrTooLarge
+	}
+	var f Frame
+	if err := msgpack.Unmarshal(b, &f); err != nil {
+		return nil, fmt.Errorf("%w: frame: %v", ErrDecode, err)
+	}
+	if f.V < 1 || f.V > Version {
+		return nil, fmt.Errorf("%w: frame v=%d", ErrVersion, f.V)
+	}
+	if !ValidRoom(f.Room) {
+		return nil, fmt.Errorf("%w: frame room", ErrInvalid)
+	}
+	if err := validMessages(f.Messages); err != nil {
+		return nil, err
+	}
+	return &f, nil
+}
+
+// EncodeManifest encodes a manifest as JSON.
+func EncodeManifest(m *Manifest) ([]byte, error) {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("wire: encode manifest: %w", err)
+	}
+	return b, nil
+}
+
+// DecodeManifest decodes and validates a manifest.
+func DecodeManifest(b []byte) (*Manifest, error) {
+	if len(b) > 64<<10 {
+		return nil, ErrTooLarge
+	}
+	var m Manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("%w: manifest: %v", ErrDecode, err)
+	}
+	if m.V < 1 || m.V > Version {
+		return nil, fmt.Errorf("%w: manifest v=%d", ErrVersion, m.V)
+	}
+	if !ValidRoom(m.Room) || m.Second < 0 {
+		return nil, fmt.Errorf("%w: manifest header", ErrInvalid)
+	}
+	return &m, nil
+}
+
+func validMessages(ms []Message) error {
+	for i := range ms {
+		if _, _, err := ParseID(ms[i].ID); err != nil {
+			return fmt.Errorf("%w: message %d id", ErrInvalid, i)
+		}
+		if !ms[i].Kind.Valid() {
+			return fmt.Errorf("%w: message %d kind %d", ErrInvalid, i, ms[i].Kind)
+		}
+		if ms[i].Offset >= SegmentDuration {
+			return fmt.Errorf("%w: message %d offset %d", ErrInvalid, i, ms[i].Offset)
+		}
+	}
+	return nil
+}
+
+// Slim returns the copy of m that goes into a segment or frame: the offset
+// relative to its second filled in, nickname cut, server-only fields cleared.
+func Slim(m Message) Message {
+	if ms, _, err := ParseID(m.ID); err == nil {
+		m.Offset = uint16(ms % SegmentDuration)
+	}
+	m.Nick = TruncateRunes(m.Nick, MaxNickRunes)
+	m.Order = ""
+	return m
+}
+
+// SecondOf returns the unix second a message id belongs to.
+func SecondOf(id string) (int64, error) {
+	ms, _, err := ParseID(id)
+	if err != nil {
+		return 0, err
+	}
+	return ms / 1000, nil
+}

@@ -130,7 +130,9 @@ func NewEngine(cfg EngineConfig) *gin.Engine {
 		Abort(c, Errorf(http.StatusInternalServerError, CodeInternal, "internal error"))
 	}))
 	e.NoRoute(func(c *gin.Context) { Abort(c, Errorf(http.StatusNotFound, CodeNotFound, "no such endpoint")) })
-	e.NoMethod(func(c *gin.Context) { Abort(c, Errorf(http.StatusMethodNotAllowed, CodeNoMethod, "method not allowed")) })
+	e.NoMethod(func(c *gin.Context) {
+		Abort(c, Errorf(http.StatusMethodNotAllowed, CodeNoMethod, "method not allowed"))
+	})
 	e.GET("/healthz", func(c *gin.Context) {
 		if cfg.Healthy != nil {
 			if err := cfg.Healthy(); err != nil {

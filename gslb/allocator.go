@@ -1,0 +1,300 @@
+package gslb
+
+import (
+	"context"
+	"errors"
+	"hash/maphash"
+	"log/slog"
+	"math"
+	"net/netip"
+	"sort"
+	"sync/atomic"
+	"time"
+
+	"danmaku/internal/clock"
+)
+
+// Allocator defaults.
+const (
+	defaultSync     = 5 * time.Millisecond
+	defaultStale    = time.Second
+	defaultHandOut  = 16
+	defaultOverload = 0.95
+	defaultMaxCPU   = 0.90
+	defaultFallback = 2
+)
+
+// ErrNoNodes is returned when no healthy node of a kind serves the client.
+var ErrNoNodes = errors.New("gslb: no healthy node")
+
+// AllocatorConfig configures an Allocator.
+type AllocatorConfig struct {
+	// Table is the load table to sync. Required.
+	Table LoadTable
+	// Sync is how often the table is synced. Zero: 5 ms.
+	Sync time.Duration
+	// Stale drops a node whose newest report is older than this. Zero: 1 s.
+	Stale time.Duration
+	// HandOut is how many times an edge address is handed out before the
+	// next one in load order is used. Zero: 16.
+	HandOut int
+	// Overload drops a node whose Conns/Capacity reaches it. Zero: 0.95.
+	Overload float64
+	// MaxCPU drops a node whose CPU reaches it. Zero: 0.90.
+	MaxCPU float64
+	// Fallbacks is how many extra addresses follow the chosen one. Zero: 2;
+	// negative: none.
+	Fallbacks int
+	// Classify maps a client IP to its line ("" = unknown, served by BGP
+	// nodes). Nil: every client is unknown.
+	Classify func(netip.Addr) string
+	// Clock tells the time. Nil: real clock.
+	Clock clock.Clock
+	// Logger. Nil: slog.Default().
+	Logger *slog.Logger
+}
+
+// Allocator chooses addresses from a periodically synced load table.
+type Allocator struct {
+	cfg  AllocatorConfig
+	snap atomic.Pointer[snapshot]
+	seed maphash.Seed
+	// handed counts edge hand-outs; its value picks the position in the
+	// sorted list, so consecutive requests walk the list HandOut at a time.
+	handed atomic.Uint64
+	// syncFailures counts failed syncs; the last good snapshot stays in use.
+	syncFailures atomic.Uint64
+}
+
+type snapNode struct {
+	NodeLoad
+	key      uint64  // maphash of ID, for rendezvous hashing
+	headroom float64 // free share of capacity, > 0
+}
+
+// snapshot is immutable once published.
+type snapshot struct {
+	edges   map[string][]snapNode // by line, sorted by load; "" holds BGP nodes
+	ingests map[string][]snapNode
+	at      time.Time
+}
+
+// NewAllocator checks cfg and returns an Allocator. It starts nothing; call
+// Run, or SyncOnce in tests.
+func NewAllocator(cfg AllocatorConfig) (*Allocator, error) {
+	if cfg.Table == nil {
+		return nil, errors.New("gslb: allocator: Table is required")
+	}
+	if cfg.Sync == 0 {
+		cfg.Sync = defaultSync
+	}
+	if cfg.Stale == 0 {
+		cfg.Stale = defaultStale
+	}
+	if cfg.HandOut == 0 {
+		cfg.HandOut = defaultHandOut
+	}
+	if cfg.Overload == 0 {
+		cfg.Overload = defaultOverload
+	}
+	if cfg.MaxCPU == 0 {
+		cfg.MaxCPU = defaultMaxCPU
+	}
+	if cfg.Fallbacks == 0 {
+		cfg.Fallbacks = defaultFallback
+	}
+	if cfg.Fallbacks < 0 {
+		cfg.Fallbacks = 0
+	}
+	if cfg.Sync < 0 || cfg.Stale < cfg.Sync || cfg.HandOut < 0 {
+		return nil, errors.New("gslb: allocator: need 0 < Sync <= Stale and HandOut >= 0")
+	}
+	cfg.Clock = clock.Or(cfg.Clock)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	a := &Allocator{cfg: cfg, seed: maphash.MakeSeed()}
+	a.snap.Store(&snapshot{edges: map[string][]snapNode{}, ingests: map[string][]snapNode{}})
+	return a, nil
+}
+
+// Run syncs the table every Sync interval until ctx is done.
+func (a *Allocator) Run(ctx context.Context) error {
+	t := time.NewTicker(a.cfg.Sync)
+	defer t.Stop()
+	for {
+		if err := a.SyncOnce(ctx); err != nil && ctx.Err() == nil {
+			if a.syncFailures.Add(1)%1000 == 1 {
+				a.cfg.Logger.Warn("gslb: load table sync failed; keeping last good table", "err", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// SyncOnce reads the table and publishes a new snapshot. On error the
+// previous snapshot stays in use.
+func (a *Allocator) SyncOnce(ctx context.Context) error {
+	loads, err := a.cfg.Table.Snapshot(ctx)
+	if err != nil {
+		return err
+	}
+	now := a.cfg.Clock.Now()
+	s := &snapshot{edges: map[string][]snapNode{}, ingests: map[string][]snapNode{}, at: now}
+	for _, l := range loads {
+		if l.Draining || now.Sub(l.At) > a.cfg.Stale || l.CPU >= a.cfg.MaxCPU {
+			continue
+		}
+		use := l.CPU
+		if l.Capacity > 0 {
+			use = max(use, float64(l.Conns)/float64(l.Capacity))
+		}
+		if use >= a.cfg.Overload {
+			continue
+		}
+		n := snapNode{NodeLoad: l, key: maphash.String(a.seed, l.ID), headroom: 1 - use}
+		switch l.Kind {
+		case KindEdge:
+			s.edges[l.Line] = append(s.edges[l.Line], n)
+		case KindIngest:
+			s.ingests[l.Line] = append(s.ingests[l.Line], n)
+		}
+	}
+	for _, m := range []map[string][]snapNode{s.edges, s.ingests} {
+		for _, ns := range m {
+			sort.SliceStable(ns, func(i, j int) bool {
+				if ns[i].headroom != ns[j].headroom {
+					return ns[i].headroom > ns[j].headroom
+				}
+				return ns[i].ID < ns[j].ID
+			})
+		}
+	}
+	a.snap.Store(s)
+	return nil
+}
+
+// Allocation is the addresses chosen for one client, best first.
+type Allocation struct {
+	Ingest []string
+	Edge   []string
+}
+
+// candidates returns the nodes serving line: the line's own, then BGP.
+func candidates(m map[string][]snapNode, line string) (own, bgp []snapNode) {
+	if line != "" {
+		own = m[line]
+	}
+	return own, m[""]
+}
+
+// Allocate chooses addresses for user at ip. It does not allocate on the
+// happy path beyond the returned slices.
+func (a *Allocator) Allocate(user string, ip netip.Addr) (Allocation, error) {
+	s := a.snap.Load()
+	line := ""
+	if a.cfg.Classify != nil && ip.IsValid() {
+		line = a.cfg.Classify(ip)
+	}
+	var out Allocation
+	own, bgp := candidates(s.edges, line)
+	out.Edge = a.pickEdges(own, bgp)
+	own, bgp = candidates(s.ingests, line)
+	out.Ingest = a.pickIngests(user, own, bgp)
+	if len(out.Edge) == 0 || len(out.Ingest) == 0 {
+		return Allocation{}, ErrNoNodes
+	}
+	return out, nil
+}
+
+// pickEdges walks the load-sorted list HandOut hand-outs per address, so a
+// burst of allocations spreads over the least loaded nodes instead of all
+// landing on the one that looked least loaded at the last sync.
+func (a *Allocator) pickEdges(own, bgp []snapNode) []string {
+	n := len(own) + len(bgp)
+	if n == 0 {
+		return nil
+	}
+	at := func(i int) string {
+		if i < len(own) {
+			return own[i].Addr
+		}
+		return bgp[i-len(own)].Addr
+	}
+	pool := own
+	if len(pool) == 0 {
+		pool = bgp
+	}
+	c := a.handed.Add(1) - 1
+	first := int((c / uint64(a.cfg.HandOut)) % uint64(len(pool)))
+	k := min(n, 1+a.cfg.Fallbacks)
+	out := make([]string, 0, k)
+	out = append(out, at(first))
+	for i := 0; len(out) < k && i < n; i++ {
+		if i != first {
+			out = append(out, at(i))
+		}
+	}
+	return out
+}
+
+// pickIngests ranks nodes by weighted rendezvous hashing: score =
+// headroom / -ln(u) with u uniform in (0,1) from hash(user, node). A user
+// stays on the same node while it is healthy (per-user limits stay local and
+// exact), and a node's share follows its headroom.
+func (a *Allocator) pickIngests(user string, own, bgp []snapNode) []string {
+	pool := own
+	if len(pool) == 0 {
+		pool = bgp
+	}
+	if len(pool) == 0 {
+		return nil
+	}
+	uh := maphash.String(a.seed, user)
+	k := min(len(pool), 1+a.cfg.Fallbacks)
+	type scored struct {
+		addr  string
+		score float64
+	}
+	best := make([]scored, 0, k+1)
+	for i := range pool {
+		h := mix(uh ^ pool[i].key)
+		u := (float64(h>>11) + 0.5) / (1 << 53)
+		sc := pool[i].headroom / -math.Log(u)
+		// Insertion into a short sorted list: k is tiny.
+		j := len(best)
+		best = append(best, scored{pool[i].Addr, sc})
+		for j > 0 && best[j-1].score < sc {
+			best[j] = best[j-1]
+			j--
+		}
+		best[j] = scored{pool[i].Addr, sc}
+		if len(best) > k {
+			best = best[:k]
+		}
+	}
+	out := make([]string, len(best))
+	for i, b := range best {
+		out[i] = b.addr
+	}
+	return out
+}
+
+// mix is a 64-bit finaliser (splitmix64) so that xor-ed hashes are uniform.
+func mix(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}
+
+// SnapshotAge returns how old the snapshot in use is.
+func (a *Allocator) SnapshotAge() time.Duration {
+	return a.cfg.Clock.Now().Sub(a.snap.Load().at)
+}

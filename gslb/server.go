@@ -1,0 +1,180 @@
+package gslb
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"danmaku/auth"
+	"danmaku/internal/clock"
+	"danmaku/internal/httpx"
+	"danmaku/internal/wire"
+)
+
+const defaultPublishDelay = 300 * time.Millisecond
+
+// Entry is the answer of GET /v1/entry. docs/api.md documents it.
+type Entry struct {
+	Room           string   `json:"room"`
+	User           string   `json:"user"`
+	Role           string   `json:"role"`
+	Ingest         []string `json:"ingest"`
+	Edge           []string `json:"edge"`
+	CDN            string   `json:"cdn"`
+	Token          string   `json:"token"`
+	TokenExpiresMs int64    `json:"token_expires_ms"`
+	ServerTimeMs   int64    `json:"server_time_ms"`
+	SegmentMs      int      `json:"segment_ms"`
+	PublishDelayMs int      `json:"publish_delay_ms"`
+}
+
+// ServerConfig configures the entry endpoint.
+type ServerConfig struct {
+	// Allocator chooses addresses. Required.
+	Allocator *Allocator
+	// Keyring signs dynamic tokens. Required.
+	Keyring *auth.Keyring
+	// Tickets verifies business tickets. Required.
+	Tickets *auth.TicketVerifier
+	// CDN is the base URL segments are fetched from, ending in "/". Required.
+	CDN string
+	// PublishDelay is how long after a second ends its segment is due.
+	// Zero: 300 ms.
+	PublishDelay time.Duration
+	// Rooms, when set, is told about every room a client enters so that the
+	// slicer writes its seconds from the first viewer on.
+	Rooms interface {
+		OpenRoom(ctx context.Context, room string) error
+	}
+	// Registerer receives the metrics. Nil: a private registry.
+	Registerer prometheus.Registerer
+	// Clock tells the time. Nil: real clock.
+	Clock clock.Clock
+	// Logger. Nil: slog.Default().
+	Logger *slog.Logger
+}
+
+// Server serves GET /v1/entry.
+type Server struct {
+	cfg     ServerConfig
+	opened  sync.Map // room → struct{}: rooms already opened by this process
+	entries *prometheus.CounterVec
+}
+
+// NewServer checks cfg and returns a Server.
+func NewServer(cfg ServerConfig) (*Server, error) {
+	if cfg.Allocator == nil || cfg.Keyring == nil || cfg.Tickets == nil {
+		return nil, errors.New("gslb: server: Allocator, Keyring and Tickets are required")
+	}
+	if cfg.CDN == "" {
+		return nil, errors.New("gslb: server: CDN is required")
+	}
+	if cfg.CDN[len(cfg.CDN)-1] != '/' {
+		cfg.CDN += "/"
+	}
+	if cfg.PublishDelay == 0 {
+		cfg.PublishDelay = defaultPublishDelay
+	}
+	if cfg.Registerer == nil {
+		cfg.Registerer = prometheus.NewRegistry()
+	}
+	cfg.Clock = clock.Or(cfg.Clock)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Server{cfg: cfg}
+	s.entries = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "danmaku_gslb_entries_total",
+		Help: "Entry requests by result code (ok or the error code).",
+	}, []string{"code"})
+	if err := cfg.Registerer.Register(s.entries); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Register adds the entry route to r.
+func (s *Server) Register(r gin.IRoutes) {
+	r.GET("/v1/entry", s.entry)
+}
+
+func (s *Server) fail(c *gin.Context, e *httpx.Error) {
+	s.entries.WithLabelValues(e.Code).Inc()
+	httpx.Abort(c, e)
+}
+
+func (s *Server) entry(c *gin.Context) {
+	room := c.Query("room")
+	if !wire.ValidRoom(room) {
+		s.fail(c, httpx.Errorf(http.StatusBadRequest, "bad_room", "room must be 1-64 characters of A-Z a-z 0-9 _ -"))
+		return
+	}
+	ticket := httpx.BearerToken(c, "ticket")
+	if ticket == "" {
+		s.fail(c, httpx.Errorf(http.StatusUnauthorized, "no_ticket", "a business ticket is required (Authorization: Bearer or ?ticket=)"))
+		return
+	}
+	t, err := s.cfg.Tickets.Verify(ticket)
+	if err != nil {
+		s.fail(c, httpx.Errorf(http.StatusUnauthorized, "bad_ticket", "ticket rejected"))
+		return
+	}
+	ip, _ := netip.ParseAddr(c.ClientIP())
+	alloc, err := s.cfg.Allocator.Allocate(t.Subject, ip)
+	if err != nil {
+		e := httpx.Errorf(http.StatusServiceUnavailable, "no_nodes", "no healthy node; retry shortly")
+		e.RetryAfter = time.Second
+		s.fail(c, e)
+		return
+	}
+	now := s.cfg.Clock.Now()
+	addrs := make([]string, 0, len(alloc.Ingest)+len(alloc.Edge))
+	addrs = append(append(addrs, alloc.Ingest...), alloc.Edge...)
+	tok, exp, err := s.cfg.Keyring.Sign(auth.Claims{
+		Room:   room,
+		Nick:   wire.TruncateRunes(t.Nick, wire.MaxNickRunes),
+		Avatar: t.Avatar,
+		Role:   t.Role,
+		Addrs:  addrs,
+		Login:  now.UnixMilli(),
+		RegisteredClaims: jwt.RegisteredClaims{Subject: t.Subject},
+	})
+	if err != nil {
+		e := httpx.Errorf(http.StatusServiceUnavailable, "token_unavailable", "token secrets not loaded yet; retry shortly")
+		e.RetryAfter = time.Second
+		s.fail(c, e)
+		return
+	}
+	if s.cfg.Rooms != nil {
+		if _, seen := s.opened.Load(room); !seen {
+			if err := s.cfg.Rooms.OpenRoom(c.Request.Context(), room); err != nil {
+				s.cfg.Logger.Warn("gslb: open room failed", "room", room, "err", err)
+			} else {
+				s.opened.Store(room, struct{}{})
+			}
+		}
+	}
+	s.entries.WithLabelValues("ok").Inc()
+	c.JSON(http.StatusOK, Entry{
+		Room:           room,
+		User:           t.Subject,
+		Role:           t.Role,
+		Ingest:         alloc.Ingest,
+		Edge:           alloc.Edge,
+		CDN:            s.cfg.CDN,
+		Token:          tok,
+		TokenExpiresMs: exp.UnixMilli(),
+		ServerTimeMs:   now.UnixMilli(),
+		SegmentMs:      wire.SegmentDuration,
+		PublishDelayMs: int(s.cfg.PublishDelay / time.Millisecond),
+	})
+}
+

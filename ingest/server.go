@@ -1,0 +1,465 @@
+package ingest
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"danmaku/auth"
+	"danmaku/gslb"
+	"danmaku/internal/bucket"
+	"danmaku/internal/clock"
+	"danmaku/internal/httpx"
+	"danmaku/internal/stream"
+	"danmaku/internal/wire"
+)
+
+// Defaults. The user and room bucket figures are the published "reservoir"
+// practice (DESIGN.md, layer 2).
+const (
+	defaultUserCapacity  = 3
+	defaultUserRefill    = 1 / 1.5 // tokens per second: one per 1.5 s
+	defaultRoomBase      = 200
+	defaultRoomPerViewer = 1.0 / 8
+	defaultRoomCeiling   = 20000
+	defaultRoomRefill    = 1200
+	defaultMaxTextRunes  = 60
+	defaultMaxBody       = 4 << 10
+	defaultOrderTTL      = 24 * time.Hour
+	defaultOnlineSync    = time.Second
+	defaultReport        = 5 * time.Millisecond
+)
+
+// Config configures an ingest node.
+type Config struct {
+	// Streams receives accepted messages. Required.
+	Streams stream.Store
+	// Keyring verifies dynamic tokens. Required.
+	Keyring *auth.Keyring
+	// Addr is this node's advertised address; tokens not issued for it are
+	// refused. Empty: the address binding is not checked (single node).
+	Addr string
+	// NodeID identifies this node in the load table. Empty: Addr.
+	NodeID string
+	// Line is the ISP line this node serves ("" = BGP).
+	Line string
+	// Load is the load table: the node reports itself there, and reads the
+	// edges' per-room online counts from it. Nil: no reports, and rooms are
+	// sized as if empty.
+	Load gslb.LoadTable
+	// RoomLimiter is the per-room bucket shared across ingest nodes. Nil: in memory.
+	RoomLimiter RoomLimiter
+	// Orders makes gifts idempotent. Nil: in memory.
+	Orders Orders
+	// ServiceKeys are the bearer keys business servers use for the gift
+	// API. Empty: the gift API answers 403 to everyone.
+	ServiceKeys []string
+	// UserCapacity and UserRefill size the per-user bucket. Zero: 3 tokens,
+	// one every 1.5 s.
+	UserCapacity float64
+	UserRefill   float64
+	// RoomBase, RoomPerViewer and RoomCeiling size the room bucket:
+	// min(online*RoomPerViewer + RoomBase, RoomCeiling). Zero: 200, 1/8, 20000.
+	RoomBase      float64
+	RoomPerViewer float64
+	RoomCeiling   float64
+	// RoomRefill is the room bucket's refill per second. Zero: 1200.
+	RoomRefill float64
+	// MaxTextRunes is the longest comment accepted after normalisation.
+	// Zero: 60.
+	MaxTextRunes int
+	// MaxBody bounds request bodies in bytes. Zero: 4 KiB.
+	MaxBody int64
+	// OrderTTL is how long a gift's order id stays deduplicated. Zero: 24 h.
+	OrderTTL time.Duration
+	// Registerer receives the metrics. Nil: a private registry.
+	Registerer prometheus.Registerer
+	// Clock tells the time. Nil: real clock.
+	Clock clock.Clock
+	// Logger. Nil: slog.Default().
+	Logger *slog.Logger
+}
+
+// Server is an ingest node. It is safe for concurrent use.
+type Server struct {
+	cfg   Config
+	users *bucket.Keyed
+
+	online   atomic.Pointer[map[string]int]
+	inflight atomic.Int64
+
+	rejected  *prometheus.CounterVec
+	accepted  *prometheus.CounterVec
+	overflows *prometheus.CounterVec
+
+	shutdownOnce sync.Once
+}
+
+// New checks cfg, applies defaults and returns a Server. It starts nothing.
+func New(cfg Config) (*Server, error) {
+	if cfg.Streams == nil || cfg.Keyring == nil {
+		return nil, errors.New("ingest: Streams and Keyring are required")
+	}
+	cfg.Clock = clock.Or(cfg.Clock)
+	if cfg.NodeID == "" {
+		cfg.NodeID = cfg.Addr
+	}
+	if cfg.RoomLimiter == nil {
+		cfg.RoomLimiter = NewMemoryRoomLimiter(cfg.Clock)
+	}
+	if cfg.Orders == nil {
+		cfg.Orders = NewMemoryOrders(cfg.Clock)
+	}
+	def := func(v *float64, d float64) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&cfg.UserCapacity, defaultUserCapacity)
+	def(&cfg.UserRefill, defaultUserRefill)
+	def(&cfg.RoomBase, defaultRoomBase)
+	def(&cfg.RoomPerViewer, defaultRoomPerViewer)
+	def(&cfg.RoomCeiling, defaultRoomCeiling)
+	def(&cfg.RoomRefill, defaultRoomRefill)
+	if cfg.MaxTextRunes == 0 {
+		cfg.MaxTextRunes = defaultMaxTextRunes
+	}
+	if cfg.MaxBody == 0 {
+		cfg.MaxBody = defaultMaxBody
+	}
+	if cfg.OrderTTL == 0 {
+		cfg.OrderTTL = defaultOrderTTL
+	}
+	if cfg.UserCapacity < 1 || cfg.UserRefill <= 0 || cfg.RoomBase < 1 || cfg.RoomRefill <= 0 || cfg.RoomCeiling < cfg.RoomBase {
+		return nil, errors.New("ingest: bucket sizes must be positive and RoomCeiling >= RoomBase")
+	}
+	if cfg.Registerer == nil {
+		cfg.Registerer = prometheus.NewRegistry()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Server{cfg: cfg, users: bucket.NewKeyed(cfg.UserCapacity, cfg.UserRefill)}
+	empty := map[string]int{}
+	s.online.Store(&empty)
+	s.rejected = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "danmaku_ingest_rejected_total",
+		Help: "Uploads not stored, by layer (auth, input, gateway, backend) and reason. Silent drops count here too.",
+	}, []string{"layer", "reason"})
+	s.accepted = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "danmaku_ingest_accepted_total",
+		Help: "Messages appended to a room stream, by kind.",
+	}, []string{"kind"})
+	s.overflows = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "danmaku_ingest_bucket_overflow_total",
+		Help: "Token bucket overflows (requests finding the bucket empty), by bucket.",
+	}, []string{"bucket"})
+	for _, c := range []prometheus.Collector{s.rejected, s.accepted, s.overflows} {
+		if err := cfg.Registerer.Register(c); err != nil {
+			return nil, fmt.Errorf("ingest: metrics: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// Register adds the upload routes to r.
+func (s *Server) Register(r gin.IRoutes) {
+	r.POST("/v1/rooms/:room/barrage", s.track, s.barrage)
+	r.POST("/v1/rooms/:room/announce", s.track, s.announce)
+	r.POST("/v1/gifts", s.track, s.gift)
+}
+
+// Run reports load and syncs per-room online counts until ctx is done.
+func (s *Server) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	if s.cfg.Load != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := gslb.Reporter{Table: s.cfg.Load, Interval: defaultReport, Load: s.Load, Now: s.cfg.Clock.Now}
+			_ = r.Run(ctx)
+		}()
+	}
+	t := time.NewTicker(defaultOnlineSync)
+	defer t.Stop()
+	for {
+		s.syncOnline(ctx)
+		s.users.Sweep(s.cfg.Clock.Now())
+		select {
+		case <-ctx.Done():
+			wg.Wait()
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Load is this node's load report.
+func (s *Server) Load() gslb.NodeLoad {
+	return gslb.NodeLoad{ID: s.cfg.NodeID, Kind: gslb.KindIngest, Addr: s.cfg.Addr, Line: s.cfg.Line, Conns: int(s.inflight.Load())}
+}
+
+func (s *Server) syncOnline(ctx context.Context) {
+	if s.cfg.Load == nil {
+		return
+	}
+	loads, err := s.cfg.Load.Snapshot(ctx)
+	if err != nil {
+		return // keep the last counts
+	}
+	m := map[string]int{}
+	for _, l := range loads {
+		if l.Kind == gslb.KindEdge {
+			for room, n := range l.Rooms {
+				m[room] += n
+			}
+		}
+	}
+	s.online.Store(&m)
+}
+
+// roomCapacity is the room bucket's capacity for the room's online count.
+func (s *Server) roomCapacity(room string) float64 {
+	n := (*s.online.Load())[room]
+	return min(float64(n)*s.cfg.RoomPerViewer+s.cfg.RoomBase, s.cfg.RoomCeiling)
+}
+
+func (s *Server) track(c *gin.Context) {
+	s.inflight.Add(1)
+	defer s.inflight.Add(-1)
+	c.Next()
+}
+
+func (s *Server) reject(c *gin.Context, layer string, e *httpx.Error) {
+	s.rejected.WithLabelValues(layer, e.Code).Inc()
+	httpx.Abort(c, e)
+}
+
+// authorize verifies the token and its binding to this node and the room.
+func (s *Server) authorize(c *gin.Context) (*auth.Claims, bool) {
+	claims, err := s.cfg.Keyring.Verify(httpx.BearerToken(c, ""))
+	if err != nil {
+		code := "bad_token"
+		switch {
+		case errors.Is(err, auth.ErrNoToken):
+			code = "no_token"
+		case errors.Is(err, auth.ErrUnknownEpoch):
+			code = "token_epoch"
+		}
+		s.reject(c, "auth", httpx.Errorf(http.StatusUnauthorized, code, "dynamic token rejected; fetch a new entry"))
+		return nil, false
+	}
+	if s.cfg.Addr != "" && !claims.HasAddr(s.cfg.Addr) {
+		s.reject(c, "auth", httpx.Errorf(http.StatusForbidden, "wrong_node", "token was not issued for this node"))
+		return nil, false
+	}
+	if room := c.Param("room"); room != claims.Room {
+		s.reject(c, "auth", httpx.Errorf(http.StatusForbidden, "wrong_room", "token was issued for another room"))
+		return nil, false
+	}
+	return claims, true
+}
+
+type textBody struct {
+	Text *string `json:"text"`
+}
+
+// text binds and normalises {"text": "..."}.
+func (s *Server) text(c *gin.Context) (string, bool) {
+	var b textBody
+	if e := httpx.BindJSON(c, s.cfg.MaxBody, &b); e != nil {
+		s.reject(c, "input", e)
+		return "", false
+	}
+	if b.Text == nil {
+		s.reject(c, "input", httpx.Errorf(http.StatusBadRequest, "missing_field", "field \"text\" is required"))
+		return "", false
+	}
+	t := normalize(*b.Text)
+	if t == "" {
+		s.reject(c, "input", httpx.Errorf(http.StatusBadRequest, "empty_text", "text is empty after normalisation"))
+		return "", false
+	}
+	if utf8.RuneCountInString(t) > s.cfg.MaxTextRunes {
+		s.reject(c, "input", httpx.Errorf(http.StatusBadRequest, "text_too_long", "text exceeds %d characters", s.cfg.MaxTextRunes))
+		return "", false
+	}
+	return t, true
+}
+
+// ok is the one success answer of barrage: stored and silently dropped
+// comments look the same, because a failure answer only makes clients retry.
+var ok = gin.H{"ok": true}
+
+func (s *Server) barrage(c *gin.Context) {
+	claims, good := s.authorize(c)
+	if !good {
+		return
+	}
+	text, good := s.text(c)
+	if !good {
+		return
+	}
+	now := s.cfg.Clock.Now()
+	if !s.users.Take(claims.User(), now, 1) {
+		s.overflows.WithLabelValues("user").Inc()
+		s.rejected.WithLabelValues("gateway", "user_bucket").Inc()
+		c.JSON(http.StatusOK, ok)
+		return
+	}
+	room := claims.Room
+	allowed, err := s.cfg.RoomLimiter.Take(c.Request.Context(), room, s.roomCapacity(room), s.cfg.RoomRefill, 1)
+	if err != nil {
+		// The shared bucket is unreachable: fail open for barrage, which the
+		// slicer's budget still bounds, rather than silence every room.
+		s.cfg.Logger.Warn("ingest: room limiter failed; admitting", "room", room, "err", err)
+		allowed = true
+	}
+	if !allowed {
+		s.overflows.WithLabelValues("room").Inc()
+		s.rejected.WithLabelValues("gateway", "room_bucket").Inc()
+		c.JSON(http.StatusOK, ok)
+		return
+	}
+	m := wire.Message{Kind: wire.KindBarrage, User: claims.User(), Nick: claims.Nick, Avatar: claims.Avatar, Text: text}
+	if _, err := s.cfg.Streams.Append(c.Request.Context(), stream.Key{Room: room, Lane: stream.Barrage}, []wire.Message{m}); err != nil {
+		s.backendError(c, "append barrage", err)
+		return
+	}
+	s.accepted.WithLabelValues("barrage").Inc()
+	c.JSON(http.StatusOK, ok)
+}
+
+func (s *Server) backendError(c *gin.Context, op string, err error) {
+	s.cfg.Logger.Error("ingest: backend failed", "op", op, "err", err)
+	e := httpx.Errorf(http.StatusServiceUnavailable, "backend_unavailable", "storage unavailable; retry")
+	e.RetryAfter = time.Second
+	s.reject(c, "backend", e)
+}
+
+func (s *Server) announce(c *gin.Context) {
+	claims, good := s.authorize(c)
+	if !good {
+		return
+	}
+	if claims.Role != auth.RoleHost && claims.Role != auth.RoleAdmin {
+		s.reject(c, "auth", httpx.Errorf(http.StatusForbidden, "forbidden", "announcements need a host or admin ticket"))
+		return
+	}
+	text, good := s.text(c)
+	if !good {
+		return
+	}
+	m := wire.Message{Kind: wire.KindSystem, User: claims.User(), Nick: claims.Nick, Avatar: claims.Avatar, Text: text, Role: claims.Role}
+	out, err := s.cfg.Streams.Append(c.Request.Context(), stream.Key{Room: claims.Room, Lane: stream.Live}, []wire.Message{m})
+	if err != nil {
+		s.backendError(c, "append announcement", err)
+		return
+	}
+	s.accepted.WithLabelValues("system").Inc()
+	c.JSON(http.StatusOK, gin.H{"ok": true, "id": out[0].ID})
+}
+
+// GiftRequest is the body of POST /v1/gifts.
+type GiftRequest struct {
+	OrderID string `json:"order_id"`
+	Room    string `json:"room"`
+	User    string `json:"user"`
+	Nick    string `json:"nick"`
+	Avatar  string `json:"avatar"`
+	Gift    string `json:"gift"`
+	Value   *int64 `json:"value"`
+	Count   uint32 `json:"count"`
+}
+
+func (g *GiftRequest) validate() *httpx.Error {
+	bad := func(field, rule string) *httpx.Error {
+		return httpx.Errorf(http.StatusBadRequest, "bad_field", "%s: %s", field, rule)
+	}
+	switch {
+	case g.OrderID == "" || len(g.OrderID) > 64:
+		return bad("order_id", "required, at most 64 bytes")
+	case !wire.ValidRoom(g.Room):
+		return bad("room", "required, 1-64 of A-Z a-z 0-9 _ -")
+	case g.User == "" || len(g.User) > 64:
+		return bad("user", "required, at most 64 bytes")
+	case g.Gift == "" || len(g.Gift) > 32:
+		return bad("gift", "required, at most 32 bytes")
+	case g.Value == nil || *g.Value < 0:
+		return bad("value", "required, >= 0")
+	case g.Count > 100000:
+		return bad("count", "at most 100000")
+	case len(g.Nick) > 64 || len(g.Avatar) > 32:
+		return bad("nick/avatar", "too long")
+	}
+	return nil
+}
+
+func (s *Server) serviceAuthorized(c *gin.Context) bool {
+	got := []byte(httpx.BearerToken(c, ""))
+	for _, k := range s.cfg.ServiceKeys {
+		if len(got) > 0 && subtle.ConstantTimeCompare(got, []byte(k)) == 1 {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Server) gift(c *gin.Context) {
+	if !s.serviceAuthorized(c) {
+		s.reject(c, "auth", httpx.Errorf(http.StatusUnauthorized, "bad_service_key", "gift API needs a service key"))
+		return
+	}
+	var g GiftRequest
+	if e := httpx.BindJSON(c, s.cfg.MaxBody, &g); e != nil {
+		s.reject(c, "input", e)
+		return
+	}
+	if e := g.validate(); e != nil {
+		s.reject(c, "input", e)
+		return
+	}
+	ctx := c.Request.Context()
+	existing, err := s.cfg.Orders.Reserve(ctx, g.Room+"/"+g.OrderID, s.cfg.OrderTTL)
+	switch {
+	case errors.Is(err, ErrOrderInFlight):
+		e := httpx.Errorf(http.StatusConflict, "order_in_flight", "this order is being processed; retry")
+		e.RetryAfter = time.Second
+		s.reject(c, "input", e)
+		return
+	case err != nil:
+		s.backendError(c, "reserve order", err)
+		return
+	case existing != "":
+		c.JSON(http.StatusOK, gin.H{"ok": true, "id": existing, "duplicate": true})
+		return
+	}
+	count := g.Count
+	if count == 0 {
+		count = 1
+	}
+	m := wire.Message{Kind: wire.KindGift, User: g.User, Nick: g.Nick, Avatar: g.Avatar, Gift: g.Gift, Value: *g.Value, Count: count, Order: g.OrderID}
+	out, err := s.cfg.Streams.Append(ctx, stream.Key{Room: g.Room, Lane: stream.Live}, []wire.Message{m})
+	if err != nil {
+		_ = s.cfg.Orders.Release(context.WithoutCancel(ctx), g.Room+"/"+g.OrderID)
+		s.backendError(c, "append gift", err)
+		return
+	}
+	if err := s.cfg.Orders.Commit(context.WithoutCancel(ctx), g.Room+"/"+g.OrderID, out[0].ID, s.cfg.OrderTTL); err != nil {
+		// The gift is stored; only its dedup record is missing. Say so in
+		// logs; the answer is still a success.
+		s.cfg.Logger.Error("ingest: commit order failed", "order", g.OrderID, "err", err)
+	}
+	s.accepted.WithLabelValues("gift").Inc()
+	c.JSON(http.StatusOK, gin.H{"ok": true, "id": out[0].ID, "duplicate": false})
+}

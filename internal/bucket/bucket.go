@@ -1,0 +1,102 @@
+// Package bucket implements token buckets refilled lazily from the time of
+// each call, so they are exact without a refill goroutine and testable with a
+// fake clock. Bucket is not safe for concurrent use; Keyed is.
+package bucket
+
+import (
+	"hash/maphash"
+	"sync"
+	"time"
+)
+
+// Bucket is one token bucket. The zero value is full on its first use.
+type Bucket struct {
+	tokens float64
+	last   time.Time
+}
+
+// Take refills the bucket for the time since its last use (up to capacity,
+// perSec tokens a second) and takes n tokens if that many are there.
+func (b *Bucket) Take(now time.Time, capacity, perSec, n float64) bool {
+	if b.last.IsZero() {
+		b.tokens = capacity
+	} else if d := now.Sub(b.last); d > 0 {
+		b.tokens += d.Seconds() * perSec
+	}
+	if b.tokens > capacity {
+		b.tokens = capacity
+	}
+	b.last = now
+	if b.tokens < n {
+		return false
+	}
+	b.tokens -= n
+	return true
+}
+
+// Full reports whether the bucket would be full at now, i.e. forgetting it
+// changes nothing.
+func (b *Bucket) Full(now time.Time, capacity, perSec float64) bool {
+	return b.last.IsZero() || b.tokens+now.Sub(b.last).Seconds()*perSec >= capacity
+}
+
+const shards = 64
+
+// Keyed is a set of buckets with one shared capacity and rate, one per key
+// (user, room), sharded to keep lock contention low.
+type Keyed struct {
+	Capacity float64
+	PerSec   float64
+
+	seed   maphash.Seed
+	shards [shards]struct {
+		mu sync.Mutex
+		m  map[string]*Bucket
+	}
+}
+
+// NewKeyed returns buckets holding capacity tokens, refilled perSec a second.
+func NewKeyed(capacity, perSec float64) *Keyed {
+	k := &Keyed{Capacity: capacity, PerSec: perSec, seed: maphash.MakeSeed()}
+	for i := range k.shards {
+		k.shards[i].m = map[string]*Bucket{}
+	}
+	return k
+}
+
+// Take takes n tokens from key's bucket.
+func (k *Keyed) Take(key string, now time.Time, n float64) bool {
+	return k.TakeWith(key, now, k.Capacity, k.PerSec, n)
+}
+
+// TakeWith is Take with a per-call capacity and rate (a room's capacity
+// follows its online count).
+func (k *Keyed) TakeWith(key string, now time.Time, capacity, perSec, n float64) bool {
+	s := &k.shards[maphash.String(k.seed, key)%shards]
+	s.mu.Lock()
+	b, ok := s.m[key]
+	if !ok {
+		b = &Bucket{}
+		s.m[key] = b
+	}
+	r := b.Take(now, capacity, perSec, n)
+	s.mu.Unlock()
+	return r
+}
+
+// Sweep forgets the buckets that are full at now, bounding memory to the
+// keys active within one refill period.
+func (k *Keyed) Sweep(now time.Time) (kept int) {
+	for i := range k.shards {
+		s := &k.shards[i]
+		s.mu.Lock()
+		for key, b := range s.m {
+			if b.Full(now, k.Capacity, k.PerSec) {
+				delete(s.m, key)
+			}
+		}
+		kept += len(s.m)
+		s.mu.Unlock()
+	}
+	return kept
+}

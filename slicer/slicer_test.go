@@ -1,0 +1,274 @@
+package slicer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"danmaku/internal/clock"
+	"danmaku/internal/objstore"
+	"danmaku/internal/stream"
+	"danmaku/internal/wire"
+)
+
+type rig struct {
+	t       *testing.T
+	clk     *clock.Fake
+	streams *stream.MemoryStore
+	objects *objstore.MemoryStore
+	s       *Slicer
+	st      *roomState
+}
+
+const room = "r1"
+
+func newRig(t *testing.T, cfg Config) *rig {
+	t.Helper()
+	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+	r := &rig{t: t, clk: clk, streams: stream.NewMemoryStore(clk), objects: objstore.NewMemoryStore()}
+	cfg.Streams, cfg.Objects, cfg.Clock = r.streams, r.objects, clk
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.s = s
+	r.st, err = s.resume(context.Background(), room)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// at moves the fake clock to ms milliseconds into second sec.
+func (r *rig) at(sec int64, ms int64) { r.clk.Set(time.UnixMilli(sec*1000 + ms)) }
+
+func (r *rig) append(lane stream.Lane, msgs ...wire.Message) []wire.Message {
+	r.t.Helper()
+	out, err := r.streams.Append(context.Background(), stream.Key{Room: room, Lane: lane}, msgs)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return out
+}
+
+// flush reads and writes every due second, as one tick of lead does.
+func (r *rig) flush() {
+	r.t.Helper()
+	ctx := context.Background()
+	if err := r.s.read(ctx, r.st); err != nil {
+		r.t.Fatal(err)
+	}
+	now := r.clk.Now()
+	for r.s.due(r.st.next, now) {
+		if err := r.s.writeSecond(ctx, r.st, now); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+}
+
+func (r *rig) segment(sec int64) *wire.Segment {
+	r.t.Helper()
+	obj, err := r.objects.Get(context.Background(), wire.SegmentKey(room, sec))
+	if err != nil {
+		r.t.Fatalf("segment %d: %v", sec, err)
+	}
+	if obj.CacheControl != wire.SegmentCacheControl || obj.ContentType != wire.SegmentContentType {
+		r.t.Fatalf("segment headers %q %q", obj.CacheControl, obj.ContentType)
+	}
+	seg, err := wire.DecodeSegment(obj.Body)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return seg
+}
+
+func (r *rig) manifest() *wire.Manifest {
+	r.t.Helper()
+	obj, err := r.objects.Get(context.Background(), wire.ManifestKey(room))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	m, err := wire.DecodeManifest(obj.Body)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return m
+}
+
+func TestEmptySecondsAreWrittenInSequence(t *testing.T) {
+	r := newRig(t, Config{})
+	s0 := r.st.next
+	r.at(s0, 999)
+	r.flush()
+	if _, err := r.objects.Get(context.Background(), wire.SegmentKey(room, s0)); !errors.Is(err, objstore.ErrNotFound) {
+		t.Fatal("segment written before it was due")
+	}
+	r.at(s0+3, 300) // seconds s0, s0+1, s0+2 are due
+	r.flush()
+	for i := int64(0); i < 3; i++ {
+		seg := r.segment(s0 + i)
+		if seg.Seq != uint64(i+1) || len(seg.Messages) != 0 || seg.Second != s0+i {
+			t.Fatalf("segment %d = %+v", i, seg)
+		}
+	}
+	if m := r.manifest(); m.Second != s0+2 || m.Seq != 3 {
+		t.Fatalf("manifest = %+v", m)
+	}
+}
+
+func TestMessagesLandInTheirSecond(t *testing.T) {
+	r := newRig(t, Config{})
+	s0 := r.st.next
+	r.at(s0, 120)
+	b := r.append(stream.Barrage, wire.Message{Kind: wire.KindBarrage, User: "u1", Nick: "abcdefghij", Text: "hello"})
+	r.at(s0, 800)
+	g := r.append(stream.Live, wire.Message{Kind: wire.KindGift, User: "u2", Gift: "rose", Value: 5, Order: "o1"})
+	r.at(s0+1, 50)
+	b2 := r.append(stream.Barrage, wire.Message{Kind: wire.KindBarrage, User: "u1", Text: "next"})
+	r.at(s0+2, 300)
+	r.flush()
+
+	seg := r.segment(s0)
+	if len(seg.Messages) != 2 || seg.Messages[0].ID != b[0].ID || seg.Messages[1].ID != g[0].ID {
+		t.Fatalf("segment %d = %+v", s0, seg.Messages)
+	}
+	if seg.Messages[0].Offset != 120 || seg.Messages[1].Offset != 800 || seg.Messages[0].Nick != "abcdef" {
+		t.Fatalf("slim fields wrong: %+v", seg.Messages)
+	}
+	if next := r.segment(s0 + 1); len(next.Messages) != 1 || next.Messages[0].ID != b2[0].ID {
+		t.Fatalf("segment %d = %+v", s0+1, next.Messages)
+	}
+	// Written seconds are acknowledged and trimmed.
+	left, _ := r.streams.Read(context.Background(), stream.Key{Room: room, Lane: stream.Barrage}, "0", 0, 0)
+	if len(left) != 0 {
+		t.Fatalf("barrage stream not trimmed: %d left", len(left))
+	}
+}
+
+func TestGiftsNeverDroppedBarrageSampled(t *testing.T) {
+	r := newRig(t, Config{Budget: 60})
+	s0 := r.st.next
+	r.at(s0, 100)
+	var gifts []wire.Message
+	for i := range 100 {
+		gifts = append(gifts, wire.Message{Kind: wire.KindGift, User: fmt.Sprintf("g%d", i), Gift: "rose", Value: 1})
+	}
+	var barrage []wire.Message
+	for i := range 200 {
+		barrage = append(barrage, wire.Message{Kind: wire.KindBarrage, User: fmt.Sprintf("b%d", i), Text: "x"})
+	}
+	gifts = r.append(stream.Live, gifts...)
+	r.append(stream.Barrage, barrage...)
+	r.at(s0+5, 500)
+	r.flush()
+
+	seen := map[string]int{}
+	barrageShown := 0
+	for sec := s0; sec < s0+5; sec++ {
+		seg := r.segment(sec)
+		if len(seg.Messages) > 60 {
+			t.Fatalf("second %d has %d messages over budget 60", sec, len(seg.Messages))
+		}
+		for _, m := range seg.Messages {
+			if m.Kind == wire.KindGift {
+				seen[m.ID]++
+			} else {
+				barrageShown++
+			}
+		}
+	}
+	for _, g := range gifts {
+		if seen[g.ID] != 1 {
+			t.Fatalf("gift %s appeared %d times", g.ID, seen[g.ID])
+		}
+	}
+	// All 100 gifts (60 in s0, 40 in s0+1) leave the first second no barrage
+	// budget; barrage of s0 is sampled away, not carried.
+	if barrageShown != 0 {
+		t.Fatalf("barrage shown %d, want 0", barrageShown)
+	}
+}
+
+func TestBarrageUnderBudgetAllDelivered(t *testing.T) {
+	r := newRig(t, Config{Budget: 60})
+	s0 := r.st.next
+	r.at(s0, 10)
+	var in []wire.Message
+	for i := range 50 {
+		in = append(in, wire.Message{Kind: wire.KindBarrage, User: fmt.Sprintf("u%d", i), Text: "hi"})
+	}
+	r.append(stream.Barrage, in...)
+	r.at(s0+1, 300)
+	r.flush()
+	if n := len(r.segment(s0).Messages); n != 50 {
+		t.Fatalf("got %d of 50", n)
+	}
+}
+
+func TestExistingSegmentIsRespected(t *testing.T) {
+	r := newRig(t, Config{})
+	s0 := r.st.next
+	r.at(s0, 100)
+	gs := r.append(stream.Live,
+		wire.Message{Kind: wire.KindGift, User: "a", Gift: "rose", Value: 1},
+		wire.Message{Kind: wire.KindGift, User: "b", Gift: "rose", Value: 1})
+	// A predecessor already wrote s0 with the first gift only, as seq 7.
+	prev := &wire.Segment{V: wire.Version, Room: room, Second: s0, Seq: 7, Dur: 1000, Messages: []wire.Message{wire.Slim(gs[0])}}
+	body, _ := wire.EncodeSegment(prev)
+	if _, err := r.objects.Put(context.Background(), wire.SegmentKey(room, s0), body, objstore.PutOptions{IfNoneMatch: true, ContentType: wire.SegmentContentType, CacheControl: wire.SegmentCacheControl}); err != nil {
+		t.Fatal(err)
+	}
+	r.at(s0+2, 300)
+	r.flush()
+	if seg := r.segment(s0); seg.Seq != 7 || len(seg.Messages) != 1 {
+		t.Fatalf("existing segment overwritten: %+v", seg)
+	}
+	next := r.segment(s0 + 1)
+	if next.Seq != 8 || len(next.Messages) != 1 || next.Messages[0].ID != gs[1].ID {
+		t.Fatalf("missing gift not carried into the next second: %+v", next)
+	}
+}
+
+func TestManifestNeverMovesBack(t *testing.T) {
+	r := newRig(t, Config{})
+	s0 := r.st.next
+	// Another writer published a newer manifest.
+	ahead, _ := wire.EncodeManifest(&wire.Manifest{V: 1, Room: room, Second: s0 + 100, Seq: 50, Dur: 1000})
+	if _, err := r.objects.Put(context.Background(), wire.ManifestKey(room), ahead, objstore.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r.at(s0+1, 300)
+	r.flush()
+	if m := r.manifest(); m.Second != s0+100 {
+		t.Fatalf("manifest rolled back to %d", m.Second)
+	}
+}
+
+func TestResumeContinuesAfterManifest(t *testing.T) {
+	r := newRig(t, Config{})
+	s0 := r.st.next
+	r.at(s0+2, 300)
+	r.flush() // writes s0, s0+1
+	st, err := r.s.resume(context.Background(), room)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.next != s0+2 || st.seq != 3 {
+		t.Fatalf("resumed at second %d seq %d, want %d, 3", st.next, st.seq, s0+2)
+	}
+}
+
+func TestSetBudgetValidates(t *testing.T) {
+	r := newRig(t, Config{})
+	if err := r.s.SetBudget(0, DefaultShares); err == nil {
+		t.Fatal("budget 0 accepted")
+	}
+	if err := r.s.SetBudget(10, Shares{0.5, 0.5, 0.5, 0}); err == nil {
+		t.Fatal("shares summing to 1.5 accepted")
+	}
+	if err := r.s.SetBudget(10, Shares{0.25, 0.25, 0.25, 0.25}); err != nil {
+		t.Fatal(err)
+	}
+}

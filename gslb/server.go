@@ -139,12 +139,12 @@ func (s *Server) entry(c *gin.Context) {
 	addrs := make([]string, 0, len(alloc.Ingest)+len(alloc.Edge))
 	addrs = append(append(addrs, alloc.Ingest...), alloc.Edge...)
 	tok, exp, err := s.cfg.Keyring.Sign(auth.Claims{
-		Room:   room,
-		Nick:   wire.TruncateRunes(t.Nick, wire.MaxNickRunes),
-		Avatar: t.Avatar,
-		Role:   t.Role,
-		Addrs:  addrs,
-		Login:  now.UnixMilli(),
+		Room:             room,
+		Nick:             wire.TruncateRunes(t.Nick, wire.MaxNickRunes),
+		Avatar:           t.Avatar,
+		Role:             t.Role,
+		Addrs:            addrs,
+		Login:            now.UnixMilli(),
 		RegisteredClaims: jwt.RegisteredClaims{Subject: t.Subject},
 	})
 	if err != nil {
@@ -177,4 +177,3 @@ func (s *Server) entry(c *gin.Context) {
 		PublishDelayMs: int(s.cfg.PublishDelay / time.Millisecond),
 	})
 }
-

@@ -12,11 +12,12 @@ import (
 // (zero-width joiners, bidi overrides) removed, runs of white space collapsed
 // to one space, trimmed. Format characters go because they let a spammer
 // defeat duplicate suppression and word filters with invisible variants.
+// NFC comes last: removing a character between a letter and its combining
+// mark ("e\u200b\u0301") would otherwise leave a decomposed variant.
 func normalize(s string) string {
 	if !utf8.ValidString(s) {
 		s = strings.ToValidUTF8(s, "")
 	}
-	s = norm.NFC.String(s)
 	var b strings.Builder
 	b.Grow(len(s))
 	space := false
@@ -34,5 +35,5 @@ func normalize(s string) string {
 		}
 		b.WriteRune(r)
 	}
-	return b.String()
+	return norm.NFC.String(b.String())
 }

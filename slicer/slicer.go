@@ -212,7 +212,8 @@ func (s *Slicer) discover(ctx context.Context) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, room := range rooms {
+	for _, r := range rooms {
+		room, opened := r.ID, r.Opened
 		if _, running := s.rooms[room]; running || !wire.ValidRoom(room) {
 			continue
 		}
@@ -221,7 +222,7 @@ func (s *Slicer) discover(ctx context.Context) {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			s.runRoom(rctx, room)
+			s.runRoom(rctx, room, opened)
 			s.mu.Lock()
 			delete(s.rooms, room)
 			s.mu.Unlock()
@@ -230,12 +231,12 @@ func (s *Slicer) discover(ctx context.Context) {
 }
 
 // runRoom contends for room's lease and leads it while held.
-func (s *Slicer) runRoom(ctx context.Context, room string) {
+func (s *Slicer) runRoom(ctx context.Context, room string, opened time.Time) {
 	for ctx.Err() == nil {
 		ok, err := s.cfg.Lease.Acquire(ctx, room, s.cfg.NodeID, s.cfg.LeaseTTL)
 		if err == nil && ok {
 			s.m.leaderFor.Inc()
-			err = s.lead(ctx, room)
+			err = s.lead(ctx, room, opened)
 			s.m.leaderFor.Dec()
 			_ = s.cfg.Lease.Release(context.WithoutCancel(ctx), room, s.cfg.NodeID)
 			if err != nil && ctx.Err() == nil {
@@ -264,8 +265,8 @@ type roomState struct {
 }
 
 // lead writes room's seconds while the lease is held.
-func (s *Slicer) lead(ctx context.Context, room string) error {
-	st, err := s.resume(ctx, room)
+func (s *Slicer) lead(ctx context.Context, room string, opened time.Time) error {
+	st, err := s.resume(ctx, room, opened)
 	if err != nil {
 		return err
 	}
@@ -305,11 +306,12 @@ func (s *Slicer) lead(ctx context.Context, room string) error {
 }
 
 func (s *Slicer) due(second int64, storeNow time.Time) bool {
-	return !storeNow.Before(time.UnixMilli((second+1)*1000).Add(s.cfg.PublishDelay))
+	return !storeNow.Before(time.UnixMilli((second + 1) * 1000).Add(s.cfg.PublishDelay))
 }
 
-// resume picks up where the manifest says the room stands.
-func (s *Slicer) resume(ctx context.Context, room string) (*roomState, error) {
+// resume picks up where the manifest says the room stands; a room without
+// one starts at the second it was opened.
+func (s *Slicer) resume(ctx context.Context, room string, opened time.Time) (*roomState, error) {
 	st := &roomState{room: room, pending: map[int64][]wire.Message{}, rng: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))}
 	now, err := s.cfg.Streams.Now(ctx)
 	if err != nil {
@@ -320,6 +322,9 @@ func (s *Slicer) resume(ctx context.Context, room string) (*roomState, error) {
 	switch {
 	case errors.Is(err, objstore.ErrNotFound):
 		st.next, st.seq = cur, 1
+		if o := opened.Unix(); !opened.IsZero() && o < cur && cur-o <= maxCatchUp {
+			st.next = o
+		}
 	case err != nil:
 		return nil, fmt.Errorf("slicer: read manifest: %w", err)
 	default:
@@ -452,9 +457,9 @@ func (s *Slicer) writeSecond(ctx context.Context, st *roomState, storeNow time.T
 		s.m.written.WithLabelValues("existed").Inc()
 		has := map[string]bool{}
 		for _, m := range existing.Messages {
-			has[m.ID] = true
+			has[m.Identity()] = true
 			for _, id := range m.Merged {
-				has[id] = true
+				has[wire.IdentityOf(m.Kind, id)] = true
 			}
 		}
 		carry = [numQueues][]wire.Message{}
@@ -462,7 +467,7 @@ func (s *Slicer) writeSecond(ctx context.Context, st *roomState, storeNow time.T
 		for q := range numQueues {
 			for _, m := range queues[q] {
 				switch {
-				case has[m.ID]:
+				case has[m.Identity()]:
 					settled = append(settled, m)
 				case q.droppable():
 					s.m.drops.WithLabelValues("superseded").Inc()

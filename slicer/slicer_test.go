@@ -34,7 +34,7 @@ func newRig(t *testing.T, cfg Config) *rig {
 		t.Fatal(err)
 	}
 	r.s = s
-	r.st, err = s.resume(context.Background(), room)
+	r.st, err = s.resume(context.Background(), room, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +251,7 @@ func TestResumeContinuesAfterManifest(t *testing.T) {
 	s0 := r.st.next
 	r.at(s0+2, 300)
 	r.flush() // writes s0, s0+1
-	st, err := r.s.resume(context.Background(), room)
+	st, err := r.s.resume(context.Background(), room, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}

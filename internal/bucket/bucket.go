@@ -18,15 +18,19 @@ type Bucket struct {
 // Take refills the bucket for the time since its last use (up to capacity,
 // perSec tokens a second) and takes n tokens if that many are there.
 func (b *Bucket) Take(now time.Time, capacity, perSec, n float64) bool {
+	// The bucket's clock only moves forward: concurrent callers read the time
+	// before they get the lock, and moving it back to an earlier call's time
+	// would refill the time in between a second time.
 	if b.last.IsZero() {
 		b.tokens = capacity
+		b.last = now
 	} else if d := now.Sub(b.last); d > 0 {
 		b.tokens += d.Seconds() * perSec
+		b.last = now
 	}
 	if b.tokens > capacity {
 		b.tokens = capacity
 	}
-	b.last = now
 	if b.tokens < n {
 		return false
 	}
@@ -51,15 +55,22 @@ type Keyed struct {
 	seed   maphash.Seed
 	shards [shards]struct {
 		mu sync.Mutex
-		m  map[string]*Bucket
+		m  map[string]*keyedBucket
 	}
+}
+
+// keyedBucket remembers the capacity and rate of its last take, so that
+// Sweep judges a bucket taken with TakeWith by its own numbers, not Keyed's.
+type keyedBucket struct {
+	Bucket
+	capacity, perSec float64
 }
 
 // NewKeyed returns buckets holding capacity tokens, refilled perSec a second.
 func NewKeyed(capacity, perSec float64) *Keyed {
 	k := &Keyed{Capacity: capacity, PerSec: perSec, seed: maphash.MakeSeed()}
 	for i := range k.shards {
-		k.shards[i].m = map[string]*Bucket{}
+		k.shards[i].m = map[string]*keyedBucket{}
 	}
 	return k
 }
@@ -76,9 +87,10 @@ func (k *Keyed) TakeWith(key string, now time.Time, capacity, perSec, n float64)
 	s.mu.Lock()
 	b, ok := s.m[key]
 	if !ok {
-		b = &Bucket{}
+		b = &keyedBucket{}
 		s.m[key] = b
 	}
+	b.capacity, b.perSec = capacity, perSec
 	r := b.Take(now, capacity, perSec, n)
 	s.mu.Unlock()
 	return r
@@ -91,7 +103,7 @@ func (k *Keyed) Sweep(now time.Time) (kept int) {
 		s := &k.shards[i]
 		s.mu.Lock()
 		for key, b := range s.m {
-			if b.Full(now, k.Capacity, k.PerSec) {
+			if b.Full(now, b.capacity, b.perSec) {
 				delete(s.m, key)
 			}
 		}

@@ -8,7 +8,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
+	"syscall"
 )
 
 var _ Store = (*DirStore)(nil)
@@ -17,10 +19,20 @@ var _ Store = (*DirStore)(nil)
 // sidecar ("<file>.meta") holding the headers. Writes go to a temporary file
 // and are renamed into place, so a reader never sees half an object. The
 // conditions are checked under a process-wide lock: one process owns the
-// directory (embedded mode).
+// directory (embedded mode). Keys with a path component ending in ".meta"
+// are refused with ErrBadKey: they would name another key's sidecar.
 type DirStore struct {
 	root string
 	mu   sync.Mutex
+}
+
+// metaSuffix names the sidecar of an object file.
+const metaSuffix = ".meta"
+
+// notExist reports whether err means the object is not there: a missing file,
+// or a key below another object ("a/b" when "a" is a file).
+func notExist(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR)
 }
 
 type dirMeta struct {
@@ -41,12 +53,17 @@ func (s *DirStore) path(key string) (string, error) {
 	if err := CheckKey(key); err != nil {
 		return "", err
 	}
+	for _, part := range strings.Split(key, "/") {
+		if strings.HasSuffix(part, metaSuffix) {
+			return "", ErrBadKey
+		}
+	}
 	return filepath.Join(s.root, filepath.FromSlash(key)), nil
 }
 
 func (s *DirStore) meta(p string) (*dirMeta, error) {
-	b, err := os.ReadFile(p + ".meta")
-	if errors.Is(err, fs.ErrNotExist) {
+	b, err := os.ReadFile(p + metaSuffix)
+	if notExist(err) {
 		return nil, ErrNotFound
 	}
 	if err != nil {
@@ -104,7 +121,7 @@ func (s *DirStore) Put(ctx context.Context, key string, body []byte, opts PutOpt
 	if err := writeAtomic(p, body); err != nil {
 		return "", fmt.Errorf("objstore: put %s: %w", key, err)
 	}
-	if err := writeAtomic(p+".meta", mb); err != nil {
+	if err := writeAtomic(p+metaSuffix, mb); err != nil {
 		return "", fmt.Errorf("objstore: put %s meta: %w", key, err)
 	}
 	return m.ETag, nil
@@ -123,7 +140,7 @@ func (s *DirStore) Get(ctx context.Context, key string) (*Object, error) {
 		return nil, err
 	}
 	b, err := os.ReadFile(p)
-	if errors.Is(err, fs.ErrNotExist) {
+	if notExist(err) {
 		return nil, ErrNotFound
 	}
 	if err != nil {

@@ -71,5 +71,7 @@ func (s *MemoryStore) Get(ctx context.Context, key string) (*Object, error) {
 		return nil, ErrNotFound
 	}
 	cp := *o
+	// The caller owns what it gets, as with any store that reads from I/O.
+	cp.Body = append([]byte(nil), o.Body...)
 	return &cp, nil
 }

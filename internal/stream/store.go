@@ -40,6 +40,15 @@ type Key struct {
 	Lane Lane
 }
 
+// Room is a room known to the store.
+type Room struct {
+	ID string
+	// Opened is when the room was first opened or appended to. A slicer
+	// starting a room without history writes its seconds from here, so a
+	// viewer who opened the room never waits on a second nobody writes.
+	Opened time.Time
+}
+
 // Entry is one stored message; Msg.ID equals the entry id.
 type Entry = wire.Message
 
@@ -84,11 +93,13 @@ type Store interface {
 	// LastID returns the id of the newest entry of key ("0-0" when empty).
 	LastID(ctx context.Context, key Key) (string, error)
 
-	// Rooms lists the rooms that have ever been appended to (or opened).
-	Rooms(ctx context.Context) ([]string, error)
+	// Rooms lists the rooms that have been opened or appended to, with the
+	// time (by the store's clock) each was first opened.
+	Rooms(ctx context.Context) ([]Room, error)
 
-	// OpenRoom registers a room so that the slicer writes its seconds even
-	// before the first message.
+	// OpenRoom registers a room so that the slicer writes its seconds from
+	// now on, even before the first message. Opening an open room keeps its
+	// first open time.
 	OpenRoom(ctx context.Context, room string) error
 
 	// Now returns the store's clock, the one that stamps entry ids.

@@ -20,7 +20,7 @@ type MemoryStore struct {
 
 	mu      sync.Mutex
 	streams map[Key]*memStream
-	rooms   map[string]struct{}
+	rooms   map[string]time.Time
 	closed  bool
 }
 
@@ -52,7 +52,7 @@ type memStream struct {
 
 // NewMemoryStore returns an empty store stamping ids with c (nil: real clock).
 func NewMemoryStore(c clock.Clock) *MemoryStore {
-	return &MemoryStore{clock: clock.Or(c), streams: map[Key]*memStream{}, rooms: map[string]struct{}{}}
+	return &MemoryStore{clock: clock.Or(c), streams: map[Key]*memStream{}, rooms: map[string]time.Time{}}
 }
 
 func (s *MemoryStore) stream(k Key) *memStream {
@@ -72,7 +72,7 @@ func (s *MemoryStore) Append(ctx context.Context, key Key, msgs []wire.Message) 
 		return nil, ErrClosed
 	}
 	st := s.stream(key)
-	s.rooms[key.Room] = struct{}{}
+	s.openLocked(key.Room)
 	out := make([]wire.Message, len(msgs))
 	now := s.clock.Now().UnixMilli()
 	for i, m := range msgs {
@@ -82,14 +82,24 @@ func (s *MemoryStore) Append(ctx context.Context, key Key, msgs []wire.Message) 
 		}
 		st.lastMs, st.lastSeq = ms, seq
 		m.ID = wire.FormatID(ms, seq)
-		st.entries = append(st.entries, memEntry{ms: ms, seq: seq, msg: m})
-		out[i] = m
+		st.entries = append(st.entries, memEntry{ms: ms, seq: seq, msg: owned(m)})
+		out[i] = owned(m)
 	}
 	if len(msgs) > 0 {
 		close(st.notify)
 		st.notify = make(chan struct{})
 	}
 	return out, nil
+}
+
+// owned returns m with its own copy of Merged, so that neither the caller of
+// Append nor any reader shares a slice with the stored entry (as with a store
+// across the network; the slicer extends Merged when it merges gifts).
+func owned(m wire.Message) wire.Message {
+	if m.Merged != nil {
+		m.Merged = append([]string(nil), m.Merged...)
+	}
+	return m
 }
 
 // after returns the index of the first entry with id > (ms, seq).
@@ -147,7 +157,7 @@ func (s *MemoryStore) ReadGroup(ctx context.Context, key Key, group, consumer st
 		now := s.clock.Now()
 		for ; i < len(st.entries) && (count <= 0 || len(out) < count); i++ {
 			e := st.entries[i]
-			out = append(out, e.msg)
+			out = append(out, owned(e.msg))
 			g.pending[e.msg.ID] = memPending{consumer: consumer, delivered: now}
 			g.next, g.nextSeq, g.started = e.ms, e.seq, true
 		}
@@ -189,7 +199,7 @@ func (s *MemoryStore) Claim(ctx context.Context, key Key, group, consumer string
 			continue
 		}
 		g.pending[e.msg.ID] = memPending{consumer: consumer, delivered: now}
-		out = append(out, e.msg)
+		out = append(out, owned(e.msg))
 	}
 	return out, nil
 }
@@ -256,7 +266,7 @@ func (s *MemoryStore) Read(ctx context.Context, key Key, after string, count int
 		st := s.stream(key)
 		var out []Entry
 		for i := st.after(ms, seq); i < len(st.entries) && (count <= 0 || len(out) < count); i++ {
-			out = append(out, st.entries[i].msg)
+			out = append(out, owned(st.entries[i].msg))
 		}
 		notify := st.notify
 		s.mu.Unlock()
@@ -282,14 +292,14 @@ func (s *MemoryStore) LastID(ctx context.Context, key Key) (string, error) {
 }
 
 // Rooms implements Store.
-func (s *MemoryStore) Rooms(ctx context.Context) ([]string, error) {
+func (s *MemoryStore) Rooms(ctx context.Context) ([]Room, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]string, 0, len(s.rooms))
-	for r := range s.rooms {
-		out = append(out, r)
+	out := make([]Room, 0, len(s.rooms))
+	for r, t := range s.rooms {
+		out = append(out, Room{ID: r, Opened: t})
 	}
-	sort.Strings(out)
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, nil
 }
 
@@ -297,8 +307,14 @@ func (s *MemoryStore) Rooms(ctx context.Context) ([]string, error) {
 func (s *MemoryStore) OpenRoom(ctx context.Context, room string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.rooms[room] = struct{}{}
+	s.openLocked(room)
 	return nil
+}
+
+func (s *MemoryStore) openLocked(room string) {
+	if _, ok := s.rooms[room]; !ok {
+		s.rooms[room] = s.clock.Now()
+	}
 }
 
 // Now implements Store.

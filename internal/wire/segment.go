@@ -103,6 +103,9 @@ func DecodeSegment(b []byte) (*Segment, error) {
 	if len(b) > MaxSegmentBytes {
 		return nil, ErrTooLarge
 	}
+	if err := checkLengths(b); err != nil {
+		return nil, fmt.Errorf("%w: segment: %v", ErrDecode, err)
+	}
 	var s Segment
 	if err := msgpack.Unmarshal(b, &s); err != nil {
 		return nil, fmt.Errorf("%w: segment: %v", ErrDecode, err)
@@ -137,6 +140,9 @@ const MaxFrameBytes = 1 << 20
 func DecodeFrame(b []byte) (*Frame, error) {
 	if len(b) > MaxFrameBytes {
 		return nil, ErrTooLarge
+	}
+	if err := checkLengths(b); err != nil {
+		return nil, fmt.Errorf("%w: frame: %v", ErrDecode, err)
 	}
 	var f Frame
 	if err := msgpack.Unmarshal(b, &f); err != nil {
@@ -179,6 +185,15 @@ func DecodeManifest(b []byte) (*Manifest, error) {
 		return nil, fmt.Errorf("%w: manifest header", ErrInvalid)
 	}
 	return &m, nil
+}
+
+// checkLengths walks b once without building anything, so that every array
+// and map length it claims is backed by that many elements in b. Unmarshal
+// preallocates a struct slice to the claimed length (msgpack v5.4.1 ignores its
+// own allocation limit there), so without this walk an 8-byte input claiming
+// 2^31 messages exhausts memory and kills the process.
+func checkLengths(b []byte) error {
+	return msgpack.NewDecoder(bytes.NewReader(b)).Skip()
 }
 
 func validMessages(ms []Message) error {

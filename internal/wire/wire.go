@@ -79,6 +79,21 @@ type Message struct {
 	Role string `msgpack:"r,omitempty" json:"r,omitempty"`
 }
 
+// Identity returns the key clients de-duplicate by. Ids are unique per room
+// and lane, and the lane follows from the kind (barrage has its own stream;
+// gifts and system messages share the live stream), so the key is the id
+// qualified by the lane.
+func (m *Message) Identity() string { return IdentityOf(m.Kind, m.ID) }
+
+// IdentityOf is Identity for a kind and an id (ids listed in Merged are of
+// the merged message's kind).
+func IdentityOf(k Kind, id string) string {
+	if k == KindBarrage {
+		return "b/" + id
+	}
+	return "l/" + id
+}
+
 // MaxNickRunes is the longest nickname carried on the wire (slim fields).
 const MaxNickRunes = 6
 

@@ -1,0 +1,115 @@
+// Command danmaku is the one binary of the system: a subcommand per role,
+// `dev` (every role in one process, no external service), and client tools.
+// It parses flags and wires; the logic lives in the component packages.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"sort"
+	"syscall"
+)
+
+type command struct {
+	summary string
+	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
+
+var commands = map[string]command{
+	"dev":      {"run every role in one process on in-memory backends", runDev},
+	"gslb":     {"run the address allocator (entry endpoint)", roleCmd("gslb")},
+	"ingest":   {"run an upload node", roleCmd("ingest")},
+	"edge":     {"run a WebSocket edge node", roleCmd("edge")},
+	"slicer":   {"run a slicer (segment writer)", roleCmd("slicer")},
+	"origin":   {"serve the object store over HTTP (segment origin)", roleCmd("origin")},
+	"ticket":   {"mint a business ticket signed with the dev ticket key", runTicket},
+	"send":     {"send a comment as a viewer (or an announcement as host)", runSend},
+	"watch":    {"join a room and print every message it shows", runWatch},
+	"gift":     {"send a gift through the server-to-server gift API", runGift},
+	"announce": {"send a host announcement", runAnnounce},
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: danmaku <command> [flags]\n\ncommands:")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-9s %s\n", n, commands[n].summary)
+	}
+	fmt.Fprintln(w, "\nRun 'danmaku <command> -h' for a command's flags.")
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stderr)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	cmd, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "danmaku: unknown command %q\n\n", args[0])
+		usage(stderr)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := cmd.run(ctx, args[1:], stdout, stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		var ue usageError
+		if errors.As(err, &ue) {
+			fmt.Fprintf(stderr, "danmaku %s: %v\n", args[0], err)
+			return 2
+		}
+		fmt.Fprintf(stderr, "danmaku %s: %v\n", args[0], err)
+		return 1
+	}
+	return 0
+}
+
+// usageError is a bad flag or argument: exit code 2.
+type usageError struct{ error }
+
+func newFlags(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("danmaku "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
+}
+
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err}
+	}
+	return nil
+}
+
+func newLogger(w io.Writer, level string, json bool) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, usageError{fmt.Errorf("bad -log-level %q", level)}
+	}
+	opts := &slog.HandlerOptions{Level: l}
+	if json {
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return slog.New(slog.NewTextHandler(w, opts)), nil
+}

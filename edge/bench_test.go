@@ -1,0 +1,126 @@
+package edge
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"danmaku/internal/wire"
+)
+
+// BenchmarkFanout pushes b.N messages into one room with N connections over
+// loopback and reports the process CPU time per delivered message
+// (cpu-ns/delivery; one delivery is one message reaching one connection).
+// The in-process clients only read and count, so the figure is an upper
+// bound of the server's cost. ns/op is wall time per message and includes
+// waiting for the slowest client; look at cpu-ns/delivery.
+//
+//	go test -run '^$' -bench Fanout -benchtime 2000x ./edge/
+func BenchmarkFanout(b *testing.B) {
+	for _, conns := range []int{100, 1000} {
+		for _, perFrame := range []int{1, 16} {
+			b.Run(fmt.Sprintf("conns=%d/perframe=%d", conns, perFrame), func(b *testing.B) {
+				benchFanout(b, conns, perFrame)
+			})
+		}
+	}
+}
+
+func benchFanout(b *testing.B, conns, perFrame int) {
+	e := newEnv(b, envOpts{cfg: func(c *Config) { c.QueueSize = 1024 }})
+	// Below what New accepts, so that the benchmark measures CPU rather
+	// than sleeping through merge windows; no hub has started yet.
+	e.srv.cfg.MergeWindow = time.Millisecond
+
+	var delivered, want atomic.Int64
+	reached := make(chan struct{}, 1)
+	var wg sync.WaitGroup
+	for range conns {
+		ws := e.connect("r1", "")
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			countMessages(ws, func(n int) {
+				if delivered.Add(int64(n)) == want.Load() {
+					reached <- struct{}{}
+				}
+			})
+		}()
+	}
+	msgs := make([]wire.Message, perFrame)
+	for i := range msgs {
+		msgs[i] = gift(500, 1)
+	}
+
+	b.ResetTimer()
+	cpu0 := cpuTime()
+	for sent := 0; sent < b.N; {
+		k := min(perFrame, b.N-sent)
+		sent += k
+		want.Store(int64(sent * conns))
+		e.append("r1", msgs[:k]...)
+		select {
+		case <-reached:
+		case <-time.After(safety):
+			b.Fatalf("delivered %d of %d", delivered.Load(), want.Load())
+		}
+	}
+	cpu := cpuTime() - cpu0
+	b.StopTimer()
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N*conns), "cpu-ns/delivery")
+	if d := counter(e.srv.m.slow); d != 0 {
+		b.Fatalf("%v slow disconnects", d)
+	}
+	e.srv.cfg.DrainPeriod = time.Millisecond
+}
+
+// countMessages reads frames until the connection ends and reports how many
+// messages each holds, decoding only the frame's header.
+func countMessages(ws *websocket.Conn, add func(int)) {
+	var r bytes.Reader
+	dec := msgpack.NewDecoder(&r)
+	for {
+		_, rd, err := ws.NextReader()
+		if err != nil {
+			return
+		}
+		b, err := io.ReadAll(rd)
+		if err != nil {
+			return
+		}
+		r.Reset(b)
+		dec.Reset(&r)
+		n, err := frameLen(dec)
+		if err != nil {
+			return
+		}
+		add(n)
+	}
+}
+
+func frameLen(dec *msgpack.Decoder) (int, error) {
+	keys, err := dec.DecodeMapLen()
+	if err != nil {
+		return 0, err
+	}
+	for range keys {
+		k, err := dec.DecodeString()
+		if err != nil {
+			return 0, err
+		}
+		if k == "m" {
+			return dec.DecodeArrayLen()
+		}
+		if err := dec.Skip(); err != nil {
+			return 0, err
+		}
+	}
+	return 0, fmt.Errorf("frame without messages")
+}

@@ -1,0 +1,207 @@
+package edge
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"danmaku/auth"
+	"danmaku/gslb"
+	"danmaku/internal/clock"
+	"danmaku/internal/stream"
+)
+
+// Defaults applied by New to zero Config fields.
+const (
+	defaultMergeWindow  = 55 * time.Millisecond
+	defaultQueueSize    = 64
+	defaultRingSize     = 4096
+	defaultReadBlock    = time.Second
+	defaultPingInterval = 30 * time.Second
+	defaultWriteTimeout = 10 * time.Second
+	defaultReadLimit    = 4 << 10
+	defaultDrainPeriod  = 10 * time.Second
+
+	// minMergeWindow is the shortest merge window accepted: frames closer
+	// together than this get cut or coalesced by middleboxes anyway.
+	minMergeWindow = 50 * time.Millisecond
+)
+
+// Fixed tuning that needs no knob.
+const (
+	// readCount is how many entries one store read returns at most.
+	readCount = 256
+	// maxFrameMessages bounds the messages in one frame, so that a burst
+	// never builds a frame near wire.MaxFrameBytes.
+	maxFrameMessages = 256
+	// closeGrace bounds the close handshake: how long the writer waits to
+	// put the close frame on the wire and for the client's answer.
+	closeGrace = 2 * time.Second
+	// drainSteps is how many batches a drain closes connections in.
+	drainSteps = 100
+	// clientMsgBurst and clientMsgEvery rate-limit what a client may send
+	// (counter reports): a burst of 10, then one every second. More is
+	// closed with ClosePolicy.
+	clientMsgBurst = 10
+	clientMsgEvery = time.Second
+	// readBufferSize is the per-connection read buffer: clients send only
+	// control frames and small reports, so a small buffer saves memory on
+	// 100k idle connections. Write buffers are pooled.
+	readBufferSize = 512
+	// maxBackoff caps the wait between failed store reads.
+	maxBackoff = time.Second
+)
+
+// ErrInvalidConfig is returned by New for a Config it cannot run with.
+var ErrInvalidConfig = errors.New("edge: invalid config")
+
+// ErrDraining is returned by the health check once Shutdown has begun.
+var ErrDraining = errors.New("edge: draining")
+
+// Verifier checks a dynamic token locally. *auth.Keyring implements it.
+type Verifier interface {
+	Verify(token string) (*auth.Claims, error)
+}
+
+var _ Verifier = (*auth.Keyring)(nil)
+
+// Config configures a Server.
+type Config struct {
+	// Store is the room stream store whose Live lanes are pushed. Required.
+	Store stream.Store
+	// Verifier checks the dynamic token of every handshake. Required.
+	Verifier Verifier
+	// Addr is the address the gslb hands out for this node (for example
+	// "wss://edge-3.example.com"); a token must list it. Required.
+	Addr string
+	// NodeID identifies the node in load reports. Zero: Addr.
+	NodeID string
+	// Line is the ISP line or region class Addr serves. Zero: BGP.
+	Line string
+
+	// LoadTable receives this node's load every ReportInterval while Run
+	// runs. Nil: Run reports nothing.
+	LoadTable gslb.LoadTable
+	// ReportInterval is how often load is reported. Zero: the gslb
+	// reporter's default (5 ms).
+	ReportInterval time.Duration
+	// CPU returns the node's CPU use (0..1) for load reports. Nil: 0.
+	CPU func() float64
+
+	// MaxConns caps connections; handshakes beyond it get 503
+	// over_capacity. Zero: unlimited.
+	MaxConns int
+	// MinGiftValue is the lowest total value (Value × max(Count, 1)) of a
+	// gift that is pushed; cheaper gifts reach viewers through segments
+	// only. System messages are always pushed. Zero: every gift.
+	MinGiftValue int64
+	// MergeWindow is the shortest time between two frames of a room;
+	// messages arriving within a window share a frame. Zero: 55 ms. Values
+	// below 50 ms are rejected.
+	MergeWindow time.Duration
+	// QueueSize is each connection's queue, in frames. A connection whose
+	// queue is full is closed with CloseResume. Zero: 64.
+	QueueSize int
+	// RingSize is how many recent pushable messages a room keeps for
+	// resuming clients; older ones are read back from the store. Zero: 4096.
+	RingSize int
+	// ReadBlock is how long one store read waits for new entries. Zero: 1 s.
+	ReadBlock time.Duration
+
+	// PingInterval is how often each connection is pinged; a connection
+	// that sends nothing (not even a pong) for two intervals is closed.
+	// Zero: 30 s.
+	PingInterval time.Duration
+	// WriteTimeout bounds one write to a client; a client that cannot take
+	// a frame within it is dropped. Zero: 10 s.
+	WriteTimeout time.Duration
+	// ReadLimit is the largest message a client may send, in bytes. Zero: 4 KB.
+	ReadLimit int64
+	// DrainPeriod is how long Shutdown spreads closing connections over,
+	// so that clients don't all reconnect at once. Zero: 10 s.
+	DrainPeriod time.Duration
+	// CheckOrigin decides whether a browser's Origin may connect. Nil: any
+	// origin — the token travels in the URL or a header, never in a cookie,
+	// so a foreign page gains nothing by connecting.
+	CheckOrigin func(r *http.Request) bool
+
+	// Clock stamps load reports. Nil: real clock. Network deadlines, pings
+	// and the merge window use real time, as the network does.
+	Clock clock.Clock
+	// Logger. Nil: slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the metrics. Nil: a private registry. When it is
+	// also a prometheus.Gatherer, Handler serves it on /metrics.
+	Registerer prometheus.Registerer
+}
+
+// withDefaults checks cfg and fills in its zero fields.
+func (cfg Config) withDefaults() (Config, error) {
+	switch {
+	case cfg.Store == nil:
+		return cfg, fmt.Errorf("%w: Store is required", ErrInvalidConfig)
+	case cfg.Verifier == nil:
+		return cfg, fmt.Errorf("%w: Verifier is required", ErrInvalidConfig)
+	case cfg.Addr == "":
+		return cfg, fmt.Errorf("%w: Addr is required", ErrInvalidConfig)
+	}
+	for _, f := range []struct {
+		name string
+		bad  bool
+	}{
+		{"MaxConns", cfg.MaxConns < 0},
+		{"MinGiftValue", cfg.MinGiftValue < 0},
+		{"MergeWindow", cfg.MergeWindow < 0},
+		{"QueueSize", cfg.QueueSize < 0},
+		{"RingSize", cfg.RingSize < 0},
+		{"ReadBlock", cfg.ReadBlock < 0},
+		{"ReportInterval", cfg.ReportInterval < 0},
+		{"PingInterval", cfg.PingInterval < 0},
+		{"WriteTimeout", cfg.WriteTimeout < 0},
+		{"ReadLimit", cfg.ReadLimit < 0},
+		{"DrainPeriod", cfg.DrainPeriod < 0},
+	} {
+		if f.bad {
+			return cfg, fmt.Errorf("%w: %s must not be negative", ErrInvalidConfig, f.name)
+		}
+	}
+	if cfg.NodeID == "" {
+		cfg.NodeID = cfg.Addr
+	}
+	if cfg.MergeWindow == 0 {
+		cfg.MergeWindow = defaultMergeWindow
+	}
+	if cfg.MergeWindow < minMergeWindow {
+		return cfg, fmt.Errorf("%w: MergeWindow %v is below %v", ErrInvalidConfig, cfg.MergeWindow, minMergeWindow)
+	}
+	if cfg.QueueSize == 0 {
+		cfg.QueueSize = defaultQueueSize
+	}
+	if cfg.RingSize == 0 {
+		cfg.RingSize = defaultRingSize
+	}
+	if cfg.ReadBlock == 0 {
+		cfg.ReadBlock = defaultReadBlock
+	}
+	if cfg.PingInterval == 0 {
+		cfg.PingInterval = defaultPingInterval
+	}
+	if cfg.WriteTimeout == 0 {
+		cfg.WriteTimeout = defaultWriteTimeout
+	}
+	if cfg.ReadLimit == 0 {
+		cfg.ReadLimit = defaultReadLimit
+	}
+	if cfg.DrainPeriod == 0 {
+		cfg.DrainPeriod = defaultDrainPeriod
+	}
+	cfg.Clock = clock.Or(cfg.Clock)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return cfg, nil
+}

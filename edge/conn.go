@@ -1,0 +1,278 @@
+package edge
+
+import (
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"danmaku/internal/wire"
+)
+
+// Close codes the edge sends, and what a client does on each.
+const (
+	// CloseResume (4001): the connection fell behind (its queue filled up)
+	// or its catch-up failed. Reconnect at once with last=<id of the last
+	// message received>; nothing is lost.
+	CloseResume = 4001
+	// CloseGoingAway (4003): the node is draining. Get a new entry from the
+	// gslb after a random jitter (0-3 s) and reconnect elsewhere with last.
+	CloseGoingAway = 4003
+	// ClosePolicy (1008): the client broke the protocol (it sent too many
+	// messages). Back off before reconnecting.
+	ClosePolicy = websocket.ClosePolicyViolation
+)
+
+// conn is one client connection. Its HTTP handler goroutine is its writer;
+// readLoop drains what the client sends.
+type conn struct {
+	s  *Server
+	h  *hub
+	ws *websocket.Conn
+
+	queue    chan *frame   // bounded; filled by the hub without blocking
+	done     chan struct{} // closed by kick
+	readDone chan struct{} // closed when readLoop returns
+	once     sync.Once
+	code     int // close code to send, 0: none; written before done closes
+	text     string
+
+	idx int // position in h.conns, -1 when not there; guarded by h.mu
+
+	// Writer goroutine only (set by register before the writer starts).
+	skip    msgID
+	hasSkip bool
+}
+
+func newConn(s *Server, h *hub, ws *websocket.Conn) *conn {
+	return &conn{
+		s:        s,
+		h:        h,
+		ws:       ws,
+		queue:    make(chan *frame, s.cfg.QueueSize),
+		done:     make(chan struct{}),
+		readDone: make(chan struct{}),
+		idx:      -1,
+	}
+}
+
+// kick asks the connection to close with code (0: without a close frame).
+// Only the first call counts; it reports whether this call was it. It never
+// blocks, so the hub may call it under its lock.
+func (c *conn) kick(code int, text string) bool {
+	first := false
+	c.once.Do(func() {
+		c.code, c.text = code, text
+		close(c.done)
+		first = true
+	})
+	return first
+}
+
+// serve runs the connection until it is closed, then cleans up. p is the
+// catch-up computed when the connection joined the hub.
+func (c *conn) serve(p catchUp) {
+	go c.readLoop()
+	c.writeLoop(p)
+	c.kick(0, "") // the writer failed: nothing more can be sent
+	if c.code != 0 {
+		msg := websocket.FormatCloseMessage(c.code, c.text)
+		if err := c.ws.WriteControl(websocket.CloseMessage, msg, time.Now().Add(closeGrace)); err == nil {
+			// Let the client answer and close first: it then holds the
+			// TIME_WAIT, not this node with its 100k sockets.
+			t := time.NewTimer(closeGrace)
+			select {
+			case <-c.readDone:
+			case <-t.C:
+			}
+			t.Stop()
+		}
+	}
+	_ = c.ws.Close()
+	<-c.readDone
+	c.h.unregister(c)
+	c.s.m.closes.WithLabelValues(closeReason(c.code)).Inc()
+}
+
+func closeReason(code int) string {
+	switch code {
+	case CloseResume:
+		return reasonResume
+	case CloseGoingAway:
+		return reasonDraining
+	case ClosePolicy:
+		return reasonPolicy
+	}
+	return reasonGone
+}
+
+// writeLoop sends the catch-up, then queued frames and pings, until the
+// connection is kicked or a write fails.
+func (c *conn) writeLoop(p catchUp) {
+	if !c.catchUp(p) {
+		return
+	}
+	ping := time.NewTicker(c.s.cfg.PingInterval)
+	defer ping.Stop()
+	for {
+		// A kicked connection sends nothing more, even with frames queued.
+		select {
+		case <-c.done:
+			return
+		default:
+		}
+		select {
+		case <-c.done:
+			return
+		case f := <-c.queue:
+			if !c.writeFrame(f) {
+				return
+			}
+		case <-ping.C:
+			if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.s.cfg.WriteTimeout)); err != nil {
+				return
+			}
+		}
+	}
+}
+
+// writeFrame writes a shared frame, leaving out what the client already has.
+func (c *conn) writeFrame(f *frame) bool {
+	if c.hasSkip {
+		if !c.skip.less(f.last) {
+			return true // all of it is at or before the client's last id
+		}
+		c.hasSkip = false
+		if !c.skip.less(f.first) {
+			i := 0
+			for i < len(f.msgs) {
+				if id, _ := parseMsgID(f.msgs[i].ID); c.skip.less(id) {
+					break
+				}
+				i++
+			}
+			return c.writeMessages(f.msgs[i:], "")
+		}
+	}
+	_ = c.ws.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
+	if err := c.ws.WritePreparedMessage(f.pm); err != nil {
+		return false
+	}
+	c.s.m.framesSent.Inc()
+	c.s.m.messagesSent.Add(float64(len(f.msgs)))
+	return true
+}
+
+// writeMessages encodes msgs for this connection alone and writes them.
+// source labels catch-up messages ("ring", "store"); "" for live ones.
+func (c *conn) writeMessages(msgs []wire.Message, source string) bool {
+	frames, err := encodeFrames(c.h.room, msgs, false)
+	if err != nil {
+		c.s.log.Error("edge: encode frame", "room", c.h.room, "err", err)
+		c.kick(CloseResume, "resume")
+		return false
+	}
+	for _, f := range frames {
+		select {
+		case <-c.done:
+			return false
+		default:
+		}
+		_ = c.ws.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
+		if err := c.ws.WriteMessage(websocket.BinaryMessage, f.data); err != nil {
+			return false
+		}
+		c.s.m.framesSent.Inc()
+		c.s.m.messagesSent.Add(float64(len(f.msgs)))
+		if source != "" {
+			c.s.m.catchUp.WithLabelValues(source).Add(float64(len(f.msgs)))
+		}
+	}
+	return true
+}
+
+// catchUp sends what a resuming client missed: the pushable messages in
+// (storeFrom, storeUntil] read back from the store, then those the ring
+// held when the connection joined.
+func (c *conn) catchUp(p catchUp) bool {
+	if p.fromStore {
+		after := p.storeFrom.String()
+		for done := false; !done; {
+			es, err := c.s.cfg.Store.Read(c.s.ctx, c.h.key, after, readCount, 0)
+			if err != nil {
+				c.s.log.Warn("edge: catch-up read", "room", c.h.room, "err", err)
+				c.kick(CloseResume, "resume")
+				return false
+			}
+			if len(es) == 0 {
+				break
+			}
+			var batch []wire.Message
+			for i := range es {
+				id, err := parseMsgID(es[i].ID)
+				if err != nil {
+					continue
+				}
+				if p.storeUntil.less(id) {
+					done = true
+					break
+				}
+				if c.s.pushable(&es[i]) {
+					batch = append(batch, wire.Slim(es[i]))
+				}
+				if id == p.storeUntil {
+					done = true
+					break
+				}
+			}
+			if len(batch) > 0 && !c.writeMessages(batch, "store") {
+				return false
+			}
+			after = es[len(es)-1].ID
+		}
+	}
+	if len(p.ring) > 0 {
+		return c.writeMessages(p.ring, "ring")
+	}
+	return true
+}
+
+// readLoop drains the client: pongs (which keep the connection alive) and
+// counter reports. It ends the connection when the client goes silent for
+// two ping intervals, closes, or floods.
+func (c *conn) readLoop() {
+	defer close(c.readDone)
+	ws := c.ws
+	wait := 2 * c.s.cfg.PingInterval
+	ws.SetReadLimit(c.s.cfg.ReadLimit)
+	_ = ws.SetReadDeadline(time.Now().Add(wait))
+	ws.SetPongHandler(func(string) error { return ws.SetReadDeadline(time.Now().Add(wait)) })
+	tokens, last := float64(clientMsgBurst), time.Now()
+	for {
+		typ, b, err := ws.ReadMessage()
+		if err != nil {
+			c.kick(0, "")
+			return
+		}
+		now := time.Now()
+		_ = ws.SetReadDeadline(now.Add(wait))
+		tokens = min(clientMsgBurst, tokens+float64(now.Sub(last))/float64(clientMsgEvery))
+		last = now
+		if tokens < 1 {
+			c.kick(ClosePolicy, "too many messages")
+			return
+		}
+		tokens--
+		if typ != websocket.TextMessage {
+			c.s.m.badReports.Inc()
+			continue
+		}
+		r, err := parseReport(b)
+		if err != nil {
+			c.s.m.badReports.Inc()
+			continue
+		}
+		c.s.m.renderDrops.Add(float64(r.Drops))
+		c.s.m.heldSends.Add(float64(r.Held))
+	}
+}

@@ -1,0 +1,44 @@
+// Package edge is the thin long connection every viewer holds: a WebSocket
+// endpoint (GET /v1/ws) that pushes the gifts and system messages of the
+// viewer's room in near-real time, resumes a reconnecting client from its
+// last message id, and reports load and per-room online counts to the gslb.
+//
+// It uses github.com/gorilla/websocket because its PreparedMessage lets a
+// room's frame be framed once and written as the same bytes to every
+// connection, and its pooled write buffers keep idle connections small.
+//
+// # Data path
+//
+// Each room with at least one connection on this node has one hub. The hub's
+// single reader goroutine tails the room's Live lane of the stream store,
+// keeps the pushable messages (system messages; gifts worth at least
+// Config.MinGiftValue) in a bounded ring for resume, and hands them to the
+// hub's flusher, which encodes at most one batch of frames per merge window
+// (Config.MergeWindow, never below 50 ms: faster frames get cut by
+// middleboxes) and offers the same encoded frames to every connection's
+// bounded queue without blocking. A connection whose queue is full is never
+// skipped: it is closed with CloseResume (4001) and the client reconnects
+// with its last id, so a slow client neither stalls the room nor loses a
+// gift. The hub is removed when its last connection leaves.
+//
+// # Ordering and resume
+//
+// Every connection receives the room's pushable messages in stream order,
+// each exactly once. A connection that starts with last=<id> first receives
+// every pushable message after id — from the hub's ring, or from the store
+// when id is older than the ring — and then the live ones. The catch-up is
+// computed under the hub lock at the moment the connection joins the
+// fan-out, against the id of the last message handed to the fan-out, so the
+// catch-up and the live stream meet with no gap and no duplicate. A
+// connection without last receives what the hub has not yet fanned out when
+// it joins, which includes everything appended after its handshake.
+//
+// # Concurrency
+//
+// A Server is safe for concurrent use. New starts no goroutine. Hubs start
+// theirs (one reader, one flusher) on the first connection of a room; each
+// connection uses its HTTP handler goroutine as its writer and one goroutine
+// to drain client reads (pongs and SDK counter reports). Run runs the load
+// reporter; Shutdown drains gradually (lame duck) and is safe to call more
+// than once.
+package edge

@@ -1,0 +1,104 @@
+package edge
+
+import (
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"danmaku/internal/stream"
+	"danmaku/internal/wire"
+)
+
+func FuzzParseLast(f *testing.F) {
+	for _, s := range []string{
+		"", "0-0", "1700000000000-3", "abc", "1-", "-1-0", "1-2-3", " 1-0", "1-0 ", "+1-0", "01-00",
+		"9223372036854775807-18446744073709551615", "9223372036854775808-0", "1-18446744073709551616",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		id, ok, err := parseLast(s)
+		switch {
+		case err != nil:
+			if ok {
+				t.Fatalf("parseLast(%q): ok with error %v", s, err)
+			}
+			return
+		case s == "":
+			if ok {
+				t.Fatal("empty last parsed as an id")
+			}
+			return
+		case !ok:
+			t.Fatalf("parseLast(%q): neither ok nor an error", s)
+		}
+		back, err := parseMsgID(id.String())
+		if err != nil || back != id {
+			t.Fatalf("parseLast(%q) = %v, which does not round-trip (%v, %v)", s, id, back, err)
+		}
+		if wire.CompareIDs(id.String(), s) != 0 {
+			t.Fatalf("parseLast(%q) = %v names another position", s, id)
+		}
+	})
+}
+
+// FuzzHandshakeQuery throws arbitrary query strings at the endpoint with a
+// valid token: the answer is always the coded 400 (a bad last, or a plain
+// GET that is no WebSocket handshake), never a panic or a 5xx.
+func FuzzHandshakeQuery(f *testing.F) {
+	keys := newKeyring(f, nil)
+	s, err := New(Config{
+		Store:    stream.NewMemoryStore(nil),
+		Verifier: keys,
+		Addr:     "ws://edge.test",
+		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		f.Fatal(err)
+	}
+	h := s.Handler()
+	tok := signToken(f, keys, "r1", "ws://edge.test")
+	for _, q := range []string{"", "last=1-0", "last=abc", "last=%zz", "last=1-0&last=2-0", "token=x&last=", "last=" + string([]byte{0xff, 0})} {
+		f.Add(q)
+	}
+	f.Fuzz(func(t *testing.T, q string) {
+		req := httptest.NewRequest(http.MethodGet, Path, nil)
+		req.URL.RawQuery = q
+		req.Header.Set("Authorization", "Bearer "+tok)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusBadRequest {
+			t.Fatalf("query %q: status %d, body %s", q, rec.Code, rec.Body)
+		}
+		var v struct {
+			Error struct{ Code string } `json:"error"`
+		}
+		if err := json.Unmarshal(rec.Body.Bytes(), &v); err != nil || v.Error.Code != CodeBadRequest {
+			t.Fatalf("query %q: body %s", q, rec.Body)
+		}
+	})
+}
+
+func FuzzParseReport(f *testing.F) {
+	for _, s := range []string{
+		`{"drops":1,"held":2}`, `{}`, `{"drops":-1}`, `{"drops":1e3}`, `{"drops":4294967296}`,
+		`{"drops":1000001}`, `[1]`, `null`, ``, ` {"held":5} `, `{"drops":"1"}`, `{"x":{"y":[1,2]}}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := parseReport(b)
+		if err != nil {
+			if r != (report{}) {
+				t.Fatalf("parseReport(%q): counts %+v with error", b, r)
+			}
+			return
+		}
+		if r.Drops > maxReportCount || r.Held > maxReportCount {
+			t.Fatalf("parseReport(%q) = %+v, above the bound", b, r)
+		}
+	})
+}

@@ -1,0 +1,346 @@
+package edge
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"danmaku/internal/stream"
+	"danmaku/internal/wire"
+)
+
+// hub is one room on this node: one reader tailing the room's Live lane, one
+// flusher fanning frames out, and the room's connections.
+//
+// Invariants, under mu: every pushable message with an id in (base, cursor]
+// is in the ring; every one in (flushed, cursor] is in pending; every
+// connection in conns has been (or is being) given every message up to
+// flushed and will be offered every frame flushed after it.
+type hub struct {
+	s      *Server
+	room   string
+	key    stream.Key
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	ready   chan struct{} // closed once the start position is known
+	initErr error         // set before ready is closed
+
+	refs int // connections holding the hub, guarded by s.mu
+
+	wake   chan struct{} // reader → flusher: pending is not empty
+	online atomic.Int64  // len(conns), readable without mu
+
+	mu      sync.Mutex
+	conns   []*conn
+	ring    ring
+	base    msgID
+	cursor  msgID
+	flushed msgID
+	pending []wire.Message
+}
+
+func newHub(s *Server, room string) *hub {
+	ctx, cancel := context.WithCancel(s.ctx)
+	return &hub{
+		s:      s,
+		room:   room,
+		key:    stream.Key{Room: room, Lane: stream.Live},
+		ctx:    ctx,
+		cancel: cancel,
+		ready:  make(chan struct{}),
+		wake:   make(chan struct{}, 1),
+		ring:   newRing(s.cfg.RingSize),
+	}
+}
+
+// run finds the start position, then tails the stream until the hub is
+// stopped. It is the hub's only reader of the store.
+func (h *hub) run() {
+	defer h.s.wg.Done()
+	// An explicit start id instead of "$": the ring then covers a known
+	// range from the first moment, which resume depends on.
+	last, err := h.s.cfg.Store.LastID(h.ctx, h.key)
+	var start msgID
+	if err == nil {
+		start, err = parseMsgID(last)
+	}
+	if err != nil {
+		h.initErr = fmt.Errorf("edge: open room %s: %w", h.room, err)
+		close(h.ready)
+		return
+	}
+	h.base, h.cursor, h.flushed = start, start, start
+	close(h.ready)
+
+	h.s.wg.Add(1)
+	go h.flushLoop()
+
+	after := last
+	backoff := 50 * time.Millisecond
+	for {
+		es, err := h.s.cfg.Store.Read(h.ctx, h.key, after, readCount, h.s.cfg.ReadBlock)
+		if h.ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			h.s.m.readErrors.Inc()
+			h.s.log.Warn("edge: read live stream", "room", h.room, "err", err, "retry_in", backoff)
+			if !sleepCtx(h.ctx, backoff) {
+				return
+			}
+			backoff = min(2*backoff, maxBackoff)
+			continue
+		}
+		backoff = 50 * time.Millisecond
+		if len(es) > 0 {
+			h.add(es)
+			after = es[len(es)-1].ID
+		}
+	}
+}
+
+// add files freshly read entries: pushable ones into the ring and pending.
+func (h *hub) add(es []stream.Entry) {
+	h.mu.Lock()
+	n := len(h.pending)
+	for i := range es {
+		id, err := parseMsgID(es[i].ID)
+		if err != nil || !h.cursor.less(id) {
+			continue // a store never returns these; never let one break the order
+		}
+		h.cursor = id
+		if !h.s.pushable(&es[i]) {
+			continue
+		}
+		m := wire.Slim(es[i])
+		if old, ok := h.ring.push(entry{id: id, msg: m}); ok {
+			h.base = old.id
+		}
+		h.pending = append(h.pending, m)
+	}
+	grew := len(h.pending) > n
+	h.mu.Unlock()
+	if grew {
+		select {
+		case h.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// flushLoop sends pending messages at most once per merge window: the first
+// message after a quiet window goes out at once, later ones wait for the
+// window to pass and share a frame.
+func (h *hub) flushLoop() {
+	defer h.s.wg.Done()
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	var last time.Time
+	for {
+		select {
+		case <-h.ctx.Done():
+			return
+		case <-h.wake:
+		}
+		if wait := h.s.cfg.MergeWindow - time.Since(last); wait > 0 {
+			t.Reset(wait)
+			select {
+			case <-h.ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+		if h.flush() {
+			last = time.Now()
+		}
+	}
+}
+
+// flush encodes pending into frames once and offers them to every
+// connection. It reports whether it sent anything.
+func (h *hub) flush() bool {
+	h.mu.Lock()
+	msgs := h.pending
+	h.pending = nil
+	h.mu.Unlock()
+	if len(msgs) == 0 {
+		return false
+	}
+	// Encoding happens outside the lock; a connection joining meanwhile
+	// sees flushed not yet advanced, so it gets these from the fan-out
+	// below, not from its catch-up.
+	frames, err := encodeFrames(h.room, msgs, true)
+	if err != nil {
+		// Only a bug gets here (a Message always encodes). Connections
+		// would miss these messages, so send them all away to resume.
+		h.s.log.Error("edge: encode frame", "room", h.room, "err", err)
+	}
+
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	last, _ := parseMsgID(msgs[len(msgs)-1].ID)
+	h.flushed = last
+	// Backwards, so that removing conns[i] (swapping in the last one,
+	// already visited) is safe.
+	for i := len(h.conns) - 1; i >= 0; i-- {
+		c := h.conns[i]
+		if err != nil {
+			c.kick(CloseResume, "resume")
+			h.removeAt(i)
+			continue
+		}
+		for _, f := range frames {
+			select {
+			case c.queue <- f:
+				continue
+			default:
+			}
+			// Never drop: a client that cannot keep up resumes from its
+			// last id on a fresh connection.
+			if c.kick(CloseResume, "resume") {
+				h.s.m.slow.Inc()
+			}
+			h.removeAt(i)
+			break
+		}
+	}
+	return true
+}
+
+// catchUp is what a joining connection must be sent before its queue: the
+// pushable messages in (storeFrom, storeUntil] from the store when fromStore,
+// then ring.
+type catchUp struct {
+	fromStore  bool
+	storeFrom  msgID
+	storeUntil msgID
+	ring       []wire.Message
+}
+
+// register adds c to the fan-out and returns its catch-up. With hasLast the
+// catch-up covers everything after last up to flushed; the fan-out covers
+// the rest. It fails once the server drains.
+func (h *hub) register(c *conn, last msgID, hasLast bool) (catchUp, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.s.draining.Load() {
+		return catchUp{}, false
+	}
+	var p catchUp
+	if hasLast {
+		from := last
+		if last.less(h.base) {
+			// Older than the ring: the store has (last, base]. When the
+			// ring evicted unflushed entries, base is past flushed and
+			// pending holds the rest.
+			p.fromStore, p.storeFrom, p.storeUntil = true, last, minID(h.base, h.flushed)
+			from = h.base
+		}
+		p.ring = h.ring.slice(h.ring.after(from), h.ring.after(h.flushed))
+		if h.flushed.less(last) {
+			// The client is ahead of this hub (it came from a node that
+			// read further): skip what it already has.
+			c.skip, c.hasSkip = last, true
+		}
+	}
+	c.idx = len(h.conns)
+	h.conns = append(h.conns, c)
+	h.online.Add(1)
+	return p, true
+}
+
+// unregister removes c from the fan-out, if it is still there.
+func (h *hub) unregister(c *conn) {
+	h.mu.Lock()
+	if c.idx >= 0 {
+		h.removeAt(c.idx)
+	}
+	h.mu.Unlock()
+}
+
+// removeAt removes conns[i]; mu must be held.
+func (h *hub) removeAt(i int) {
+	c := h.conns[i]
+	c.idx = -1
+	last := len(h.conns) - 1
+	if i != last {
+		h.conns[i] = h.conns[last]
+		h.conns[i].idx = i
+	}
+	h.conns[last] = nil
+	h.conns = h.conns[:last]
+	h.online.Add(-1)
+}
+
+// snapshot returns the hub's connections.
+func (h *hub) snapshot() []*conn {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]*conn(nil), h.conns...)
+}
+
+// frame is one encoded frame shared by every connection of a room.
+type frame struct {
+	pm          *websocket.PreparedMessage // nil for per-connection frames
+	data        []byte
+	msgs        []wire.Message
+	first, last msgID
+}
+
+// encodeFrames encodes msgs as frames of at most maxFrameMessages messages
+// and at most wire.MaxFrameBytes bytes (a single larger message still gets
+// its own frame). With prepared, each frame is framed for WebSocket once, to
+// be shared by every connection.
+func encodeFrames(room string, msgs []wire.Message, prepared bool) ([]*frame, error) {
+	var out []*frame
+	var enc func([]wire.Message) error
+	enc = func(ms []wire.Message) error {
+		b, err := wire.EncodeFrame(&wire.Frame{V: wire.Version, Room: room, Messages: ms})
+		if err != nil {
+			return err
+		}
+		if len(b) > wire.MaxFrameBytes && len(ms) > 1 {
+			if err := enc(ms[:len(ms)/2]); err != nil {
+				return err
+			}
+			return enc(ms[len(ms)/2:])
+		}
+		f := &frame{data: b, msgs: ms}
+		f.first, _ = parseMsgID(ms[0].ID)
+		f.last, _ = parseMsgID(ms[len(ms)-1].ID)
+		if prepared {
+			if f.pm, err = websocket.NewPreparedMessage(websocket.BinaryMessage, b); err != nil {
+				return err
+			}
+			f.data = nil // the prepared message holds its own copy
+		}
+		out = append(out, f)
+		return nil
+	}
+	for len(msgs) > 0 {
+		n := min(len(msgs), maxFrameMessages)
+		if err := enc(msgs[:n:n]); err != nil {
+			return nil, err
+		}
+		msgs = msgs[n:]
+	}
+	return out, nil
+}
+
+// sleepCtx sleeps for d; it returns false when ctx ended first.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,68 @@
+package edge
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// maxLastLen bounds the last query parameter: "<ms>-<seq>" with 64-bit
+// numbers is at most 40 bytes.
+const maxLastLen = 48
+
+// errBadLast is returned by parseLast.
+var errBadLast = errors.New("edge: bad last id")
+
+// parseLast parses the optional last query parameter: the id of the last
+// message the client received. ok is false when it is absent.
+func parseLast(s string) (id msgID, ok bool, err error) {
+	if s == "" {
+		return msgID{}, false, nil
+	}
+	if len(s) > maxLastLen {
+		return msgID{}, false, fmt.Errorf("%w: too long", errBadLast)
+	}
+	id, err = parseMsgID(s)
+	if err != nil {
+		return msgID{}, false, fmt.Errorf("%w: %q", errBadLast, s)
+	}
+	return id, true, nil
+}
+
+// report is what a client may send on the connection: counters of the SDK
+// since its previous report, which the edge adds to its metrics so that
+// client-side drops are visible on the server (text frame, JSON):
+//
+//	{"drops": 12, "held": 3}
+//
+// Unknown fields are ignored so that the SDK can add counters first.
+type report struct {
+	// Drops is messages dropped from the render queue.
+	Drops uint32 `json:"drops"`
+	// Held is sends held back or suppressed by the client-side throttle.
+	Held uint32 `json:"held"`
+}
+
+// maxReportCount bounds one counter of one report: no client renders or
+// sends anywhere near this between two reports, so more is a lie that would
+// poison the metric.
+const maxReportCount = 1_000_000
+
+var errBadReport = errors.New("edge: bad client report")
+
+// parseReport decodes a client's counter report.
+func parseReport(b []byte) (report, error) {
+	var r report
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 || b[0] != '{' {
+		return r, fmt.Errorf("%w: not a JSON object", errBadReport)
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		return report{}, fmt.Errorf("%w: %v", errBadReport, err)
+	}
+	if r.Drops > maxReportCount || r.Held > maxReportCount {
+		return report{}, fmt.Errorf("%w: counter out of range", errBadReport)
+	}
+	return r, nil
+}

@@ -1,0 +1,123 @@
+package edge
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Handshake rejection codes: the "code" of the coded JSON error a refused
+// handshake answers with, and the label of the rejection metric.
+const (
+	// CodeUnauthorized: the token is missing, malformed, badly signed or expired.
+	CodeUnauthorized = "unauthorized"
+	// CodeTokenEpoch: the token's epoch secret is unknown here (too old, or
+	// this node has not fetched it yet); get a new entry.
+	CodeTokenEpoch = "token_epoch"
+	// CodeWrongNode: the token was not issued for this node's address.
+	CodeWrongNode = "wrong_node"
+	// CodeBadRequest: a bad last id, an invalid room, or not a WebSocket
+	// handshake.
+	CodeBadRequest = "bad_request"
+	// CodeOverCapacity: the node holds MaxConns connections; try the next
+	// address.
+	CodeOverCapacity = "over_capacity"
+	// CodeDraining: the node is shutting down; try the next address.
+	CodeDraining = "draining"
+	// CodeUnavailable: the room's stream could not be opened.
+	CodeUnavailable = "unavailable"
+)
+
+var rejectCodes = []string{CodeUnauthorized, CodeTokenEpoch, CodeWrongNode, CodeBadRequest, CodeOverCapacity, CodeDraining, CodeUnavailable}
+
+// Close reasons, the label of the closes metric.
+const (
+	reasonResume   = "resume"
+	reasonDraining = "draining"
+	reasonPolicy   = "policy"
+	reasonGone     = "gone" // the client left, died or failed a write
+)
+
+type metrics struct {
+	framesSent   prometheus.Counter
+	messagesSent prometheus.Counter
+	slow         prometheus.Counter
+	rejects      *prometheus.CounterVec
+	closes       *prometheus.CounterVec
+	catchUp      *prometheus.CounterVec
+	readErrors   prometheus.Counter
+	renderDrops  prometheus.Counter
+	heldSends    prometheus.Counter
+	badReports   prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
+	m := &metrics{
+		framesSent: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "danmaku_edge_frames_sent_total",
+			Help: "WebSocket frames written to clients (live and catch-up).",
+		}),
+		messagesSent: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "danmaku_edge_messages_sent_total",
+			Help: "Messages written to clients, counted once per connection.",
+		}),
+		slow: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "danmaku_edge_slow_disconnects_total",
+			Help: "Connections closed with the resume code because their queue was full.",
+		}),
+		rejects: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "danmaku_edge_handshake_rejections_total",
+			Help: "Refused WebSocket handshakes, by error code.",
+		}, []string{"code"}),
+		closes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "danmaku_edge_closes_total",
+			Help: "Closed connections, by reason (resume, draining, policy, gone).",
+		}, []string{"reason"}),
+		catchUp: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "danmaku_edge_catchup_messages_total",
+			Help: "Messages sent to resuming clients, by source (ring or store).",
+		}, []string{"source"}),
+		readErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "danmaku_edge_store_read_errors_total",
+			Help: "Failed reads of a room's live stream (retried with backoff).",
+		}),
+		renderDrops: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "danmaku_client_render_drops_total",
+			Help: "Messages the SDK dropped from its render queue, as reported by clients.",
+		}),
+		heldSends: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "danmaku_client_held_sends_total",
+			Help: "Sends the SDK held back or suppressed by its client-side throttle, as reported by clients.",
+		}),
+		badReports: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "danmaku_edge_client_bad_reports_total",
+			Help: "Client messages that were not a valid counter report (ignored).",
+		}),
+	}
+	for _, c := range rejectCodes {
+		m.rejects.WithLabelValues(c)
+	}
+	for _, r := range []string{reasonResume, reasonDraining, reasonPolicy, reasonGone} {
+		m.closes.WithLabelValues(r)
+	}
+	m.catchUp.WithLabelValues("ring")
+	m.catchUp.WithLabelValues("store")
+	cs := []prometheus.Collector{
+		m.framesSent, m.messagesSent, m.slow, m.rejects, m.closes, m.catchUp,
+		m.readErrors, m.renderDrops, m.heldSends, m.badReports,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "danmaku_edge_connections",
+			Help: "Open WebSocket connections, including handshakes in progress.",
+		}, func() float64 { return float64(s.conns.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "danmaku_edge_rooms",
+			Help: "Rooms with a hub (at least one connection) on this node.",
+		}, func() float64 { return float64(s.roomCount()) }),
+	}
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("edge: register metrics: %w", err)
+		}
+	}
+	return m, nil
+}

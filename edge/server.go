@@ -1,0 +1,431 @@
+package edge
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/gorilla/websocket"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"danmaku/auth"
+	"danmaku/gslb"
+	"danmaku/internal/httpx"
+	"danmaku/internal/wire"
+)
+
+// Path is the WebSocket endpoint: GET /v1/ws?token=<dynamic token>&last=<id>.
+// The token may come as "Authorization: Bearer" instead; last is optional.
+const Path = "/v1/ws"
+
+// ErrRunning is returned by a second call of Run.
+var ErrRunning = errors.New("edge: Run already called")
+
+// Server is an edge node: it accepts viewers' WebSocket connections and
+// pushes their rooms' live messages. Create it with New.
+type Server struct {
+	cfg      Config
+	log      *slog.Logger
+	m        *metrics
+	upgrader websocket.Upgrader
+	handler  http.Handler
+
+	// ctx bounds hubs, catch-up reads and the load reporter; Shutdown
+	// cancels it once every connection is gone.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	conns    atomic.Int64 // connections, handshakes in progress included
+	draining atomic.Bool
+	running  atomic.Bool
+	wg       sync.WaitGroup // hub goroutines and the load reporter
+
+	mu   sync.Mutex
+	hubs map[string]*hub
+
+	shutOnce sync.Once
+	stopping chan struct{} // closed when Shutdown begins
+	stopped  chan struct{} // closed when Shutdown has finished
+	shutErr  error         // written before stopped is closed
+}
+
+// New checks cfg, applies its defaults and returns a Server. It starts no
+// goroutine: hubs start with their room's first connection, and Run runs
+// the load reporter.
+func New(cfg Config) (*Server, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		hubs:     map[string]*hub{},
+		stopping: make(chan struct{}),
+		stopped:  make(chan struct{}),
+	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+
+	reg := cfg.Registerer
+	var gatherer prometheus.Gatherer
+	if reg == nil {
+		r := prometheus.NewRegistry()
+		reg, gatherer = r, r
+	} else if g, ok := reg.(prometheus.Gatherer); ok {
+		gatherer = g
+	}
+	if s.m, err = newMetrics(reg, s); err != nil {
+		return nil, err
+	}
+
+	s.upgrader = websocket.Upgrader{
+		// Bounds the 101 write; reading the request is bounded by the
+		// HTTP server's ReadHeaderTimeout.
+		HandshakeTimeout: cfg.WriteTimeout,
+		ReadBufferSize:   readBufferSize,
+		// Pooled: an idle connection holds no write buffer, and frames
+		// bypass it anyway (prepared messages are written directly).
+		WriteBufferPool: &sync.Pool{},
+		CheckOrigin:     cfg.CheckOrigin,
+		Error:           s.upgradeError,
+	}
+	if s.upgrader.CheckOrigin == nil {
+		s.upgrader.CheckOrigin = func(*http.Request) bool { return true }
+	}
+
+	e := httpx.NewEngine(httpx.EngineConfig{
+		Role:     "edge",
+		Logger:   cfg.Logger,
+		Gatherer: gatherer,
+		// A draining node fails its health check so that the load
+		// balancer stops sending it new clients.
+		Healthy: func() error {
+			if s.draining.Load() {
+				return ErrDraining
+			}
+			return nil
+		},
+	})
+	e.GET(Path, s.handleWS)
+	s.handler = e
+	return s, nil
+}
+
+// Handler returns the HTTP handler: the WebSocket endpoint (Path), /healthz
+// and /metrics. Serve it with a server whose WriteTimeout is zero (see
+// httpx.NewServer): upgraded connections set their own deadlines.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// handleWS checks a handshake and, when it passes, serves the connection
+// until it closes.
+func (s *Server) handleWS(c *gin.Context) {
+	if s.draining.Load() {
+		s.reject(c, http.StatusServiceUnavailable, CodeDraining, "node is draining; try another address")
+		return
+	}
+	// Reserve the slot before any work so that a reconnect storm cannot
+	// overshoot MaxConns between check and use.
+	if n := s.conns.Add(1); s.cfg.MaxConns > 0 && n > int64(s.cfg.MaxConns) {
+		s.conns.Add(-1)
+		s.reject(c, http.StatusServiceUnavailable, CodeOverCapacity, "node is full; try another address")
+		return
+	}
+	defer s.conns.Add(-1)
+
+	claims, err := s.cfg.Verifier.Verify(httpx.BearerToken(c, "token"))
+	switch {
+	case errors.Is(err, auth.ErrUnknownEpoch):
+		s.reject(c, http.StatusUnauthorized, CodeTokenEpoch, "token epoch unknown; get a new entry")
+		return
+	case err != nil:
+		s.reject(c, http.StatusUnauthorized, CodeUnauthorized, "missing or invalid token")
+		return
+	case !claims.HasAddr(s.cfg.Addr):
+		s.reject(c, http.StatusForbidden, CodeWrongNode, "token was not issued for this node")
+		return
+	case !wire.ValidRoom(claims.Room):
+		s.reject(c, http.StatusBadRequest, CodeBadRequest, "token names an invalid room")
+		return
+	}
+	last, hasLast, err := parseLast(c.Query("last"))
+	if err != nil {
+		s.reject(c, http.StatusBadRequest, CodeBadRequest, "last must be a message id such as 1700000000000-0")
+		return
+	}
+	if !websocket.IsWebSocketUpgrade(c.Request) {
+		s.reject(c, http.StatusBadRequest, CodeBadRequest, "WebSocket upgrade required")
+		return
+	}
+
+	h, err := s.acquire(claims.Room)
+	if err != nil {
+		s.reject(c, http.StatusServiceUnavailable, CodeDraining, "node is draining; try another address")
+		return
+	}
+	defer s.release(h)
+	select {
+	case <-h.ready:
+	case <-c.Request.Context().Done():
+		return
+	}
+	if h.initErr != nil {
+		s.log.Warn("edge: handshake", "room", claims.Room, "err", h.initErr)
+		s.reject(c, http.StatusServiceUnavailable, CodeUnavailable, "room unavailable; retry shortly")
+		return
+	}
+
+	// Join the fan-out before the 101 goes out: a client that has seen the
+	// handshake complete gets everything appended from then on.
+	cn := newConn(s, h, nil)
+	p, ok := h.register(cn, last, hasLast)
+	if !ok {
+		s.reject(c, http.StatusServiceUnavailable, CodeDraining, "node is draining; try another address")
+		return
+	}
+	ws, err := s.upgrader.Upgrade(c.Writer, c.Request, nil)
+	if err != nil {
+		h.unregister(cn) // the upgrader has answered
+		return
+	}
+	cn.ws = ws
+	s.log.Debug("edge: connected", "room", claims.Room, "user", claims.User(), "resume", hasLast)
+	cn.serve(p)
+}
+
+// reject answers a refused handshake with the coded error and counts it.
+func (s *Server) reject(c *gin.Context, status int, code, msg string) {
+	s.m.rejects.WithLabelValues(code).Inc()
+	httpx.Abort(c, httpx.Errorf(status, code, "%s", msg))
+}
+
+// upgradeError answers a handshake the WebSocket library refused (bad
+// version or key, foreign origin) with the coded error.
+func (s *Server) upgradeError(w http.ResponseWriter, r *http.Request, status int, reason error) {
+	code := CodeBadRequest
+	switch status {
+	case http.StatusForbidden:
+		code = httpx.CodeForbidden
+	case http.StatusInternalServerError:
+		code = httpx.CodeInternal
+	}
+	s.m.rejects.WithLabelValues(code).Inc()
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{"error": httpx.Errorf(status, code, "%v", reason)})
+}
+
+// acquire returns the room's hub, starting it if needed, and holds it until
+// release.
+func (s *Server) acquire(room string) (*hub, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.draining.Load() {
+		return nil, ErrDraining
+	}
+	h := s.hubs[room]
+	if h == nil {
+		h = newHub(s, room)
+		s.hubs[room] = h
+		s.wg.Add(1)
+		go h.run()
+	}
+	h.refs++
+	return h, nil
+}
+
+// release lets go of a hub; the last release stops it.
+func (s *Server) release(h *hub) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h.refs--
+	if h.refs == 0 {
+		if s.hubs[h.room] == h {
+			delete(s.hubs, h.room)
+		}
+		h.cancel()
+	}
+}
+
+func (s *Server) roomCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.hubs)
+}
+
+// pushable reports whether m goes out over the edge: system messages
+// always, gifts when their total value reaches MinGiftValue.
+func (s *Server) pushable(m *wire.Message) bool {
+	switch m.Kind {
+	case wire.KindSystem:
+		return true
+	case wire.KindGift:
+		lo := s.cfg.MinGiftValue
+		if lo == 0 || m.Value >= lo {
+			return true
+		}
+		if m.Value <= 0 {
+			return false
+		}
+		// Value × max(Count, 1) ≥ lo, without overflowing.
+		n := int64(max(m.Count, 1))
+		return m.Value >= (lo+n-1)/n
+	}
+	return false
+}
+
+// Load returns the node's load for the gslb: connections, capacity,
+// viewers online per room and whether it drains.
+func (s *Server) Load() gslb.NodeLoad {
+	s.mu.Lock()
+	rooms := make(map[string]int, len(s.hubs))
+	for room, h := range s.hubs {
+		if n := h.online.Load(); n > 0 {
+			rooms[room] = int(n)
+		}
+	}
+	s.mu.Unlock()
+	l := gslb.NodeLoad{
+		ID:       s.cfg.NodeID,
+		Kind:     gslb.KindEdge,
+		Addr:     s.cfg.Addr,
+		Line:     s.cfg.Line,
+		Conns:    int(s.conns.Load()),
+		Capacity: s.cfg.MaxConns,
+		Rooms:    rooms,
+		Draining: s.draining.Load(),
+		At:       s.cfg.Clock.Now(),
+	}
+	if s.cfg.CPU != nil {
+		l.CPU = s.cfg.CPU()
+	}
+	return l
+}
+
+// Run reports the node's load to Config.LoadTable (when set) until ctx is
+// done or Shutdown is called, then drains as Shutdown does and returns when
+// the drain has finished. The reporter keeps reporting Draining during the
+// drain and removes the node from the table at its end.
+func (s *Server) Run(ctx context.Context) error {
+	if !s.running.CompareAndSwap(false, true) {
+		return ErrRunning
+	}
+	if s.cfg.LoadTable != nil {
+		rep := &gslb.Reporter{
+			Table:    s.cfg.LoadTable,
+			Interval: s.cfg.ReportInterval,
+			Load:     s.Load,
+			Now:      s.cfg.Clock.Now,
+		}
+		s.mu.Lock()
+		if !s.draining.Load() {
+			s.wg.Add(1)
+			go func() {
+				defer s.wg.Done()
+				_ = rep.Run(s.ctx)
+			}()
+		}
+		s.mu.Unlock()
+	}
+	select {
+	case <-ctx.Done():
+	case <-s.stopping:
+	}
+	return s.Shutdown(context.Background())
+}
+
+// Shutdown drains the node (lame duck): it refuses new connections, marks
+// itself Draining in load reports and fails /healthz, then closes the
+// connections with CloseGoingAway in batches spread over DrainPeriod so that
+// clients do not all reconnect at once. It returns when every connection is
+// gone and every goroutine has stopped. When ctx ends first, the remaining
+// connections are told to close at once and ctx's error is returned. Later
+// calls wait for the first to finish.
+func (s *Server) Shutdown(ctx context.Context) error {
+	first := false
+	s.shutOnce.Do(func() { first = true })
+	if !first {
+		select {
+		case <-s.stopped:
+			return s.shutErr
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	s.shutErr = s.drain(ctx)
+	close(s.stopped)
+	return s.shutErr
+}
+
+func (s *Server) drain(ctx context.Context) error {
+	s.mu.Lock()
+	s.draining.Store(true)
+	hubs := make([]*hub, 0, len(s.hubs))
+	for _, h := range s.hubs {
+		hubs = append(hubs, h)
+	}
+	s.mu.Unlock()
+	close(s.stopping)
+
+	// Every connection that registered before draining was set is in a
+	// snapshot; every later one is refused by register.
+	var all []*conn
+	for _, h := range hubs {
+		all = append(all, h.snapshot()...)
+	}
+	s.log.Info("edge: draining", "conns", len(all), "rooms", len(hubs), "period", s.cfg.DrainPeriod)
+	// Shuffled so that each batch takes a slice of every room, not one
+	// room's viewers all at once.
+	rand.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
+	batches := drainBatches(len(all), drainSteps)
+	forced := false
+	for _, b := range batches {
+		for _, c := range all[b[0]:b[1]] {
+			c.kick(CloseGoingAway, "going away")
+		}
+		if !forced && b[1] < len(all) && !sleepCtx(ctx, s.cfg.DrainPeriod/time.Duration(len(batches))) {
+			forced = true // out of time: close the rest at once
+		}
+	}
+
+	var err error
+	for s.conns.Load() > 0 {
+		if !sleepCtx(ctx, 10*time.Millisecond) {
+			err = fmt.Errorf("edge: shutdown: %d connections still closing: %w", s.conns.Load(), ctx.Err())
+			break
+		}
+	}
+	s.cancel()
+	done := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		if err == nil {
+			err = fmt.Errorf("edge: shutdown: %w", ctx.Err())
+		}
+	}
+	s.log.Info("edge: drained", "err", err)
+	return err
+}
+
+// drainBatches splits n connections into at most steps batches of nearly
+// equal size, as [lo, hi) index pairs.
+func drainBatches(n, steps int) [][2]int {
+	steps = min(steps, n)
+	out := make([][2]int, 0, steps)
+	for i := range steps {
+		out = append(out, [2]int{i * n / steps, (i + 1) * n / steps})
+	}
+	return out
+}

@@ -1,0 +1,735 @@
+package gslb_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net/netip"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"danmaku/gslb"
+	"danmaku/internal/clock"
+)
+
+var (
+	t0      = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	discard = slog.New(slog.NewTextHandler(io.Discard, nil))
+	anyIP   = netip.MustParseAddr("192.0.2.10")
+)
+
+func edge(id string, conns, capacity int) gslb.NodeLoad {
+	return gslb.NodeLoad{ID: id, Kind: gslb.KindEdge, Addr: "ws://" + id, Conns: conns, Capacity: capacity}
+}
+
+func ingest(id string, conns, capacity int) gslb.NodeLoad {
+	return gslb.NodeLoad{ID: id, Kind: gslb.KindIngest, Addr: "http://" + id, Conns: conns, Capacity: capacity}
+}
+
+func onLine(l gslb.NodeLoad, line string) gslb.NodeLoad { l.Line = line; return l }
+
+// fixture is an allocator over a memory load table on a fake clock.
+type fixture struct {
+	clk   *clock.Fake
+	table *gslb.MemoryLoadTable
+	alloc *gslb.Allocator
+}
+
+func newFixture(t testing.TB, cfg gslb.AllocatorConfig, nodes ...gslb.NodeLoad) *fixture {
+	t.Helper()
+	return newFixtureOn(t, gslb.NewMemoryLoadTable(), cfg, nodes...)
+}
+
+// newFixtureOn reports into mem; the allocator reads cfg.Table (default mem),
+// which may wrap mem.
+func newFixtureOn(t testing.TB, mem *gslb.MemoryLoadTable, cfg gslb.AllocatorConfig, nodes ...gslb.NodeLoad) *fixture {
+	t.Helper()
+	f := &fixture{clk: clock.NewFake(t0), table: mem}
+	if cfg.Table == nil {
+		cfg.Table = f.table
+	}
+	cfg.Clock = f.clk
+	cfg.Logger = discard
+	a, err := gslb.NewAllocator(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.alloc = a
+	f.report(t, nodes...)
+	f.sync(t)
+	return f
+}
+
+// report stamps nodes without an At with the current fake time.
+func (f *fixture) report(t testing.TB, nodes ...gslb.NodeLoad) {
+	t.Helper()
+	for _, n := range nodes {
+		if n.At.IsZero() {
+			n.At = f.clk.Now()
+		}
+		if err := f.table.Report(context.Background(), n); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func (f *fixture) sync(t testing.TB) {
+	t.Helper()
+	if err := f.alloc.SyncOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (f *fixture) allocate(t testing.TB, user string) gslb.Allocation {
+	t.Helper()
+	a, err := f.alloc.Allocate(user, anyIP)
+	if err != nil {
+		t.Fatalf("Allocate(%q): %v", user, err)
+	}
+	return a
+}
+
+func TestAllocatorFiltersNodes(t *testing.T) {
+	stale := func(l gslb.NodeLoad, age time.Duration) gslb.NodeLoad { l.At = t0.Add(-age); return l }
+	draining := func(l gslb.NodeLoad) gslb.NodeLoad { l.Draining = true; return l }
+	cpu := func(l gslb.NodeLoad, c float64) gslb.NodeLoad { l.CPU = c; return l }
+	for _, tc := range []struct {
+		name string
+		node gslb.NodeLoad
+		kept bool
+	}{
+		{"fresh", edge("e", 10, 100), true},
+		{"reported exactly Stale ago", stale(edge("e", 10, 100), time.Second), true},
+		{"stale", stale(edge("e", 10, 100), time.Second+time.Millisecond), false},
+		{"very stale", stale(edge("e", 10, 100), time.Hour), false},
+		{"draining", draining(edge("e", 10, 100)), false},
+		{"conns at 94%", edge("e", 94, 100), true},
+		{"conns at 95%", edge("e", 95, 100), false},
+		{"conns over capacity", edge("e", 150, 100), false},
+		{"unlimited capacity", edge("e", 1_000_000, 0), true},
+		{"cpu 0.89", cpu(edge("e", 0, 100), 0.89), true},
+		{"cpu 0.90", cpu(edge("e", 0, 100), 0.90), false},
+		{"stale ingest", stale(ingest("i", 0, 0), 2*time.Second), false},
+		{"draining ingest", draining(ingest("i", 0, 0)), false},
+		{"overloaded ingest", ingest("i", 96, 100), false},
+		{"busy cpu ingest", cpu(ingest("i", 0, 0), 0.95), false},
+		{"healthy ingest", cpu(ingest("i", 50, 100), 0.5), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// The node under test plus a healthy node of the other kind.
+			other := ingest("other", 0, 0)
+			if tc.node.Kind == gslb.KindIngest {
+				other = edge("other", 0, 0)
+			}
+			f := newFixture(t, gslb.AllocatorConfig{}, tc.node, other)
+			a, err := f.alloc.Allocate("u1", anyIP)
+			if !tc.kept {
+				if !errors.Is(err, gslb.ErrNoNodes) {
+					t.Fatalf("Allocate = %+v, %v; want ErrNoNodes", a, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Allocate: %v", err)
+			}
+			got := a.Edge
+			if tc.node.Kind == gslb.KindIngest {
+				got = a.Ingest
+			}
+			if !slices.Equal(got, []string{tc.node.Addr}) {
+				t.Fatalf("addresses = %v, want [%s]", got, tc.node.Addr)
+			}
+		})
+	}
+}
+
+// A node that stops reporting drops out once its last report is older than
+// Stale, without anyone removing it.
+func TestAllocatorNodeGoesStale(t *testing.T) {
+	f := newFixture(t, gslb.AllocatorConfig{Stale: time.Second}, edge("e1", 0, 100), edge("e2", 0, 100), ingest("i1", 0, 0))
+	f.clk.Advance(800 * time.Millisecond)
+	f.report(t, edge("e1", 0, 100), ingest("i1", 0, 0)) // e2 falls silent
+	f.sync(t)
+	if got := edgesSeen(t, f, 64); len(got) != 2 {
+		t.Fatalf("edges = %v, want both while e2's report is 800ms old", got)
+	}
+	f.clk.Advance(400 * time.Millisecond)
+	f.report(t, edge("e1", 0, 100), ingest("i1", 0, 0))
+	f.sync(t)
+	if got := edgesSeen(t, f, 64); !slices.Equal(got, []string{"ws://e1"}) {
+		t.Fatalf("edges = %v, want only ws://e1 once e2 is 1.2s silent", got)
+	}
+}
+
+// edgesSeen returns the sorted set of first-choice edges over n allocations.
+func edgesSeen(t testing.TB, f *fixture, n int) []string {
+	t.Helper()
+	seen := map[string]bool{}
+	for i := range n {
+		seen[f.allocate(t, "u"+strconv.Itoa(i)).Edge[0]] = true
+	}
+	out := make([]string, 0, len(seen))
+	for a := range seen {
+		out = append(out, a)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// flakyTable fails Snapshot while broken is set.
+type flakyTable struct {
+	gslb.LoadTable
+	broken atomic.Bool
+}
+
+var errTableDown = errors.New("load table down")
+
+func (t *flakyTable) Snapshot(ctx context.Context) ([]gslb.NodeLoad, error) {
+	if t.broken.Load() {
+		return nil, errTableDown
+	}
+	return t.LoadTable.Snapshot(ctx)
+}
+
+func TestAllocatorFailedSyncKeepsLastGoodSnapshot(t *testing.T) {
+	mem := gslb.NewMemoryLoadTable()
+	flaky := &flakyTable{LoadTable: mem}
+	f := newFixtureOn(t, mem, gslb.AllocatorConfig{Table: flaky}, edge("e1", 0, 100), ingest("i1", 0, 0))
+	before := f.allocate(t, "u1")
+
+	flaky.broken.Store(true)
+	if err := f.table.Remove(context.Background(), "e1"); err != nil {
+		t.Fatal(err)
+	}
+	f.clk.Advance(300 * time.Millisecond)
+	if err := f.alloc.SyncOnce(context.Background()); !errors.Is(err, errTableDown) {
+		t.Fatalf("SyncOnce: err = %v, want the table's error", err)
+	}
+	after := f.allocate(t, "u1")
+	if !slices.Equal(before.Edge, after.Edge) || !slices.Equal(before.Ingest, after.Ingest) {
+		t.Fatalf("allocation changed after a failed sync: %+v -> %+v", before, after)
+	}
+	if age := f.alloc.SnapshotAge(); age != 300*time.Millisecond {
+		t.Errorf("SnapshotAge = %v, want 300ms (the failed sync must not refresh it)", age)
+	}
+
+	// Once the table answers again the removal takes effect.
+	flaky.broken.Store(false)
+	f.sync(t)
+	if _, err := f.alloc.Allocate("u1", anyIP); !errors.Is(err, gslb.ErrNoNodes) {
+		t.Fatalf("Allocate after recovery: err = %v, want ErrNoNodes", err)
+	}
+	if age := f.alloc.SnapshotAge(); age != 0 {
+		t.Errorf("SnapshotAge = %v after a good sync", age)
+	}
+}
+
+func TestAllocatorRunSyncsAndStops(t *testing.T) {
+	f := newFixture(t, gslb.AllocatorConfig{Sync: time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.alloc.Run(ctx) }()
+	f.report(t, edge("e1", 0, 100), ingest("i1", 0, 0))
+	// Wait (without asserting how long) for Run to pick up the report.
+	for {
+		if _, err := f.alloc.Allocate("u1", anyIP); err == nil {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("Run returned early: %v", err)
+		case <-time.After(time.Millisecond):
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
+
+func TestEdgeHandOutInLoadOrder(t *testing.T) {
+	f := newFixture(t, gslb.AllocatorConfig{HandOut: 4, Fallbacks: -1},
+		// Reported in an order unrelated to load.
+		edge("e3", 30, 100), edge("e1", 10, 100), edge("e2", 20, 100),
+		ingest("i1", 0, 0))
+	var got []string
+	count := map[string]int{}
+	for i := range 12 {
+		e := f.allocate(t, "u"+strconv.Itoa(i)).Edge
+		if len(e) != 1 {
+			t.Fatalf("Edge = %v, want one address with Fallbacks < 0", e)
+		}
+		got = append(got, e[0])
+		count[e[0]]++
+	}
+	var want []string
+	for _, a := range []string{"ws://e1", "ws://e2", "ws://e3"} {
+		for range 4 {
+			want = append(want, a)
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("hand-out order = %v\nwant %v", got, want)
+	}
+	for a, n := range count {
+		if n != 4 {
+			t.Errorf("%s handed out %d times, want 4", a, n)
+		}
+	}
+	// The walk wraps around to the least loaded.
+	if e := f.allocate(t, "u12").Edge[0]; e != "ws://e1" {
+		t.Errorf("13th allocation = %s, want ws://e1", e)
+	}
+}
+
+func TestEdgeHandOutConcurrent(t *testing.T) {
+	f := newFixture(t, gslb.AllocatorConfig{HandOut: 4},
+		edge("e1", 10, 100), edge("e2", 20, 100), edge("e3", 30, 100), ingest("i1", 0, 0))
+	const workers, per = 8, 300 // 2400 = 200 full rounds of 12
+	var mu sync.Mutex
+	count := map[string]int{}
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			local := map[string]int{}
+			for i := range per {
+				a, err := f.alloc.Allocate(fmt.Sprintf("u%d-%d", w, i), anyIP)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				local[a.Edge[0]]++
+			}
+			mu.Lock()
+			for k, v := range local {
+				count[k] += v
+			}
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	for _, a := range []string{"ws://e1", "ws://e2", "ws://e3"} {
+		if count[a] != workers*per/3 {
+			t.Errorf("%s handed out %d times, want exactly %d", a, count[a], workers*per/3)
+		}
+	}
+}
+
+func TestFallbacks(t *testing.T) {
+	nodes := []gslb.NodeLoad{
+		edge("e1", 10, 100), edge("e2", 20, 100), edge("e3", 30, 100), edge("e4", 40, 100),
+		ingest("i1", 0, 0), ingest("i2", 0, 0), ingest("i3", 0, 0), ingest("i4", 0, 0),
+	}
+	for _, tc := range []struct {
+		name      string
+		fallbacks int
+		nodes     []gslb.NodeLoad
+		want      int
+	}{
+		{"default two", 0, nodes, 3},
+		{"none", -1, nodes, 1},
+		{"one", 1, nodes, 2},
+		{"more than there are nodes", 10, nodes, 4},
+		{"single node of each kind", 2, []gslb.NodeLoad{edge("e1", 0, 0), ingest("i1", 0, 0)}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, gslb.AllocatorConfig{HandOut: 1, Fallbacks: tc.fallbacks}, tc.nodes...)
+			for i := range 8 {
+				a := f.allocate(t, "u"+strconv.Itoa(i))
+				for kind, addrs := range map[string][]string{"edge": a.Edge, "ingest": a.Ingest} {
+					if len(addrs) != tc.want {
+						t.Fatalf("%s addresses = %v, want %d", kind, addrs, tc.want)
+					}
+					if !distinct(addrs) {
+						t.Fatalf("%s addresses repeat: %v", kind, addrs)
+					}
+				}
+				// Edge fallbacks follow the chosen one in load order.
+				rest := slices.DeleteFunc(slices.Clone([]string{"ws://e1", "ws://e2", "ws://e3", "ws://e4"}), func(s string) bool { return s == a.Edge[0] })
+				if len(tc.nodes) == len(nodes) && !slices.Equal(a.Edge[1:], rest[:tc.want-1]) {
+					t.Fatalf("edge fallbacks = %v, want %v", a.Edge[1:], rest[:tc.want-1])
+				}
+			}
+		})
+	}
+}
+
+func distinct(s []string) bool {
+	c := slices.Clone(s)
+	slices.Sort(c)
+	return len(slices.Compact(c)) == len(s)
+}
+
+func ingestOwners(t testing.TB, f *fixture, users int) map[string]string {
+	t.Helper()
+	out := make(map[string]string, users)
+	for i := range users {
+		u := "user-" + strconv.Itoa(i)
+		out[u] = f.allocate(t, u).Ingest[0]
+	}
+	return out
+}
+
+func TestIngestStickyAndMinimalMoves(t *testing.T) {
+	ingests := []gslb.NodeLoad{ingest("i1", 10, 100), ingest("i2", 10, 100), ingest("i3", 10, 100), ingest("i4", 10, 100)}
+	f := newFixture(t, gslb.AllocatorConfig{}, append(ingests, edge("e1", 0, 0))...)
+	const users = 4000
+	first := ingestOwners(t, f, users)
+
+	// Healthy nodes keep reporting; syncs come and go; nobody moves.
+	for range 5 {
+		f.clk.Advance(5 * time.Millisecond)
+		f.report(t, append(ingests, edge("e1", 0, 0))...)
+		f.sync(t)
+		if again := ingestOwners(t, f, users); !mapsEqual(first, again) {
+			t.Fatal("users moved between syncs while every node stayed healthy")
+		}
+	}
+
+	// i3 disappears: only its users move, and they spread over the others.
+	if err := f.table.Remove(context.Background(), "i3"); err != nil {
+		t.Fatal(err)
+	}
+	f.sync(t)
+	after := ingestOwners(t, f, users)
+	moved := map[string]int{}
+	for u, was := range first {
+		now := after[u]
+		switch {
+		case was != "http://i3" && now != was:
+			t.Fatalf("user %s moved from healthy %s to %s", u, was, now)
+		case was == "http://i3" && now == "http://i3":
+			t.Fatalf("user %s still on the removed node", u)
+		case was == "http://i3":
+			moved[now]++
+		}
+	}
+	if len(moved) != 3 {
+		t.Errorf("i3's users went to %v, want all three remaining nodes", moved)
+	}
+}
+
+func mapsEqual(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func TestIngestRendezvousBalance(t *testing.T) {
+	f := newFixture(t, gslb.AllocatorConfig{},
+		ingest("i1", 0, 100), ingest("i2", 0, 100), ingest("i3", 0, 100), ingest("i4", 0, 100), edge("e1", 0, 0))
+	const users = 10_000
+	count := map[string]int{}
+	for _, a := range ingestOwners(t, f, users) {
+		count[a]++
+	}
+	if len(count) != 4 {
+		t.Fatalf("users spread over %v, want 4 nodes", count)
+	}
+	// ±10% is ~5.8 standard deviations of a fair split.
+	for a, n := range count {
+		if n < 2250 || n > 2750 {
+			t.Errorf("%s got %d users, want 2500 ± 10%%", a, n)
+		}
+	}
+}
+
+// A node's share of users follows its headroom: 80% free gets twice the
+// users of 40% free.
+func TestIngestWeightedByHeadroom(t *testing.T) {
+	f := newFixture(t, gslb.AllocatorConfig{}, ingest("roomy", 20, 100), ingest("busy", 60, 100), edge("e1", 0, 0))
+	const users = 9000
+	count := map[string]int{}
+	for _, a := range ingestOwners(t, f, users) {
+		count[a]++
+	}
+	share := float64(count["http://roomy"]) / users
+	if math.Abs(share-2.0/3) > 0.04 {
+		t.Errorf("roomy node share = %.3f (%v), want 2/3 ± 0.04", share, count)
+	}
+}
+
+func TestLines(t *testing.T) {
+	lineA := netip.MustParsePrefix("10.0.0.0/8")
+	lineB := netip.MustParsePrefix("172.16.0.0/12")
+	classify := func(ip netip.Addr) string {
+		switch {
+		case lineA.Contains(ip):
+			return "A"
+		case lineB.Contains(ip):
+			return "B" // a line without nodes of its own
+		}
+		return ""
+	}
+	nodes := []gslb.NodeLoad{
+		onLine(edge("a-e1", 10, 100), "A"), onLine(edge("a-e2", 20, 100), "A"),
+		edge("bgp-e1", 0, 100), edge("bgp-e2", 5, 100),
+		onLine(ingest("a-i1", 0, 100), "A"), onLine(ingest("a-i2", 0, 100), "A"),
+		ingest("bgp-i1", 0, 100), ingest("bgp-i2", 0, 100),
+		onLine(edge("c-e1", 0, 100), "C"), onLine(ingest("c-i1", 0, 100), "C"),
+	}
+	isA := func(s string) bool {
+		return s == "ws://a-e1" || s == "ws://a-e2" || s == "http://a-i1" || s == "http://a-i2"
+	}
+	isBGP := func(s string) bool {
+		return s == "ws://bgp-e1" || s == "ws://bgp-e2" || s == "http://bgp-i1" || s == "http://bgp-i2"
+	}
+
+	for _, tc := range []struct {
+		name string
+		ip   netip.Addr
+		line string // "A" or "" (BGP)
+	}{
+		{"line A client", netip.MustParseAddr("10.1.2.3"), "A"},
+		{"unknown client", netip.MustParseAddr("203.0.113.7"), ""},
+		{"line without nodes", netip.MustParseAddr("172.16.0.1"), ""},
+		{"no IP", netip.Addr{}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, gslb.AllocatorConfig{HandOut: 1, Fallbacks: 3, Classify: classify}, nodes...)
+			for i := range 16 {
+				a, err := f.alloc.Allocate("u"+strconv.Itoa(i), tc.ip)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if tc.line == "A" {
+					// Own line first (both A edges), then BGP fallbacks; never line C.
+					if !isA(a.Edge[0]) || !isA(a.Edge[1]) || !isBGP(a.Edge[2]) || !isBGP(a.Edge[3]) {
+						t.Fatalf("edges = %v, want two line-A then two BGP", a.Edge)
+					}
+					if !isA(a.Ingest[0]) {
+						t.Fatalf("ingest = %v, want a line-A node first", a.Ingest)
+					}
+					for _, s := range a.Ingest {
+						if !isA(s) && !isBGP(s) {
+							t.Fatalf("ingest = %v holds another line's node", a.Ingest)
+						}
+					}
+					continue
+				}
+				for _, s := range append(slices.Clone(a.Edge), a.Ingest...) {
+					if !isBGP(s) {
+						t.Fatalf("allocation %+v holds a non-BGP node %s", a, s)
+					}
+				}
+			}
+		})
+	}
+}
+
+// When every node of a line is gone, its clients fall back to BGP nodes.
+func TestLineFallsBackToBGP(t *testing.T) {
+	classify := func(netip.Addr) string { return "A" }
+	f := newFixture(t, gslb.AllocatorConfig{Classify: classify},
+		onLine(edge("a-e1", 0, 100), "A"), onLine(ingest("a-i1", 0, 100), "A"),
+		edge("bgp-e1", 0, 100), ingest("bgp-i1", 0, 100))
+	if a := f.allocate(t, "u1"); a.Edge[0] != "ws://a-e1" || a.Ingest[0] != "http://a-i1" {
+		t.Fatalf("allocation = %+v, want line-A nodes first", a)
+	}
+	for _, id := range []string{"a-e1", "a-i1"} {
+		if err := f.table.Remove(context.Background(), id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.sync(t)
+	if a := f.allocate(t, "u1"); !slices.Equal(a.Edge, []string{"ws://bgp-e1"}) || !slices.Equal(a.Ingest, []string{"http://bgp-i1"}) {
+		t.Fatalf("allocation = %+v, want the BGP nodes", a)
+	}
+}
+
+func TestAllocatorNoNodes(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		nodes []gslb.NodeLoad
+	}{
+		{"empty table", nil},
+		{"edges only", []gslb.NodeLoad{edge("e1", 0, 0)}},
+		{"ingests only", []gslb.NodeLoad{ingest("i1", 0, 0)}},
+		{"unknown kind", []gslb.NodeLoad{{ID: "x", Kind: "slicer", Addr: "x"}, ingest("i1", 0, 0)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, gslb.AllocatorConfig{}, tc.nodes...)
+			if a, err := f.alloc.Allocate("u", anyIP); !errors.Is(err, gslb.ErrNoNodes) {
+				t.Fatalf("Allocate = %+v, %v; want ErrNoNodes", a, err)
+			}
+		})
+	}
+}
+
+func TestAllocatorConfig(t *testing.T) {
+	table := gslb.NewMemoryLoadTable()
+	for _, tc := range []struct {
+		name string
+		cfg  gslb.AllocatorConfig
+		ok   bool
+	}{
+		{"defaults", gslb.AllocatorConfig{Table: table}, true},
+		{"no table", gslb.AllocatorConfig{}, false},
+		{"negative sync", gslb.AllocatorConfig{Table: table, Sync: -time.Millisecond}, false},
+		{"stale under sync", gslb.AllocatorConfig{Table: table, Sync: time.Second, Stale: time.Millisecond}, false},
+		{"negative hand-out", gslb.AllocatorConfig{Table: table, HandOut: -1}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := gslb.NewAllocator(tc.cfg)
+			if (err == nil) != tc.ok {
+				t.Fatalf("NewAllocator: err = %v, want ok=%v", err, tc.ok)
+			}
+		})
+	}
+}
+
+func TestMemoryLoadTable(t *testing.T) {
+	ctx := context.Background()
+	table := gslb.NewMemoryLoadTable()
+	if err := table.Report(ctx, gslb.NodeLoad{}); !errors.Is(err, gslb.ErrNoID) {
+		t.Fatalf("Report without id: err = %v", err)
+	}
+	rooms := map[string]int{"r1": 5}
+	for _, l := range []gslb.NodeLoad{
+		{ID: "b", Kind: gslb.KindEdge, Conns: 1, Rooms: rooms},
+		{ID: "a", Kind: gslb.KindIngest},
+		{ID: "b", Kind: gslb.KindEdge, Conns: 2, Rooms: rooms},
+	} {
+		if err := table.Report(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rooms["r1"] = 99 // the table keeps its own copy
+	got, err := table.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].ID != "a" || got[1].ID != "b" || got[1].Conns != 2 || got[1].Rooms["r1"] != 5 {
+		t.Fatalf("Snapshot = %+v", got)
+	}
+	if err := table.Remove(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := table.Snapshot(ctx); len(got) != 1 || got[0].ID != "a" {
+		t.Fatalf("after Remove: %+v", got)
+	}
+}
+
+func TestReporterReportsAndRemovesOnStop(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	table := gslb.NewMemoryLoadTable()
+	clk := clock.NewFake(t0)
+	var calls atomic.Int64
+	r := gslb.Reporter{
+		Table:    table,
+		Interval: time.Millisecond,
+		Load:     func() gslb.NodeLoad { calls.Add(1); return edge("e1", 3, 100) },
+		Now:      clk.Now,
+	}
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	for calls.Load() < 3 {
+		time.Sleep(time.Millisecond)
+	}
+	got, err := table.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].ID != "e1" || !got[0].At.Equal(t0) || got[0].Conns != 3 {
+		t.Fatalf("table = %+v, want e1 stamped with the reporter's clock", got)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := table.Snapshot(context.Background()); len(got) != 0 {
+		t.Fatalf("table after stop = %+v, want the node removed", got)
+	}
+}
+
+// Allocate's hot path allocates only its results: the two address slices
+// and the rendezvous scratch list.
+func TestAllocateAllocs(t *testing.T) {
+	f := newFixture(t, gslb.AllocatorConfig{},
+		edge("e1", 0, 100), edge("e2", 0, 100), edge("e3", 0, 100), ingest("i1", 0, 100), ingest("i2", 0, 100), ingest("i3", 0, 100))
+	n := testing.AllocsPerRun(1000, func() {
+		if _, err := f.alloc.Allocate("user-1", anyIP); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if n > 3 {
+		t.Errorf("Allocate allocates %v times per call, want ≤ 3", n)
+	}
+}
+
+// BenchmarkAllocate measures allocation decisions per second over 20 edges
+// and 10 ingests while the table is synced every 5 ms in the background, and
+// reports how evenly the edges were handed out (max/mean; 1 is perfect).
+func BenchmarkAllocate(b *testing.B) {
+	f := newFixture(b, gslb.AllocatorConfig{})
+	var nodes []gslb.NodeLoad
+	for i := range 20 {
+		nodes = append(nodes, edge(fmt.Sprintf("e%02d", i), 100*i, 10_000))
+	}
+	for i := range 10 {
+		nodes = append(nodes, ingest(fmt.Sprintf("i%02d", i), 10*i, 1_000))
+	}
+	f.report(b, nodes...)
+	f.sync(b)
+	users := make([]string, 10_000)
+	for i := range users {
+		users[i] = "user-" + strconv.Itoa(i)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = f.alloc.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	var (
+		mu     sync.Mutex
+		counts = map[string]int{}
+		worker atomic.Int64
+	)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		local := map[string]int{}
+		i := int(worker.Add(1)) * 7919
+		ip := netip.AddrFrom4([4]byte{198, 51, 100, byte(i)})
+		for pb.Next() {
+			a, err := f.alloc.Allocate(users[i%len(users)], ip)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			local[a.Edge[0]]++
+			i++
+		}
+		mu.Lock()
+		for k, v := range local {
+			counts[k] += v
+		}
+		mu.Unlock()
+	})
+	b.StopTimer()
+	if s := b.Elapsed().Seconds(); s > 0 {
+		b.ReportMetric(float64(b.N)/s, "allocations/s")
+	}
+	total, most := 0, 0
+	for _, n := range counts {
+		total += n
+		most = max(most, n)
+	}
+	if total > 0 {
+		b.ReportMetric(float64(most)/(float64(total)/20), "edge-max/mean")
+	}
+}

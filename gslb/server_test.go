@@ -1,0 +1,463 @@
+package gslb_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"danmaku/auth"
+	"danmaku/gslb"
+	"danmaku/internal/clock"
+	"danmaku/internal/httpx"
+)
+
+var (
+	ticketKey = []byte("gslb-test-ticket-key-0123456789")
+	master    = []byte("gslb-test-master-key-0123456789-0123456789")
+)
+
+// entryFixture is an entry endpoint on a fake clock started at the wall clock
+// (MintTicket stamps tickets with time.Now).
+type entryFixture struct {
+	*fixture
+	ring   *auth.Keyring
+	reg    *prometheus.Registry
+	engine *gin.Engine
+	rooms  *fakeRooms
+}
+
+type fakeRooms struct {
+	mu     sync.Mutex
+	opened []string
+	fail   bool
+}
+
+func (r *fakeRooms) OpenRoom(ctx context.Context, room string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.fail {
+		return errors.New("rooms down")
+	}
+	r.opened = append(r.opened, room)
+	return nil
+}
+
+func newEntryFixture(t testing.TB, withSecrets bool, nodes ...gslb.NodeLoad) *entryFixture {
+	t.Helper()
+	clk := clock.NewFake(time.Now())
+	mem := gslb.NewMemoryLoadTable()
+	f := &fixture{clk: clk, table: mem}
+	alloc, err := gslb.NewAllocator(gslb.AllocatorConfig{Table: mem, Clock: clk, Logger: discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.alloc = alloc
+	f.report(t, nodes...)
+	f.sync(t)
+
+	secrets := auth.NewMemorySecrets()
+	ring, err := auth.NewKeyring(auth.KeyringConfig{Store: secrets, Clock: clk, Logger: discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if withSecrets {
+		center, err := auth.NewCenter(auth.CenterConfig{Store: secrets, MasterKey: master, Clock: clk, Logger: discard})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := center.Publish(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if err := ring.Refresh(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tickets, err := auth.NewTicketVerifier(ticketKey, clk.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	rooms := &fakeRooms{}
+	srv, err := gslb.NewServer(gslb.ServerConfig{
+		Allocator:  alloc,
+		Keyring:    ring,
+		Tickets:    tickets,
+		CDN:        "https://cdn.example",
+		Rooms:      rooms,
+		Registerer: reg,
+		Clock:      clk,
+		Logger:     discard,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	engine := httpx.NewEngine(httpx.EngineConfig{Role: "gslb", Logger: discard, Gatherer: reg})
+	srv.Register(engine)
+	return &entryFixture{fixture: f, ring: ring, reg: reg, engine: engine, rooms: rooms}
+}
+
+func healthyNodes() []gslb.NodeLoad {
+	return []gslb.NodeLoad{
+		edge("e1", 10, 100), edge("e2", 20, 100), edge("e3", 30, 100),
+		ingest("i1", 0, 100), ingest("i2", 0, 100), ingest("i3", 0, 100),
+	}
+}
+
+func mintTicket(t testing.TB, key []byte, user string, tk auth.Ticket, ttl time.Duration) string {
+	t.Helper()
+	s, err := auth.MintTicket(key, user, tk, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func (f *entryFixture) get(target, ticket string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(http.MethodGet, target, nil)
+	if ticket != "" {
+		req.Header.Set("Authorization", "Bearer "+ticket)
+	}
+	rec := httptest.NewRecorder()
+	f.engine.ServeHTTP(rec, req)
+	return rec
+}
+
+type errorBody struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+func errorCode(t testing.TB, rec *httptest.ResponseRecorder) string {
+	t.Helper()
+	var b errorBody
+	if err := json.Unmarshal(rec.Body.Bytes(), &b); err != nil {
+		t.Fatalf("error body %q is not JSON: %v", rec.Body.String(), err)
+	}
+	if b.Error.Code == "" || b.Error.Message == "" {
+		t.Fatalf("error body %q lacks code or message", rec.Body.String())
+	}
+	return b.Error.Code
+}
+
+func entriesCounter(t testing.TB, reg *prometheus.Registry, code string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "danmaku_gslb_entries_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "code" && l.GetValue() == code {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+func TestEntryOK(t *testing.T) {
+	f := newEntryFixture(t, true, healthyNodes()...)
+	ticket := mintTicket(t, ticketKey, "user-7", auth.Ticket{Nick: "长长的昵称超过六个字", Avatar: "a9", Role: auth.RoleHost}, time.Hour)
+
+	for _, tc := range []struct {
+		name   string
+		target string
+		header string
+	}{
+		{"bearer header", "/v1/entry?room=room_1-A", ticket},
+		{"ticket query", "/v1/entry?room=room_1-A&ticket=" + ticket, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := f.get(tc.target, tc.header)
+			if rec.Code != http.StatusOK {
+				t.Fatalf("status %d: %s", rec.Code, rec.Body)
+			}
+			var got gslb.Entry
+			dec := json.NewDecoder(strings.NewReader(rec.Body.String()))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(&got); err != nil {
+				t.Fatalf("body %s: %v", rec.Body, err)
+			}
+			now := f.clk.Now()
+			if got.Room != "room_1-A" || got.User != "user-7" || got.Role != auth.RoleHost {
+				t.Errorf("room/user/role = %q/%q/%q", got.Room, got.User, got.Role)
+			}
+			if len(got.Ingest) != 3 || len(got.Edge) != 3 {
+				t.Errorf("ingest %v, edge %v: want 3 each (chosen + 2 fallbacks)", got.Ingest, got.Edge)
+			}
+			if got.CDN != "https://cdn.example/" {
+				t.Errorf("cdn = %q, want a trailing slash", got.CDN)
+			}
+			if got.ServerTimeMs != now.UnixMilli() {
+				t.Errorf("server_time_ms = %d, want %d", got.ServerTimeMs, now.UnixMilli())
+			}
+			if want := now.Add(f.ring.TokenTTL()).UnixMilli(); got.TokenExpiresMs != want {
+				t.Errorf("token_expires_ms = %d, want %d", got.TokenExpiresMs, want)
+			}
+			if got.SegmentMs != 1000 || got.PublishDelayMs != 300 {
+				t.Errorf("segment_ms = %d, publish_delay_ms = %d", got.SegmentMs, got.PublishDelayMs)
+			}
+
+			claims, err := f.ring.Verify(got.Token)
+			if err != nil {
+				t.Fatalf("token does not verify: %v", err)
+			}
+			if claims.Room != "room_1-A" || claims.User() != "user-7" || claims.Role != auth.RoleHost || claims.Avatar != "a9" {
+				t.Errorf("claims = %+v", claims)
+			}
+			if claims.Nick != "长长的昵称超" {
+				t.Errorf("nick = %q, want the first 6 characters", claims.Nick)
+			}
+			if want := append(slices.Clone(got.Ingest), got.Edge...); !slices.Equal(claims.Addrs, want) {
+				t.Errorf("token addrs = %v, want %v", claims.Addrs, want)
+			}
+			if claims.Login != now.UnixMilli() {
+				t.Errorf("login = %d, want %d", claims.Login, now.UnixMilli())
+			}
+			for _, a := range got.Ingest {
+				if !claims.HasAddr(a) {
+					t.Errorf("token not bound to ingest %s", a)
+				}
+			}
+		})
+	}
+	if n := entriesCounter(t, f.reg, "ok"); n != 2 {
+		t.Errorf("entries{code=ok} = %v, want 2", n)
+	}
+	// The room is opened once, however many viewers enter.
+	if !slices.Equal(f.rooms.opened, []string{"room_1-A"}) {
+		t.Errorf("opened rooms = %v", f.rooms.opened)
+	}
+}
+
+func TestEntryOpenRoomRetriedAfterFailure(t *testing.T) {
+	f := newEntryFixture(t, true, healthyNodes()...)
+	ticket := mintTicket(t, ticketKey, "u1", auth.Ticket{}, time.Hour)
+	f.rooms.fail = true
+	if rec := f.get("/v1/entry?room=r1", ticket); rec.Code != http.StatusOK {
+		t.Fatalf("status %d with the room opener down; the entry must still succeed", rec.Code)
+	}
+	f.rooms.fail = false
+	f.get("/v1/entry?room=r1", ticket)
+	f.get("/v1/entry?room=r1", ticket)
+	if !slices.Equal(f.rooms.opened, []string{"r1"}) {
+		t.Errorf("opened = %v, want r1 once after the failure", f.rooms.opened)
+	}
+}
+
+func TestEntryBadInput(t *testing.T) {
+	f := newEntryFixture(t, true, healthyNodes()...)
+	good := mintTicket(t, ticketKey, "u1", auth.Ticket{}, time.Hour)
+	for _, tc := range []struct {
+		name   string
+		target string
+		ticket string
+		status int
+		code   string
+	}{
+		{"missing room", "/v1/entry", good, 400, "bad_room"},
+		{"empty room", "/v1/entry?room=", good, 400, "bad_room"},
+		{"room with a space", "/v1/entry?room=a%20b", good, 400, "bad_room"},
+		{"room with a slash", "/v1/entry?room=a%2Fb", good, 400, "bad_room"},
+		{"room with a dot", "/v1/entry?room=a.b", good, 400, "bad_room"},
+		{"room with a brace", "/v1/entry?room=%7Broom%7D", good, 400, "bad_room"},
+		{"non-ASCII room", "/v1/entry?room=%E6%88%BF", good, 400, "bad_room"},
+		{"65-char room", "/v1/entry?room=" + strings.Repeat("r", 65), good, 400, "bad_room"},
+		{"missing ticket", "/v1/entry?room=r1", "", 401, "no_ticket"},
+		{"empty ticket query", "/v1/entry?room=r1&ticket=", "", 401, "no_ticket"},
+		{"garbage ticket", "/v1/entry?room=r1", "garbage", 401, "bad_ticket"},
+		{"expired ticket", "/v1/entry?room=r1", mintTicket(t, ticketKey, "u1", auth.Ticket{}, -time.Minute), 401, "bad_ticket"},
+		{"ticket of another key", "/v1/entry?room=r1", mintTicket(t, []byte("some-other-ticket-key-0123456"), "u1", auth.Ticket{}, time.Hour), 401, "bad_ticket"},
+		{"ticket with a bad role", "/v1/entry?room=r1", mintTicket(t, ticketKey, "u1", auth.Ticket{Role: "root"}, time.Hour), 401, "bad_ticket"},
+		{"ticket without user", "/v1/entry?room=r1", mintTicket(t, ticketKey, "", auth.Ticket{}, time.Hour), 401, "bad_ticket"},
+		{"a dynamic token is not a ticket", "/v1/entry?room=r1", func() string {
+			tok, _, err := f.ring.Sign(auth.Claims{Room: "r1", Role: auth.RoleViewer})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return tok
+		}(), 401, "bad_ticket"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := f.get(tc.target, tc.ticket)
+			if rec.Code != tc.status {
+				t.Fatalf("status = %d, want %d: %s", rec.Code, tc.status, rec.Body)
+			}
+			if code := errorCode(t, rec); code != tc.code {
+				t.Fatalf("code = %q, want %q", code, tc.code)
+			}
+		})
+	}
+	if n := entriesCounter(t, f.reg, "bad_room"); n != 8 {
+		t.Errorf("entries{code=bad_room} = %v, want 8", n)
+	}
+	// The longest valid room passes.
+	if rec := f.get("/v1/entry?room="+strings.Repeat("r", 64), good); rec.Code != http.StatusOK {
+		t.Errorf("64-char room: status %d: %s", rec.Code, rec.Body)
+	}
+}
+
+func TestEntryRoutes(t *testing.T) {
+	f := newEntryFixture(t, true, healthyNodes()...)
+	for _, tc := range []struct {
+		method, target string
+		status         int
+		code           string
+	}{
+		{http.MethodPost, "/v1/entry?room=r1", 405, "method_not_allowed"},
+		{http.MethodGet, "/v1/entries", 404, "not_found"},
+	} {
+		t.Run(tc.method+" "+tc.target, func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			f.engine.ServeHTTP(rec, httptest.NewRequest(tc.method, tc.target, nil))
+			if rec.Code != tc.status || errorCode(t, rec) != tc.code {
+				t.Fatalf("status %d body %s, want %d %s", rec.Code, rec.Body, tc.status, tc.code)
+			}
+		})
+	}
+	f.get("/v1/entry", "") // a counted request, so the counter vector has a child
+	rec := f.get("/metrics", "")
+	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), "danmaku_gslb_entries_total") {
+		t.Errorf("/metrics: %d %.200s", rec.Code, rec.Body)
+	}
+}
+
+func TestEntryNoNodes(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		nodes []gslb.NodeLoad
+	}{
+		{"empty table", nil},
+		{"no ingest", []gslb.NodeLoad{edge("e1", 0, 100)}},
+		{"all overloaded", []gslb.NodeLoad{edge("e1", 99, 100), ingest("i1", 99, 100)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newEntryFixture(t, true, tc.nodes...)
+			rec := f.get("/v1/entry?room=r1", mintTicket(t, ticketKey, "u1", auth.Ticket{}, time.Hour))
+			if rec.Code != http.StatusServiceUnavailable || errorCode(t, rec) != "no_nodes" {
+				t.Fatalf("status %d body %s, want 503 no_nodes", rec.Code, rec.Body)
+			}
+			if ra := rec.Header().Get("Retry-After"); ra != "1" {
+				t.Errorf("Retry-After = %q, want 1", ra)
+			}
+			if len(f.rooms.opened) != 0 {
+				t.Errorf("room opened without an entry: %v", f.rooms.opened)
+			}
+		})
+	}
+}
+
+func TestEntryTokenUnavailable(t *testing.T) {
+	f := newEntryFixture(t, false, healthyNodes()...)
+	rec := f.get("/v1/entry?room=r1", mintTicket(t, ticketKey, "u1", auth.Ticket{}, time.Hour))
+	if rec.Code != http.StatusServiceUnavailable || errorCode(t, rec) != "token_unavailable" {
+		t.Fatalf("status %d body %s, want 503 token_unavailable", rec.Code, rec.Body)
+	}
+	if ra := rec.Header().Get("Retry-After"); ra == "" {
+		t.Error("no Retry-After")
+	}
+	if n := entriesCounter(t, f.reg, "token_unavailable"); n != 1 {
+		t.Errorf("entries{code=token_unavailable} = %v", n)
+	}
+}
+
+// The client address reaches the line classifier.
+func TestEntryClassifiesClientIP(t *testing.T) {
+	clk := clock.NewFake(time.Now())
+	mem := gslb.NewMemoryLoadTable()
+	lineA := netip.MustParsePrefix("10.0.0.0/8")
+	alloc, err := gslb.NewAllocator(gslb.AllocatorConfig{
+		Table: mem, Clock: clk, Logger: discard, Fallbacks: -1,
+		Classify: func(ip netip.Addr) string {
+			if lineA.Contains(ip) {
+				return "A"
+			}
+			return ""
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{clk: clk, table: mem, alloc: alloc}
+	f.report(t, onLine(edge("a-e1", 50, 100), "A"), onLine(ingest("a-i1", 50, 100), "A"), edge("bgp-e1", 0, 100), ingest("bgp-i1", 0, 100))
+	f.sync(t)
+	secrets := auth.NewMemorySecrets()
+	center, _ := auth.NewCenter(auth.CenterConfig{Store: secrets, MasterKey: master, Clock: clk})
+	ring, _ := auth.NewKeyring(auth.KeyringConfig{Store: secrets, Clock: clk})
+	if err := center.Publish(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := ring.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	tickets, _ := auth.NewTicketVerifier(ticketKey, clk.Now)
+	srv, err := gslb.NewServer(gslb.ServerConfig{Allocator: alloc, Keyring: ring, Tickets: tickets, CDN: "https://cdn/", Clock: clk, Logger: discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	engine := httpx.NewEngine(httpx.EngineConfig{Logger: discard})
+	srv.Register(engine)
+	ticket := mintTicket(t, ticketKey, "u1", auth.Ticket{}, time.Hour)
+	for _, tc := range []struct {
+		remote     string
+		edge, ingr string
+	}{
+		{"10.9.8.7:5555", "ws://a-e1", "http://a-i1"},
+		{"203.0.113.9:5555", "ws://bgp-e1", "http://bgp-i1"},
+	} {
+		req := httptest.NewRequest(http.MethodGet, "/v1/entry?room=r1", nil)
+		req.RemoteAddr = tc.remote
+		req.Header.Set("Authorization", "Bearer "+ticket)
+		rec := httptest.NewRecorder()
+		engine.ServeHTTP(rec, req)
+		var got gslb.Entry
+		if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil || rec.Code != 200 {
+			t.Fatalf("%s: %d %s", tc.remote, rec.Code, rec.Body)
+		}
+		if !slices.Equal(got.Edge, []string{tc.edge}) || !slices.Equal(got.Ingest, []string{tc.ingr}) {
+			t.Errorf("%s: edge %v ingest %v, want %s %s", tc.remote, got.Edge, got.Ingest, tc.edge, tc.ingr)
+		}
+	}
+}
+
+func TestServerConfig(t *testing.T) {
+	f := newEntryFixture(t, true)
+	tickets, _ := auth.NewTicketVerifier(ticketKey, nil)
+	for _, tc := range []struct {
+		name string
+		cfg  gslb.ServerConfig
+	}{
+		{"no allocator", gslb.ServerConfig{Keyring: f.ring, Tickets: tickets, CDN: "x/"}},
+		{"no keyring", gslb.ServerConfig{Allocator: f.alloc, Tickets: tickets, CDN: "x/"}},
+		{"no tickets", gslb.ServerConfig{Allocator: f.alloc, Keyring: f.ring, CDN: "x/"}},
+		{"no cdn", gslb.ServerConfig{Allocator: f.alloc, Keyring: f.ring, Tickets: tickets}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := gslb.NewServer(tc.cfg); err == nil {
+				t.Fatal("accepted")
+			}
+		})
+	}
+	// Two servers on one registry collide on their metric.
+	if _, err := gslb.NewServer(gslb.ServerConfig{Allocator: f.alloc, Keyring: f.ring, Tickets: tickets, CDN: "x", Registerer: f.reg}); err == nil {
+		t.Error("second server registered the same metric")
+	}
+}

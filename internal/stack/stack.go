@@ -1,0 +1,425 @@
+// Package stack wires the roles of one process: any subset of gslb, ingest,
+// edge, slicer and origin, sharing the backends they are given. `danmaku dev`
+// runs every role on in-memory backends; `danmaku <role>` runs one. The
+// in-process end-to-end tests use it too, so they exercise exactly what a
+// newcomer runs.
+//
+// New binds the listeners (so addresses are known) and starts nothing; Run
+// serves until its context ends and then shuts the roles down in an order
+// that loses nothing: edges drain first, the slicer writes what is due last.
+package stack
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"danmaku/auth"
+	"danmaku/edge"
+	"danmaku/gslb"
+	"danmaku/ingest"
+	"danmaku/internal/httpx"
+	"danmaku/internal/objstore"
+	"danmaku/internal/origin"
+	"danmaku/internal/stream"
+	"danmaku/slicer"
+)
+
+// Role names.
+const (
+	RoleGSLB   = "gslb"
+	RoleIngest = "ingest"
+	RoleEdge   = "edge"
+	RoleSlicer = "slicer"
+	RoleOrigin = "origin"
+)
+
+// AllRoles is what `danmaku dev` runs.
+var AllRoles = []string{RoleGSLB, RoleIngest, RoleEdge, RoleSlicer, RoleOrigin}
+
+// Default listen addresses of embedded mode (docs/operations.md).
+const (
+	DefaultGSLBAddr   = "127.0.0.1:7700"
+	DefaultIngestAddr = "127.0.0.1:7701"
+	DefaultEdgeAddr   = "127.0.0.1:7702"
+	DefaultOriginAddr = "127.0.0.1:7703"
+	DefaultSlicerAddr = "127.0.0.1:7704"
+	// DevServiceKey is the gift API key of embedded mode. Public on purpose.
+	DevServiceKey = "dev-service-key"
+)
+
+// Backends are the stores the roles share. Nil fields get in-memory ones.
+type Backends struct {
+	Streams stream.Store
+	Objects objstore.Store
+	Load    gslb.LoadTable
+	Secrets auth.SecretStore
+	Lease   slicer.Lease
+}
+
+// Config configures a Stack.
+type Config struct {
+	// Roles to run. Empty: AllRoles.
+	Roles []string
+	// Listen addresses per role ("127.0.0.1:0" picks a free port). Zero:
+	// the Default*Addr constants.
+	GSLBAddr, IngestAddr, EdgeAddr, OriginAddr, SlicerAddr string
+	// PublicCDN is the CDN base URL clients are handed. Zero: this stack's
+	// origin ("http://<OriginAddr>/").
+	PublicCDN string
+	// DataDir keeps segments on disk. Zero: in memory.
+	DataDir string
+	// Backends shared by the roles. Zero fields: in memory.
+	Backends Backends
+	// MasterKey derives token secrets (auth center). Zero: random per process.
+	MasterKey []byte
+	// TicketKey verifies business tickets. Zero: auth.DevTicketKey.
+	TicketKey []byte
+	// ServiceKeys for the gift API. Zero: DevServiceKey.
+	ServiceKeys []string
+	// Budget is the slicer's messages per second. Zero: the slicer's default.
+	Budget int
+	// MinGiftValue is the edge's push threshold. Zero: every gift.
+	MinGiftValue int64
+	// EdgeDrain is how long the edge drains on shutdown. Zero: 1 s (dev).
+	EdgeDrain time.Duration
+	// Logger. Nil: slog.Default().
+	Logger *slog.Logger
+}
+
+// Stack is a running set of roles.
+type Stack struct {
+	cfg      Config
+	log      *slog.Logger
+	registry *prometheus.Registry
+
+	URLs map[string]string // role → base URL clients use
+
+	center    *auth.Center
+	keyring   *auth.Keyring
+	allocator *gslb.Allocator
+	ingest    *ingest.Server
+	edge      *edge.Server
+	slicer    *slicer.Slicer
+
+	servers []*roleServer
+}
+
+type roleServer struct {
+	role string
+	ln   net.Listener
+	srv  *http.Server
+}
+
+func (c *Config) has(role string) bool {
+	for _, r := range c.Roles {
+		if r == role {
+			return true
+		}
+	}
+	return false
+}
+
+// New builds the roles and binds their listeners.
+func New(cfg Config) (*Stack, error) {
+	if len(cfg.Roles) == 0 {
+		cfg.Roles = AllRoles
+	}
+	for _, r := range cfg.Roles {
+		switch r {
+		case RoleGSLB, RoleIngest, RoleEdge, RoleSlicer, RoleOrigin:
+		default:
+			return nil, fmt.Errorf("stack: unknown role %q", r)
+		}
+	}
+	def := func(p *string, d string) {
+		if *p == "" {
+			*p = d
+		}
+	}
+	def(&cfg.GSLBAddr, DefaultGSLBAddr)
+	def(&cfg.IngestAddr, DefaultIngestAddr)
+	def(&cfg.EdgeAddr, DefaultEdgeAddr)
+	def(&cfg.OriginAddr, DefaultOriginAddr)
+	def(&cfg.SlicerAddr, DefaultSlicerAddr)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if len(cfg.TicketKey) == 0 {
+		cfg.TicketKey = auth.DevTicketKey
+	}
+	if len(cfg.ServiceKeys) == 0 {
+		cfg.ServiceKeys = []string{DevServiceKey}
+	}
+	if cfg.EdgeDrain == 0 {
+		cfg.EdgeDrain = time.Second
+	}
+	if len(cfg.MasterKey) == 0 {
+		cfg.MasterKey = make([]byte, 32)
+		if _, err := rand.Read(cfg.MasterKey); err != nil {
+			return nil, err
+		}
+	}
+	b := &cfg.Backends
+	if b.Streams == nil {
+		b.Streams = stream.NewMemoryStore(nil)
+	}
+	if b.Objects == nil {
+		if cfg.DataDir != "" {
+			d, err := objstore.NewDirStore(cfg.DataDir)
+			if err != nil {
+				return nil, err
+			}
+			b.Objects = d
+		} else {
+			b.Objects = objstore.NewMemoryStore()
+		}
+	}
+	if b.Load == nil {
+		b.Load = gslb.NewMemoryLoadTable()
+	}
+	if b.Secrets == nil {
+		b.Secrets = auth.NewMemorySecrets()
+	}
+
+	s := &Stack{cfg: cfg, log: cfg.Logger, registry: prometheus.NewRegistry(), URLs: map[string]string{}}
+	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	ok := false
+	defer func() {
+		if !ok {
+			for _, rs := range s.servers {
+				rs.ln.Close()
+			}
+		}
+	}()
+	// Listeners first: advertised addresses come from the bound ports.
+	listen := func(role, addr string) (*roleServer, error) {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("stack: %s: listen %s: %w", role, addr, err)
+		}
+		rs := &roleServer{role: role, ln: ln}
+		s.servers = append(s.servers, rs)
+		return rs, nil
+	}
+	roleAddrs := map[string]string{RoleGSLB: cfg.GSLBAddr, RoleIngest: cfg.IngestAddr, RoleEdge: cfg.EdgeAddr, RoleOrigin: cfg.OriginAddr, RoleSlicer: cfg.SlicerAddr}
+	byRole := map[string]*roleServer{}
+	for _, role := range AllRoles {
+		if !cfg.has(role) {
+			continue
+		}
+		rs, err := listen(role, roleAddrs[role])
+		if err != nil {
+			return nil, err
+		}
+		byRole[role] = rs
+		s.URLs[role] = "http://" + rs.ln.Addr().String()
+	}
+	if rs := byRole[RoleEdge]; rs != nil {
+		s.URLs[RoleEdge] = "ws://" + rs.ln.Addr().String() + "/v1/ws"
+	}
+	if cfg.PublicCDN == "" {
+		if u, okk := s.URLs[RoleOrigin]; okk {
+			cfg.PublicCDN = u + "/"
+		}
+	}
+	s.cfg = cfg
+
+	var err error
+	needKeys := cfg.has(RoleGSLB) || cfg.has(RoleIngest) || cfg.has(RoleEdge)
+	if needKeys {
+		// In a deployment the auth center is its own small process; here it
+		// rides along with whichever role needs tokens.
+		if s.center, err = auth.NewCenter(auth.CenterConfig{Store: b.Secrets, MasterKey: cfg.MasterKey, Logger: s.log}); err != nil {
+			return nil, err
+		}
+		if s.keyring, err = auth.NewKeyring(auth.KeyringConfig{Store: b.Secrets, Logger: s.log}); err != nil {
+			return nil, err
+		}
+	}
+	engine := func(role string) *gin.Engine {
+		return httpx.NewEngine(httpx.EngineConfig{Role: role, Logger: s.log.With("role", role), Gatherer: s.registry})
+	}
+	if rs := byRole[RoleGSLB]; rs != nil {
+		if cfg.PublicCDN == "" {
+			return nil, errors.New("stack: gslb needs PublicCDN when the origin role is not here")
+		}
+		if s.allocator, err = gslb.NewAllocator(gslb.AllocatorConfig{Table: b.Load, Logger: s.log}); err != nil {
+			return nil, err
+		}
+		tickets, err := auth.NewTicketVerifier(cfg.TicketKey, nil)
+		if err != nil {
+			return nil, err
+		}
+		gs, err := gslb.NewServer(gslb.ServerConfig{Allocator: s.allocator, Keyring: s.keyring, Tickets: tickets, CDN: cfg.PublicCDN, Rooms: b.Streams, Registerer: s.registry, Logger: s.log})
+		if err != nil {
+			return nil, err
+		}
+		e := engine(RoleGSLB)
+		gs.Register(e)
+		rs.srv = httpx.NewServer(e, 10*time.Second)
+	}
+	if rs := byRole[RoleIngest]; rs != nil {
+		s.ingest, err = ingest.New(ingest.Config{
+			Streams: b.Streams, Keyring: s.keyring, Addr: s.URLs[RoleIngest], Load: b.Load,
+			ServiceKeys: cfg.ServiceKeys, Registerer: s.registry, Logger: s.log,
+		})
+		if err != nil {
+			return nil, err
+		}
+		e := engine(RoleIngest)
+		s.ingest.Register(e)
+		rs.srv = httpx.NewServer(e, 10*time.Second)
+	}
+	if rs := byRole[RoleEdge]; rs != nil {
+		s.edge, err = edge.New(edge.Config{
+			Store: b.Streams, Verifier: s.keyring, Addr: s.URLs[RoleEdge], LoadTable: b.Load,
+			MinGiftValue: cfg.MinGiftValue, DrainPeriod: cfg.EdgeDrain, Registerer: s.registry, Logger: s.log,
+		})
+		if err != nil {
+			return nil, err
+		}
+		// WebSockets live long: no write timeout on the server; the edge
+		// sets per-write deadlines itself.
+		rs.srv = httpx.NewServer(s.edge.Handler(), 0)
+		rs.srv.ReadTimeout = 0
+	}
+	if rs := byRole[RoleSlicer]; rs != nil {
+		s.slicer, err = slicer.New(slicer.Config{Streams: b.Streams, Objects: b.Objects, Lease: b.Lease, Budget: cfg.Budget, Registerer: s.registry, Logger: s.log})
+		if err != nil {
+			return nil, err
+		}
+		rs.srv = httpx.NewServer(engine(RoleSlicer), 10*time.Second)
+	}
+	if rs := byRole[RoleOrigin]; rs != nil {
+		e := engine(RoleOrigin)
+		origin.Register(e, b.Objects)
+		rs.srv = httpx.NewServer(e, 30*time.Second)
+	}
+	ok = true
+	return s, nil
+}
+
+// Run serves every role until ctx is done, then shuts down and returns.
+func (s *Stack) Run(ctx context.Context) error {
+	if s.center != nil {
+		// Publish and load secrets before the first request, so that the
+		// first entry already gets a token.
+		if err := s.center.Publish(ctx); err != nil {
+			return err
+		}
+		if err := s.keyring.Refresh(ctx); err != nil {
+			return err
+		}
+	}
+	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	goRun := func(f func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(bg); err != nil {
+				s.log.Error("stack: component stopped", "err", err)
+			}
+		}()
+	}
+	if s.center != nil {
+		goRun(s.center.Run)
+		goRun(s.keyring.Run)
+	}
+	if s.allocator != nil {
+		goRun(s.allocator.Run)
+	}
+	if s.ingest != nil {
+		goRun(s.ingest.Run)
+	}
+	if s.slicer != nil {
+		goRun(s.slicer.Run)
+	}
+	var edgeDone chan struct{}
+	if s.edge != nil {
+		edgeDone = make(chan struct{})
+		go func() {
+			defer close(edgeDone)
+			if err := s.edge.Run(bg); err != nil {
+				s.log.Error("stack: edge stopped", "err", err)
+			}
+		}()
+	}
+	serveErr := make(chan error, len(s.servers))
+	for _, rs := range s.servers {
+		go func() {
+			err := rs.srv.Serve(rs.ln)
+			if errors.Is(err, http.ErrServerClosed) {
+				err = nil
+			}
+			serveErr <- err
+		}()
+	}
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-serveErr:
+	}
+	// Shutdown order: edges drain (clients reconnect gradually), then the
+	// HTTP servers stop taking requests, then background loops stop.
+	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.EdgeDrain+5*time.Second)
+	defer cancel()
+	if s.edge != nil {
+		_ = s.edge.Shutdown(sctx)
+	}
+	for _, rs := range s.servers {
+		_ = rs.srv.Shutdown(sctx)
+	}
+	stopBG()
+	wg.Wait()
+	if edgeDone != nil {
+		<-edgeDone
+	}
+	return err
+}
+
+// Ready waits until the gslb (if here) hands out addresses, i.e. nodes have
+// reported load and the allocator has synced.
+func (s *Stack) Ready(ctx context.Context) error {
+	if s.allocator == nil {
+		return nil
+	}
+	for {
+		if _, err := s.allocator.Allocate("ready-probe", netip.Addr{}); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// Backends returns the stores the roles share.
+func (s *Stack) Backends() Backends { return s.cfg.Backends }
+
+// Gatherer returns the process's metrics registry.
+func (s *Stack) Gatherer() prometheus.Gatherer { return s.registry }
+
+// PrintAddrs writes where each role listens.
+func (s *Stack) PrintAddrs(w *os.File) {
+	for _, role := range AllRoles {
+		if u, ok := s.URLs[role]; ok {
+			fmt.Fprintf(w, "%-7s %s\n", role, u)
+		}
+	}
+}

@@ -1,0 +1,213 @@
+package sdk
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"danmaku/internal/clock"
+)
+
+// Errors of the client's lifecycle.
+var (
+	// ErrRunning is returned by a second call of Run.
+	ErrRunning = errors.New("sdk: Run already called")
+	// ErrClosed is returned by Send and Announce after Run has returned.
+	ErrClosed = errors.New("sdk: client closed")
+	// ErrJoin wraps the entry endpoint's refusal (a bad or expired ticket, a
+	// room that does not exist); Run returns it.
+	ErrJoin = errors.New("sdk: join refused")
+)
+
+// Client is one viewer in one room. Create it with New, run it with Run.
+type Client struct {
+	cfg Config
+	log *slog.Logger
+	clk clock.Clock
+	// tick bounds a single sleep; zero with the system clock.
+	tick time.Duration
+
+	msgs  chan Message
+	merge *merger
+	send  *sendQueue
+	stats counters
+
+	sess     atomic.Pointer[session]
+	joinMu   sync.Mutex // serialises re-joins
+	joined   chan struct{}
+	joinOnce sync.Once
+
+	running atomic.Bool
+	done    chan struct{} // closed when Run returns
+	failMu  sync.Mutex
+	failErr error
+	cancel  context.CancelFunc
+}
+
+// New checks cfg, applies its defaults and returns a client. It starts
+// nothing; call Run.
+func New(cfg Config) (*Client, error) {
+	if err := cfg.applyDefaults(); err != nil {
+		return nil, err
+	}
+	c := &Client{
+		cfg:    cfg,
+		log:    cfg.Logger,
+		clk:    cfg.Clock,
+		msgs:   make(chan Message, cfg.MessageBuffer),
+		joined: make(chan struct{}),
+		done:   make(chan struct{}),
+	}
+	if _, ok := cfg.Clock.(clock.Real); !ok {
+		c.tick = fakeTick
+	}
+	c.merge = newMerger(c.msgs, newSeenSet(cfg.SeenIDs, cfg.SeenWindow), &c.stats)
+	c.send = newSendQueue(cfg.SendQueue, cfg.SendInterval, cfg.SendDedupWindow)
+	return c, nil
+}
+
+// Messages returns the channel the merged stream is delivered on. It is the
+// same channel on every call and is closed when Run returns.
+func (c *Client) Messages() <-chan Message { return c.msgs }
+
+// Entry returns the current entry: a copy, safe to keep. Before the first
+// join it is the zero Entry.
+func (c *Client) Entry() Entry {
+	if s := c.sess.Load(); s != nil {
+		return s.entry.clone()
+	}
+	return Entry{}
+}
+
+// Run joins the room and runs the client until ctx is done or the entry
+// endpoint refuses the ticket (at the first join or at any later one, such as
+// the token refresh): the app must then get a new ticket and a new Client.
+// Temporary failures (network, 5xx, 429) are retried, honouring Retry-After.
+// Run returns nil when ctx ends it, an error wrapping ErrJoin (and the
+// server's *APIError) when the ticket is refused, and ErrRunning when called
+// a second time.
+func (c *Client) Run(ctx context.Context) error {
+	if !c.running.CompareAndSwap(false, true) {
+		return ErrRunning
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	c.failMu.Lock()
+	c.cancel = cancel
+	c.failMu.Unlock()
+	defer func() {
+		cancel()
+		close(c.msgs)
+		close(c.done)
+	}()
+
+	if err := c.join(ctx, c.cfg.FirstJoinJitter); err != nil {
+		if ctx.Err() != nil {
+			return c.failure()
+		}
+		return err
+	}
+	// The poller starts at the second the client joined in, so it sees
+	// what is sent from now on.
+	start := c.serverNow().Unix()
+	c.log.Debug("sdk: joined", "room", c.cfg.Room, "second", start)
+
+	var wg sync.WaitGroup
+	wg.Go(func() { c.pollLoop(ctx, start) })
+	wg.Go(func() { c.sendLoop(ctx) })
+	wg.Go(func() { c.refreshLoop(ctx) })
+	if !c.cfg.NoEdge {
+		wg.Go(func() { c.edgeLoop(ctx) })
+	}
+	wg.Wait()
+	return c.failure()
+}
+
+// fail stops Run with err.
+func (c *Client) fail(err error) {
+	c.failMu.Lock()
+	defer c.failMu.Unlock()
+	if c.failErr == nil {
+		c.failErr = err
+		c.log.Error("sdk: stopping", "room", c.cfg.Room, "err", err)
+	}
+	if c.cancel != nil {
+		c.cancel()
+	}
+}
+
+func (c *Client) failure() error {
+	c.failMu.Lock()
+	defer c.failMu.Unlock()
+	return c.failErr
+}
+
+// waitJoined waits for the first join.
+func (c *Client) waitJoined(ctx context.Context) (*session, error) {
+	select {
+	case <-c.joined:
+		return c.sess.Load(), nil
+	case <-c.done:
+		return nil, ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// serverNow is the local clock plus the offset of the last entry answer.
+func (c *Client) serverNow() time.Time {
+	now := c.clk.Now()
+	if s := c.sess.Load(); s != nil {
+		return now.Add(s.offset)
+	}
+	return now
+}
+
+// sleep waits d on the client's clock.
+func (c *Client) sleep(ctx context.Context, d time.Duration) error {
+	return c.waitLocal(ctx, c.clk.Now().Add(d))
+}
+
+// waitLocal waits until the local clock reaches t.
+func (c *Client) waitLocal(ctx context.Context, t time.Time) error {
+	return c.waitFor(ctx, func() time.Duration { return t.Sub(c.clk.Now()) })
+}
+
+// waitServer waits until the server time reaches t. The offset is re-read
+// on every wake-up, so a re-join that moves it is taken into account.
+func (c *Client) waitServer(ctx context.Context, t time.Time) error {
+	return c.waitFor(ctx, func() time.Duration { return t.Sub(c.serverNow()) })
+}
+
+func (c *Client) waitFor(ctx context.Context, left func() time.Duration) error {
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		d := left()
+		if d <= 0 {
+			return nil
+		}
+		if c.tick > 0 {
+			d = min(d, c.tick)
+		}
+		if timer == nil {
+			timer = time.NewTimer(d)
+		} else {
+			timer.Reset(d)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-timer.C:
+		}
+	}
+}

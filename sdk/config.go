@@ -1,0 +1,209 @@
+package sdk
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"time"
+
+	"danmaku/internal/clock"
+	"danmaku/internal/wire"
+)
+
+// Message is one message of the merged stream. It is wire.Message, aliased so
+// that users need not import an internal package.
+type Message = wire.Message
+
+// Kind says what a message is.
+type Kind = wire.Kind
+
+// Message kinds.
+const (
+	// KindBarrage is a viewer's comment.
+	KindBarrage = wire.KindBarrage
+	// KindGift is a paid gift.
+	KindGift = wire.KindGift
+	// KindSystem is a host/admin announcement or a site-wide broadcast.
+	KindSystem = wire.KindSystem
+)
+
+// Clock tells the time. Any type with a Now method will do.
+type Clock = clock.Clock
+
+// Defaults.
+const (
+	defaultHTTPTimeout     = 10 * time.Second
+	defaultMessageBuffer   = 1024
+	defaultSendQueue       = 5
+	defaultSendInterval    = 1200 * time.Millisecond
+	defaultSendDedupWindow = 10 * time.Second
+	defaultMaxTextRunes    = 60
+	defaultSeenIDs         = 100_000
+	defaultSeenWindow      = 2 * time.Minute
+	defaultRejoinJitter    = 3 * time.Second
+	defaultPollRetry       = 200 * time.Millisecond
+	defaultPollBackoffMax  = 5 * time.Second
+	defaultFarBehind       = 10 * time.Second
+	// The edge pings every 30 s; two missed pings and a margin mean the
+	// connection is dead even if TCP has not noticed.
+	defaultEdgeReadTimeout = 75 * time.Second
+
+	// fakeTick bounds each sleep when Config.Clock is not the system clock:
+	// a fake clock cannot wake a sleeper, so waits re-read it this often.
+	fakeTick = 2 * time.Millisecond
+)
+
+// Config configures a Client. EntryURL, Room and Ticket are required; every
+// other field has a default named on it.
+type Config struct {
+	// EntryURL is the base URL of the entry endpoint (gslb), without the
+	// /v1/entry path, e.g. "https://entry.example.com".
+	EntryURL string
+	// Room is the room to join.
+	Room string
+	// Ticket is the business ticket sent as "Authorization: Bearer" to the
+	// entry endpoint.
+	Ticket string
+
+	// HTTPClient makes every HTTP request (entry, CDN, ingest); the
+	// WebSocket dials on its own, honouring the proxy environment. Nil: a
+	// client with a 10 s timeout.
+	HTTPClient *http.Client
+	// Logger receives what goes wrong. Nil: slog.Default().
+	Logger *slog.Logger
+	// Clock is the local clock; the server time is derived from it. Nil: the
+	// system clock. Any other clock is re-read every few milliseconds while
+	// the client waits, so a fake clock that is moved is noticed.
+	Clock Clock
+
+	// MessageBuffer is the capacity of the Messages channel. Zero: 1024.
+	MessageBuffer int
+	// SendQueue is how many comments may wait for the send interval; a new
+	// one drops the oldest. Zero: 5.
+	SendQueue int
+	// SendInterval is the least time between two posted comments. Zero: 1.2 s.
+	SendInterval time.Duration
+	// SendDedupWindow is how long the same text is answered with success
+	// without being sent again. Zero: 10 s; negative: no de-duplication.
+	SendDedupWindow time.Duration
+	// MaxTextRunes is the longest comment Send accepts, in characters after
+	// whitespace is collapsed. Zero: 60 (the ingest's limit).
+	MaxTextRunes int
+
+	// SeenIDs bounds how many delivered ids are remembered for
+	// de-duplication. Zero: 100,000.
+	SeenIDs int
+	// SeenWindow is how long a delivered id is remembered. Zero: 2 minutes.
+	SeenWindow time.Duration
+
+	// FirstJoinJitter is the longest random wait before the first join.
+	// Zero: none (a user opening the app should not wait); set it when many
+	// clients start together, e.g. in a load generator.
+	FirstJoinJitter time.Duration
+	// RejoinJitter is the longest random wait before re-fetching the entry
+	// on a mass reconnect (an edge draining, a token rejected, every edge
+	// unreachable), so that a whole room does not hit the gslb in one
+	// instant. Zero: 3 s; negative: none.
+	RejoinJitter time.Duration
+
+	// PollRetry is how long the poller waits before asking again for a due
+	// second that answered 404. Zero: 200 ms.
+	PollRetry time.Duration
+	// PollBackoffMax caps the back-off after server or network errors of
+	// the CDN. Zero: 5 s.
+	PollBackoffMax time.Duration
+	// FarBehind is how far behind live the poller may fall before it jumps
+	// to live. Zero: 10 s; negative: never jump.
+	FarBehind time.Duration
+
+	// NoEdge disables the WebSocket: the client only polls segments. Zero:
+	// the client holds the edge connection.
+	NoEdge bool
+	// EdgeReadTimeout is how long the edge connection may stay silent (no
+	// frame, no ping) before it is dropped and redialled. Zero: 75 s.
+	EdgeReadTimeout time.Duration
+}
+
+// Configuration errors.
+var (
+	// ErrConfig is the parent of every error New returns.
+	ErrConfig = errors.New("sdk: invalid config")
+)
+
+func (cfg *Config) applyDefaults() error {
+	if cfg.EntryURL == "" {
+		return fmt.Errorf("%w: EntryURL is required", ErrConfig)
+	}
+	if u, err := url.Parse(cfg.EntryURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("%w: EntryURL %q is not an http(s) URL", ErrConfig, cfg.EntryURL)
+	}
+	if !wire.ValidRoom(cfg.Room) {
+		return fmt.Errorf("%w: Room %q is not a valid room id", ErrConfig, cfg.Room)
+	}
+	if cfg.Ticket == "" {
+		return fmt.Errorf("%w: Ticket is required", ErrConfig)
+	}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = &http.Client{Timeout: defaultHTTPTimeout}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	cfg.Clock = clock.Or(cfg.Clock)
+	for _, f := range []struct {
+		name string
+		v    *int
+		def  int
+	}{
+		{"MessageBuffer", &cfg.MessageBuffer, defaultMessageBuffer},
+		{"SendQueue", &cfg.SendQueue, defaultSendQueue},
+		{"MaxTextRunes", &cfg.MaxTextRunes, defaultMaxTextRunes},
+		{"SeenIDs", &cfg.SeenIDs, defaultSeenIDs},
+	} {
+		if *f.v < 0 {
+			return fmt.Errorf("%w: %s is negative", ErrConfig, f.name)
+		}
+		if *f.v == 0 {
+			*f.v = f.def
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    *time.Duration
+		def  time.Duration
+	}{
+		{"SendInterval", &cfg.SendInterval, defaultSendInterval},
+		{"SeenWindow", &cfg.SeenWindow, defaultSeenWindow},
+		{"FirstJoinJitter", &cfg.FirstJoinJitter, 0},
+		{"PollRetry", &cfg.PollRetry, defaultPollRetry},
+		{"PollBackoffMax", &cfg.PollBackoffMax, defaultPollBackoffMax},
+		{"EdgeReadTimeout", &cfg.EdgeReadTimeout, defaultEdgeReadTimeout},
+	} {
+		if *f.v < 0 {
+			return fmt.Errorf("%w: %s is negative", ErrConfig, f.name)
+		}
+		if *f.v == 0 {
+			*f.v = f.def
+		}
+	}
+	// Negative means "off" for these three; keep it, the users check for > 0.
+	if cfg.SendDedupWindow == 0 {
+		cfg.SendDedupWindow = defaultSendDedupWindow
+	}
+	if cfg.RejoinJitter == 0 {
+		cfg.RejoinJitter = defaultRejoinJitter
+	}
+	if cfg.FarBehind == 0 {
+		cfg.FarBehind = defaultFarBehind
+	}
+	if cfg.FarBehind > 0 && cfg.FarBehind < 2*time.Second {
+		// Within two seconds of live is where a healthy poller always is.
+		return fmt.Errorf("%w: FarBehind %v is below 2s", ErrConfig, cfg.FarBehind)
+	}
+	if cfg.PollBackoffMax < cfg.PollRetry {
+		return fmt.Errorf("%w: PollBackoffMax %v is below PollRetry %v", ErrConfig, cfg.PollBackoffMax, cfg.PollRetry)
+	}
+	return nil
+}

@@ -1,0 +1,184 @@
+package sdk
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"danmaku/internal/wire"
+)
+
+// Close codes the edge ends a connection with.
+const (
+	// CloseResume asks the client to reconnect at once with its last id
+	// (the edge could not keep up with it, or moved it).
+	CloseResume = 4001
+	// CloseDraining says the edge is shutting down: reconnect after a random
+	// wait, through a fresh entry.
+	CloseDraining = 4003
+	// CloseTokenRejected says the token was refused: fetch a new entry.
+	CloseTokenRejected = 4401
+)
+
+const (
+	edgeHandshakeTimeout = 10 * time.Second
+	edgeWriteTimeout     = 5 * time.Second
+	edgeBackoffMin       = time.Second
+	edgeBackoffMax       = 30 * time.Second
+)
+
+// edgeLoop holds one WebSocket to the first edge address that answers,
+// falling back to the next ones, and resumes from the last id it received.
+func (c *Client) edgeLoop(ctx context.Context) {
+	var (
+		last     string // newest id received from the edge
+		idx      int
+		backoff  time.Duration
+		dialer   = websocket.Dialer{HandshakeTimeout: edgeHandshakeTimeout, Proxy: http.ProxyFromEnvironment}
+		everConn bool
+	)
+	for ctx.Err() == nil {
+		s := c.sess.Load()
+		addrs := s.entry.Edge
+		if len(addrs) == 0 {
+			// Poll-only until an entry names an edge.
+			_ = c.waitFor(ctx, func() time.Duration {
+				if c.sess.Load() != s {
+					return 0
+				}
+				return time.Second
+			})
+			continue
+		}
+		if idx >= len(addrs) {
+			idx = 0
+		}
+		conn, resp, err := dialer.DialContext(ctx, edgeURL(addrs[idx], s.entry.Token, last), nil)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			c.stats.edgeDialErrors.Add(1)
+			if resp != nil && resp.StatusCode == http.StatusUnauthorized {
+				c.log.Info("sdk: edge refused the token; re-joining", "room", c.cfg.Room)
+				_ = c.rejoin(ctx, s, c.cfg.RejoinJitter)
+				idx = 0
+				continue
+			}
+			c.log.Warn("sdk: edge dial failed", "room", c.cfg.Room, "addr", addrs[idx], "err", err)
+			idx++
+			if idx == len(addrs) {
+				// Every address failed: they may all be gone. Back off, then
+				// ask the gslb for fresh ones.
+				idx = 0
+				backoff = min(max(2*backoff, edgeBackoffMin), edgeBackoffMax)
+				if c.sleep(ctx, backoff/2+rand.N(backoff/2+1)) != nil {
+					return
+				}
+				_ = c.rejoin(ctx, s, c.cfg.RejoinJitter)
+			}
+			continue
+		}
+		backoff = 0
+		c.stats.edgeConnects.Add(1)
+		if everConn {
+			c.stats.edgeReconnects.Add(1)
+		}
+		everConn = true
+		code, err := c.readEdge(ctx, conn, &last)
+		if ctx.Err() != nil {
+			return
+		}
+		switch code {
+		case CloseResume:
+			// Reconnect at once to the same address; last resumes the stream.
+		case CloseDraining, CloseTokenRejected:
+			c.log.Info("sdk: edge closed; re-joining", "room", c.cfg.Room, "code", code)
+			_ = c.rejoin(ctx, s, c.cfg.RejoinJitter)
+			idx = 0
+		default:
+			// A dropped connection: every client of that edge reconnects
+			// now, so spread them out. Nothing is lost meanwhile: last
+			// resumes the stream.
+			c.log.Info("sdk: edge connection lost", "room", c.cfg.Room, "err", err)
+			if c.cfg.RejoinJitter > 0 && c.sleep(ctx, rand.N(c.cfg.RejoinJitter)) != nil {
+				return
+			}
+		}
+	}
+}
+
+func edgeURL(addr, token, last string) string {
+	u, err := url.Parse(addr)
+	if err != nil {
+		// Let the dialer report the bad address.
+		return addr
+	}
+	q := u.Query()
+	q.Set("token", token)
+	if last != "" {
+		q.Set("last", last)
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// readEdge reads frames until the connection ends, and returns the close
+// code the edge sent (0 if none).
+func (c *Client) readEdge(ctx context.Context, conn *websocket.Conn, last *string) (int, error) {
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() {
+		_ = conn.WriteControl(websocket.CloseMessage,
+			websocket.FormatCloseMessage(websocket.CloseGoingAway, ""), time.Now().Add(time.Second))
+		_ = conn.Close()
+	})
+	defer stop()
+	conn.SetReadLimit(wire.MaxFrameBytes)
+	// Deadlines are on the real clock: they are about the network.
+	extend := func() { _ = conn.SetReadDeadline(time.Now().Add(c.cfg.EdgeReadTimeout)) }
+	conn.SetPingHandler(func(data string) error {
+		extend()
+		err := conn.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(edgeWriteTimeout))
+		if errors.Is(err, websocket.ErrCloseSent) {
+			return nil
+		}
+		return err
+	})
+	for {
+		extend()
+		typ, data, err := conn.ReadMessage()
+		if err != nil {
+			var ce *websocket.CloseError
+			if errors.As(err, &ce) {
+				return ce.Code, err
+			}
+			return 0, err
+		}
+		if typ != websocket.BinaryMessage {
+			continue
+		}
+		c.stats.edgeFrames.Add(1)
+		f, err := wire.DecodeFrame(data)
+		if err == nil && f.Room != c.cfg.Room {
+			err = errMismatch
+		}
+		if err != nil {
+			c.stats.edgeDecodeErrors.Add(1)
+			c.log.Warn("sdk: skipping undecodable edge frame", "room", c.cfg.Room, "err", err)
+			continue
+		}
+		for i := range f.Messages {
+			if wire.CompareIDs(f.Messages[i].ID, *last) > 0 {
+				*last = f.Messages[i].ID
+			}
+		}
+		if err := c.merge.deliver(ctx, f.Messages, c.serverNow().UnixMilli()); err != nil {
+			return 0, err
+		}
+	}
+}

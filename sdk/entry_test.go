@@ -1,0 +1,104 @@
+package sdk
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"testing"
+	"time"
+)
+
+func TestJoinRefusedStopsRun(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	c, err := New(Config{EntryURL: w.entry.URL, Room: testRoom, Ticket: "wrong", Clock: w.clk, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = c.Run(context.Background())
+	var ae *APIError
+	if !errors.Is(err, ErrJoin) || !errors.As(err, &ae) || ae.Code != "bad_ticket" || ae.Status != 401 {
+		t.Fatalf("Run = %v, want ErrJoin with the server's code", err)
+	}
+	if _, ok := <-c.Messages(); ok {
+		t.Error("Messages not closed after Run returned")
+	}
+	if err := c.Send(context.Background(), "x"); !errors.Is(err, ErrClosed) {
+		t.Errorf("Send after Run = %v, want ErrClosed", err)
+	}
+	if err := c.Run(context.Background()); !errors.Is(err, ErrRunning) {
+		t.Errorf("second Run = %v, want ErrRunning", err)
+	}
+}
+
+// A 503 with Retry-After is honoured (on the fake clock), then the join
+// succeeds.
+func TestJoinRetryAfter(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	w.entryAnswer = func(n int) (int, http.Header, string) {
+		if n == 0 {
+			return http.StatusServiceUnavailable, http.Header{"Retry-After": {"2"}}, `{"error":{"code":"unavailable","message":"busy"}}`
+		}
+		return 0, nil, ""
+	}
+	w.run()
+	c := w.newClient(func(cfg *Config) { cfg.NoEdge = true })
+	w.lock(func() {
+		if len(w.entryAt) != 2 {
+			t.Fatalf("%d entry requests, want 2", len(w.entryAt))
+		}
+		if d := w.entryAt[1].Sub(w.entryAt[0]); d < 2*time.Second {
+			t.Errorf("retried after %v of fake time, want ≥ Retry-After 2s", d)
+		}
+	})
+	if e := c.Entry(); e.Token != "tok-2" || e.CDN != w.cdn.URL+"/" || len(e.Ingest) != 1 {
+		t.Errorf("entry = %+v", e)
+	}
+}
+
+// The token is refreshed before it expires, and the clock offset follows
+// the server.
+func TestTokenRefreshAndOffset(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	w.tokenTTL = 10 * time.Second
+	c := w.newClient(func(cfg *Config) { cfg.NoEdge = true })
+	if d := c.serverNow().Sub(w.serverNow()); d < 0 || d > 10*time.Millisecond {
+		t.Errorf("server time estimate off by %v", d)
+	}
+	w.run()
+	eventually(t, "a token refresh", func() bool { return c.Entry().Token == "tok-2" })
+	w.lock(func() {
+		if d := w.entryAt[1].Sub(w.entryAt[0]); d < 7*time.Second || d >= 10*time.Second {
+			t.Errorf("refreshed %v after joining (fake time), want before the 10s expiry, at about 8s", d)
+		}
+	})
+}
+
+func TestReadAPIError(t *testing.T) {
+	for _, tc := range []struct {
+		name, body, retryAfter string
+		status                 int
+		code                   string
+		wait                   time.Duration
+		temporary              bool
+	}{
+		{"coded", `{"error":{"code":"rate_limited","message":"slow down"}}`, "3", 429, "rate_limited", 3 * time.Second, true},
+		{"no body", ``, "", 502, "http_502", 0, true},
+		{"junk", `<html>`, "soon", 403, "http_403", 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp := &http.Response{StatusCode: tc.status, Header: http.Header{}, Body: io.NopCloser(stringsReader(tc.body))}
+			if tc.retryAfter != "" {
+				resp.Header.Set("Retry-After", tc.retryAfter)
+			}
+			e := readAPIError(resp)
+			if e.Status != tc.status || e.Code != tc.code || e.RetryAfter != tc.wait || e.temporary() != tc.temporary {
+				t.Errorf("got %+v (temporary %v)", e, e.temporary())
+			}
+		})
+	}
+}

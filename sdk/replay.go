@@ -1,0 +1,176 @@
+package sdk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"danmaku/internal/wire"
+)
+
+const (
+	// replayAhead is how many segments Replay fetches ahead of the one it
+	// delivers: enough to hide the round trip, few enough to be polite.
+	replayAhead    = 8
+	replayAttempts = 4
+	replayBackoff  = 200 * time.Millisecond
+	// replayMaxErrors bounds the skipped-segment errors Replay collects.
+	replayMaxErrors = 100
+)
+
+// ErrReplay is the parent of the errors Replay reports for skipped segments.
+var ErrReplay = errors.New("sdk: replay")
+
+// ReplayOption configures one Replay call.
+type ReplayOption func(*replayConfig)
+
+type replayConfig struct {
+	hc *http.Client
+}
+
+// ReplayHTTPClient makes Replay use hc. Default: a client with a 10 s timeout.
+func ReplayHTTPClient(hc *http.Client) ReplayOption {
+	return func(rc *replayConfig) { rc.hc = hc }
+}
+
+// Replay reads the segments of room for the unix seconds [from, to) from the
+// CDN at cdnURL and calls fn for each message, in second order and, within a
+// second, in the order the segment lists them; ids already passed to fn (a
+// merged gift whose ids all were) are not passed again. A second with no
+// segment (404: before or after the event) is skipped silently. A segment
+// that does not decode, or cannot be fetched after a few attempts, is skipped
+// and reported: Replay then returns, after the last second, the skipped
+// seconds' errors joined (each wrapping ErrReplay). An error from fn or the
+// end of ctx stops Replay at once and is returned.
+func Replay(ctx context.Context, cdnURL, room string, from, to int64, fn func(Message) error, opts ...ReplayOption) error {
+	rc := replayConfig{}
+	for _, o := range opts {
+		o(&rc)
+	}
+	if rc.hc == nil {
+		rc.hc = &http.Client{Timeout: defaultHTTPTimeout}
+	}
+	switch {
+	case !wire.ValidRoom(room):
+		return fmt.Errorf("%w: invalid room %q", ErrReplay, room)
+	case cdnURL == "":
+		return fmt.Errorf("%w: no CDN URL", ErrReplay)
+	case from < 0 || to < from:
+		return fmt.Errorf("%w: bad range [%d, %d)", ErrReplay, from, to)
+	}
+	if !strings.HasSuffix(cdnURL, "/") {
+		cdnURL += "/"
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	type result struct {
+		second int64
+		status int
+		body   []byte
+		err    error
+	}
+	// Fetch ahead, in order: each second gets its own future.
+	futures := make(chan chan result, replayAhead)
+	go func() {
+		defer close(futures)
+		for s := from; s < to; s++ {
+			f := make(chan result, 1)
+			select {
+			case futures <- f:
+			case <-ctx.Done():
+				return
+			}
+			go func() {
+				status, body, err := replayGet(ctx, rc.hc, cdnURL+wire.SegmentKey(room, s))
+				f <- result{s, status, body, err}
+			}()
+		}
+	}()
+
+	m := newMerger(nil, newSeenSet(defaultSeenIDs, defaultSeenWindow), &counters{})
+	var skipped []error
+	skip := func(second int64, err error) {
+		if len(skipped) < replayMaxErrors {
+			skipped = append(skipped, fmt.Errorf("%w: second %d skipped: %w", ErrReplay, second, err))
+		}
+	}
+	for f := range futures {
+		var r result
+		select {
+		case r = <-f:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		switch {
+		case r.err != nil:
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			skip(r.second, r.err)
+			continue
+		case r.status == http.StatusNotFound:
+			continue
+		case r.status != http.StatusOK:
+			skip(r.second, fmt.Errorf("status %d", r.status))
+			continue
+		}
+		seg, err := wire.DecodeSegment(r.body)
+		if err == nil && (seg.Room != room || seg.Second != r.second) {
+			err = errMismatch
+		}
+		if err != nil {
+			skip(r.second, err)
+			continue
+		}
+		// Remembered as of the segment's own time, so the window slides
+		// with the replay rather than with the wall clock.
+		at := (r.second + 1) * wire.SegmentDuration
+		for _, msg := range seg.Messages {
+			msg, ok := m.admit(msg, at)
+			if !ok {
+				continue
+			}
+			if err := fn(msg); err != nil {
+				return err
+			}
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return errors.Join(skipped...)
+}
+
+// replayGet fetches one segment, retrying network and server errors.
+func replayGet(ctx context.Context, hc *http.Client, url string) (int, []byte, error) {
+	var (
+		status int
+		body   []byte
+		err    error
+	)
+	wait := replayBackoff
+	for attempt := 0; attempt < replayAttempts; attempt++ {
+		if attempt > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return 0, nil, ctx.Err()
+			case <-t.C:
+			}
+			wait *= 2
+		}
+		status, body, err = get(ctx, hc, url, wire.MaxSegmentBytes)
+		if err == nil && status < 500 {
+			return status, body, nil
+		}
+	}
+	if err == nil {
+		err = fmt.Errorf("status %d", status)
+	}
+	return 0, nil, err
+}

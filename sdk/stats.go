@@ -1,0 +1,117 @@
+package sdk
+
+import "sync/atomic"
+
+// Stats are the client's counters since New. Fields are int64 so that the
+// struct binds to mobile languages as it is.
+type Stats struct {
+	// EntryFetches counts requests to the entry endpoint.
+	EntryFetches int64
+
+	// SegmentsFetched counts segments received (decodable or not).
+	SegmentsFetched int64
+	// NotFoundRetries counts 404 answers for due seconds, each retried.
+	NotFoundRetries int64
+	// FetchErrors counts CDN requests that failed (network errors, 5xx,
+	// unexpected statuses); each is retried after a back-off.
+	FetchErrors int64
+	// DecodeErrors counts segments that did not decode or did not belong to
+	// the second and room asked for; each is skipped.
+	DecodeErrors int64
+	// SeqGaps counts segments whose seq was not the previous one plus one.
+	SeqGaps int64
+	// JumpsToLive counts jumps to live after falling FarBehind behind.
+	JumpsToLive int64
+	// SkippedSeconds counts the seconds those jumps skipped.
+	SkippedSeconds int64
+
+	// EdgeConnects counts WebSocket connections established.
+	EdgeConnects int64
+	// EdgeReconnects counts connections established after the first.
+	EdgeReconnects int64
+	// EdgeDialErrors counts failed WebSocket dials.
+	EdgeDialErrors int64
+	// EdgeFrames counts frames received from the edge.
+	EdgeFrames int64
+	// EdgeDecodeErrors counts edge frames that did not decode; each is skipped.
+	EdgeDecodeErrors int64
+
+	// Delivered counts messages put on the Messages channel.
+	Delivered int64
+	// Duplicates counts messages skipped because their id (or every id a
+	// merged gift stands for) was already delivered.
+	Duplicates int64
+	// DroppedBarrage counts barrage dropped because the Messages channel was
+	// full.
+	DroppedBarrage int64
+
+	// SendsPosted counts comments posted to the ingest with a success answer.
+	SendsPosted int64
+	// SendsDeduped counts comments answered with success without being sent
+	// (the same text within SendDedupWindow).
+	SendsDeduped int64
+	// SendsDropped counts queued comments dropped for a newer one.
+	SendsDropped int64
+	// SendsHeldBack counts comments that had to wait for SendInterval.
+	SendsHeldBack int64
+	// SendsFailed counts comments the ingest refused or could not be reached
+	// for; they are not retried.
+	SendsFailed int64
+}
+
+type counters struct {
+	entryFetches atomic.Int64
+
+	segmentsFetched atomic.Int64
+	notFound        atomic.Int64
+	fetchErrors     atomic.Int64
+	decodeErrors    atomic.Int64
+	seqGaps         atomic.Int64
+	jumps           atomic.Int64
+	skipped         atomic.Int64
+
+	edgeConnects     atomic.Int64
+	edgeReconnects   atomic.Int64
+	edgeDialErrors   atomic.Int64
+	edgeFrames       atomic.Int64
+	edgeDecodeErrors atomic.Int64
+
+	delivered      atomic.Int64
+	duplicates     atomic.Int64
+	droppedBarrage atomic.Int64
+
+	sendsPosted   atomic.Int64
+	sendsDeduped  atomic.Int64
+	sendsDropped  atomic.Int64
+	sendsHeldBack atomic.Int64
+	sendsFailed   atomic.Int64
+}
+
+// Stats returns a snapshot of the counters. Each field is read atomically;
+// the snapshot as a whole is not.
+func (c *Client) Stats() Stats {
+	s := &c.stats
+	return Stats{
+		EntryFetches:     s.entryFetches.Load(),
+		SegmentsFetched:  s.segmentsFetched.Load(),
+		NotFoundRetries:  s.notFound.Load(),
+		FetchErrors:      s.fetchErrors.Load(),
+		DecodeErrors:     s.decodeErrors.Load(),
+		SeqGaps:          s.seqGaps.Load(),
+		JumpsToLive:      s.jumps.Load(),
+		SkippedSeconds:   s.skipped.Load(),
+		EdgeConnects:     s.edgeConnects.Load(),
+		EdgeReconnects:   s.edgeReconnects.Load(),
+		EdgeDialErrors:   s.edgeDialErrors.Load(),
+		EdgeFrames:       s.edgeFrames.Load(),
+		EdgeDecodeErrors: s.edgeDecodeErrors.Load(),
+		Delivered:        s.delivered.Load(),
+		Duplicates:       s.duplicates.Load(),
+		DroppedBarrage:   s.droppedBarrage.Load(),
+		SendsPosted:      s.sendsPosted.Load(),
+		SendsDeduped:     s.sendsDeduped.Load(),
+		SendsDropped:     s.sendsDropped.Load(),
+		SendsHeldBack:    s.sendsHeldBack.Load(),
+		SendsFailed:      s.sendsFailed.Load(),
+	}
+}

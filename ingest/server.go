@@ -62,7 +62,7 @@ type Config struct {
 	// Orders makes gifts idempotent. Nil: in memory.
 	Orders Orders
 	// ServiceKeys are the bearer keys business servers use for the gift
-	// API. Empty: the gift API answers 403 to everyone.
+	// API. Empty: the gift API answers 401 bad_service_key to everyone.
 	ServiceKeys []string
 	// UserCapacity and UserRefill size the per-user bucket. Zero: 3 tokens,
 	// one every 1.5 s.

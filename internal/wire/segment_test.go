@@ -148,6 +148,25 @@ func TestSegmentGenericDecode(t *testing.T) {
 	}
 }
 
+// An empty second is written too, and its "m" is an empty array, never
+// absent or nil (docs/segment-format.md).
+func TestSegmentGenericDecodeEmpty(t *testing.T) {
+	b, err := wire.EncodeSegment(&wire.Segment{V: wire.Version, Room: "r", Second: 1700000001, Seq: 1, Dur: wire.SegmentDuration})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var top map[string]any
+	if err := msgpack.Unmarshal(b, &top); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := sortedKeys(top), []string{"dur", "m", "room", "seq", "t", "v"}; !slices.Equal(got, want) {
+		t.Fatalf("top-level keys = %v, want %v", got, want)
+	}
+	if m, ok := top["m"].([]any); !ok || len(m) != 0 {
+		t.Fatalf("m = %#v, want an empty array", top["m"])
+	}
+}
+
 // checkGenericMessage checks each present value's type and value against the
 // message it was encoded from.
 func checkGenericMessage(t *testing.T, i int, got map[string]any, want wire.Message) {

@@ -89,14 +89,12 @@ func TestCompareIDs(t *testing.T) {
 		{"1-0", "1-1", -1},
 		{"1-1", "1-0", 1},
 		{"1-9", "2-0", -1},
-		{"9-0", "10-0", -1},  // numeric, not lexical
-		{"1-9", "1-10", -1},  // numeric seq too
-		{"x", "0-0", -1},     // malformed sorts first
-		{"0-0", "x", 1},      //
-		{"", "0-0", -1},      //
-		{"a", "b", -1},       // both malformed: byte order
-		{"b", "a", 1},        //
-		{"zz", "zz", 0},      //
+		{"9-0", "10-0", -1}, // numeric, not lexical
+		{"1-9", "1-10", -1}, // numeric seq too
+		{"x", "0-0", -1},    // malformed sorts first
+		{"", "0-0", -1},     // malformed sorts first
+		{"a", "b", -1},      // both malformed: byte order
+		{"zz", "zz", 0},     // both malformed, equal
 		{"1700000000123-0", "1700000000122-99", 1},
 	}
 	for _, tt := range tests {
@@ -106,6 +104,31 @@ func TestCompareIDs(t *testing.T) {
 		if got := wire.CompareIDs(tt.b, tt.a); got != -tt.want {
 			t.Errorf("CompareIDs(%q, %q) = %d, want %d (antisymmetry)", tt.b, tt.a, got, -tt.want)
 		}
+	}
+}
+
+func TestIdentity(t *testing.T) {
+	tests := []struct {
+		m    wire.Message
+		want string
+	}{
+		{wire.Message{ID: "5-0", Kind: wire.KindBarrage}, "b/5-0"},
+		{wire.Message{ID: "5-0", Kind: wire.KindGift}, "l/5-0"},
+		{wire.Message{ID: "5-0", Kind: wire.KindSystem}, "l/5-0"},
+	}
+	for _, tt := range tests {
+		if got := tt.m.Identity(); got != tt.want {
+			t.Errorf("%v %s Identity() = %q, want %q", tt.m.Kind, tt.m.ID, got, tt.want)
+		}
+		if got := wire.IdentityOf(tt.m.Kind, tt.m.ID); got != tt.want {
+			t.Errorf("IdentityOf(%v, %s) = %q, want %q", tt.m.Kind, tt.m.ID, got, tt.want)
+		}
+	}
+	// A barrage and a gift may share an id (separate lanes) but never an identity.
+	b := wire.Message{ID: "5-0", Kind: wire.KindBarrage}
+	g := wire.Message{ID: "5-0", Kind: wire.KindGift}
+	if b.Identity() == g.Identity() {
+		t.Fatal("barrage and gift with the same id share an identity")
 	}
 }
 

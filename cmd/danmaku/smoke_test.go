@@ -1,0 +1,154 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestNewcomerCommands is the scripted check of the README: it builds the
+// binary, starts `danmaku dev`, runs `danmaku watch` and `danmaku send` the
+// way a newcomer does in three terminals, and finds the comment in watch's
+// output. Timeouts only guard against hanging.
+func TestNewcomerCommands(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := filepath.Join(t.TempDir(), "danmaku")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	ports := freePorts(t, 5)
+	addr := func(i int) string { return fmt.Sprintf("127.0.0.1:%d", ports[i]) }
+	entry := "http://" + addr(0)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	dev := exec.CommandContext(ctx, bin, "dev", "-gslb", addr(0), "-ingest", addr(1), "-edge", addr(2), "-origin", addr(3), "-slicer", addr(4))
+	devOut := startLines(t, dev)
+	devOut.waitFor(t, ctx, "press Ctrl-C to stop")
+
+	watch := exec.CommandContext(ctx, bin, "watch", "-entry", entry, "-room", "smoke", "-n", "1")
+	watchOut := startLines(t, watch)
+	watchOut.waitFor(t, ctx, "watching room smoke")
+
+	const text = "hello from a newcomer"
+	send := exec.CommandContext(ctx, bin, "send", "-entry", entry, "-room", "smoke", "-user", "newbie", text)
+	if out, err := send.CombinedOutput(); err != nil {
+		t.Fatalf("danmaku send: %v\n%s", err, out)
+	}
+	line := watchOut.waitFor(t, ctx, text)
+	if !strings.Contains(line, "barrage newbie: "+text) {
+		t.Fatalf("watch printed %q", line)
+	}
+	if err := watch.Wait(); err != nil {
+		t.Fatalf("watch -n 1 did not exit cleanly: %v\n%s", err, watchOut.all())
+	}
+
+	// Ctrl-C stops dev cleanly.
+	if err := dev.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if err := dev.Wait(); err != nil {
+		t.Fatalf("dev exit: %v\n%s", err, devOut.all())
+	}
+	devOut.waitFor(t, ctx, "stopped")
+}
+
+func freePorts(t *testing.T, n int) []int {
+	t.Helper()
+	var lns []net.Listener
+	var ports []int
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	for _, ln := range lns {
+		ln.Close()
+	}
+	return ports
+}
+
+// lines collects a process's stdout line by line.
+type lines struct {
+	mu     sync.Mutex
+	lines  []string
+	stderr bytes.Buffer
+	added  chan struct{}
+}
+
+func startLines(t *testing.T, cmd *exec.Cmd) *lines {
+	t.Helper()
+	l := &lines{added: make(chan struct{}, 1)}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = &l.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+		if t.Failed() {
+			t.Logf("%s output:\n%s\nstderr:\n%s", filepath.Base(cmd.Path)+" "+cmd.Args[1], l.all(), l.stderr.String())
+		}
+	})
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			l.mu.Lock()
+			l.lines = append(l.lines, sc.Text())
+			l.mu.Unlock()
+			select {
+			case l.added <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	return l
+}
+
+func (l *lines) all() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.lines, "\n")
+}
+
+func (l *lines) waitFor(t *testing.T, ctx context.Context, sub string) string {
+	t.Helper()
+	for {
+		l.mu.Lock()
+		for _, s := range l.lines {
+			if strings.Contains(s, sub) {
+				l.mu.Unlock()
+				return s
+			}
+		}
+		l.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			t.Fatalf("gave up waiting for %q", sub)
+		case <-l.added:
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+

@@ -25,10 +25,13 @@ const (
 	defaultHighGiftValue = 1000
 	defaultPublishDelay  = 300 * time.Millisecond
 	defaultTick          = 50 * time.Millisecond
-	defaultLeaseTTL      = 3 * time.Second
+	defaultLeaseTTL      = 2 * time.Second
 	defaultDiscover      = time.Second
 	defaultGroup         = "slicer"
 	readBatch            = 1024
+	// maxPending bounds the messages a leader holds read but unwritten
+	// (S3 down); beyond it the stream holds them.
+	maxPending = 200_000
 	// maxCatchUp bounds how many missed seconds a leader writes when it
 	// starts behind (slicer down for a while); beyond it the room jumps to
 	// now and the sequence stays gap-free.
@@ -62,7 +65,9 @@ type Config struct {
 	PublishDelay time.Duration
 	// Tick is how often rooms are read and checked for a due second. Zero: 50 ms.
 	Tick time.Duration
-	// LeaseTTL is the lease's lifetime; it is renewed every TTL/3. Zero: 3 s.
+	// LeaseTTL is the lease's lifetime; it is renewed every TTL/4, and a
+	// standby retries every TTL/4, so a takeover needs at most 1.25 TTL.
+	// Zero: 2 s.
 	LeaseTTL time.Duration
 	// Discover is how often the room list is re-read. Zero: 1 s.
 	Discover time.Duration
@@ -91,14 +96,17 @@ type Slicer struct {
 }
 
 type metrics struct {
-	written   *prometheus.CounterVec
-	bytes     prometheus.Histogram
-	latency   prometheus.Histogram
-	perQueue  *prometheus.CounterVec
-	drops     *prometheus.CounterVec
-	lag       prometheus.Gauge
-	carried   prometheus.Gauge
-	leaderFor prometheus.Gauge
+	written     *prometheus.CounterVec
+	bytes       prometheus.Histogram
+	latency     prometheus.Histogram
+	perQueue    *prometheus.CounterVec
+	drops       *prometheus.CounterVec
+	lag         prometheus.Gauge
+	carried     prometheus.Gauge
+	leaderFor   prometheus.Gauge
+	writeErrors prometheus.Counter
+	behind      prometheus.Gauge
+	reclaimed   prometheus.Counter
 }
 
 // New checks cfg, applies defaults and returns a Slicer. It starts nothing.
@@ -162,7 +170,10 @@ func (m *metrics) register(r prometheus.Registerer) error {
 	m.lag = prometheus.NewGauge(prometheus.GaugeOpts{Name: "danmaku_slicer_lag_seconds", Help: "How far behind its due time the last segment was written."})
 	m.carried = prometheus.NewGauge(prometheus.GaugeOpts{Name: "danmaku_slicer_carried_messages", Help: "Gifts and system messages carried over to the next second, last segment."})
 	m.leaderFor = prometheus.NewGauge(prometheus.GaugeOpts{Name: "danmaku_slicer_rooms_led", Help: "Rooms this slicer leads."})
-	for _, c := range []prometheus.Collector{m.written, m.bytes, m.latency, m.perQueue, m.drops, m.lag, m.carried, m.leaderFor} {
+	m.writeErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "danmaku_slicer_write_errors_total", Help: "Failed segment writes (each retried, in order)."})
+	m.behind = prometheus.NewGauge(prometheus.GaugeOpts{Name: "danmaku_slicer_behind_seconds", Help: "How far the next unwritten second is past its due time (grows while object storage is down)."})
+	m.reclaimed = prometheus.NewCounter(prometheus.CounterOpts{Name: "danmaku_slicer_reclaimed_total", Help: "Messages reclaimed from a predecessor leader on takeover."})
+	for _, c := range []prometheus.Collector{m.written, m.bytes, m.latency, m.perQueue, m.drops, m.lag, m.carried, m.leaderFor, m.writeErrors, m.behind, m.reclaimed} {
 		if err := r.Register(c); err != nil {
 			return fmt.Errorf("slicer: metrics: %w", err)
 		}
@@ -245,7 +256,7 @@ func (s *Slicer) runRoom(ctx context.Context, room string, opened time.Time) {
 		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(s.cfg.LeaseTTL / 3):
+		case <-time.After(s.cfg.LeaseTTL / 4):
 		}
 	}
 }
@@ -255,13 +266,22 @@ var errLostLease = errors.New("slicer: lease lost")
 
 // roomState is the leader's state of one room.
 type roomState struct {
-	room    string
-	next    int64 // next second to write
-	seq     uint64
-	etag    string // manifest ETag last written or read
-	pending map[int64][]wire.Message
-	carry   [numQueues][]wire.Message // never-droppable messages carried over
-	rng     *rand.Rand
+	room     string
+	next     int64 // next second to write
+	seq      uint64
+	etag     string                    // manifest ETag last written or read
+	pending  map[int64][]wire.Message  // read, not yet written, by second
+	npending int                       // messages in pending
+	carry    [numQueues][]wire.Message // never-droppable messages carried over
+	rng      *rand.Rand
+}
+
+// add files m under second sec, or under the next unwritten second when sec
+// was written already (a message read late goes out late, never lost).
+func (st *roomState) add(sec int64, m wire.Message) {
+	sec = max(sec, st.next)
+	st.pending[sec] = append(st.pending[sec], m)
+	st.npending++
 }
 
 // lead writes room's seconds while the lease is held.
@@ -270,10 +290,17 @@ func (s *Slicer) lead(ctx context.Context, room string, opened time.Time) error 
 	if err != nil {
 		return err
 	}
+	if err := s.reclaim(ctx, st); err != nil {
+		return err
+	}
 	s.cfg.Logger.Info("slicer: leading room", "room", room, "from_second", st.next, "seq", st.seq)
 	tick := time.NewTicker(s.cfg.Tick)
 	defer tick.Stop()
 	renewed := s.cfg.Clock.Now()
+	var (
+		failures int
+		retryAt  time.Time
+	)
 	for {
 		select {
 		case <-ctx.Done():
@@ -281,28 +308,120 @@ func (s *Slicer) lead(ctx context.Context, room string, opened time.Time) error 
 		case <-tick.C:
 		}
 		now := s.cfg.Clock.Now()
-		if now.Sub(renewed) >= s.cfg.LeaseTTL/3 {
+		if now.Sub(renewed) >= s.cfg.LeaseTTL/4 {
 			ok, err := s.cfg.Lease.Acquire(ctx, room, s.cfg.NodeID, s.cfg.LeaseTTL)
 			if err != nil || !ok {
 				return errors.Join(errLostLease, err)
 			}
 			renewed = now
 		}
-		if err := s.read(ctx, st); err != nil {
-			s.cfg.Logger.Warn("slicer: read failed", "room", room, "err", err)
-			continue
+		// While object storage is down, due seconds wait as their pending
+		// messages. Past maxPending the slicer stops reading, so the rest
+		// waits in the stream (unread, never lost) instead of in memory.
+		if st.npending < maxPending {
+			if err := s.read(ctx, st); err != nil {
+				s.cfg.Logger.Warn("slicer: read failed", "room", room, "err", err)
+				continue
+			}
 		}
 		storeNow, err := s.cfg.Streams.Now(ctx)
-		if err != nil {
+		if err != nil || now.Before(retryAt) {
 			continue
 		}
 		for s.due(st.next, storeNow) {
 			if err := s.writeSecond(ctx, st, storeNow); err != nil {
-				s.cfg.Logger.Warn("slicer: write failed; will retry", "room", room, "second", st.next, "err", err)
+				failures++
+				retryAt = now.Add(backoff(failures))
+				s.m.writeErrors.Inc()
+				if failures == 1 || failures%20 == 0 {
+					s.cfg.Logger.Warn("slicer: write failed; will retry in order", "room", room, "second", st.next, "failures", failures, "err", err)
+				}
+				break
+			}
+			if failures > 0 {
+				s.cfg.Logger.Info("slicer: writes recovered", "room", room, "failures", failures)
+			}
+			failures = 0
+		}
+		if behind := storeNow.Sub(time.UnixMilli((st.next + 1) * 1000).Add(s.cfg.PublishDelay)); behind > 0 {
+			s.m.behind.Set(behind.Seconds())
+		} else {
+			s.m.behind.Set(0)
+		}
+	}
+}
+
+// backoff is the wait before the n-th retry of a failed write: 100 ms
+// doubling to 2 s. Seconds are written in order, so a retry holds back the
+// seconds after it; a short cap keeps the catch-up prompt once S3 is back.
+func backoff(n int) time.Duration {
+	d := 100 * time.Millisecond << min(n-1, 5)
+	return min(d, 2*time.Second)
+}
+
+// reclaim takes over the messages its predecessor read but did not settle
+// (XAUTOCLAIM). A message whose second was already written is looked up in
+// that segment: if the segment holds it, it is settled now; otherwise it goes
+// into the next second. So a takeover neither loses nor repeats a message.
+func (s *Slicer) reclaim(ctx context.Context, st *roomState) error {
+	old := map[int64][]wire.Message{}
+	for _, lane := range []stream.Lane{stream.Live, stream.Barrage} {
+		key := stream.Key{Room: st.room, Lane: lane}
+		for {
+			es, err := s.cfg.Streams.Claim(ctx, key, s.cfg.Group, s.cfg.NodeID, 0, readBatch)
+			if err != nil {
+				return fmt.Errorf("slicer: reclaim %s: %w", st.room, err)
+			}
+			for _, e := range es {
+				sec, err := wire.SecondOf(e.ID)
+				if err != nil {
+					continue
+				}
+				if sec >= st.next {
+					st.add(sec, e)
+				} else {
+					old[sec] = append(old[sec], e)
+				}
+			}
+			if len(es) < readBatch {
 				break
 			}
 		}
 	}
+	for sec, msgs := range old {
+		var has map[string]bool
+		seg, err := s.readExisting(ctx, st.room, sec)
+		switch {
+		case errors.Is(err, objstore.ErrNotFound):
+		case err != nil:
+			return err
+		default:
+			has = identities(seg)
+		}
+		var settled []wire.Message
+		for _, m := range msgs {
+			if has[m.Identity()] {
+				settled = append(settled, m)
+			} else {
+				st.add(st.next, m)
+			}
+		}
+		s.ack(ctx, st.room, settled)
+		s.m.reclaimed.Add(float64(len(msgs)))
+	}
+	return nil
+}
+
+// identities returns the identities a segment holds, merged ones included.
+func identities(seg *wire.Segment) map[string]bool {
+	has := make(map[string]bool, len(seg.Messages))
+	for _, m := range seg.Messages {
+		has[m.Identity()] = true
+		for _, id := range m.Merged {
+			has[wire.IdentityOf(m.Kind, id)] = true
+		}
+	}
+	return has
 }
 
 func (s *Slicer) due(second int64, storeNow time.Time) bool {
@@ -355,12 +474,7 @@ func (s *Slicer) read(ctx context.Context, st *roomState) error {
 				if err != nil {
 					continue
 				}
-				if sec < st.next {
-					// Late for its second (written already): it goes out
-					// with the next one rather than being lost.
-					sec = st.next
-				}
-				st.pending[sec] = append(st.pending[sec], e)
+				st.add(sec, e)
 			}
 			if len(es) < readBatch {
 				break
@@ -455,13 +569,7 @@ func (s *Slicer) writeSecond(ctx context.Context, st *roomState, storeNow time.T
 			return rerr
 		}
 		s.m.written.WithLabelValues("existed").Inc()
-		has := map[string]bool{}
-		for _, m := range existing.Messages {
-			has[m.Identity()] = true
-			for _, id := range m.Merged {
-				has[wire.IdentityOf(m.Kind, id)] = true
-			}
-		}
+		has := identities(existing)
 		carry = [numQueues][]wire.Message{}
 		existed = true
 		for q := range numQueues {
@@ -510,6 +618,7 @@ func (s *Slicer) writeSecond(ctx context.Context, st *roomState, storeNow time.T
 	}
 	s.ack(ctx, st.room, settled)
 	st.carry = carry
+	st.npending -= len(st.pending[sec])
 	delete(st.pending, sec)
 	st.seq = seg.Seq + 1
 	st.next = sec + 1
@@ -559,19 +668,39 @@ func (s *Slicer) ack(ctx context.Context, room string, msgs []wire.Message) {
 	}
 }
 
-// trim removes stream entries behind the oldest message not yet in a segment.
+// trim removes stream entries behind the oldest message not yet in a
+// segment: carried messages and messages read for later seconds (or late
+// for an earlier one) hold the floor of their lane back.
 func (s *Slicer) trim(ctx context.Context, st *roomState) {
 	floor := wire.FormatID(st.next*1000, 0)
-	liveFloor := floor
-	for q := range numQueues {
-		for _, m := range st.carry[q] {
-			if wire.CompareIDs(m.ID, liveFloor) < 0 {
-				liveFloor = m.ID
+	floors := [2]string{floor, floor} // by lane: barrage, live
+	lower := func(m *wire.Message) {
+		i := 1
+		if m.Kind == wire.KindBarrage {
+			i = 0
+		}
+		ids := m.Merged
+		if len(ids) == 0 {
+			ids = []string{m.ID}
+		}
+		for _, id := range ids {
+			if wire.CompareIDs(id, floors[i]) < 0 {
+				floors[i] = id
 			}
 		}
 	}
-	_ = s.cfg.Streams.TrimBefore(ctx, stream.Key{Room: st.room, Lane: stream.Barrage}, floor)
-	_ = s.cfg.Streams.TrimBefore(ctx, stream.Key{Room: st.room, Lane: stream.Live}, liveFloor)
+	for q := range numQueues {
+		for i := range st.carry[q] {
+			lower(&st.carry[q][i])
+		}
+	}
+	for _, msgs := range st.pending {
+		for i := range msgs {
+			lower(&msgs[i])
+		}
+	}
+	_ = s.cfg.Streams.TrimBefore(ctx, stream.Key{Room: st.room, Lane: stream.Barrage}, floors[0])
+	_ = s.cfg.Streams.TrimBefore(ctx, stream.Key{Room: st.room, Lane: stream.Live}, floors[1])
 }
 
 // publishManifest moves the manifest forward to seg, never back.

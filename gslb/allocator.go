@@ -109,6 +109,9 @@ func NewAllocator(cfg AllocatorConfig) (*Allocator, error) {
 	if cfg.Sync < 0 || cfg.Stale < cfg.Sync || cfg.HandOut < 0 {
 		return nil, errors.New("gslb: allocator: need 0 < Sync <= Stale and HandOut >= 0")
 	}
+	if cfg.Overload <= 0 || cfg.Overload > 1 || cfg.MaxCPU <= 0 || cfg.MaxCPU > 1 {
+		return nil, errors.New("gslb: allocator: Overload and MaxCPU must be in (0, 1]")
+	}
 	cfg.Clock = clock.Or(cfg.Clock)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

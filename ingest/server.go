@@ -38,6 +38,7 @@ const (
 	defaultOrderTTL      = 24 * time.Hour
 	defaultOnlineSync    = time.Second
 	defaultReport        = 5 * time.Millisecond
+	reserveTTL           = 30 * time.Second
 )
 
 // Config configures an ingest node.
@@ -430,7 +431,9 @@ func (s *Server) gift(c *gin.Context) {
 		return
 	}
 	ctx := c.Request.Context()
-	existing, err := s.cfg.Orders.Reserve(ctx, g.Room+"/"+g.OrderID, s.cfg.OrderTTL)
+	// The reservation is short: a node that dies between Reserve and
+	// Commit must not block the business's retries for a whole OrderTTL.
+	existing, err := s.cfg.Orders.Reserve(ctx, g.Room+"/"+g.OrderID, reserveTTL)
 	switch {
 	case errors.Is(err, ErrOrderInFlight):
 		e := httpx.Errorf(http.StatusConflict, "order_in_flight", "this order is being processed; retry")

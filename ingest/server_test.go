@@ -948,3 +948,85 @@ func BenchmarkBarrage(b *testing.B) {
 		b.ReportMetric(float64(b.N)/s, "req/s")
 	}
 }
+
+// TestEntryThenBarrage runs the client's path over real HTTP servers on
+// random ports: the entry endpoint hands out this node's address and a token
+// bound to it, and the node accepts a comment with that token.
+func TestEntryThenBarrage(t *testing.T) {
+	clk := clock.NewFake(time.Now()) // MintTicket stamps tickets with time.Now
+	store := stream.NewMemoryStore(clk)
+
+	var ingestHandler atomic.Pointer[http.Handler]
+	ingestHTTP := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		(*ingestHandler.Load()).ServeHTTP(w, r)
+	}))
+	defer ingestHTTP.Close()
+
+	f := newFixtureOn(t, clk, store, func(c *Config) { c.Addr = ingestHTTP.URL })
+	var h http.Handler = f.engine
+	ingestHandler.Store(&h)
+
+	// The node and one edge report into the load table the allocator reads.
+	self := f.srv.Load()
+	self.At = clk.Now()
+	for _, l := range []gslb.NodeLoad{self, {ID: "e1", Kind: gslb.KindEdge, Addr: "ws://edge-1", At: clk.Now()}} {
+		if err := f.table.Report(context.Background(), l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	alloc, err := gslb.NewAllocator(gslb.AllocatorConfig{Table: f.table, Clock: clk, Logger: discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := alloc.SyncOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	tickets, err := auth.NewTicketVerifier(auth.DevTicketKey, clk.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entrySrv, err := gslb.NewServer(gslb.ServerConfig{Allocator: alloc, Keyring: f.ring, Tickets: tickets, CDN: "http://cdn/", Clock: clk, Logger: discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	entryEngine := httpx.NewEngine(httpx.EngineConfig{Role: "gslb", Logger: discard})
+	entrySrv.Register(entryEngine)
+	gslbHTTP := httptest.NewServer(entryEngine)
+	defer gslbHTTP.Close()
+
+	ticket, err := auth.MintTicket(auth.DevTicketKey, "viewer-1", auth.Ticket{Nick: "Ann"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodGet, gslbHTTP.URL+"/v1/entry?room="+room, nil)
+	req.Header.Set("Authorization", "Bearer "+ticket)
+	resp, err := gslbHTTP.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var entry gslb.Entry
+	err = json.NewDecoder(resp.Body).Decode(&entry)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("entry: %d %v", resp.StatusCode, err)
+	}
+	if len(entry.Ingest) != 1 || entry.Ingest[0] != ingestHTTP.URL {
+		t.Fatalf("entry ingest = %v, want [%s]", entry.Ingest, ingestHTTP.URL)
+	}
+
+	req, _ = http.NewRequest(http.MethodPost, entry.Ingest[0]+barragePath(room), strings.NewReader(`{"text":"hello"}`))
+	req.Header.Set("Authorization", "Bearer "+entry.Token)
+	resp, err = ingestHTTP.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("barrage: %d %s", resp.StatusCode, body)
+	}
+	es := f.entries(t, room, stream.Barrage)
+	if len(es) != 1 || es[0].User != "viewer-1" || es[0].Nick != "Ann" || es[0].Text != "hello" {
+		t.Fatalf("stored %+v", es)
+	}
+}

@@ -112,6 +112,10 @@ type EngineConfig struct {
 	Gatherer prometheus.Gatherer
 	// Healthy reports readiness for /healthz. Nil: always healthy.
 	Healthy func() error
+	// TrustedProxies are the addresses (CIDRs) whose X-Forwarded-For is
+	// believed. Nil: none — the peer address is the client, so a client
+	// cannot choose its ISP line by forging a header.
+	TrustedProxies []string
 }
 
 // NewEngine returns a gin engine with coded 404/405 answers, panic recovery
@@ -124,6 +128,10 @@ func NewEngine(cfg EngineConfig) *gin.Engine {
 	}
 	e := gin.New()
 	e.HandleMethodNotAllowed = true
+	if err := e.SetTrustedProxies(cfg.TrustedProxies); err != nil {
+		log.Error("httpx: bad trusted proxies; trusting none", "err", err)
+		_ = e.SetTrustedProxies(nil)
+	}
 	e.Use(gin.CustomRecoveryWithWriter(io.Discard, func(c *gin.Context, rec any) {
 		// A panic is a bug; the client still gets the coded shape.
 		log.Error("panic in handler", "role", cfg.Role, "path", c.FullPath(), "panic", rec)

@@ -411,3 +411,27 @@ func (p *countingProxy) setDelay(d time.Duration) {
 	p.delay = d
 	p.mu.Unlock()
 }
+
+func TestS3Restart(t *testing.T) {
+	env, srv := S3Restartable(t)
+	c := env.Client()
+	put(t, c, env.Bucket, "before", "kept", "no-cache")
+	srv.Stop()
+	if status, _, _ := getNoFail(env.BucketURL() + "/before"); status != 0 {
+		t.Fatalf("stopped server answered %d", status)
+	}
+	srv.Start()
+	if status, body, _ := get(t, env.BucketURL()+"/before"); status != 200 || body != "kept" {
+		t.Fatalf("after restart: %d %q", status, body)
+	}
+}
+
+// getNoFail GETs u and returns status 0 when the server cannot be reached.
+func getNoFail(u string) (int, string, error) {
+	resp, err := http.Get(u)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	return resp.StatusCode, "", nil
+}

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -123,4 +125,71 @@ func frameLen(dec *msgpack.Decoder) (int, error) {
 		}
 	}
 	return 0, fmt.Errorf("frame without messages")
+}
+
+// BenchmarkIdleConnMemory opens idle connections and reports the Go heap
+// and stack they take, per connection (bytes/conn). The clients are bare
+// sockets that only did the handshake, so nearly all of it is the server's.
+//
+//	go test -run '^$' -bench IdleConnMemory -benchtime 1x ./edge/
+func BenchmarkIdleConnMemory(b *testing.B) {
+	const n = 2000
+	for range b.N {
+		b.StopTimer()
+		e := newEnv(b, envOpts{cfg: func(c *Config) { c.DrainPeriod = time.Millisecond }})
+		tok := e.token("r1")
+		before := inUse()
+		b.StartTimer()
+		conns := make([]net.Conn, 0, n)
+		for range n {
+			c, err := rawHandshake(e.ts.Listener.Addr().String(), tok)
+			if err != nil {
+				b.Fatal(err)
+			}
+			conns = append(conns, c)
+		}
+		waitFor(b, "every connection", func() bool { return e.srv.Load().Conns == n })
+		b.StopTimer()
+		b.ReportMetric(float64(inUse()-before)/n, "bytes/conn")
+		for _, c := range conns {
+			c.Close()
+		}
+	}
+}
+
+func inUse() int64 {
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	return int64(ms.HeapInuse + ms.StackInuse)
+}
+
+// rawHandshake does a WebSocket handshake on a bare socket and keeps
+// nothing else.
+func rawHandshake(addr, tok string) (net.Conn, error) {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	req := "GET " + Path + "?token=" + tok + " HTTP/1.1\r\nHost: " + addr +
+		"\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+	if _, err := io.WriteString(c, req); err != nil {
+		c.Close()
+		return nil, err
+	}
+	buf := make([]byte, 512)
+	got := 0
+	for !bytes.Contains(buf[:got], []byte("\r\n\r\n")) {
+		k, err := c.Read(buf[got:])
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		got += k
+	}
+	if !bytes.HasPrefix(buf, []byte("HTTP/1.1 101")) {
+		c.Close()
+		return nil, fmt.Errorf("handshake: %q", buf[:got])
+	}
+	return c, nil
 }

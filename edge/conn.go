@@ -23,8 +23,8 @@ const (
 	ClosePolicy = websocket.ClosePolicyViolation
 )
 
-// conn is one client connection. Its HTTP handler goroutine is its writer;
-// readLoop drains what the client sends.
+// conn is one client connection: serve's goroutine writes, readLoop drains
+// what the client sends.
 type conn struct {
 	s  *Server
 	h  *hub
@@ -71,7 +71,7 @@ func (c *conn) kick(code int, text string) bool {
 
 // serve runs the connection until it is closed, then cleans up. p is the
 // catch-up computed when the connection joined the hub.
-func (c *conn) serve(p catchUp) {
+func (c *conn) serve(p resumePlan) {
 	go c.readLoop()
 	c.writeLoop(p)
 	c.kick(0, "") // the writer failed: nothing more can be sent
@@ -108,7 +108,7 @@ func closeReason(code int) string {
 
 // writeLoop sends the catch-up, then queued frames and pings, until the
 // connection is kicked or a write fails.
-func (c *conn) writeLoop(p catchUp) {
+func (c *conn) writeLoop(p resumePlan) {
 	if !c.catchUp(p) {
 		return
 	}
@@ -194,7 +194,7 @@ func (c *conn) writeMessages(msgs []wire.Message, source string) bool {
 // catchUp sends what a resuming client missed: the pushable messages in
 // (storeFrom, storeUntil] read back from the store, then those the ring
 // held when the connection joined.
-func (c *conn) catchUp(p catchUp) bool {
+func (c *conn) catchUp(p resumePlan) bool {
 	if p.fromStore {
 		after := p.storeFrom.String()
 		for done := false; !done; {

@@ -36,9 +36,10 @@
 // # Concurrency
 //
 // A Server is safe for concurrent use. New starts no goroutine. Hubs start
-// theirs (one reader, one flusher) on the first connection of a room; each
-// connection uses its HTTP handler goroutine as its writer and one goroutine
-// to drain client reads (pongs and SDK counter reports). Run runs the load
-// reporter; Shutdown drains gradually (lame duck) and is safe to call more
-// than once.
+// theirs (one reader, one flusher) on the first connection of a room and
+// stop them when its last connection leaves. Each connection has two
+// goroutines: a writer (catch-up, queued frames, pings) and a reader that
+// drains what the client sends (pongs, SDK counter reports). Run runs the
+// load reporter; Shutdown drains gradually (lame duck) and is safe to call
+// more than once.
 package edge

@@ -213,10 +213,10 @@ func (h *hub) flush() bool {
 	return true
 }
 
-// catchUp is what a joining connection must be sent before its queue: the
+// resumePlan is what a joining connection must be sent before its queue: the
 // pushable messages in (storeFrom, storeUntil] from the store when fromStore,
 // then ring.
-type catchUp struct {
+type resumePlan struct {
 	fromStore  bool
 	storeFrom  msgID
 	storeUntil msgID
@@ -226,13 +226,13 @@ type catchUp struct {
 // register adds c to the fan-out and returns its catch-up. With hasLast the
 // catch-up covers everything after last up to flushed; the fan-out covers
 // the rest. It fails once the server drains.
-func (h *hub) register(c *conn, last msgID, hasLast bool) (catchUp, bool) {
+func (h *hub) register(c *conn, last msgID, hasLast bool) (resumePlan, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.s.draining.Load() {
-		return catchUp{}, false
+		return resumePlan{}, false
 	}
-	var p catchUp
+	var p resumePlan
 	if hasLast {
 		from := last
 		if last.less(h.base) {

@@ -36,37 +36,38 @@ type entry struct {
 }
 
 // ring keeps the newest pushable messages of a room in id order, evicting
-// the oldest when full. Not safe for concurrent use; the hub lock guards it.
+// the oldest when full. It grows up to its size as messages come, so that a
+// quiet room costs nothing. Not safe for concurrent use; the hub lock
+// guards it.
 type ring struct {
 	buf  []entry
-	head int // index of the oldest entry
-	n    int
+	size int
+	head int // index of the oldest entry once buf is full
 }
 
-func newRing(size int) ring { return ring{buf: make([]entry, size)} }
+func newRing(size int) ring { return ring{size: size} }
 
-func (r *ring) len() int { return r.n }
+func (r *ring) len() int { return len(r.buf) }
 
 // at returns the i-th oldest entry.
 func (r *ring) at(i int) *entry { return &r.buf[(r.head+i)%len(r.buf)] }
 
 // push appends e, returning the evicted oldest entry when the ring was full.
 func (r *ring) push(e entry) (evicted entry, ok bool) {
-	if r.n == len(r.buf) {
-		evicted, ok = r.buf[r.head], true
-		r.buf[r.head] = e
-		r.head = (r.head + 1) % len(r.buf)
-		return evicted, ok
+	if len(r.buf) < r.size {
+		r.buf = append(r.buf, e)
+		return entry{}, false
 	}
-	r.buf[(r.head+r.n)%len(r.buf)] = e
-	r.n++
-	return entry{}, false
+	evicted = r.buf[r.head]
+	r.buf[r.head] = e
+	r.head = (r.head + 1) % len(r.buf)
+	return evicted, true
 }
 
 // after returns the index of the oldest entry with an id above id (len()
 // when there is none).
 func (r *ring) after(id msgID) int {
-	lo, hi := 0, r.n
+	lo, hi := 0, len(r.buf)
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
 		if id.less(r.at(m).id) {

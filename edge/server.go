@@ -124,8 +124,8 @@ func New(cfg Config) (*Server, error) {
 // httpx.NewServer): upgraded connections set their own deadlines.
 func (s *Server) Handler() http.Handler { return s.handler }
 
-// handleWS checks a handshake and, when it passes, serves the connection
-// until it closes.
+// handleWS checks a handshake and, when it passes, upgrades it and hands
+// the connection to a goroutine of its own.
 func (s *Server) handleWS(c *gin.Context) {
 	if s.draining.Load() {
 		s.reject(c, http.StatusServiceUnavailable, CodeDraining, "node is draining; try another address")
@@ -138,7 +138,12 @@ func (s *Server) handleWS(c *gin.Context) {
 		s.reject(c, http.StatusServiceUnavailable, CodeOverCapacity, "node is full; try another address")
 		return
 	}
-	defer s.conns.Add(-1)
+	handedOff := false // to the connection's goroutine, which then undoes both
+	defer func() {
+		if !handedOff {
+			s.conns.Add(-1)
+		}
+	}()
 
 	claims, err := s.cfg.Verifier.Verify(httpx.BearerToken(c, "token"))
 	switch {
@@ -170,7 +175,11 @@ func (s *Server) handleWS(c *gin.Context) {
 		s.reject(c, http.StatusServiceUnavailable, CodeDraining, "node is draining; try another address")
 		return
 	}
-	defer s.release(h)
+	defer func() {
+		if !handedOff {
+			s.release(h)
+		}
+	}()
 	select {
 	case <-h.ready:
 	case <-c.Request.Context().Done():
@@ -197,7 +206,15 @@ func (s *Server) handleWS(c *gin.Context) {
 	}
 	cn.ws = ws
 	s.log.Debug("edge: connected", "room", claims.Room, "user", claims.User(), "resume", hasLast)
-	cn.serve(p)
+	// The connection gets a goroutine of its own and the handler returns:
+	// net/http's per-request state and the handler's deep stack are then
+	// freed, which keeps an idle connection small.
+	handedOff = true
+	go func() {
+		defer s.conns.Add(-1)
+		defer s.release(h)
+		cn.serve(p)
+	}()
 }
 
 // reject answers a refused handshake with the coded error and counts it.

@@ -141,7 +141,7 @@ func NewEngine(cfg EngineConfig) *gin.Engine {
 	e.NoMethod(func(c *gin.Context) {
 		Abort(c, Errorf(http.StatusMethodNotAllowed, CodeNoMethod, "method not allowed"))
 	})
-	e.GET("/healthz", func(c *gin.Context) {
+	health := func(c *gin.Context) {
 		if cfg.Healthy != nil {
 			if err := cfg.Healthy(); err != nil {
 				Abort(c, Errorf(http.StatusServiceUnavailable, CodeUnavailable, "%v", err))
@@ -149,7 +149,10 @@ func NewEngine(cfg EngineConfig) *gin.Engine {
 			}
 		}
 		c.JSON(http.StatusOK, gin.H{"status": "ok", "role": cfg.Role})
-	})
+	}
+	// HEAD too: load balancers probe with either.
+	e.GET("/healthz", health)
+	e.HEAD("/healthz", health)
 	if cfg.Gatherer != nil {
 		h := promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{})
 		e.GET("/metrics", gin.WrapH(h))

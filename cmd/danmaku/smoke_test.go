@@ -151,4 +151,3 @@ func (l *lines) waitFor(t *testing.T, ctx context.Context, sub string) string {
 		}
 	}
 }
-

@@ -1,7 +1,13 @@
 package main
 
 import (
+	"encoding/hex"
+	"errors"
+	"strings"
+
 	"context"
+	"danmaku/internal/objstore"
+	"danmaku/internal/redisx"
 	"fmt"
 	"io"
 	"os"
@@ -12,10 +18,22 @@ import (
 type serveFlags struct {
 	gslb, ingest, edge, origin, slicer string
 	cdn, data                          string
+	ingestURL, edgeURL, nodeID         string
 	budget                             int
 	minGift                            int64
 	logLevel                           string
 	logJSON                            bool
+
+	redisURL, redisUser, redisPrefix string
+	s3                               objstore.S3Config
+}
+
+// env returns the environment variable name, or def when it is unset.
+func env(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok {
+		return v
+	}
+	return def
 }
 
 func (f *serveFlags) register(fs interface {
@@ -35,6 +53,49 @@ func (f *serveFlags) register(fs interface {
 	fs.Int64Var(&f.minGift, "min-gift-value", 0, "lowest gift value the edge pushes (default: all)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&f.logJSON, "log-json", false, "log JSON lines instead of text")
+	fs.StringVar(&f.ingestURL, "ingest-url", env("DANMAKU_INGEST_URL", ""), "public URL of this ingest (default: http://<ingest listen address>) [DANMAKU_INGEST_URL]")
+	fs.StringVar(&f.edgeURL, "edge-url", env("DANMAKU_EDGE_URL", ""), "public URL of this edge (default: ws://<edge listen address>/v1/ws) [DANMAKU_EDGE_URL]")
+	fs.StringVar(&f.nodeID, "node-id", env("DANMAKU_NODE_ID", ""), "node id for leases and load reports (default: hostname-pid) [DANMAKU_NODE_ID]")
+	fs.StringVar(&f.redisURL, "redis", env("DANMAKU_REDIS", ""), "Redis URL or host:port; enables the Redis backends [DANMAKU_REDIS]")
+	fs.StringVar(&f.redisUser, "redis-user", env("DANMAKU_REDIS_USER", ""), "Redis ACL user (password from DANMAKU_REDIS_PASSWORD) [DANMAKU_REDIS_USER]")
+	fs.StringVar(&f.redisPrefix, "redis-prefix", env("DANMAKU_REDIS_PREFIX", ""), "prefix of every Redis key (default danmaku) [DANMAKU_REDIS_PREFIX]")
+	fs.StringVar(&f.s3.Bucket, "s3-bucket", env("DANMAKU_S3_BUCKET", ""), "S3 bucket; enables the S3 object store [DANMAKU_S3_BUCKET]")
+	fs.StringVar(&f.s3.Endpoint, "s3-endpoint", env("DANMAKU_S3_ENDPOINT", ""), "S3-compatible endpoint URL (default: AWS) [DANMAKU_S3_ENDPOINT]")
+	fs.StringVar(&f.s3.Region, "s3-region", env("DANMAKU_S3_REGION", ""), "S3 region (default us-east-1) [DANMAKU_S3_REGION]")
+	fs.StringVar(&f.s3.Prefix, "s3-prefix", env("DANMAKU_S3_PREFIX", ""), "key prefix inside the bucket, ending in / [DANMAKU_S3_PREFIX]")
+	fs.BoolVar(&f.s3.PathStyle, "s3-path-style", env("DANMAKU_S3_PATH_STYLE", "") == "true", "path-style S3 addressing (most S3-compatible servers) [DANMAKU_S3_PATH_STYLE=true]")
+}
+
+// secrets are read from the environment only, never flags (a flag shows in
+// the process list).
+func (f *serveFlags) stackConfig(roles []string) (stack.Config, stack.BackendConfig, error) {
+	cfg := stack.Config{
+		Roles:    roles,
+		GSLBAddr: f.gslb, IngestAddr: f.ingest, EdgeAddr: f.edge, OriginAddr: f.origin, SlicerAddr: f.slicer,
+		PublicCDN: f.cdn, DataDir: f.data, Budget: f.budget, MinGiftValue: f.minGift,
+		IngestURL: f.ingestURL, EdgeURL: f.edgeURL, NodeID: f.nodeID,
+	}
+	if v := os.Getenv("DANMAKU_MASTER_KEY"); v != "" {
+		k, err := hex.DecodeString(v)
+		if err != nil || len(k) < 32 {
+			return cfg, stack.BackendConfig{}, usageError{errors.New("DANMAKU_MASTER_KEY must be at least 32 bytes in hex")}
+		}
+		cfg.MasterKey = k
+	}
+	if v := os.Getenv("DANMAKU_TICKET_KEY"); v != "" {
+		cfg.TicketKey = []byte(v)
+	}
+	if v := os.Getenv("DANMAKU_SERVICE_KEYS"); v != "" {
+		cfg.ServiceKeys = strings.Split(v, ",")
+	}
+	f.s3.AccessKey = os.Getenv("DANMAKU_S3_ACCESS_KEY")
+	f.s3.SecretKey = os.Getenv("DANMAKU_S3_SECRET_KEY")
+	b := stack.BackendConfig{
+		Redis:       redisx.Config{URL: f.redisURL, Username: f.redisUser, Password: os.Getenv("DANMAKU_REDIS_PASSWORD")},
+		RedisPrefix: f.redisPrefix,
+		S3:          f.s3,
+	}
+	return cfg, b, nil
 }
 
 func serveRoles(ctx context.Context, roles []string, f *serveFlags, stdout, stderr io.Writer) error {
@@ -42,11 +103,18 @@ func serveRoles(ctx context.Context, roles []string, f *serveFlags, stdout, stde
 	if err != nil {
 		return err
 	}
-	st, err := stack.New(stack.Config{
-		Roles:    roles,
-		GSLBAddr: f.gslb, IngestAddr: f.ingest, EdgeAddr: f.edge, OriginAddr: f.origin, SlicerAddr: f.slicer,
-		PublicCDN: f.cdn, DataDir: f.data, Budget: f.budget, MinGiftValue: f.minGift, Logger: log,
-	})
+	cfg, bcfg, err := f.stackConfig(roles)
+	if err != nil {
+		return err
+	}
+	cfg.Logger = log
+	backends, closeBackends, err := stack.OpenBackends(ctx, bcfg, log)
+	if err != nil {
+		return err
+	}
+	defer closeBackends()
+	cfg.Backends = backends
+	st, err := stack.New(cfg)
 	if err != nil {
 		return err
 	}
@@ -77,9 +145,9 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	return serveRoles(ctx, stack.AllRoles, &f, stdout, stderr)
 }
 
-// roleCmd runs one role. Until the Redis and S3 backends are wired, a role
-// started alone shares nothing with other processes; `dev` is the way to run
-// the pipeline.
+// roleCmd runs one role. Roles of different processes share state only
+// through the Redis and S3 backends (-redis, -s3-bucket); without them a role
+// runs on in-memory backends of its own.
 func roleCmd(role string) func(context.Context, []string, io.Writer, io.Writer) error {
 	return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fs := newFlags(role, stderr)

@@ -2,10 +2,10 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -23,11 +23,7 @@ func TestNewcomerCommands(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
 	}
-	bin := filepath.Join(t.TempDir(), "danmaku")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := binary(t)
 	ports := freePorts(t, 5)
 	addr := func(i int) string { return fmt.Sprintf("127.0.0.1:%d", ports[i]) }
 	entry := "http://" + addr(0)
@@ -83,36 +79,38 @@ func freePorts(t *testing.T, n int) []int {
 	return ports
 }
 
-// lines collects a process's stdout line by line.
+// lines collects a process's output (stdout and stderr: logs go to stderr)
+// line by line.
 type lines struct {
-	mu     sync.Mutex
-	lines  []string
-	stderr bytes.Buffer
-	added  chan struct{}
+	mu    sync.Mutex
+	lines []string
+	added chan struct{}
 }
 
 func startLines(t *testing.T, cmd *exec.Cmd) *lines {
 	t.Helper()
 	l := &lines{added: make(chan struct{}, 1)}
-	out, err := cmd.StdoutPipe()
+	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd.Stderr = &l.stderr
+	cmd.Stdout, cmd.Stderr = w, w
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	w.Close() // the child holds its own copy; EOF comes when it exits
 	t.Cleanup(func() {
 		if cmd.ProcessState == nil {
 			_ = cmd.Process.Kill()
 			_ = cmd.Wait()
 		}
 		if t.Failed() {
-			t.Logf("%s output:\n%s\nstderr:\n%s", filepath.Base(cmd.Path)+" "+cmd.Args[1], l.all(), l.stderr.String())
+			t.Logf("%s output:\n%s", filepath.Base(cmd.Path)+" "+cmd.Args[1], l.all())
 		}
 	})
 	go func() {
-		sc := bufio.NewScanner(out)
+		defer r.Close()
+		sc := bufio.NewScanner(r)
 		for sc.Scan() {
 			l.mu.Lock()
 			l.lines = append(l.lines, sc.Text())

@@ -62,11 +62,13 @@ const (
 
 // Backends are the stores the roles share. Nil fields get in-memory ones.
 type Backends struct {
-	Streams stream.Store
-	Objects objstore.Store
-	Load    gslb.LoadTable
-	Secrets auth.SecretStore
-	Lease   slicer.Lease
+	Streams     stream.Store
+	Objects     objstore.Store
+	Load        gslb.LoadTable
+	Secrets     auth.SecretStore
+	Lease       slicer.Lease
+	RoomLimiter ingest.RoomLimiter
+	Orders      ingest.Orders
 }
 
 // Config configures a Stack.
@@ -83,8 +85,19 @@ type Config struct {
 	DataDir string
 	// Backends shared by the roles. Zero fields: in memory.
 	Backends Backends
-	// MasterKey derives token secrets (auth center). Zero: random per process.
+	// MasterKey derives token secrets. When set, this process runs an auth
+	// center that publishes them (every center with the same key publishes
+	// the same secrets, so several may run). Zero: with in-memory secrets, a
+	// random key and a center of its own (embedded mode); with shared
+	// secrets (Redis), no center — another process must run one.
 	MasterKey []byte
+	// IngestURL and EdgeURL are the addresses clients are handed for this
+	// process's ingest and edge (what tokens are bound to). Zero: derived
+	// from the listen addresses.
+	IngestURL, EdgeURL string
+	// NodeID names this process as slicer lease holder and load reporter.
+	// Zero: "<hostname>-<pid>".
+	NodeID string
 	// TicketKey verifies business tickets. Zero: auth.DevTicketKey.
 	TicketKey []byte
 	// ServiceKeys for the gift API. Zero: DevServiceKey.
@@ -166,11 +179,17 @@ func New(cfg Config) (*Stack, error) {
 	if cfg.EdgeDrain == 0 {
 		cfg.EdgeDrain = time.Second
 	}
-	if len(cfg.MasterKey) == 0 {
+	runCenter := len(cfg.MasterKey) > 0
+	if !runCenter && cfg.Backends.Secrets == nil {
 		cfg.MasterKey = make([]byte, 32)
 		if _, err := rand.Read(cfg.MasterKey); err != nil {
 			return nil, err
 		}
+		runCenter = true
+	}
+	if cfg.NodeID == "" {
+		host, _ := os.Hostname()
+		cfg.NodeID = fmt.Sprintf("%s-%d", host, os.Getpid())
 	}
 	b := &cfg.Backends
 	if b.Streams == nil {
@@ -229,6 +248,12 @@ func New(cfg Config) (*Stack, error) {
 	}
 	if rs := byRole[RoleEdge]; rs != nil {
 		s.URLs[RoleEdge] = "ws://" + rs.ln.Addr().String() + "/v1/ws"
+		if cfg.EdgeURL != "" {
+			s.URLs[RoleEdge] = cfg.EdgeURL
+		}
+	}
+	if _, ok := byRole[RoleIngest]; ok && cfg.IngestURL != "" {
+		s.URLs[RoleIngest] = cfg.IngestURL
 	}
 	if cfg.PublicCDN == "" {
 		if u, okk := s.URLs[RoleOrigin]; okk {
@@ -240,10 +265,12 @@ func New(cfg Config) (*Stack, error) {
 	var err error
 	needKeys := cfg.has(RoleGSLB) || cfg.has(RoleIngest) || cfg.has(RoleEdge)
 	if needKeys {
-		// In a deployment the auth center is its own small process; here it
-		// rides along with whichever role needs tokens.
-		if s.center, err = auth.NewCenter(auth.CenterConfig{Store: b.Secrets, MasterKey: cfg.MasterKey, Logger: s.log}); err != nil {
-			return nil, err
+		// The auth center rides along with whichever process holds the
+		// master key; the others only fetch secrets.
+		if runCenter {
+			if s.center, err = auth.NewCenter(auth.CenterConfig{Store: b.Secrets, MasterKey: cfg.MasterKey, Logger: s.log}); err != nil {
+				return nil, err
+			}
 		}
 		if s.keyring, err = auth.NewKeyring(auth.KeyringConfig{Store: b.Secrets, Logger: s.log}); err != nil {
 			return nil, err
@@ -274,6 +301,7 @@ func New(cfg Config) (*Stack, error) {
 	if rs := byRole[RoleIngest]; rs != nil {
 		s.ingest, err = ingest.New(ingest.Config{
 			Streams: b.Streams, Keyring: s.keyring, Addr: s.URLs[RoleIngest], Load: b.Load,
+			RoomLimiter: b.RoomLimiter, Orders: b.Orders,
 			ServiceKeys: cfg.ServiceKeys, Registerer: s.registry, Logger: s.log,
 		})
 		if err != nil {
@@ -297,7 +325,7 @@ func New(cfg Config) (*Stack, error) {
 		rs.srv.ReadTimeout = 0
 	}
 	if rs := byRole[RoleSlicer]; rs != nil {
-		s.slicer, err = slicer.New(slicer.Config{Streams: b.Streams, Objects: b.Objects, Lease: b.Lease, Budget: cfg.Budget, Registerer: s.registry, Logger: s.log})
+		s.slicer, err = slicer.New(slicer.Config{Streams: b.Streams, Objects: b.Objects, Lease: b.Lease, NodeID: cfg.NodeID, Budget: cfg.Budget, Registerer: s.registry, Logger: s.log})
 		if err != nil {
 			return nil, err
 		}
@@ -315,13 +343,17 @@ func New(cfg Config) (*Stack, error) {
 // Run serves every role until ctx is done, then shuts down and returns.
 func (s *Stack) Run(ctx context.Context) error {
 	if s.center != nil {
-		// Publish and load secrets before the first request, so that the
-		// first entry already gets a token.
+		// Publish before the first request, so that the first entry
+		// already gets a token.
 		if err := s.center.Publish(ctx); err != nil {
 			return err
 		}
+	}
+	if s.keyring != nil {
 		if err := s.keyring.Refresh(ctx); err != nil {
-			return err
+			// Another process's center may not have published yet; the
+			// keyring's loop keeps trying.
+			s.log.Warn("stack: token secrets not loaded yet", "err", err)
 		}
 	}
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
@@ -337,6 +369,8 @@ func (s *Stack) Run(ctx context.Context) error {
 	}
 	if s.center != nil {
 		goRun(s.center.Run)
+	}
+	if s.keyring != nil {
 		goRun(s.keyring.Run)
 	}
 	if s.allocator != nil {

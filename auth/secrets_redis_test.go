@@ -1,0 +1,163 @@
+package auth_test
+
+import (
+	"bytes"
+	"context"
+	"maps"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"danmaku/auth"
+	"danmaku/internal/redisx"
+	"danmaku/internal/redisx/redistest"
+	"danmaku/internal/testenv"
+)
+
+// secretsBackend is one SecretStore implementation under test; rdb is set
+// for Redis, to check the key layout and TTL.
+type secretsBackend struct {
+	name string
+	open func(t *testing.T) (auth.SecretStore, redis.UniversalClient)
+}
+
+func secretsBackends() []secretsBackend {
+	return []secretsBackend{
+		{"memory", func(t *testing.T) (auth.SecretStore, redis.UniversalClient) {
+			return auth.NewMemorySecrets(), nil
+		}},
+		{"redis", func(t *testing.T) (auth.SecretStore, redis.UniversalClient) {
+			rdb := redistest.Client(t)
+			return auth.NewRedisSecrets(rdb), rdb
+		}},
+	}
+}
+
+// TestSecretStoreConformance runs every SecretStore implementation through
+// the same cases, each on an empty store.
+func TestSecretStoreConformance(t *testing.T) {
+	binary := make([]byte, 256) // secrets are bytes, not text
+	for i := range binary {
+		binary[i] = byte(i)
+	}
+	cases := []struct {
+		name string
+		run  func(t *testing.T, s auth.SecretStore, rdb redis.UniversalClient)
+	}{
+		{"publish and fetch", func(t *testing.T, s auth.SecretStore, rdb redis.UniversalClient) {
+			mustPublish(t, s, 41, []byte("forty-one"))
+			mustPublish(t, s, 42, binary)
+			wantFetch(t, s, []int64{41, 42}, map[int64][]byte{41: []byte("forty-one"), 42: binary})
+			if rdb != nil {
+				ttl, err := rdb.PTTL(context.Background(), "danmaku:{auth}:epoch:42").Result()
+				if err != nil || ttl <= 0 || ttl > time.Minute {
+					t.Fatalf("PTTL of epoch 42 = %v, %v; want the published ttl", ttl, err)
+				}
+			}
+		}},
+		{"missing epochs skipped", func(t *testing.T, s auth.SecretStore, _ redis.UniversalClient) {
+			mustPublish(t, s, 7, []byte("seven"))
+			wantFetch(t, s, []int64{6, 7, 8}, map[int64][]byte{7: []byte("seven")})
+			wantFetch(t, s, []int64{100, -1}, map[int64][]byte{})
+			wantFetch(t, s, nil, map[int64][]byte{})
+		}},
+		{"republish replaces", func(t *testing.T, s auth.SecretStore, _ redis.UniversalClient) {
+			mustPublish(t, s, 9, []byte("old"))
+			mustPublish(t, s, 9, []byte("new"))
+			wantFetch(t, s, []int64{9}, map[int64][]byte{9: []byte("new")})
+		}},
+		{"fetched and published bytes are copies", func(t *testing.T, s auth.SecretStore, _ redis.UniversalClient) {
+			secret := []byte("secret")
+			mustPublish(t, s, 3, secret)
+			secret[0] = 'X'
+			got := wantFetch(t, s, []int64{3}, map[int64][]byte{3: []byte("secret")})
+			got[3][0] = 'Y'
+			wantFetch(t, s, []int64{3}, map[int64][]byte{3: []byte("secret")})
+		}},
+	}
+	for _, b := range secretsBackends() {
+		t.Run(b.name, func(t *testing.T) {
+			for _, c := range cases {
+				t.Run(c.name, func(t *testing.T) {
+					s, rdb := b.open(t)
+					c.run(t, s, rdb)
+				})
+			}
+		})
+	}
+}
+
+// TestRedisSecretsACL sets up the ACL users RedisSecrets documents and checks
+// that each role can do its part and nothing else.
+func TestRedisSecretsACL(t *testing.T) {
+	addr := testenv.Redis(t)
+	admin := redistest.Dial(t, redisx.Config{URL: addr})
+	ctx := context.Background()
+	users := map[string][]string{
+		"auth-center":   {"on", ">center-pw", "resetkeys", "~danmaku:{auth}:*", "resetchannels", "-@all", "+set", "+ping"},
+		"auth-verifier": {"on", ">verifier-pw", "resetkeys", "~danmaku:{auth}:*", "resetchannels", "-@all", "+get", "+mget", "+ping"},
+	}
+	for name, rules := range users {
+		if err := admin.ACLSetUser(ctx, name, rules...).Err(); err != nil {
+			t.Fatalf("ACL SETUSER %s: %v", name, err)
+		}
+	}
+	if err := admin.Set(ctx, "danmaku:load", "other data", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	center := auth.NewRedisSecrets(redistest.Dial(t, redisx.Config{URL: addr, Username: "auth-center", Password: "center-pw"}))
+	vrdb := redistest.Dial(t, redisx.Config{URL: "redis://auth-verifier:verifier-pw@" + addr})
+	verifier := auth.NewRedisSecrets(vrdb)
+
+	mustPublish(t, center, 5, []byte("five"))
+	wantFetch(t, verifier, []int64{4, 5, 6}, map[int64][]byte{5: []byte("five")})
+
+	denied := func(what string, err error) {
+		t.Helper()
+		if err == nil || !strings.Contains(err.Error(), "NOPERM") {
+			t.Errorf("%s: err = %v, want NOPERM", what, err)
+		}
+	}
+	denied("verifier publishes", verifier.Publish(ctx, 5, []byte("forged"), time.Minute))
+	_, err := center.Fetch(ctx, 5)
+	denied("auth center reads", err)
+	denied("verifier reads another key", vrdb.Get(ctx, "danmaku:load").Err())
+	denied("verifier lists keys", vrdb.Keys(ctx, "*").Err())
+	denied("verifier deletes a secret", vrdb.Del(ctx, "danmaku:{auth}:epoch:5").Err())
+	wantFetch(t, verifier, []int64{5}, map[int64][]byte{5: []byte("five")}) // unchanged
+
+	_, err = redisx.Connect(ctx, redisx.Config{URL: addr, Username: "auth-verifier", Password: "wrong"})
+	if err == nil || strings.Contains(err.Error(), "wrong") {
+		t.Errorf("connect with a wrong password: err = %v, want an error that does not echo the password", err)
+	}
+}
+
+func mustPublish(t *testing.T, s auth.SecretStore, epoch int64, secret []byte) {
+	t.Helper()
+	if err := s.Publish(context.Background(), epoch, secret, time.Minute); err != nil {
+		t.Fatalf("Publish(%d): %v", epoch, err)
+	}
+}
+
+func wantFetch(t *testing.T, s auth.SecretStore, epochs []int64, want map[int64][]byte) map[int64][]byte {
+	t.Helper()
+	got, err := s.Fetch(context.Background(), epochs...)
+	if err != nil {
+		t.Fatalf("Fetch(%v): %v", epochs, err)
+	}
+	if !maps.EqualFunc(got, want, bytes.Equal) {
+		t.Fatalf("Fetch(%v) = %v, want %v", epochs, printable(got), printable(want))
+	}
+	return got
+}
+
+func printable(m map[int64][]byte) map[int64]string {
+	out := make(map[int64]string, len(m))
+	for k, v := range m {
+		out[k] = strconv.Quote(string(v))
+	}
+	return out
+}

@@ -1,0 +1,190 @@
+// Package redisx connects to Redis for the components' Redis backends and
+// holds what they share: the key layout (every key of one room carries the
+// hash tag {room:ID}, so that Redis Cluster keeps a room on one shard) and
+// the conversion of TTLs to milliseconds.
+//
+// Connect returns a go-redis client, which is safe for concurrent use; the
+// helpers here are pure functions.
+package redisx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Prefix starts every key the project writes, so that a shared Redis can be
+// told apart and ACL key patterns (~danmaku:...) can be written per role.
+const Prefix = "danmaku:"
+
+// RoomKey returns the key of one of room's records, "danmaku:{room:ID}:name".
+// The hash tag keeps all of a room's keys in one Cluster slot, so one Lua
+// script or MULTI may touch several of them.
+func RoomKey(room, name string) string {
+	return Prefix + "{room:" + room + "}:" + name
+}
+
+// ErrTTL is returned for a TTL that Redis cannot store (zero or negative).
+var ErrTTL = errors.New("redisx: ttl must be positive")
+
+// PX returns ttl in whole milliseconds for SET PX and PEXPIRE, rounded up so
+// that a positive ttl below a millisecond does not become 0 (which Redis
+// refuses).
+func PX(ttl time.Duration) (int64, error) {
+	if ttl <= 0 {
+		return 0, fmt.Errorf("%w (got %v)", ErrTTL, ttl)
+	}
+	return int64((ttl + time.Millisecond - 1) / time.Millisecond), nil
+}
+
+const (
+	// defaultDialTimeout bounds a connection attempt. Redis sits in the same
+	// region as the nodes and connects in milliseconds; a longer hang only
+	// delays the failover of whoever waits on it.
+	defaultDialTimeout = 2 * time.Second
+	// defaultIOTimeout bounds one command's write and read. Every command the
+	// backends send is O(1) or a short Lua script; a second without an answer
+	// means Redis is gone or blocked, and request paths (the room bucket on
+	// every comment) must fail fast instead of piling up.
+	defaultIOTimeout = time.Second
+	// defaultPingTimeout bounds Connect's check when ctx has no deadline.
+	defaultPingTimeout = 5 * time.Second
+)
+
+// ErrNoAddr is returned by Connect for a Config without a URL.
+var ErrNoAddr = errors.New("redisx: no Redis address")
+
+// Config says how to reach Redis.
+type Config struct {
+	// URL is where Redis is: "redis://[user:password@]host:port[/db][?opts]"
+	// ("rediss://" for TLS; opts as go-redis ParseURL, e.g.
+	// read_timeout=2s), or a bare "host:port". A comma-separated list of
+	// bare addresses, or Cluster, makes a Redis Cluster client. Required.
+	URL string
+	// Username and Password are the ACL user to authenticate as; they
+	// override the URL's user info. "": the URL's, or none (the default
+	// user).
+	Username string
+	Password string
+	// Cluster makes a Cluster client from a single seed address (a
+	// configuration endpoint). False: cluster only for several addresses.
+	Cluster bool
+	// DialTimeout bounds one connection attempt. Zero: 2 s, unless the URL
+	// sets dial_timeout.
+	DialTimeout time.Duration
+	// IOTimeout bounds one command's write and read. Zero: 1 s, unless the
+	// URL sets read_timeout/write_timeout.
+	IOTimeout time.Duration
+	// PoolSize is the number of connections per node. Zero: go-redis's
+	// default (10 per CPU), unless the URL sets pool_size.
+	PoolSize int
+}
+
+// Connect returns a client for cfg after checking, with PING, that Redis
+// answers and accepts the credentials. Context deadlines bound every command
+// (ContextTimeoutEnabled). The caller closes the client.
+func Connect(ctx context.Context, cfg Config) (redis.UniversalClient, error) {
+	c, where, err := newClient(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, defaultPingTimeout)
+		defer cancel()
+	}
+	if err := c.Ping(ctx).Err(); err != nil {
+		_ = c.Close()
+		return nil, fmt.Errorf("redisx: ping %s: %w", where, err)
+	}
+	return c, nil
+}
+
+// newClient builds the client without talking to Redis. where names the
+// server(s) for error messages, without credentials.
+func newClient(cfg Config) (c redis.UniversalClient, where string, err error) {
+	u := strings.TrimSpace(cfg.URL)
+	if u == "" {
+		return nil, "", ErrNoAddr
+	}
+	dial, rw := cfg.DialTimeout, cfg.IOTimeout
+	if dial <= 0 {
+		dial = defaultDialTimeout
+	}
+	if rw <= 0 {
+		rw = defaultIOTimeout
+	}
+	var addrs []string
+	if !strings.Contains(u, "://") {
+		for _, a := range strings.Split(u, ",") {
+			if a = strings.TrimSpace(a); a != "" {
+				addrs = append(addrs, a)
+			}
+		}
+		if len(addrs) == 0 {
+			return nil, "", ErrNoAddr
+		}
+	}
+	cluster := cfg.Cluster || len(addrs) > 1
+	if cluster {
+		var o *redis.ClusterOptions
+		if addrs != nil {
+			o = &redis.ClusterOptions{Addrs: addrs}
+		} else if o, err = redis.ParseClusterURL(u); err != nil {
+			return nil, "", fmt.Errorf("redisx: parse cluster URL: %w", redactErr(err, u))
+		}
+		setString(&o.Username, cfg.Username)
+		setString(&o.Password, cfg.Password)
+		setDuration(&o.DialTimeout, dial)
+		setDuration(&o.ReadTimeout, rw)
+		setDuration(&o.WriteTimeout, rw)
+		if cfg.PoolSize > 0 {
+			o.PoolSize = cfg.PoolSize
+		}
+		o.ContextTimeoutEnabled = true
+		return redis.NewClusterClient(o), "cluster " + strings.Join(o.Addrs, ","), nil
+	}
+	var o *redis.Options
+	if addrs != nil {
+		o = &redis.Options{Addr: addrs[0]}
+	} else if o, err = redis.ParseURL(u); err != nil {
+		return nil, "", fmt.Errorf("redisx: parse URL: %w", redactErr(err, u))
+	}
+	setString(&o.Username, cfg.Username)
+	setString(&o.Password, cfg.Password)
+	setDuration(&o.DialTimeout, dial)
+	setDuration(&o.ReadTimeout, rw)
+	setDuration(&o.WriteTimeout, rw)
+	if cfg.PoolSize > 0 {
+		o.PoolSize = cfg.PoolSize
+	}
+	o.ContextTimeoutEnabled = true
+	return redis.NewClient(o), o.Addr, nil
+}
+
+func setString(dst *string, v string) {
+	if v != "" {
+		*dst = v
+	}
+}
+
+// setDuration sets *dst to v unless the URL already set it.
+func setDuration(dst *time.Duration, v time.Duration) {
+	if *dst == 0 {
+		*dst = v
+	}
+}
+
+// redactErr keeps a URL's password out of a parse error: url.Parse quotes
+// the whole input in its errors.
+func redactErr(err error, u string) error {
+	msg := err.Error()
+	if !strings.Contains(msg, u) {
+		return err
+	}
+	return errors.New(strings.ReplaceAll(msg, u, "<redis URL>"))
+}

@@ -1,0 +1,69 @@
+package stack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"danmaku/auth"
+	"danmaku/gslb"
+	"danmaku/ingest"
+	"danmaku/internal/objstore"
+	"danmaku/internal/redisx"
+	"danmaku/internal/stream"
+	"danmaku/slicer"
+)
+
+// BackendConfig says which real backends to use. Zero fields keep the
+// in-memory defaults of embedded mode.
+type BackendConfig struct {
+	// Redis, when its URL is set, backs the room streams, load table, token
+	// secrets, slicer leases, room buckets and gift orders.
+	Redis redisx.Config
+	// RedisPrefix starts every Redis key. Zero: "danmaku".
+	RedisPrefix string
+	// S3, when its Bucket is set, backs the object store.
+	S3 objstore.S3Config
+}
+
+// OpenBackends connects the backends cfg names. The returned close function
+// releases them; call it after the stack has stopped.
+func OpenBackends(ctx context.Context, cfg BackendConfig, log *slog.Logger) (Backends, func() error, error) {
+	var b Backends
+	closers := []func() error{}
+	closeAll := func() error {
+		var errs []error
+		for i := len(closers) - 1; i >= 0; i-- {
+			errs = append(errs, closers[i]())
+		}
+		return errors.Join(errs...)
+	}
+	if cfg.Redis.URL != "" {
+		rdb, err := redisx.Connect(ctx, cfg.Redis)
+		if err != nil {
+			return Backends{}, nil, err
+		}
+		closers = append(closers, rdb.Close)
+		streams, err := stream.NewRedisStore(stream.RedisConfig{Client: rdb, Prefix: cfg.RedisPrefix, Logger: log})
+		if err != nil {
+			_ = closeAll()
+			return Backends{}, nil, err
+		}
+		b.Streams = streams
+		b.Load = gslb.NewRedisLoadTable(rdb)
+		b.Secrets = auth.NewRedisSecrets(rdb)
+		b.Lease = slicer.NewRedisLease(rdb)
+		b.RoomLimiter = ingest.NewRedisRoomLimiter(rdb)
+		b.Orders = ingest.NewRedisOrders(rdb)
+	}
+	if cfg.S3.Bucket != "" {
+		s3, err := objstore.NewS3Store(ctx, cfg.S3)
+		if err != nil {
+			_ = closeAll()
+			return Backends{}, nil, fmt.Errorf("stack: s3: %w", err)
+		}
+		b.Objects = s3
+	}
+	return b, closeAll, nil
+}

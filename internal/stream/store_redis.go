@@ -103,8 +103,12 @@ type RedisConfig struct {
 //	danmaku:rooms   field = room id, value = first open time (unix ms, Redis clock)
 //
 // It has no hash tag and lives in its own slot, outside every room's: nothing
-// ever touches it atomically with a stream. An Append pipelines its XADDs and
-// the registry update together, which go-redis splits by node on a cluster.
+// ever touches it atomically with a stream. OpenRoom, and the first Append of
+// a room in each RegisterEvery of this process, register the room with a
+// small script (HSETNX of Redis's TIME); an Append sends it in the same
+// pipeline as its XADDs, which go-redis splits by node on a cluster, so an
+// Append stays one round trip. (A script doing the XADDs too would need the
+// registry in the room's slot.)
 //
 // # Entries
 //

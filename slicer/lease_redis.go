@@ -47,7 +47,6 @@ if cur == ARGV[1] then
 	redis.call('PEXPIRE', KEYS[1], ARGV[2])
 	return 1
 end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 0
 `)
 

@@ -24,8 +24,8 @@ type serveFlags struct {
 	logLevel                           string
 	logJSON                            bool
 
-	redisURL, redisUser, redisPrefix string
-	s3                               objstore.S3Config
+	redisURL, redisUser string
+	s3                  objstore.S3Config
 }
 
 // env returns the environment variable name, or def when it is unset.
@@ -58,7 +58,6 @@ func (f *serveFlags) register(fs interface {
 	fs.StringVar(&f.nodeID, "node-id", env("DANMAKU_NODE_ID", ""), "node id for leases and load reports (default: hostname-pid) [DANMAKU_NODE_ID]")
 	fs.StringVar(&f.redisURL, "redis", env("DANMAKU_REDIS", ""), "Redis URL or host:port; enables the Redis backends [DANMAKU_REDIS]")
 	fs.StringVar(&f.redisUser, "redis-user", env("DANMAKU_REDIS_USER", ""), "Redis ACL user (password from DANMAKU_REDIS_PASSWORD) [DANMAKU_REDIS_USER]")
-	fs.StringVar(&f.redisPrefix, "redis-prefix", env("DANMAKU_REDIS_PREFIX", ""), "prefix of every Redis key (default danmaku) [DANMAKU_REDIS_PREFIX]")
 	fs.StringVar(&f.s3.Bucket, "s3-bucket", env("DANMAKU_S3_BUCKET", ""), "S3 bucket; enables the S3 object store [DANMAKU_S3_BUCKET]")
 	fs.StringVar(&f.s3.Endpoint, "s3-endpoint", env("DANMAKU_S3_ENDPOINT", ""), "S3-compatible endpoint URL (default: AWS) [DANMAKU_S3_ENDPOINT]")
 	fs.StringVar(&f.s3.Region, "s3-region", env("DANMAKU_S3_REGION", ""), "S3 region (default us-east-1) [DANMAKU_S3_REGION]")
@@ -91,9 +90,8 @@ func (f *serveFlags) stackConfig(roles []string) (stack.Config, stack.BackendCon
 	f.s3.AccessKey = os.Getenv("DANMAKU_S3_ACCESS_KEY")
 	f.s3.SecretKey = os.Getenv("DANMAKU_S3_SECRET_KEY")
 	b := stack.BackendConfig{
-		Redis:       redisx.Config{URL: f.redisURL, Username: f.redisUser, Password: os.Getenv("DANMAKU_REDIS_PASSWORD")},
-		RedisPrefix: f.redisPrefix,
-		S3:          f.s3,
+		Redis: redisx.Config{URL: f.redisURL, Username: f.redisUser, Password: os.Getenv("DANMAKU_REDIS_PASSWORD")},
+		S3:    f.s3,
 	}
 	return cfg, b, nil
 }

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"time"
 
@@ -182,9 +183,11 @@ func setDuration(dst *time.Duration, v time.Duration) {
 // redactErr keeps a URL's password out of a parse error: url.Parse quotes
 // the whole input in its errors.
 func redactErr(err error, u string) error {
-	msg := err.Error()
-	if !strings.Contains(msg, u) {
-		return err
+	if ue := (*url.Error)(nil); errors.As(err, &ue) {
+		return fmt.Errorf("%s <redis URL>: %w", ue.Op, ue.Err)
 	}
-	return errors.New(strings.ReplaceAll(msg, u, "<redis URL>"))
+	if msg := err.Error(); strings.Contains(msg, u) {
+		return errors.New(strings.ReplaceAll(msg, u, "<redis URL>"))
+	}
+	return err
 }

@@ -21,8 +21,6 @@ type BackendConfig struct {
 	// Redis, when its URL is set, backs the room streams, load table, token
 	// secrets, slicer leases, room buckets and gift orders.
 	Redis redisx.Config
-	// RedisPrefix starts every Redis key. Zero: "danmaku".
-	RedisPrefix string
 	// S3, when its Bucket is set, backs the object store.
 	S3 objstore.S3Config
 }
@@ -45,7 +43,7 @@ func OpenBackends(ctx context.Context, cfg BackendConfig, log *slog.Logger) (Bac
 			return Backends{}, nil, err
 		}
 		closers = append(closers, rdb.Close)
-		streams, err := stream.NewRedisStore(stream.RedisConfig{Client: rdb, Prefix: cfg.RedisPrefix, Logger: log})
+		streams, err := stream.NewRedisStore(stream.RedisConfig{Client: rdb, Logger: log})
 		if err != nil {
 			_ = closeAll()
 			return Backends{}, nil, err

@@ -46,6 +46,9 @@ type Config struct {
 	Objects objstore.Store
 	// Lease elects one leader per room. Nil: in memory (one slicer).
 	Lease Lease
+	// Settings is where run-time budget changes are shared between slicers;
+	// they are re-read every Discover. Nil: in memory.
+	Settings SettingsStore
 	// NodeID names this slicer as lease holder and consumer. Required
 	// when several slicers share a Lease; zero: "slicer".
 	NodeID string
@@ -120,6 +123,9 @@ func New(cfg Config) (*Slicer, error) {
 	}
 	if cfg.NodeID == "" {
 		cfg.NodeID = "slicer"
+	}
+	if cfg.Settings == nil {
+		cfg.Settings = &MemorySettings{}
 	}
 	if cfg.Group == "" {
 		cfg.Group = defaultGroup
@@ -204,6 +210,7 @@ func (s *Slicer) Run(ctx context.Context) error {
 	defer t.Stop()
 	defer s.wg.Wait()
 	for {
+		s.syncSettings(ctx)
 		s.discover(ctx)
 		select {
 		case <-ctx.Done():

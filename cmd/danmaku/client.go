@@ -286,3 +286,38 @@ func formatMessage(m sdk.Message) string {
 	}
 	return fmt.Sprintf("%s barrage %s: %s", m.ID, who, m.Text)
 }
+
+func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("replay", stderr)
+	cdn := fs.String("cdn", "http://"+stack.DefaultOriginAddr+"/", "CDN (or origin) base URL")
+	room := fs.String("room", "demo", "room id")
+	from := fs.Int64("from", 0, "first unix second (default: -last seconds ago)")
+	to := fs.Int64("to", 0, "unix second after the last (default: now)")
+	last := fs.Duration("last", time.Minute, "with no -from: how far back to start")
+	asJSON := fs.Bool("json", false, "print messages as JSON lines")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	now := time.Now().Unix()
+	if *to == 0 {
+		*to = now
+	}
+	if *from == 0 {
+		*from = *to - int64(last.Seconds())
+	}
+	if *from >= *to {
+		return usageError{fmt.Errorf("-from %d must be before -to %d", *from, *to)}
+	}
+	enc := json.NewEncoder(stdout)
+	n := 0
+	err := sdk.Replay(ctx, *cdn, *room, *from, *to, func(m sdk.Message) error {
+		n++
+		if *asJSON {
+			return enc.Encode(m)
+		}
+		_, err := fmt.Fprintln(stdout, formatMessage(m))
+		return err
+	})
+	fmt.Fprintf(stderr, "replayed %d messages of room %s, seconds %d..%d\n", n, *room, *from, *to-1)
+	return err
+}

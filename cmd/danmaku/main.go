@@ -33,6 +33,7 @@ var commands = map[string]command{
 	"watch":    {"join a room and print every message it shows", runWatch},
 	"gift":     {"send a gift through the server-to-server gift API", runGift},
 	"announce": {"send a host announcement", runAnnounce},
+	"replay":   {"print a room's messages of a past time range from its segments", runReplay},
 }
 
 func usage(w io.Writer) {

@@ -51,6 +51,12 @@ func TestNewcomerCommands(t *testing.T) {
 		t.Fatalf("watch -n 1 did not exit cleanly: %v\n%s", err, watchOut.all())
 	}
 
+	// The same comment replays from the segments.
+	replay := exec.CommandContext(ctx, bin, "replay", "-cdn", "http://"+addr(3)+"/", "-room", "smoke", "-last", "30s")
+	if out, err := replay.CombinedOutput(); err != nil || !strings.Contains(string(out), "barrage newbie: "+text) {
+		t.Fatalf("danmaku replay: %v\n%s", err, out)
+	}
+
 	// Ctrl-C stops dev cleanly.
 	if err := dev.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)

@@ -52,6 +52,7 @@ func OpenBackends(ctx context.Context, cfg BackendConfig, log *slog.Logger) (Bac
 		b.Load = gslb.NewRedisLoadTable(rdb)
 		b.Secrets = auth.NewRedisSecrets(rdb)
 		b.Lease = slicer.NewRedisLease(rdb)
+		b.Settings = slicer.NewRedisSettings(rdb)
 		b.RoomLimiter = ingest.NewRedisRoomLimiter(rdb)
 		b.Orders = ingest.NewRedisOrders(rdb)
 	}

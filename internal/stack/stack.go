@@ -67,6 +67,7 @@ type Backends struct {
 	Load        gslb.LoadTable
 	Secrets     auth.SecretStore
 	Lease       slicer.Lease
+	Settings    slicer.SettingsStore
 	RoomLimiter ingest.RoomLimiter
 	Orders      ingest.Orders
 }
@@ -325,11 +326,13 @@ func New(cfg Config) (*Stack, error) {
 		rs.srv.ReadTimeout = 0
 	}
 	if rs := byRole[RoleSlicer]; rs != nil {
-		s.slicer, err = slicer.New(slicer.Config{Streams: b.Streams, Objects: b.Objects, Lease: b.Lease, NodeID: cfg.NodeID, Budget: cfg.Budget, Registerer: s.registry, Logger: s.log})
+		s.slicer, err = slicer.New(slicer.Config{Streams: b.Streams, Objects: b.Objects, Lease: b.Lease, Settings: b.Settings, NodeID: cfg.NodeID, Budget: cfg.Budget, Registerer: s.registry, Logger: s.log})
 		if err != nil {
 			return nil, err
 		}
-		rs.srv = httpx.NewServer(engine(RoleSlicer), 10*time.Second)
+		e := engine(RoleSlicer)
+		s.slicer.RegisterAdmin(e, cfg.ServiceKeys)
+		rs.srv = httpx.NewServer(e, 10*time.Second)
 	}
 	if rs := byRole[RoleOrigin]; rs != nil {
 		e := engine(RoleOrigin)

@@ -1,0 +1,165 @@
+package slicer
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+
+	"github.com/gin-gonic/gin"
+	"github.com/redis/go-redis/v9"
+
+	"danmaku/internal/httpx"
+)
+
+// Settings are the slicer settings operators change at run time. They live
+// in a SettingsStore shared by every slicer, so a change reaches all of them
+// and survives a failover.
+type Settings struct {
+	// Budget is the messages per room per second.
+	Budget int `json:"budget"`
+	// Shares is each queue's share of it, in queue order: system, high-value
+	// gifts, low-value gifts, barrage. They sum to 1.
+	Shares Shares `json:"shares"`
+}
+
+// SettingsStore keeps the shared Settings.
+type SettingsStore interface {
+	// Load returns the settings, or nil when none were saved (the
+	// configured ones apply).
+	Load(ctx context.Context) (*Settings, error)
+	Save(ctx context.Context, s Settings) error
+}
+
+var (
+	_ SettingsStore = (*MemorySettings)(nil)
+	_ SettingsStore = (*RedisSettings)(nil)
+)
+
+// MemorySettings is the in-process SettingsStore.
+type MemorySettings struct {
+	mu sync.Mutex
+	s  *Settings
+}
+
+// Load implements SettingsStore.
+func (m *MemorySettings) Load(ctx context.Context) (*Settings, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.s == nil {
+		return nil, nil
+	}
+	cp := *m.s
+	return &cp, nil
+}
+
+// Save implements SettingsStore.
+func (m *MemorySettings) Save(ctx context.Context, s Settings) error {
+	m.mu.Lock()
+	m.s = &s
+	m.mu.Unlock()
+	return nil
+}
+
+// RedisSettings keeps the settings as JSON in one key, danmaku:slicer:settings.
+type RedisSettings struct{ rdb redis.UniversalClient }
+
+// NewRedisSettings returns a SettingsStore on rdb.
+func NewRedisSettings(rdb redis.UniversalClient) *RedisSettings { return &RedisSettings{rdb: rdb} }
+
+const settingsKey = "danmaku:slicer:settings"
+
+// Load implements SettingsStore.
+func (r *RedisSettings) Load(ctx context.Context) (*Settings, error) {
+	b, err := r.rdb.Get(ctx, settingsKey).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("slicer: load settings: %w", err)
+	}
+	var s Settings
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("slicer: settings in Redis are not valid: %w", err)
+	}
+	return &s, nil
+}
+
+// Save implements SettingsStore.
+func (r *RedisSettings) Save(ctx context.Context, s Settings) error {
+	b, err := json.Marshal(s)
+	if err != nil {
+		return err
+	}
+	if err := r.rdb.Set(ctx, settingsKey, b, 0).Err(); err != nil {
+		return fmt.Errorf("slicer: save settings: %w", err)
+	}
+	return nil
+}
+
+// Current returns the budget and shares in force in this slicer.
+func (s *Slicer) Current() Settings {
+	b := s.budget.Load()
+	return Settings{Budget: b.budget, Shares: b.shares}
+}
+
+// syncSettings applies the shared settings, if any were saved.
+func (s *Slicer) syncSettings(ctx context.Context) {
+	if s.cfg.Settings == nil {
+		return
+	}
+	st, err := s.cfg.Settings.Load(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.cfg.Logger.Warn("slicer: settings not loaded; keeping the current ones", "err", err)
+		}
+		return
+	}
+	if st == nil || *st == s.Current() {
+		return
+	}
+	if err := s.SetBudget(st.Budget, st.Shares); err != nil {
+		s.cfg.Logger.Warn("slicer: shared settings refused", "err", err)
+		return
+	}
+	s.cfg.Logger.Info("slicer: settings changed", "budget", st.Budget, "shares", st.Shares)
+}
+
+// RegisterAdmin adds GET and PUT /v1/admin/budget to r, for holders of one
+// of keys (Authorization: Bearer). PUT validates, saves to the shared
+// settings store (every slicer applies it within Discover) and applies it
+// here at once.
+func (s *Slicer) RegisterAdmin(r gin.IRoutes, keys []string) {
+	authorized := func(c *gin.Context) {
+		got := []byte(httpx.BearerToken(c, ""))
+		for _, k := range keys {
+			if len(got) > 0 && subtle.ConstantTimeCompare(got, []byte(k)) == 1 {
+				return
+			}
+		}
+		httpx.Abort(c, httpx.Errorf(http.StatusUnauthorized, "bad_admin_key", "the admin API needs an admin key"))
+	}
+	r.GET("/v1/admin/budget", authorized, func(c *gin.Context) { c.JSON(http.StatusOK, s.Current()) })
+	r.PUT("/v1/admin/budget", authorized, func(c *gin.Context) {
+		var in Settings
+		if e := httpx.BindJSON(c, 1<<10, &in); e != nil {
+			httpx.Abort(c, e)
+			return
+		}
+		if err := s.SetBudget(in.Budget, in.Shares); err != nil {
+			httpx.Abort(c, httpx.Errorf(http.StatusBadRequest, "bad_settings", "%v", err))
+			return
+		}
+		if s.cfg.Settings != nil {
+			if err := s.cfg.Settings.Save(c.Request.Context(), in); err != nil {
+				e := httpx.Errorf(http.StatusServiceUnavailable, "backend_unavailable", "applied here, not saved for the other slicers: %v", err)
+				httpx.Abort(c, e)
+				return
+			}
+		}
+		c.JSON(http.StatusOK, s.Current())
+	})
+}

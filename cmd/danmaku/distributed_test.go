@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"danmaku/auth"
+	"danmaku/internal/testenv"
+	"danmaku/sdk"
+)
+
+// TestDistributedPipeline runs every role as its own process on the real
+// backends — Redis, versitygw, and Varnish as the CDN the viewers poll — and
+// checks that a viewer gets a comment (through the CDN) and a gift (through
+// the edge, then de-duplicated against its segment) exactly once.
+func TestDistributedPipeline(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs four processes against real servers")
+	}
+	bin := binary(t)
+	redisAddr := testenv.Redis(t)
+	env := testenv.S3(t)
+	cdn := testenv.Varnish(t, env.BucketURL()) + "/dist/"
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+
+	ports := freePorts(t, 5)
+	addr := func(i int) string { return fmt.Sprintf("127.0.0.1:%d", ports[i]) }
+	base := append(os.Environ(),
+		"DANMAKU_REDIS="+redisAddr,
+		"DANMAKU_S3_BUCKET="+env.Bucket, "DANMAKU_S3_ENDPOINT="+env.Endpoint, "DANMAKU_S3_REGION="+env.Region,
+		"DANMAKU_S3_PATH_STYLE=true", "DANMAKU_S3_PREFIX=dist/",
+		"DANMAKU_S3_ACCESS_KEY="+env.AccessKey, "DANMAKU_S3_SECRET_KEY="+env.SecretKey,
+		"DANMAKU_SERVICE_KEYS=svc-key",
+	)
+	start := func(extraEnv []string, args ...string) *lines {
+		cmd := exec.CommandContext(ctx, bin, args...)
+		cmd.Env = append(append([]string(nil), base...), extraEnv...)
+		l := startLines(t, cmd)
+		t.Cleanup(func() {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			_ = cmd.Wait()
+		})
+		l.waitFor(t, ctx, "press Ctrl-C to stop")
+		return l
+	}
+	master := "DANMAKU_MASTER_KEY=" + hex.EncodeToString([]byte("0123456789abcdef0123456789abcdef"))
+	start([]string{master}, "gslb", "-gslb", addr(0), "-cdn", cdn)
+	start(nil, "ingest", "-ingest", addr(1))
+	start(nil, "edge", "-edge", addr(2))
+	start(nil, "slicer", "-slicer", addr(3), "-node-id", "slicer-1")
+
+	ticket, err := auth.MintTicket(auth.DevTicketKey, "viewer", auth.Ticket{Nick: "viewer"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := sdk.New(sdk.Config{EntryURL: "http://" + addr(0), Room: "dist", Ticket: ticket, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runDone := make(chan error, 1)
+	go func() { runDone <- c.Run(ctx) }()
+	for c.Stats().EdgeConnects == 0 {
+		select {
+		case err := <-runDone:
+			t.Fatalf("client stopped: %v", err)
+		case <-ctx.Done():
+			t.Fatal("client never connected to the edge")
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if out, err := exec.CommandContext(ctx, bin, "send", "-entry", "http://"+addr(0), "-room", "dist", "-user", "alice", "over the CDN").CombinedOutput(); err != nil {
+		t.Fatalf("send: %v\n%s", err, out)
+	}
+	if out, err := exec.CommandContext(ctx, bin, "gift", "-ingest", "http://"+addr(1), "-key", "svc-key", "-room", "dist", "-user", "bob", "-gift", "rocket", "-value", "5000", "-order", "dist-1").CombinedOutput(); err != nil {
+		t.Fatalf("gift: %v\n%s", err, out)
+	}
+	got := map[string]int{}
+	deadline := time.After(30 * time.Second)
+	for got["barrage"] == 0 || got["gift"] == 0 {
+		select {
+		case m := <-c.Messages():
+			got[m.Kind.String()]++
+			if m.Kind == sdk.KindBarrage && m.Text != "over the CDN" || m.Kind == sdk.KindGift && m.Gift != "rocket" {
+				t.Fatalf("unexpected message %+v", m)
+			}
+		case <-deadline:
+			t.Fatalf("got %v; stats %+v", got, c.Stats())
+		}
+	}
+	// The gift's segment arrives after the edge push: it must be skipped.
+	for c.Stats().Duplicates == 0 {
+		select {
+		case m := <-c.Messages():
+			t.Fatalf("unexpected extra message %+v", m)
+		case <-deadline:
+			t.Fatalf("the gift's segment never came; stats %+v", c.Stats())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if !strings.HasPrefix(c.Entry().CDN, cdn) {
+		t.Fatalf("entry CDN %q, want %q", c.Entry().CDN, cdn)
+	}
+	cancel()
+	<-runDone
+}

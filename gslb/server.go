@@ -21,20 +21,8 @@ import (
 
 const defaultPublishDelay = 300 * time.Millisecond
 
-// Entry is the answer of GET /v1/entry. docs/api.md documents it.
-type Entry struct {
-	Room           string   `json:"room"`
-	User           string   `json:"user"`
-	Role           string   `json:"role"`
-	Ingest         []string `json:"ingest"`
-	Edge           []string `json:"edge"`
-	CDN            string   `json:"cdn"`
-	Token          string   `json:"token"`
-	TokenExpiresMs int64    `json:"token_expires_ms"`
-	ServerTimeMs   int64    `json:"server_time_ms"`
-	SegmentMs      int      `json:"segment_ms"`
-	PublishDelayMs int      `json:"publish_delay_ms"`
-}
+// Entry is the answer of GET /v1/entry; wire.Entry documents it.
+type Entry = wire.Entry
 
 // ServerConfig configures the entry endpoint.
 type ServerConfig struct {
@@ -174,6 +162,6 @@ func (s *Server) entry(c *gin.Context) {
 		TokenExpiresMs: exp.UnixMilli(),
 		ServerTimeMs:   now.UnixMilli(),
 		SegmentMs:      wire.SegmentDuration,
-		PublishDelayMs: int(s.cfg.PublishDelay / time.Millisecond),
+		PublishDelayMs: s.cfg.PublishDelay.Milliseconds(),
 	})
 }

@@ -77,7 +77,7 @@ func (c *Client) Messages() <-chan Message { return c.msgs }
 // join it is the zero Entry.
 func (c *Client) Entry() Entry {
 	if s := c.sess.Load(); s != nil {
-		return s.entry.clone()
+		return cloneEntry(s.entry)
 	}
 	return Entry{}
 }

@@ -18,25 +18,9 @@ import (
 
 // Entry is what the entry endpoint hands a client: where to send, where to
 // listen, the dynamic token and the server's timing.
-type Entry struct {
-	Room string `json:"room"`
-	User string `json:"user"`
-	// Role is "viewer", "host" or "admin".
-	Role string `json:"role"`
-	// Ingest and Edge are sorted best first, fallbacks after.
-	Ingest []string `json:"ingest"`
-	Edge   []string `json:"edge"`
-	// CDN is the base URL segment keys are appended to.
-	CDN string `json:"cdn"`
-	// Token is the dynamic token for the ingest and the edge.
-	Token          string `json:"token"`
-	TokenExpiresMs int64  `json:"token_expires_ms"`
-	ServerTimeMs   int64  `json:"server_time_ms"`
-	SegmentMs      int64  `json:"segment_ms"`
-	PublishDelayMs int64  `json:"publish_delay_ms"`
-}
+type Entry = wire.Entry
 
-func (e Entry) clone() Entry {
+func cloneEntry(e Entry) Entry {
 	e.Ingest = append([]string(nil), e.Ingest...)
 	e.Edge = append([]string(nil), e.Edge...)
 	return e

@@ -3,7 +3,6 @@ package gslb
 import (
 	"context"
 	"errors"
-	"hash/maphash"
 	"log/slog"
 	"math"
 	"net/netip"
@@ -58,7 +57,6 @@ type AllocatorConfig struct {
 type Allocator struct {
 	cfg  AllocatorConfig
 	snap atomic.Pointer[snapshot]
-	seed maphash.Seed
 	// handed counts edge hand-outs; its value picks the position in the
 	// sorted list, so consecutive requests walk the list HandOut at a time.
 	handed atomic.Uint64
@@ -68,7 +66,7 @@ type Allocator struct {
 
 type snapNode struct {
 	NodeLoad
-	key      uint64  // maphash of ID, for rendezvous hashing
+	key      uint64  // hash64 of ID, for rendezvous hashing
 	headroom float64 // free share of capacity, > 0
 }
 
@@ -116,7 +114,7 @@ func NewAllocator(cfg AllocatorConfig) (*Allocator, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	a := &Allocator{cfg: cfg, seed: maphash.MakeSeed()}
+	a := &Allocator{cfg: cfg}
 	a.snap.Store(&snapshot{edges: map[string][]snapNode{}, ingests: map[string][]snapNode{}})
 	return a, nil
 }
@@ -159,7 +157,7 @@ func (a *Allocator) SyncOnce(ctx context.Context) error {
 		if use >= a.cfg.Overload {
 			continue
 		}
-		n := snapNode{NodeLoad: l, key: maphash.String(a.seed, l.ID), headroom: 1 - use}
+		n := snapNode{NodeLoad: l, key: hash64(l.ID), headroom: 1 - use}
 		switch l.Kind {
 		case KindEdge:
 			s.edges[l.Line] = append(s.edges[l.Line], n)
@@ -257,7 +255,7 @@ func (a *Allocator) pickIngests(user string, own, bgp []snapNode) []string {
 	if len(pool) == 0 {
 		return nil
 	}
-	uh := maphash.String(a.seed, user)
+	uh := hash64(user)
 	k := min(len(pool), 1+a.cfg.Fallbacks)
 	type scored struct {
 		addr  string
@@ -285,6 +283,18 @@ func (a *Allocator) pickIngests(user string, own, bgp []snapNode) []string {
 		out[i] = b.addr
 	}
 	return out
+}
+
+// hash64 is FNV-1a: fixed, so every gslb process (and every restart)
+// ranks a user's ingest nodes the same way and the user stays on one node.
+// mix spreads its output before use.
+func hash64(s string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= 1099511628211
+	}
+	return h
 }
 
 // mix is a 64-bit finaliser (splitmix64) so that xor-ed hashes are uniform.

@@ -733,3 +733,18 @@ func BenchmarkAllocate(b *testing.B) {
 		b.ReportMetric(float64(most)/(float64(total)/20), "edge-max/mean")
 	}
 }
+
+// Every gslb process ranks a user's ingest nodes the same way (no per-process
+// hash seed), so a user re-entering through another gslb, or after a
+// restart, keeps its ingest node and its per-user bucket.
+func TestIngestChoiceSameAcrossAllocators(t *testing.T) {
+	nodes := []gslb.NodeLoad{edge("e1", 1, 100), ingest("i1", 1, 100), ingest("i2", 1, 100), ingest("i3", 1, 100), ingest("i4", 1, 100)}
+	a := newFixture(t, gslb.AllocatorConfig{}, nodes...)
+	b := newFixture(t, gslb.AllocatorConfig{}, nodes...)
+	for i := range 200 {
+		u := fmt.Sprintf("user-%d", i)
+		if x, y := a.allocate(t, u).Ingest[0], b.allocate(t, u).Ingest[0]; x != y {
+			t.Fatalf("user %s: %s from one allocator, %s from another", u, x, y)
+		}
+	}
+}

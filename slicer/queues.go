@@ -1,6 +1,7 @@
 package slicer
 
 import (
+	"math"
 	"math/rand/v2"
 	"sort"
 
@@ -44,11 +45,11 @@ var DefaultShares = Shares{0.10, 0.30, 0.20, 0.40}
 func allocate(budget int, shares Shares, need [numQueues]int) (got [numQueues]int) {
 	used := 0
 	for q := range numQueues {
-		quota := int(float64(budget) * shares[q])
+		quota := max(int(float64(budget)*shares[q]), 0)
 		got[q] = min(need[q], quota)
 		used += got[q]
 	}
-	spare := budget - used
+	spare := max(budget-used, 0)
 	for q := range numQueues {
 		extra := min(need[q]-got[q], spare)
 		got[q] += extra
@@ -112,7 +113,8 @@ func mergeGifts(msgs []wire.Message) []wire.Message {
 			t.Merged = []string{t.ID}
 		}
 		t.Merged = append(t.Merged, m.ID)
-		t.Count = max(t.Count, 1) + max(m.Count, 1)
+		// Saturating: a wrapped count would show a fortune as a trifle.
+		t.Count = uint32(min(uint64(max(t.Count, 1))+uint64(max(m.Count, 1)), math.MaxUint32))
 	}
 	return out
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/gin-gonic/gin"
 	"github.com/redis/go-redis/v9"
@@ -129,9 +130,9 @@ func (s *Slicer) syncSettings(ctx context.Context) {
 }
 
 // RegisterAdmin adds GET and PUT /v1/admin/budget to r, for holders of one
-// of keys (Authorization: Bearer). PUT validates, saves to the shared
-// settings store (every slicer applies it within Discover) and applies it
-// here at once.
+// of keys (Authorization: Bearer; no keys: nobody). PUT validates, saves to
+// the shared settings store (every slicer applies it within Discover) and
+// applies it here at once.
 func (s *Slicer) RegisterAdmin(r gin.IRoutes, keys []string) {
 	authorized := func(c *gin.Context) {
 		got := []byte(httpx.BearerToken(c, ""))
@@ -149,17 +150,19 @@ func (s *Slicer) RegisterAdmin(r gin.IRoutes, keys []string) {
 			httpx.Abort(c, e)
 			return
 		}
-		if err := s.SetBudget(in.Budget, in.Shares); err != nil {
+		if err := checkBudget(in.Budget, in.Shares); err != nil {
 			httpx.Abort(c, httpx.Errorf(http.StatusBadRequest, "bad_settings", "%v", err))
 			return
 		}
-		if s.cfg.Settings != nil {
-			if err := s.cfg.Settings.Save(c.Request.Context(), in); err != nil {
-				e := httpx.Errorf(http.StatusServiceUnavailable, "backend_unavailable", "applied here, not saved for the other slicers: %v", err)
-				httpx.Abort(c, e)
-				return
-			}
+		// Saved first: applied only here, it would be reverted by the next
+		// sync with the shared store anyway.
+		if err := s.cfg.Settings.Save(c.Request.Context(), in); err != nil {
+			e := httpx.Errorf(http.StatusServiceUnavailable, "backend_unavailable", "settings not saved, nothing changed: %v", err)
+			e.RetryAfter = time.Second
+			httpx.Abort(c, e)
+			return
 		}
+		_ = s.SetBudget(in.Budget, in.Shares)
 		c.JSON(http.StatusOK, s.Current())
 	})
 }

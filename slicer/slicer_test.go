@@ -57,11 +57,15 @@ func (r *rig) append(lane stream.Lane, msgs ...wire.Message) []wire.Message {
 func (r *rig) flush() {
 	r.t.Helper()
 	ctx := context.Background()
-	if err := r.s.read(ctx, r.st); err != nil {
+	now := r.clk.Now()
+	drained, err := r.s.read(ctx, r.st)
+	if err != nil {
 		r.t.Fatal(err)
 	}
-	now := r.clk.Now()
-	for r.s.due(r.st.next, now) {
+	if drained {
+		r.st.readUpTo = now
+	}
+	for r.s.due(r.st.next, r.st.readUpTo) {
 		if err := r.s.writeSecond(ctx, r.st, now); err != nil {
 			r.t.Fatal(err)
 		}
@@ -286,7 +290,7 @@ func TestTakeoverReclaimsWithoutLossOrRepeat(t *testing.T) {
 	// Leader "a" read everything, wrote second s0 holding only the first
 	// gift (as if the second arrived after the write), moved the manifest,
 	// and died before acknowledging anything.
-	if err := r.s.read(ctx, r.st); err != nil {
+	if _, err := r.s.read(ctx, r.st); err != nil {
 		t.Fatal(err)
 	}
 	prev := &wire.Segment{V: wire.Version, Room: room, Second: s0, Seq: 1, Dur: 1000, Messages: []wire.Message{wire.Slim(gs[0])}}
@@ -308,7 +312,7 @@ func TestTakeoverReclaimsWithoutLossOrRepeat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.reclaim(ctx, st); err != nil {
+	if err := b.reclaim(ctx, st, 0); err != nil {
 		t.Fatal(err)
 	}
 	r.s, r.st = b, st
@@ -347,7 +351,7 @@ func TestFailedWritesRetryInOrder(t *testing.T) {
 	failing.down = true
 	r.at(s0+4, 300)
 	ctx := context.Background()
-	if err := r.s.read(ctx, r.st); err != nil {
+	if _, err := r.s.read(ctx, r.st); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.s.writeSecond(ctx, r.st, r.clk.Now()); err == nil {

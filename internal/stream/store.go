@@ -77,6 +77,12 @@ type Store interface {
 	// than minIdle (another consumer died holding them) and returns them.
 	Claim(ctx context.Context, key Key, group, consumer string, minIdle time.Duration, count int) ([]Entry, error)
 
+	// PendingFloor returns the smallest id delivered to group and not yet
+	// acknowledged, by any consumer; ok is false when nothing is pending. A
+	// trim never passes it, so entries a deposed consumer read (and nobody
+	// has settled) survive until someone claims them.
+	PendingFloor(ctx context.Context, key Key, group string) (id string, ok bool, err error)
+
 	// Ack acknowledges ids in group.
 	Ack(ctx context.Context, key Key, group string, ids ...string) error
 

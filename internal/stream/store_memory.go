@@ -204,6 +204,26 @@ func (s *MemoryStore) Claim(ctx context.Context, key Key, group, consumer string
 	return out, nil
 }
 
+// PendingFloor implements Store.
+func (s *MemoryStore) PendingFloor(ctx context.Context, key Key, group string) (string, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return "", false, ErrClosed
+	}
+	g, ok := s.stream(key).groups[group]
+	if !ok {
+		return "", false, nil
+	}
+	floor := ""
+	for id := range g.pending {
+		if floor == "" || wire.CompareIDs(id, floor) < 0 {
+			floor = id
+		}
+	}
+	return floor, floor != "", nil
+}
+
 // Ack implements Store.
 func (s *MemoryStore) Ack(ctx context.Context, key Key, group string, ids ...string) error {
 	s.mu.Lock()

@@ -481,6 +481,24 @@ func (s *RedisStore) Claim(ctx context.Context, key Key, group, consumer string,
 	}
 }
 
+// PendingFloor implements Store with the summary form of XPENDING.
+func (s *RedisStore) PendingFloor(ctx context.Context, key Key, group string) (string, bool, error) {
+	if err := s.live(ctx); err != nil {
+		return "", false, opErr("pending", key, err)
+	}
+	p, err := s.client.XPending(ctx, s.StreamKey(key), group).Result()
+	if redis.HasErrorPrefix(err, "NOGROUP") || errors.Is(err, redis.Nil) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, opErr("pending", key, err)
+	}
+	if p.Count == 0 || p.Lower == "" {
+		return "", false, nil
+	}
+	return p.Lower, true, nil
+}
+
 // Ack implements Store with XACK. Malformed ids are refused with ErrBadID
 // (Redis would refuse the whole command).
 func (s *RedisStore) Ack(ctx context.Context, key Key, group string, ids ...string) error {

@@ -85,6 +85,7 @@ func Run(t *testing.T, newStore func(t *testing.T, clk *clock.Fake) stream.Store
 		{"ReadGroupBlockTimesOut", testReadGroupBlockTimesOut},
 		{"ClaimIdle", testClaimIdle},
 		{"AckRemovesPending", testAckRemovesPending},
+		{"PendingFloor", testPendingFloor},
 		{"TrimBefore", testTrimBefore},
 		{"ReadAfterID", testReadAfterID},
 		{"ReadAfterDollar", testReadAfterDollar},
@@ -805,5 +806,40 @@ func testCancelUnblocks(e *env) {
 		case <-time.After(guard):
 			e.t.Fatalf("%s: cancelling the context did not unblock it", name)
 		}
+	}
+}
+
+// testPendingFloor: the floor is the smallest unacknowledged delivered id,
+// whichever consumer holds it; none before delivery and after every ack.
+func testPendingFloor(e *env) {
+	if _, ok, err := e.s.PendingFloor(e.ctx, keyL, "g"); err != nil || ok {
+		e.t.Fatalf("PendingFloor with no group = %v, %v", ok, err)
+	}
+	in := e.append(keyL, sample(4))
+	if _, ok, err := e.s.PendingFloor(e.ctx, keyL, "g"); err != nil || ok {
+		e.t.Fatalf("PendingFloor before delivery = %v, %v", ok, err)
+	}
+	e.readGroup(keyL, "g", "a", 2)
+	e.readGroup(keyL, "g", "b", 2)
+	floor := func() string {
+		id, ok, err := e.s.PendingFloor(e.ctx, keyL, "g")
+		if err != nil {
+			e.t.Fatalf("PendingFloor: %v", err)
+		}
+		if !ok {
+			return ""
+		}
+		return id
+	}
+	if got := floor(); got != in[0].ID {
+		e.t.Fatalf("floor = %q, want %q", got, in[0].ID)
+	}
+	e.ack(keyL, "g", in[0].ID, in[1].ID)
+	if got := floor(); got != in[2].ID {
+		e.t.Fatalf("after acking consumer a's: floor = %q, want consumer b's %q", got, in[2].ID)
+	}
+	e.ack(keyL, "g", in[2].ID, in[3].ID)
+	if got := floor(); got != "" {
+		e.t.Fatalf("after acking all: floor = %q", got)
 	}
 }

@@ -6,7 +6,10 @@
 // bucket shared across ingest nodes whose capacity follows the room's online
 // count. Barrage over a limit gets the same success answer as stored barrage
 // (silent drop), and every drop is counted by layer and reason. Gifts and
-// announcements skip the buckets and are never silently dropped.
+// announcements skip the buckets and are never silently dropped. A gift goes
+// through a GiftLog, which appends it and records its order id in one atomic
+// step, so one order id gives one stream entry whatever fails, and a
+// business server may retry any failed call.
 //
 // A Server is safe for concurrent use.
 package ingest

@@ -35,10 +35,8 @@ const (
 	defaultRoomRefill    = 1200
 	defaultMaxTextRunes  = 60
 	defaultMaxBody       = 4 << 10
-	defaultOrderTTL      = 24 * time.Hour
 	defaultOnlineSync    = time.Second
 	defaultReport        = 5 * time.Millisecond
-	reserveTTL           = 30 * time.Second
 )
 
 // Config configures an ingest node.
@@ -60,8 +58,10 @@ type Config struct {
 	Load gslb.LoadTable
 	// RoomLimiter is the per-room bucket shared across ingest nodes. Nil: in memory.
 	RoomLimiter RoomLimiter
-	// Orders makes gifts idempotent. Nil: in memory.
-	Orders Orders
+	// Gifts appends gifts exactly once per order id. Nil: a MemoryGiftLog
+	// over Streams (which must then be a *stream.MemoryStore) with its
+	// default order TTL of 24 h.
+	Gifts GiftLog
 	// ServiceKeys are the bearer keys business servers use for the gift
 	// API. Empty: the gift API answers 401 bad_service_key to everyone.
 	ServiceKeys []string
@@ -81,8 +81,6 @@ type Config struct {
 	MaxTextRunes int
 	// MaxBody bounds request bodies in bytes. Zero: 4 KiB.
 	MaxBody int64
-	// OrderTTL is how long a gift's order id stays deduplicated. Zero: 24 h.
-	OrderTTL time.Duration
 	// Registerer receives the metrics. Nil: a private registry.
 	Registerer prometheus.Registerer
 	// Clock tells the time. Nil: real clock.
@@ -118,8 +116,18 @@ func New(cfg Config) (*Server, error) {
 	if cfg.RoomLimiter == nil {
 		cfg.RoomLimiter = NewMemoryRoomLimiter(cfg.Clock)
 	}
-	if cfg.Orders == nil {
-		cfg.Orders = NewMemoryOrders(cfg.Clock)
+	if cfg.Gifts == nil {
+		// Gifts must land in the stream the slicer and edge read; only an
+		// in-process store can be paired with a gift log here.
+		mem, ok := cfg.Streams.(*stream.MemoryStore)
+		if !ok {
+			return nil, fmt.Errorf("ingest: Gifts is required with a %T stream store", cfg.Streams)
+		}
+		g, err := NewMemoryGiftLog(MemoryGiftLogConfig{Streams: mem, Clock: cfg.Clock})
+		if err != nil {
+			return nil, err
+		}
+		cfg.Gifts = g
 	}
 	def := func(v *float64, d float64) {
 		if *v == 0 {
@@ -137,9 +145,6 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxBody == 0 {
 		cfg.MaxBody = defaultMaxBody
-	}
-	if cfg.OrderTTL == 0 {
-		cfg.OrderTTL = defaultOrderTTL
 	}
 	if cfg.UserCapacity < 1 || cfg.UserRefill <= 0 || cfg.RoomBase < 1 || cfg.RoomRefill <= 0 || cfg.RoomCeiling < cfg.RoomBase {
 		return nil, errors.New("ingest: bucket sizes must be positive and RoomCeiling >= RoomBase")
@@ -430,39 +435,21 @@ func (s *Server) gift(c *gin.Context) {
 		s.reject(c, "input", e)
 		return
 	}
-	ctx := c.Request.Context()
-	// The reservation is short: a node that dies between Reserve and
-	// Commit must not block the business's retries for a whole OrderTTL.
-	existing, err := s.cfg.Orders.Reserve(ctx, g.Room+"/"+g.OrderID, reserveTTL)
-	switch {
-	case errors.Is(err, ErrOrderInFlight):
-		e := httpx.Errorf(http.StatusConflict, "order_in_flight", "this order is being processed; retry")
-		e.RetryAfter = time.Second
-		s.reject(c, "input", e)
-		return
-	case err != nil:
-		s.backendError(c, "reserve order", err)
-		return
-	case existing != "":
-		c.JSON(http.StatusOK, gin.H{"ok": true, "id": existing, "duplicate": true})
-		return
-	}
 	count := g.Count
 	if count == 0 {
 		count = 1
 	}
 	m := wire.Message{Kind: wire.KindGift, User: g.User, Nick: g.Nick, Avatar: g.Avatar, Gift: g.Gift, Value: *g.Value, Count: count, Order: g.OrderID}
-	out, err := s.cfg.Streams.Append(ctx, stream.Key{Room: g.Room, Lane: stream.Live}, []wire.Message{m})
+	id, dup, err := s.cfg.Gifts.AppendGift(c.Request.Context(), g.Room, g.OrderID, m)
 	if err != nil {
-		_ = s.cfg.Orders.Release(context.WithoutCancel(ctx), g.Room+"/"+g.OrderID)
+		// The gift may or may not be stored (a timeout after Redis ran the
+		// append); either way the business server's retry with the same
+		// order id stores it at most once and answers its one id.
 		s.backendError(c, "append gift", err)
 		return
 	}
-	if err := s.cfg.Orders.Commit(context.WithoutCancel(ctx), g.Room+"/"+g.OrderID, out[0].ID, s.cfg.OrderTTL); err != nil {
-		// The gift is stored; only its dedup record is missing. Say so in
-		// logs; the answer is still a success.
-		s.cfg.Logger.Error("ingest: commit order failed", "order", g.OrderID, "err", err)
+	if !dup {
+		s.accepted.WithLabelValues("gift").Inc()
 	}
-	s.accepted.WithLabelValues("gift").Inc()
-	c.JSON(http.StatusOK, gin.H{"ok": true, "id": out[0].ID, "duplicate": false})
+	c.JSON(http.StatusOK, gin.H{"ok": true, "id": id, "duplicate": dup})
 }

@@ -2,16 +2,13 @@ package ingest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"danmaku/internal/redisx"
-	"danmaku/internal/wire"
 )
 
 var _ RoomLimiter = (*RedisRoomLimiter)(nil)
@@ -98,90 +95,3 @@ func (l *RedisRoomLimiter) Take(ctx context.Context, room string, capacity, perS
 }
 
 func finite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
-
-var _ Orders = (*RedisOrders)(nil)
-
-// RedisOrders is the Orders shared by every ingest node. An order's record
-// is a string: "" while a call holds it, then the message id. Its key is
-// danmaku:{room:ID}:order:ORDER when the order is "room/order" with a valid
-// room (as the gift handler builds it), so that a room's records share its
-// hash slot; any other order string is kept under danmaku:order:{ORDER}.
-type RedisOrders struct {
-	rdb redis.UniversalClient
-}
-
-// NewRedisOrders returns the order book kept in rdb.
-func NewRedisOrders(rdb redis.UniversalClient) *RedisOrders { return &RedisOrders{rdb: rdb} }
-
-// orderKey returns order's key. Room ids cannot contain "/" (wire.ValidRoom),
-// so the text before the first "/" is the room and the order id may hold
-// anything.
-func orderKey(order string) string {
-	if room, id, ok := strings.Cut(order, "/"); ok && wire.ValidRoom(room) {
-		return redisx.RoomKey(room, "order:"+id)
-	}
-	return redisx.Prefix + "order:{" + order + "}"
-}
-
-// reserveScript claims a free order (SET "" NX PX) or reports what holds it,
-// in one step: SET NX followed by a separate GET could find the key expired
-// in between.
-//
-// KEYS[1] order key; ARGV[1] ttl in ms. Returns false if the order was
-// claimed now, else the record ("" while in flight, or the message id).
-var reserveScript = redis.NewScript(`
-if redis.call('SET', KEYS[1], '', 'NX', 'PX', ARGV[1]) then
-	return false
-end
-return redis.call('GET', KEYS[1])
-`)
-
-// releaseOrderScript deletes a reservation still in flight, never a
-// committed order: a Release racing a retry's Commit must not forget the
-// gift, or the next retry would store it twice.
-//
-// KEYS[1] order key. Returns the number of keys deleted.
-var releaseOrderScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == '' then
-	return redis.call('DEL', KEYS[1])
-end
-return 0
-`)
-
-// Reserve implements Orders.
-func (o *RedisOrders) Reserve(ctx context.Context, order string, ttl time.Duration) (string, error) {
-	px, err := redisx.PX(ttl)
-	if err != nil {
-		return "", fmt.Errorf("ingest: reserve order: %w", err)
-	}
-	id, err := reserveScript.Run(ctx, o.rdb, []string{orderKey(order)}, px).Text()
-	switch {
-	case errors.Is(err, redis.Nil):
-		return "", nil
-	case err != nil:
-		return "", fmt.Errorf("ingest: reserve order: %w", err)
-	case id == "":
-		return "", ErrOrderInFlight
-	}
-	return id, nil
-}
-
-// Commit implements Orders.
-func (o *RedisOrders) Commit(ctx context.Context, order, id string, ttl time.Duration) error {
-	px, err := redisx.PX(ttl)
-	if err != nil {
-		return fmt.Errorf("ingest: commit order: %w", err)
-	}
-	if err := o.rdb.Set(ctx, orderKey(order), id, time.Duration(px)*time.Millisecond).Err(); err != nil {
-		return fmt.Errorf("ingest: commit order: %w", err)
-	}
-	return nil
-}
-
-// Release implements Orders.
-func (o *RedisOrders) Release(ctx context.Context, order string) error {
-	if err := releaseOrderScript.Run(ctx, o.rdb, []string{orderKey(order)}).Err(); err != nil {
-		return fmt.Errorf("ingest: release order: %w", err)
-	}
-	return nil
-}

@@ -2,7 +2,6 @@ package ingest_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -22,18 +21,18 @@ import (
 // is set for Redis, to check the key layout.
 type stateBackend struct {
 	name string
-	open func(t *testing.T) (lim ingest.RoomLimiter, orders ingest.Orders, pass func(time.Duration), rdb redis.UniversalClient)
+	open func(t *testing.T) (lim ingest.RoomLimiter, pass func(time.Duration), rdb redis.UniversalClient)
 }
 
 func stateBackends() []stateBackend {
 	return []stateBackend{
-		{"memory", func(t *testing.T) (ingest.RoomLimiter, ingest.Orders, func(time.Duration), redis.UniversalClient) {
+		{"memory", func(t *testing.T) (ingest.RoomLimiter, func(time.Duration), redis.UniversalClient) {
 			c := clock.NewFake(time.Unix(1_700_000_000, 0))
-			return ingest.NewMemoryRoomLimiter(c), ingest.NewMemoryOrders(c), c.Advance, nil
+			return ingest.NewMemoryRoomLimiter(c), c.Advance, nil
 		}},
-		{"redis", func(t *testing.T) (ingest.RoomLimiter, ingest.Orders, func(time.Duration), redis.UniversalClient) {
+		{"redis", func(t *testing.T) (ingest.RoomLimiter, func(time.Duration), redis.UniversalClient) {
 			rdb := redistest.Client(t)
-			return ingest.NewRedisRoomLimiter(rdb), ingest.NewRedisOrders(rdb), time.Sleep, rdb
+			return ingest.NewRedisRoomLimiter(rdb), time.Sleep, rdb
 		}},
 	}
 }
@@ -125,80 +124,9 @@ func TestRoomLimiterConformance(t *testing.T) {
 	}
 	for _, b := range stateBackends() {
 		t.Run(b.name, func(t *testing.T) {
-			lim, _, pass, rdb := b.open(t)
+			lim, pass, rdb := b.open(t)
 			for _, c := range cases {
 				t.Run(c.name, func(t *testing.T) { c.run(t, lim, pass, rdb) })
-			}
-		})
-	}
-}
-
-// TestOrdersConformance runs every Orders implementation through the same
-// cases. Each case uses its own orders, so cases share one backend.
-func TestOrdersConformance(t *testing.T) {
-	cases := []struct {
-		name string
-		run  func(t *testing.T, o ingest.Orders, pass func(time.Duration), rdb redis.UniversalClient)
-	}{
-		{"reserve, commit, duplicate", func(t *testing.T, o ingest.Orders, _ func(time.Duration), rdb redis.UniversalClient) {
-			mustReserve(t, o, "r1/o1", "", nil)
-			mustReserve(t, o, "r1/o1", "", ingest.ErrOrderInFlight)
-			mustCommit(t, o, "r1/o1", "1700000000000-0")
-			mustReserve(t, o, "r1/o1", "1700000000000-0", nil)
-			mustRelease(t, o, "r1/o1") // a committed order stays
-			mustReserve(t, o, "r1/o1", "1700000000000-0", nil)
-			if rdb != nil {
-				got, err := rdb.Get(context.Background(), "danmaku:{room:r1}:order:o1").Result()
-				if err != nil || got != "1700000000000-0" {
-					t.Fatalf("order record = %q, %v; want it under the room's hash tag", got, err)
-				}
-			}
-		}},
-		{"release lets a retry in", func(t *testing.T, o ingest.Orders, _ func(time.Duration), _ redis.UniversalClient) {
-			mustReserve(t, o, "r1/o2", "", nil)
-			mustRelease(t, o, "r1/o2")
-			mustReserve(t, o, "r1/o2", "", nil)
-			mustReserve(t, o, "r1/o2", "", ingest.ErrOrderInFlight)
-			mustRelease(t, o, "r1/never-reserved")
-		}},
-		{"keyed by room and whole order id", func(t *testing.T, o ingest.Orders, _ func(time.Duration), _ redis.UniversalClient) {
-			mustReserve(t, o, "r1/o3", "", nil)
-			mustCommit(t, o, "r1/o3", "1-0")
-			mustReserve(t, o, "r2/o3", "", nil)   // same order id, other room
-			mustReserve(t, o, "r1/o3/x", "", nil) // order ids may hold "/"
-			mustReserve(t, o, "no-room", "", nil) // not room/order: still works
-			mustReserve(t, o, "bad room!/o3", "", nil)
-			mustReserve(t, o, "bad room!/o3", "", ingest.ErrOrderInFlight)
-			mustReserve(t, o, "r1/o3", "1-0", nil)
-		}},
-		{"reservations and records expire", func(t *testing.T, o ingest.Orders, pass func(time.Duration), _ redis.UniversalClient) {
-			const short = 200 * time.Millisecond
-			reserveFor(t, o, "r1/o4", short, "", nil)
-			// A crashed caller's reservation lapses and the retry gets in.
-			waitFor(t, pass, 25*time.Millisecond, 10*time.Second, func() bool {
-				_, err := o.Reserve(context.Background(), "r1/o4", time.Minute)
-				if err != nil && !errors.Is(err, ingest.ErrOrderInFlight) {
-					t.Fatal(err)
-				}
-				return err == nil
-			})
-			if err := o.Commit(context.Background(), "r1/o4", "2-0", short); err != nil {
-				t.Fatal(err)
-			}
-			waitFor(t, pass, 25*time.Millisecond, 10*time.Second, func() bool {
-				id, err := o.Reserve(context.Background(), "r1/o4", time.Minute)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return id == ""
-			})
-		}},
-	}
-	for _, b := range stateBackends() {
-		t.Run(b.name, func(t *testing.T) {
-			_, o, pass, rdb := b.open(t)
-			for _, c := range cases {
-				t.Run(c.name, func(t *testing.T) { c.run(t, o, pass, rdb) })
 			}
 		})
 	}
@@ -225,33 +153,6 @@ func fmtArgs(f string, args []any) string {
 		return f
 	}
 	return fmt.Sprintf(f, args...)
-}
-
-func mustReserve(t *testing.T, o ingest.Orders, order, wantID string, wantErr error) {
-	t.Helper()
-	reserveFor(t, o, order, time.Minute, wantID, wantErr)
-}
-
-func reserveFor(t *testing.T, o ingest.Orders, order string, ttl time.Duration, wantID string, wantErr error) {
-	t.Helper()
-	id, err := o.Reserve(context.Background(), order, ttl)
-	if id != wantID || !errors.Is(err, wantErr) || (err == nil) != (wantErr == nil) {
-		t.Fatalf("Reserve(%q) = %q, %v; want %q, %v", order, id, err, wantID, wantErr)
-	}
-}
-
-func mustCommit(t *testing.T, o ingest.Orders, order, id string) {
-	t.Helper()
-	if err := o.Commit(context.Background(), order, id, time.Minute); err != nil {
-		t.Fatalf("Commit(%q): %v", order, err)
-	}
-}
-
-func mustRelease(t *testing.T, o ingest.Orders, order string) {
-	t.Helper()
-	if err := o.Release(context.Background(), order); err != nil {
-		t.Fatalf("Release(%q): %v", order, err)
-	}
 }
 
 // waitFor calls cond, letting step go by between calls, until it reports

@@ -41,6 +41,7 @@ func TestDistributedPipeline(t *testing.T) {
 		"DANMAKU_S3_PATH_STYLE=true", "DANMAKU_S3_PREFIX=dist/",
 		"DANMAKU_S3_ACCESS_KEY="+env.AccessKey, "DANMAKU_S3_SECRET_KEY="+env.SecretKey,
 		"DANMAKU_SERVICE_KEYS=svc-key",
+		"DANMAKU_TICKET_KEY=distributed-test-ticket-key",
 	)
 	start := func(extraEnv []string, args ...string) *lines {
 		cmd := exec.CommandContext(ctx, bin, args...)
@@ -59,7 +60,7 @@ func TestDistributedPipeline(t *testing.T) {
 	start(nil, "edge", "-edge", addr(2))
 	start(nil, "slicer", "-slicer", addr(3), "-node-id", "slicer-1")
 
-	ticket, err := auth.MintTicket(auth.DevTicketKey, "viewer", auth.Ticket{Nick: "viewer"}, time.Hour)
+	ticket, err := auth.MintTicket([]byte("distributed-test-ticket-key"), "viewer", auth.Ticket{Nick: "viewer"}, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +79,11 @@ func TestDistributedPipeline(t *testing.T) {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	if out, err := exec.CommandContext(ctx, bin, "send", "-entry", "http://"+addr(0), "-room", "dist", "-user", "alice", "over the CDN").CombinedOutput(); err != nil {
+	alice, err := auth.MintTicket([]byte("distributed-test-ticket-key"), "alice", auth.Ticket{Nick: "alice"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.CommandContext(ctx, bin, "send", "-entry", "http://"+addr(0), "-room", "dist", "-ticket", alice, "over the CDN").CombinedOutput(); err != nil {
 		t.Fatalf("send: %v\n%s", err, out)
 	}
 	if out, err := exec.CommandContext(ctx, bin, "gift", "-ingest", "http://"+addr(1), "-key", "svc-key", "-room", "dist", "-user", "bob", "-gift", "rocket", "-value", "5000", "-order", "dist-1").CombinedOutput(); err != nil {

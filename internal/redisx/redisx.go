@@ -56,6 +56,19 @@ const (
 	defaultPingTimeout = 5 * time.Second
 )
 
+// noRetries is go-redis's MaxRetries for "never retry", set on every client
+// whatever the URL says (max_retries). go-redis retries a command or a
+// pipeline after a read timeout, when Redis may already have run it, and
+// writes like XADD are not idempotent: a stall after an XADD arrived would
+// store the message twice. Callers retry where it is safe instead: the
+// slicer on its next tick, the gift script by order id (ingest.GiftLog),
+// clients on a 503. (A Cluster client still follows MOVED/ASK redirects,
+// and its redirect loop — MaxRedirects — also resends a command after a
+// network error, timeouts included; that cannot be turned off without
+// losing redirects. The gift script is safe there too, by its order key;
+// a barrage or announcement XADD is not.)
+const noRetries = -1
+
 // ErrNoAddr is returned by Connect for a Config without a URL.
 var ErrNoAddr = errors.New("redisx: no Redis address")
 
@@ -146,6 +159,7 @@ func newClient(cfg Config) (c redis.UniversalClient, where string, err error) {
 		if cfg.PoolSize > 0 {
 			o.PoolSize = cfg.PoolSize
 		}
+		o.MaxRetries = noRetries
 		o.ContextTimeoutEnabled = true
 		return redis.NewClusterClient(o), "cluster " + strings.Join(o.Addrs, ","), nil
 	}
@@ -163,6 +177,7 @@ func newClient(cfg Config) (c redis.UniversalClient, where string, err error) {
 	if cfg.PoolSize > 0 {
 		o.PoolSize = cfg.PoolSize
 	}
+	o.MaxRetries = noRetries
 	o.ContextTimeoutEnabled = true
 	return redis.NewClient(o), o.Addr, nil
 }

@@ -19,7 +19,7 @@ import (
 // in-memory defaults of embedded mode.
 type BackendConfig struct {
 	// Redis, when its URL is set, backs the room streams, load table, token
-	// secrets, slicer leases, room buckets and gift orders.
+	// secrets, slicer leases, room buckets and the gift log.
 	Redis redisx.Config
 	// S3, when its Bucket is set, backs the object store.
 	S3 objstore.S3Config
@@ -54,7 +54,10 @@ func OpenBackends(ctx context.Context, cfg BackendConfig, log *slog.Logger) (Bac
 		b.Lease = slicer.NewRedisLease(rdb)
 		b.Settings = slicer.NewRedisSettings(rdb)
 		b.RoomLimiter = ingest.NewRedisRoomLimiter(rdb)
-		b.Orders = ingest.NewRedisOrders(rdb)
+		if b.Gifts, err = ingest.NewRedisGiftLog(ingest.RedisGiftLogConfig{Client: rdb, Streams: streams, Logger: log}); err != nil {
+			_ = closeAll()
+			return Backends{}, nil, err
+		}
 	}
 	if cfg.S3.Bucket != "" {
 		s3, err := objstore.NewS3Store(ctx, cfg.S3)

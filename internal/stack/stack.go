@@ -69,7 +69,7 @@ type Backends struct {
 	Lease       slicer.Lease
 	Settings    slicer.SettingsStore
 	RoomLimiter ingest.RoomLimiter
-	Orders      ingest.Orders
+	Gifts       ingest.GiftLog
 }
 
 // Config configures a Stack.
@@ -99,9 +99,14 @@ type Config struct {
 	// NodeID names this process as slicer lease holder and load reporter.
 	// Zero: "<hostname>-<pid>".
 	NodeID string
-	// TicketKey verifies business tickets. Zero: auth.DevTicketKey.
+	// TicketKey verifies business tickets. Zero: auth.DevTicketKey in
+	// embedded mode (in-memory secrets); with shared backends the gslb
+	// refuses to start without one, so a deployment never accepts tickets
+	// anyone can mint.
 	TicketKey []byte
-	// ServiceKeys for the gift API. Zero: DevServiceKey.
+	// ServiceKeys for the gift API and the slicer admin API. Zero:
+	// DevServiceKey in embedded mode; with shared backends none, and both
+	// APIs refuse every caller.
 	ServiceKeys []string
 	// Budget is the slicer's messages per second. Zero: the slicer's default.
 	Budget int
@@ -171,10 +176,14 @@ func New(cfg Config) (*Stack, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	embedded := cfg.Backends.Secrets == nil
 	if len(cfg.TicketKey) == 0 {
+		if !embedded && cfg.has(RoleGSLB) {
+			return nil, errors.New("stack: a ticket key is required with shared backends (DANMAKU_TICKET_KEY); the dev key is public")
+		}
 		cfg.TicketKey = auth.DevTicketKey
 	}
-	if len(cfg.ServiceKeys) == 0 {
+	if len(cfg.ServiceKeys) == 0 && embedded {
 		cfg.ServiceKeys = []string{DevServiceKey}
 	}
 	if cfg.EdgeDrain == 0 {
@@ -302,7 +311,7 @@ func New(cfg Config) (*Stack, error) {
 	if rs := byRole[RoleIngest]; rs != nil {
 		s.ingest, err = ingest.New(ingest.Config{
 			Streams: b.Streams, Keyring: s.keyring, Addr: s.URLs[RoleIngest], Load: b.Load,
-			RoomLimiter: b.RoomLimiter, Orders: b.Orders,
+			RoomLimiter: b.RoomLimiter, Gifts: b.Gifts,
 			ServiceKeys: cfg.ServiceKeys, Registerer: s.registry, Logger: s.log,
 		})
 		if err != nil {

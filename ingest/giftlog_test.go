@@ -1,0 +1,338 @@
+package ingest_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"reflect"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"danmaku/ingest"
+	"danmaku/internal/clock"
+	"danmaku/internal/redisx/redistest"
+	"danmaku/internal/stream"
+	"danmaku/internal/wire"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// giftBackend is one GiftLog implementation under test. open returns the
+// stream store the gift logs append to, a constructor of gift logs over it
+// with a given order TTL (0: the default), pass (as in stateBackend) and,
+// for Redis, the client, to check the key layout.
+type giftBackend struct {
+	name string
+	open func(t *testing.T) (streams stream.Store, newLog func(t *testing.T, ttl time.Duration) ingest.GiftLog, pass func(time.Duration), rdb redis.UniversalClient)
+}
+
+func giftBackends() []giftBackend {
+	return []giftBackend{
+		{"memory", func(t *testing.T) (stream.Store, func(*testing.T, time.Duration) ingest.GiftLog, func(time.Duration), redis.UniversalClient) {
+			c := clock.NewFake(time.Unix(1_700_000_000, 0))
+			store := stream.NewMemoryStore(c)
+			return store, func(t *testing.T, ttl time.Duration) ingest.GiftLog {
+				l, err := ingest.NewMemoryGiftLog(ingest.MemoryGiftLogConfig{Streams: store, OrderTTL: ttl, Clock: c})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return l
+			}, c.Advance, nil
+		}},
+		{"redis", func(t *testing.T) (stream.Store, func(*testing.T, time.Duration) ingest.GiftLog, func(time.Duration), redis.UniversalClient) {
+			rdb := redistest.Client(t)
+			store := newRedisStore(t, rdb)
+			return store, func(t *testing.T, ttl time.Duration) ingest.GiftLog {
+				return newRedisGiftLog(t, rdb, store, ttl)
+			}, time.Sleep, rdb
+		}},
+	}
+}
+
+func newRedisStore(t *testing.T, rdb redis.UniversalClient) *stream.RedisStore {
+	t.Helper()
+	s, err := stream.NewRedisStore(stream.RedisConfig{Client: rdb, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func newRedisGiftLog(t *testing.T, rdb redis.UniversalClient, store *stream.RedisStore, ttl time.Duration) *ingest.RedisGiftLog {
+	t.Helper()
+	l, err := ingest.NewRedisGiftLog(ingest.RedisGiftLogConfig{Client: rdb, Streams: store, OrderTTL: ttl, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// testGift is a gift with every field the stream keeps set, so that a field
+// lost on the way shows.
+func testGift(value int64) wire.Message {
+	return wire.Message{
+		Kind: wire.KindGift, Offset: 7, User: "u1", Nick: "Ann", Avatar: "a7", Text: "for you",
+		Gift: "rocket", Value: value, Count: 3, Merged: []string{"1-0", "2-0"}, Role: "viewer",
+	}
+}
+
+// TestGiftLogConformance runs every GiftLog implementation through the same
+// cases. Each case uses its own rooms, so cases share one backend.
+func TestGiftLogConformance(t *testing.T) {
+	type env struct {
+		streams stream.Store
+		log     ingest.GiftLog
+		newLog  func(t *testing.T, ttl time.Duration) ingest.GiftLog
+		pass    func(time.Duration)
+		rdb     redis.UniversalClient
+	}
+	cases := []struct {
+		name string
+		run  func(t *testing.T, e env)
+	}{
+		{"appends once, then answers the first id", func(t *testing.T, e env) {
+			id := mustAppendGift(t, e.log, "once", "o1", testGift(100), false)
+			// A retry (even one whose body changed) appends nothing.
+			for _, v := range []int64{100, 999} {
+				if again := mustAppendGift(t, e.log, "once", "o1", testGift(v), true); again != id {
+					t.Fatalf("duplicate answered id %s, want the first, %s", again, id)
+				}
+			}
+			es := liveEntries(t, e.streams, "once")
+			if len(es) != 1 || es[0].ID != id || es[0].Value != 100 {
+				t.Fatalf("live lane holds %+v, want the one first gift %s", es, id)
+			}
+			if e.rdb != nil {
+				ctx := context.Background()
+				got, err := e.rdb.Get(ctx, "danmaku:{room:once}:order:o1").Result()
+				if err != nil || got != id {
+					t.Fatalf("order record = %q, %v; want %s under the room's hash tag", got, err, id)
+				}
+				if ttl, err := e.rdb.PTTL(ctx, "danmaku:{room:once}:order:o1").Result(); err != nil || ttl <= 23*time.Hour {
+					t.Fatalf("order record PTTL = %v, %v; want the 24 h default", ttl, err)
+				}
+				if n, err := e.rdb.XLen(ctx, "danmaku:{room:once}:live").Result(); err != nil || n != 1 {
+					t.Fatalf("XLEN of the room's live stream = %d, %v; want 1", n, err)
+				}
+			}
+		}},
+		{"reads back through the stream store", func(t *testing.T, e env) {
+			m := testGift(100)
+			m.ID, m.Order = "junk-id", "junk-order" // AppendGift sets both
+			id := mustAppendGift(t, e.log, "fields", "order-42", m, false)
+			want := testGift(100)
+			want.ID, want.Order = id, "order-42"
+			es := liveEntries(t, e.streams, "fields")
+			if len(es) != 1 || !reflect.DeepEqual(es[0], want) {
+				t.Fatalf("read back %+v, want %+v", es, want)
+			}
+			// The slicer finds the room through the registry.
+			rooms, err := e.streams.Rooms(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.ContainsFunc(rooms, func(r stream.Room) bool { return r.ID == "fields" }) {
+				t.Fatalf("rooms %+v do not list the gift's room", rooms)
+			}
+		}},
+		{"concurrent appends of one order store one entry", func(t *testing.T, e env) {
+			const n = 32
+			var (
+				wg    sync.WaitGroup
+				start = make(chan struct{})
+				ids   [n]string
+				dups  [n]bool
+				errs  [n]error
+			)
+			for i := range n {
+				wg.Go(func() {
+					<-start
+					ids[i], dups[i], errs[i] = e.log.AppendGift(context.Background(), "race", "o1", testGift(100))
+				})
+			}
+			close(start)
+			wg.Wait()
+			es := liveEntries(t, e.streams, "race")
+			if len(es) != 1 {
+				t.Fatalf("live lane holds %d entries for one order, want 1", len(es))
+			}
+			originals := 0
+			for i := range n {
+				if errs[i] != nil {
+					t.Fatalf("call %d: %v", i, errs[i])
+				}
+				if ids[i] != es[0].ID {
+					t.Errorf("call %d answered %s, stored %s", i, ids[i], es[0].ID)
+				}
+				if !dups[i] {
+					originals++
+				}
+			}
+			if originals != 1 {
+				t.Errorf("%d calls claim to have appended, want 1", originals)
+			}
+		}},
+		{"orders are per room and whole", func(t *testing.T, e env) {
+			a := mustAppendGift(t, e.log, "room-a", "o1", testGift(1), false)
+			b := mustAppendGift(t, e.log, "room-b", "o1", testGift(2), false)
+			mustAppendGift(t, e.log, "room-a", "o1/x", testGift(3), false) // order ids may hold anything
+			mustAppendGift(t, e.log, "room-a", "{o1}", testGift(4), false)
+			if again := mustAppendGift(t, e.log, "room-b", "o1", testGift(2), true); again != b {
+				t.Fatalf("room-b's duplicate answered %s, want %s", again, b)
+			}
+			if again := mustAppendGift(t, e.log, "room-a", "o1", testGift(1), true); again != a {
+				t.Fatalf("room-a's duplicate answered %s, want %s", again, a)
+			}
+			if na, nb := len(liveEntries(t, e.streams, "room-a")), len(liveEntries(t, e.streams, "room-b")); na != 3 || nb != 1 {
+				t.Fatalf("room-a holds %d, room-b %d; want 3 and 1", na, nb)
+			}
+		}},
+		{"an order is forgotten after its TTL", func(t *testing.T, e env) {
+			short := e.newLog(t, 200*time.Millisecond)
+			first := mustAppendGift(t, short, "ttl", "o1", testGift(1), false)
+			var second string
+			waitFor(t, e.pass, 25*time.Millisecond, 10*time.Second, func() bool {
+				id, dup, err := short.AppendGift(context.Background(), "ttl", "o1", testGift(1))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if dup && id != first {
+					t.Fatalf("duplicate answered %s, want %s", id, first)
+				}
+				second = id
+				return !dup
+			})
+			if second == first {
+				t.Fatalf("the append after the TTL answered the first id %s", first)
+			}
+			if n := len(liveEntries(t, e.streams, "ttl")); n != 2 {
+				t.Fatalf("live lane holds %d, want 2", n)
+			}
+			// The new append is deduplicated in turn.
+			if again := mustAppendGift(t, short, "ttl", "o1", testGift(1), true); again != second {
+				t.Fatalf("duplicate answered %s, want %s", again, second)
+			}
+		}},
+		{"refuses a bad room or an empty order", func(t *testing.T, e env) {
+			for _, c := range []struct{ room, order string }{{"bad room!", "o1"}, {"", "o1"}, {"bad-args", ""}} {
+				if _, _, err := e.log.AppendGift(context.Background(), c.room, c.order, testGift(1)); !errors.Is(err, ingest.ErrBadGift) {
+					t.Errorf("AppendGift(%q, %q): err = %v, want ErrBadGift", c.room, c.order, err)
+				}
+			}
+			if n := len(liveEntries(t, e.streams, "bad-args")); n != 0 {
+				t.Fatalf("refused gift stored %d entries", n)
+			}
+		}},
+	}
+	for _, b := range giftBackends() {
+		t.Run(b.name, func(t *testing.T) {
+			streams, newLog, pass, rdb := b.open(t)
+			e := env{streams: streams, log: newLog(t, 0), newLog: newLog, pass: pass, rdb: rdb}
+			for _, c := range cases {
+				t.Run(c.name, func(t *testing.T) { c.run(t, e) })
+			}
+		})
+	}
+}
+
+// TestRedisGiftLogEntryMatchesStore checks that a gift's entry is the one the
+// stream store itself would have written for it, byte for byte, so every
+// reader of the stream (slicer, edge, audit tools) sees gifts as before.
+func TestRedisGiftLogEntryMatchesStore(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Client(t)
+	store := newRedisStore(t, rdb)
+	m := testGift(100)
+	m.Order = "o-1"
+	if _, err := store.Append(ctx, stream.Key{Room: "by-store", Lane: stream.Live}, []wire.Message{m}); err != nil {
+		t.Fatal(err)
+	}
+	mustAppendGift(t, newRedisGiftLog(t, rdb, store, 0), "by-log", "o-1", testGift(100), false)
+	var got [2]map[string]any
+	for i, room := range []string{"by-store", "by-log"} {
+		xs, err := rdb.XRange(ctx, store.StreamKey(stream.Key{Room: room, Lane: stream.Live}), "-", "+").Result()
+		if err != nil || len(xs) != 1 {
+			t.Fatalf("XRANGE %s: %v, %v", room, xs, err)
+		}
+		got[i] = xs[0].Values
+	}
+	if !reflect.DeepEqual(got[0], got[1]) {
+		t.Fatalf("gift log entry %q, stream store entry %q", got[1], got[0])
+	}
+}
+
+// TestRedisGiftLogReservationLeftByOldNodes: a Reserve/Commit order book
+// (the design this replaced) left "" while a call held an order. Met during
+// a rolling upgrade, it is no id to answer: the gift is appended.
+func TestRedisGiftLogReservationLeftByOldNodes(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Client(t)
+	store := newRedisStore(t, rdb)
+	if err := rdb.Set(ctx, "danmaku:{room:old}:order:o1", "", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	l := newRedisGiftLog(t, rdb, store, 0)
+	id := mustAppendGift(t, l, "old", "o1", testGift(1), false)
+	if again := mustAppendGift(t, l, "old", "o1", testGift(1), true); again != id {
+		t.Fatalf("duplicate answered %s, want %s", again, id)
+	}
+}
+
+func TestGiftLogConfig(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
+	defer rdb.Close()
+	store := newRedisStore(t, rdb)
+	for _, c := range []struct {
+		name string
+		cfg  ingest.RedisGiftLogConfig
+		ok   bool
+	}{
+		{"minimal", ingest.RedisGiftLogConfig{Client: rdb, Streams: store}, true},
+		{"no client", ingest.RedisGiftLogConfig{Streams: store}, false},
+		{"no streams", ingest.RedisGiftLogConfig{Client: rdb}, false},
+		{"negative TTL", ingest.RedisGiftLogConfig{Client: rdb, Streams: store, OrderTTL: -time.Second}, false},
+		{"negative RegisterEvery", ingest.RedisGiftLogConfig{Client: rdb, Streams: store, RegisterEvery: -time.Second}, false},
+	} {
+		if _, err := ingest.NewRedisGiftLog(c.cfg); (err == nil) != c.ok {
+			t.Errorf("redis %s: err = %v, want ok=%v", c.name, err, c.ok)
+		}
+	}
+	mem := stream.NewMemoryStore(nil)
+	for _, c := range []struct {
+		name string
+		cfg  ingest.MemoryGiftLogConfig
+		ok   bool
+	}{
+		{"minimal", ingest.MemoryGiftLogConfig{Streams: mem}, true},
+		{"no streams", ingest.MemoryGiftLogConfig{}, false},
+		{"negative TTL", ingest.MemoryGiftLogConfig{Streams: mem, OrderTTL: -time.Second}, false},
+	} {
+		if _, err := ingest.NewMemoryGiftLog(c.cfg); (err == nil) != c.ok {
+			t.Errorf("memory %s: err = %v, want ok=%v", c.name, err, c.ok)
+		}
+	}
+}
+
+// mustAppendGift appends and checks the duplicate flag; it returns the id.
+func mustAppendGift(t *testing.T, l ingest.GiftLog, room, order string, m wire.Message, wantDup bool) string {
+	t.Helper()
+	id, dup, err := l.AppendGift(context.Background(), room, order, m)
+	if err != nil || id == "" || dup != wantDup {
+		t.Fatalf("AppendGift(%s, %s) = %q, duplicate %v, %v; want an id, duplicate %v", room, order, id, dup, err, wantDup)
+	}
+	return id
+}
+
+func liveEntries(t *testing.T, s stream.Store, room string) []wire.Message {
+	t.Helper()
+	es, err := s.Read(context.Background(), stream.Key{Room: room, Lane: stream.Live}, "", 1000, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return es
+}

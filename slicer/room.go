@@ -70,7 +70,7 @@ type roomState struct {
 	pending  map[int64][]wire.Message
 	npending int
 	carry    []wire.Message
-	held     map[string]struct{}
+	held     map[heldKey]struct{}
 
 	// lastRead is, per lane, the newest id delivered to this leader this
 	// term; a trim never passes it, so nothing unread is trimmed.
@@ -86,17 +86,26 @@ type roomState struct {
 	rng     *rand.Rand
 }
 
+// heldKey is a message's identity (lane and id) without building a string:
+// hold runs for every message read.
+type heldKey struct {
+	lane int
+	id   string
+}
+
+func keyOf(m *wire.Message) heldKey { return heldKey{laneIndex(m.Kind), m.ID} }
+
 // hold files m under second sec — or hands it back when sec was already
 // written (late) — unless it is already held.
 func (st *roomState) hold(sec int64, m wire.Message) (late bool) {
-	id := m.Identity()
-	if _, dup := st.held[id]; dup {
+	k := keyOf(&m)
+	if _, dup := st.held[k]; dup {
 		return false
 	}
 	if sec < st.next {
 		return true
 	}
-	st.held[id] = struct{}{}
+	st.held[k] = struct{}{}
 	st.pending[sec] = append(st.pending[sec], m)
 	st.npending++
 	return false
@@ -354,8 +363,7 @@ func (s *Slicer) queueOf(m *wire.Message) Queue {
 // that no segment holds.
 func (s *Slicer) writeSecond(ctx context.Context, st *roomState, storeNow time.Time) error {
 	sec := st.next
-	fresh := st.pending[sec]
-	sort.Slice(fresh, func(i, j int) bool { return wire.CompareIDs(fresh[i].ID, fresh[j].ID) < 0 })
+	fresh := sortByID(st.pending[sec])
 	inputs := make([]wire.Message, 0, len(st.carry)+len(fresh))
 	inputs = append(append(inputs, st.carry...), fresh...)
 
@@ -475,8 +483,8 @@ func (s *Slicer) writeSecond(ctx context.Context, st *roomState, storeNow time.T
 	// sampled away). Carried messages stay pending, so a successor leader
 	// reclaims them.
 	s.ack(ctx, st.room, settled)
-	for _, m := range settled {
-		delete(st.held, m.Identity())
+	for i := range settled {
+		delete(st.held, keyOf(&settled[i]))
 	}
 	st.carry = carry
 	st.npending -= len(fresh)
@@ -490,6 +498,39 @@ func (s *Slicer) writeSecond(ctx context.Context, st *roomState, storeNow time.T
 	s.m.lag.Set(storeNow.Sub(due).Seconds())
 	s.m.carried.Set(float64(len(carry)))
 	return nil
+}
+
+// sortByID orders msgs by id, parsing each id once (a comparator that parses
+// both ids costs O(n log n) parses and moves whole messages around).
+func sortByID(msgs []wire.Message) []wire.Message {
+	type key struct {
+		ms  int64
+		seq uint64
+		i   int
+	}
+	keys := make([]key, len(msgs))
+	sorted := true
+	for i := range msgs {
+		ms, seq, _ := wire.ParseID(msgs[i].ID)
+		keys[i] = key{ms, seq, i}
+		if i > 0 && (ms < keys[i-1].ms || ms == keys[i-1].ms && seq < keys[i-1].seq) {
+			sorted = false
+		}
+	}
+	if sorted {
+		return msgs
+	}
+	sort.Slice(keys, func(a, b int) bool {
+		if keys[a].ms != keys[b].ms {
+			return keys[a].ms < keys[b].ms
+		}
+		return keys[a].seq < keys[b].seq
+	})
+	out := make([]wire.Message, len(msgs))
+	for i, k := range keys {
+		out[i] = msgs[k.i]
+	}
+	return out
 }
 
 // remember keeps seg's identities among the recent seconds.
@@ -598,7 +639,7 @@ func (s *Slicer) due(second int64, storeNow time.Time) bool {
 // resume picks up where the manifest says the room stands; a room without
 // one starts at the second it was opened.
 func (s *Slicer) resume(ctx context.Context, room string, opened time.Time) (*roomState, error) {
-	st := &roomState{room: room, pending: map[int64][]wire.Message{}, held: map[string]struct{}{}, recent: map[int64]map[string]bool{}, rng: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))}
+	st := &roomState{room: room, pending: map[int64][]wire.Message{}, held: map[heldKey]struct{}{}, recent: map[int64]map[string]bool{}, rng: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))}
 	now, err := s.cfg.Streams.Now(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("slicer: store time: %w", err)

@@ -36,6 +36,7 @@ const (
 	defaultMaxTextRunes  = 60
 	defaultMaxBody       = 4 << 10
 	defaultOnlineSync    = time.Second
+	onlineStale          = 5 * time.Second
 	defaultReport        = 5 * time.Millisecond
 )
 
@@ -224,8 +225,11 @@ func (s *Server) syncOnline(ctx context.Context) {
 		return // keep the last counts
 	}
 	m := map[string]int{}
+	now := s.cfg.Clock.Now()
 	for _, l := range loads {
-		if l.Kind == gslb.KindEdge {
+		// An edge that stopped reporting (crashed without removing itself)
+		// no longer counts its viewers.
+		if l.Kind == gslb.KindEdge && now.Sub(l.At) <= onlineStale {
 			for room, n := range l.Rooms {
 				m[room] += n
 			}

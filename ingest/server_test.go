@@ -467,6 +467,9 @@ func TestRoomBucketFollowsOnline(t *testing.T) {
 		{"ingest reports do not count", 2, 1000, []gslb.NodeLoad{
 			{ID: "i1", Kind: gslb.KindIngest, Rooms: map[string]int{room: 800}},
 		}, 2},
+		{"a silent edge does not count", 2, 1000, []gslb.NodeLoad{
+			{ID: "e1", Kind: gslb.KindEdge, Rooms: map[string]int{room: 800}, At: t0.Add(-time.Minute)},
+		}, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, func(c *Config) {
@@ -475,7 +478,9 @@ func TestRoomBucketFollowsOnline(t *testing.T) {
 				c.RoomRefill = 0.001 // nothing refills within the test
 			})
 			for _, l := range tc.loads {
-				l.At = f.clk.Now()
+				if l.At.IsZero() {
+					l.At = f.clk.Now()
+				}
 				if err := f.table.Report(context.Background(), l); err != nil {
 					t.Fatal(err)
 				}
@@ -501,7 +506,7 @@ func TestRoomBucketFollowsOnline(t *testing.T) {
 // counts, and removes the node when it stops.
 func TestRunReportsAndSyncsOnline(t *testing.T) {
 	f := newFixture(t, func(c *Config) { c.Addr = selfAddr; c.Line = "A"; c.RoomBase = 2 })
-	if err := f.table.Report(context.Background(), gslb.NodeLoad{ID: "e1", Kind: gslb.KindEdge, Rooms: map[string]int{room: 800}}); err != nil {
+	if err := f.table.Report(context.Background(), gslb.NodeLoad{ID: "e1", Kind: gslb.KindEdge, Rooms: map[string]int{room: 800}, At: f.clk.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -183,6 +183,11 @@ func New(cfg Config) (*Stack, error) {
 		}
 		cfg.TicketKey = auth.DevTicketKey
 	}
+	if !embedded && cfg.Backends.Objects == nil && cfg.DataDir == "" && (cfg.has(RoleSlicer) || cfg.has(RoleOrigin)) {
+		// In-memory objects are private to this process: other slicers'
+		// conditional puts would protect nothing and no CDN could read them.
+		return nil, errors.New("stack: shared backends need shared object storage (S3) for the slicer and origin roles")
+	}
 	if len(cfg.ServiceKeys) == 0 && embedded {
 		cfg.ServiceKeys = []string{DevServiceKey}
 	}

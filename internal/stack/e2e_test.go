@@ -97,7 +97,7 @@ func TestEndToEnd(t *testing.T) {
 
 	type got struct {
 		mu   sync.Mutex
-		byID map[string]int
+		byID map[string]int // by identity (lane and id): ids repeat across lanes
 		text map[string]int // barrage "user|text" → count
 		kind map[wire.Kind]int
 	}
@@ -118,7 +118,7 @@ func TestEndToEnd(t *testing.T) {
 			defer wg.Done()
 			for m := range c.Messages() {
 				g.mu.Lock()
-				g.byID[m.ID]++
+				g.byID[m.Identity()]++
 				g.kind[m.Kind]++
 				if m.Kind == wire.KindBarrage {
 					g.text[m.User+"|"+m.Text]++
@@ -189,12 +189,12 @@ func TestEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	special := []string{announceID}
+	special := []string{wire.IdentityOf(wire.KindSystem, announceID)}
 	for i := range 3 {
 		out := postJSON(t, st.URLs[RoleIngest]+"/v1/gifts", DevServiceKey, map[string]any{
 			"order_id": fmt.Sprintf("order-%d", i), "room": room, "user": fmt.Sprintf("fan%d", i), "gift": "rocket", "value": 5000, "count": 1,
 		})
-		special = append(special, out["id"].(string))
+		special = append(special, wire.IdentityOf(wire.KindGift, out["id"].(string)))
 	}
 
 	waitFor(t, ctx, "every sender posted", func() bool {
@@ -262,6 +262,28 @@ func TestEndToEnd(t *testing.T) {
 	cancel()
 	wg.Wait()
 
+	// No message is in two segments.
+	objects := st.cfg.Backends.Objects
+	inSegments := map[string]int{}
+	if obj, err := objects.Get(context.Background(), wire.ManifestKey(room)); err == nil {
+		man, _ := wire.DecodeManifest(obj.Body)
+		for sec := man.Second; ; sec-- {
+			obj, err := objects.Get(context.Background(), wire.SegmentKey(room, sec))
+			if err != nil {
+				break
+			}
+			seg, err := wire.DecodeSegment(obj.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range seg.Messages {
+				inSegments[m.Identity()]++
+				if inSegments[m.Identity()] > 1 {
+					t.Errorf("message %s (%v) is in two segments, again in second %d", m.ID, m.Kind, sec)
+				}
+			}
+		}
+	}
 	for i, g := range results {
 		for _, id := range special {
 			if g.byID[id] != 1 {

@@ -119,14 +119,39 @@ func NewAllocator(cfg AllocatorConfig) (*Allocator, error) {
 	return a, nil
 }
 
-// Run syncs the table every Sync interval until ctx is done.
+// Pruner is a LoadTable that can forget old reports. Nodes that die
+// without removing themselves would otherwise stay in the table, and every
+// sync would read them.
+type Pruner interface {
+	Prune(ctx context.Context, cutoff time.Time) (int, error)
+}
+
+// pruneEvery and pruneAge: reports older than a minute (far beyond Stale,
+// so reporter clock skew cannot prune a live node) are removed twice a minute.
+const (
+	pruneEvery = 30 * time.Second
+	pruneAge   = time.Minute
+)
+
+// Run syncs the table every Sync interval until ctx is done, and prunes
+// long-dead nodes when the table supports it.
 func (a *Allocator) Run(ctx context.Context) error {
 	t := time.NewTicker(a.cfg.Sync)
 	defer t.Stop()
+	pruner, _ := a.cfg.Table.(Pruner)
+	lastPrune := a.cfg.Clock.Now()
 	for {
 		if err := a.SyncOnce(ctx); err != nil && ctx.Err() == nil {
 			if a.syncFailures.Add(1)%1000 == 1 {
 				a.cfg.Logger.Warn("gslb: load table sync failed; keeping last good table", "err", err)
+			}
+		}
+		if now := a.cfg.Clock.Now(); pruner != nil && now.Sub(lastPrune) >= pruneEvery {
+			lastPrune = now
+			if n, err := pruner.Prune(ctx, now.Add(-pruneAge)); err != nil && ctx.Err() == nil {
+				a.cfg.Logger.Warn("gslb: prune failed", "err", err)
+			} else if n > 0 {
+				a.cfg.Logger.Info("gslb: pruned dead nodes from the load table", "count", n)
 			}
 		}
 		select {

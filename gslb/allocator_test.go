@@ -748,3 +748,19 @@ func TestIngestChoiceSameAcrossAllocators(t *testing.T) {
 		}
 	}
 }
+
+func TestMemoryLoadTablePrune(t *testing.T) {
+	tab := gslb.NewMemoryLoadTable()
+	ctx := context.Background()
+	for i, at := range []time.Time{t0.Add(-2 * time.Minute), t0} {
+		if err := tab.Report(ctx, gslb.NodeLoad{ID: fmt.Sprintf("n%d", i), Kind: gslb.KindEdge, At: at}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := tab.Prune(ctx, t0.Add(-time.Minute)); err != nil || n != 1 {
+		t.Fatalf("Prune = %d, %v", n, err)
+	}
+	if ls, _ := tab.Snapshot(ctx); len(ls) != 1 || ls[0].ID != "n1" {
+		t.Fatalf("left %v", ls)
+	}
+}

@@ -107,6 +107,25 @@ func (t *MemoryLoadTable) Remove(ctx context.Context, id string) error {
 	return nil
 }
 
+// Prune removes the reports made before cutoff.
+func (t *MemoryLoadTable) Prune(ctx context.Context, cutoff time.Time) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for id, l := range t.nodes {
+		if l.At.Before(cutoff) {
+			delete(t.nodes, id)
+			n++
+		}
+	}
+	return n, nil
+}
+
+var (
+	_ Pruner = (*MemoryLoadTable)(nil)
+	_ Pruner = (*RedisLoadTable)(nil)
+)
+
 // Reporter sends a node's load to a LoadTable every Interval.
 type Reporter struct {
 	Table    LoadTable

@@ -15,6 +15,11 @@
 // before, during or after Run. Every method of Client is safe for concurrent
 // use.
 //
+// A RenderQueue sits between Messages and the screen: 32 slots, 120 waiting
+// (the oldest barrage dropped, never a gift), paused while hidden with an
+// "N new" count; its drops are the client render drops operators watch. It is
+// safe for concurrent use (Push from the reading goroutine, Next from the UI).
+//
 // # Segment polling
 //
 // The poller starts at the server second in which the client joined, so it

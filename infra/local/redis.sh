@@ -20,7 +20,7 @@ do_start() {
 	bin="$(find_bin redis-server "Debian package redis-server")"
 	start_bg redis "$PIDFILE" "$LOGFILE" "$bin" \
 		--port "$REDIS_PORT" --bind 127.0.0.1 \
-		--dir "$DIR" --appendonly yes \
+		--dir "$DIR" --appendonly yes --appendfsync always \
 		--daemonize no --logfile ""
 	wait_until redis-server "$PIDFILE" "$LOGFILE" redis_ping "$REDIS_PORT"
 	log "redis: ready at 127.0.0.1:$REDIS_PORT"

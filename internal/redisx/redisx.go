@@ -56,6 +56,13 @@ const (
 	defaultPingTimeout = 5 * time.Second
 )
 
+// dialAttempts is go-redis's DialerRetries (total attempts per dial). Its
+// default, 5 attempts 100 ms apart each with its own DialTimeout, makes every
+// command wait up to ~10 s while Redis is unreachable — longer than a slicer
+// lease — and logs each failure past slog. One attempt fails fast; the next
+// command dials again.
+const dialAttempts = 1
+
 // noRetries is go-redis's MaxRetries for "never retry", set on every client
 // whatever the URL says (max_retries). go-redis retries a command or a
 // pipeline after a read timeout, when Redis may already have run it, and
@@ -160,6 +167,7 @@ func newClient(cfg Config) (c redis.UniversalClient, where string, err error) {
 			o.PoolSize = cfg.PoolSize
 		}
 		o.MaxRetries = noRetries
+		o.DialerRetries = dialAttempts
 		o.ContextTimeoutEnabled = true
 		return redis.NewClusterClient(o), "cluster " + strings.Join(o.Addrs, ","), nil
 	}
@@ -178,6 +186,7 @@ func newClient(cfg Config) (c redis.UniversalClient, where string, err error) {
 		o.PoolSize = cfg.PoolSize
 	}
 	o.MaxRetries = noRetries
+	o.DialerRetries = dialAttempts
 	o.ContextTimeoutEnabled = true
 	return redis.NewClient(o), o.Addr, nil
 }

@@ -30,10 +30,11 @@ type Client struct {
 	// tick bounds a single sleep; zero with the system clock.
 	tick time.Duration
 
-	msgs  chan Message
-	merge *merger
-	send  *sendQueue
-	stats counters
+	msgs     chan Message
+	merge    *merger
+	send     *sendQueue
+	stats    counters
+	reporter reporter
 
 	sess     atomic.Pointer[session]
 	joinMu   sync.Mutex // serialises re-joins

@@ -124,6 +124,15 @@ type Config struct {
 	// EdgeReadTimeout is how long the edge connection may stay silent (no
 	// frame, no ping) before it is dropped and redialled. Zero: 75 s.
 	EdgeReadTimeout time.Duration
+
+	// Render, when set, is the render queue the app shows messages
+	// through; its drops go into the counter reports sent to the edge,
+	// which operators see as client render drops. Nil: drops reported as 0.
+	Render *RenderQueue
+	// ReportInterval is how often the client reports its counters (render
+	// drops, held-back sends) over the edge connection. Zero: 10 s;
+	// negative: never.
+	ReportInterval time.Duration
 }
 
 // Configuration errors.
@@ -188,7 +197,7 @@ func (cfg *Config) applyDefaults() error {
 			*f.v = f.def
 		}
 	}
-	// Negative means "off" for these three; keep it, the users check for > 0.
+	// Negative means "off" for these four; keep it, the users check for > 0.
 	if cfg.SendDedupWindow == 0 {
 		cfg.SendDedupWindow = defaultSendDedupWindow
 	}
@@ -197,6 +206,9 @@ func (cfg *Config) applyDefaults() error {
 	}
 	if cfg.FarBehind == 0 {
 		cfg.FarBehind = defaultFarBehind
+	}
+	if cfg.ReportInterval == 0 {
+		cfg.ReportInterval = defaultReportInterval
 	}
 	if cfg.FarBehind > 0 && cfg.FarBehind < 2*time.Second {
 		// Within two seconds of live is where a healthy poller always is.

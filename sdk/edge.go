@@ -138,6 +138,9 @@ func (c *Client) readEdge(ctx context.Context, conn *websocket.Conn, last *strin
 		_ = conn.Close()
 	})
 	defer stop()
+	rctx, stopReports := context.WithCancel(ctx)
+	defer stopReports()
+	go c.reportLoop(rctx, conn)
 	conn.SetReadLimit(wire.MaxFrameBytes)
 	// Deadlines are on the real clock: they are about the network.
 	extend := func() { _ = conn.SetReadDeadline(time.Now().Add(c.cfg.EdgeReadTimeout)) }

@@ -1,0 +1,78 @@
+package sdk
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+// defaultReportInterval is how often the client reports its counters to the
+// edge: well inside the edge's allowance (a burst of 10, then one a second).
+const defaultReportInterval = 10 * time.Second
+
+// counterReport is the text frame the edge relays to the operators' metrics
+// (edge/README.md): what changed since the previous report.
+type counterReport struct {
+	Drops int64 `json:"drops"`
+	Held  int64 `json:"held"`
+}
+
+// reporter remembers what was reported, so that each report carries the
+// change since the last one that was written — across reconnects too.
+type reporter struct {
+	mu                  sync.Mutex
+	sentDrops, sentHeld int64
+}
+
+// report writes one report to conn if anything changed. A failed write is
+// not counted as sent: its change goes out with the next report.
+func (c *Client) report(conn *websocket.Conn) error {
+	var drops int64
+	if c.cfg.Render != nil {
+		drops = c.cfg.Render.Drops()
+	}
+	held := c.stats.sendsHeldBack.Load()
+	r := &c.reporter
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rep := counterReport{Drops: drops - r.sentDrops, Held: held - r.sentHeld}
+	if rep.Drops == 0 && rep.Held == 0 {
+		return nil
+	}
+	b, err := json.Marshal(rep)
+	if err != nil {
+		return err
+	}
+	// readEdge is the connection's only reader; this goroutine is its only
+	// writer of data frames (pongs and the close are control frames, which
+	// gorilla allows concurrently).
+	_ = conn.SetWriteDeadline(time.Now().Add(edgeWriteTimeout))
+	if err := conn.WriteMessage(websocket.TextMessage, b); err != nil {
+		return err
+	}
+	r.sentDrops, r.sentHeld = drops, held
+	return nil
+}
+
+// reportLoop reports every ReportInterval until ctx ends or a write fails
+// (the connection is going away; the next one reports the change).
+func (c *Client) reportLoop(ctx context.Context, conn *websocket.Conn) {
+	if c.cfg.ReportInterval < 0 {
+		return
+	}
+	t := time.NewTicker(c.cfg.ReportInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := c.report(conn); err != nil {
+				return
+			}
+		}
+	}
+}

@@ -130,7 +130,6 @@ func TestDeposedLeadersLateReadsAreClaimed(t *testing.T) {
 }
 
 func TestMergedGiftAgainstExistingSegment(t *testing.T) {
-	ctx := context.Background()
 	r := newRig(t, Config{})
 	s0 := r.st.next
 	r.at(s0, 100)
@@ -138,11 +137,7 @@ func TestMergedGiftAgainstExistingSegment(t *testing.T) {
 		wire.Message{Kind: wire.KindGift, User: "u", Gift: "rose", Value: 1},
 		wire.Message{Kind: wire.KindGift, User: "u", Gift: "rose", Value: 1})
 	// The predecessor's segment holds only the first of the two.
-	prev := &wire.Segment{V: wire.Version, Room: room, Second: s0, Seq: 1, Dur: 1000, Messages: []wire.Message{wire.Slim(gs[0])}}
-	body, _ := wire.EncodeSegment(prev)
-	if _, err := r.objects.Put(ctx, wire.SegmentKey(room, s0), body, objstore.PutOptions{IfNoneMatch: true, ContentType: wire.SegmentContentType, CacheControl: wire.SegmentCacheControl}); err != nil {
-		t.Fatal(err)
-	}
+	r.putSegment(s0, 1, gs[0])
 	r.at(s0+2, 400)
 	r.flush()
 	count := map[string]int{}

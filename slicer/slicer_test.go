@@ -72,6 +72,24 @@ func (r *rig) flush() {
 	}
 }
 
+// putSegment writes second sec as a predecessor leader would have, holding
+// msgs with sequence number seq.
+func (r *rig) putSegment(sec int64, seq uint64, msgs ...wire.Message) {
+	r.t.Helper()
+	seg := &wire.Segment{V: wire.Version, Room: room, Second: sec, Seq: seq, Dur: wire.SegmentDuration}
+	for _, m := range msgs {
+		seg.Messages = append(seg.Messages, wire.Slim(m))
+	}
+	body, err := wire.EncodeSegment(seg)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	opts := objstore.PutOptions{IfNoneMatch: true, ContentType: wire.SegmentContentType, CacheControl: wire.SegmentCacheControl}
+	if _, err := r.objects.Put(context.Background(), wire.SegmentKey(room, sec), body, opts); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
 func (r *rig) segment(sec int64) *wire.Segment {
 	r.t.Helper()
 	obj, err := r.objects.Get(context.Background(), wire.SegmentKey(room, sec))
@@ -219,11 +237,7 @@ func TestExistingSegmentIsRespected(t *testing.T) {
 		wire.Message{Kind: wire.KindGift, User: "a", Gift: "rose", Value: 1},
 		wire.Message{Kind: wire.KindGift, User: "b", Gift: "rose", Value: 1})
 	// A predecessor already wrote s0 with the first gift only, as seq 7.
-	prev := &wire.Segment{V: wire.Version, Room: room, Second: s0, Seq: 7, Dur: 1000, Messages: []wire.Message{wire.Slim(gs[0])}}
-	body, _ := wire.EncodeSegment(prev)
-	if _, err := r.objects.Put(context.Background(), wire.SegmentKey(room, s0), body, objstore.PutOptions{IfNoneMatch: true, ContentType: wire.SegmentContentType, CacheControl: wire.SegmentCacheControl}); err != nil {
-		t.Fatal(err)
-	}
+	r.putSegment(s0, 7, gs[0])
 	r.at(s0+2, 300)
 	r.flush()
 	if seg := r.segment(s0); seg.Seq != 7 || len(seg.Messages) != 1 {
@@ -293,11 +307,7 @@ func TestTakeoverReclaimsWithoutLossOrRepeat(t *testing.T) {
 	if _, err := r.s.read(ctx, r.st); err != nil {
 		t.Fatal(err)
 	}
-	prev := &wire.Segment{V: wire.Version, Room: room, Second: s0, Seq: 1, Dur: 1000, Messages: []wire.Message{wire.Slim(gs[0])}}
-	body, _ := wire.EncodeSegment(prev)
-	if _, err := r.objects.Put(ctx, wire.SegmentKey(room, s0), body, objstore.PutOptions{IfNoneMatch: true, ContentType: wire.SegmentContentType, CacheControl: wire.SegmentCacheControl}); err != nil {
-		t.Fatal(err)
-	}
+	r.putSegment(s0, 1, gs[0])
 	man, _ := wire.EncodeManifest(&wire.Manifest{V: 1, Room: room, Second: s0, Seq: 1, Dur: 1000})
 	if _, err := r.objects.Put(ctx, wire.ManifestKey(room), man, objstore.PutOptions{}); err != nil {
 		t.Fatal(err)

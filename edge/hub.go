@@ -71,6 +71,14 @@ func (h *hub) run() {
 	}
 	if err != nil {
 		h.initErr = fmt.Errorf("edge: open room %s: %w", h.room, err)
+		// Out of the map before anyone sees the error: the next handshake
+		// starts a new hub instead of sharing this dead one until every
+		// overlapping handshake has let go of it.
+		h.s.mu.Lock()
+		if h.s.hubs[h.room] == h {
+			delete(h.s.hubs, h.room)
+		}
+		h.s.mu.Unlock()
 		close(h.ready)
 		return
 	}

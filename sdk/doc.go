@@ -30,9 +30,12 @@
 // early would hide a segment from every viewer behind that cache node. A 404
 // for a due second is retried after Config.PollRetry; server and network
 // errors back off. A client that falls more than Config.FarBehind behind live
-// jumps to the newest second the manifest names; the seconds it skips are
-// counted in Stats.SkippedSeconds and their messages are not delivered (gifts
-// among them that the edge sent are delivered all the same).
+// jumps to the newest second the manifest names — but only when that second,
+// too, is more than FarBehind ahead: a slicer catching up after an outage is
+// walked through, never skipped, and without a manifest nothing is skipped.
+// The seconds a jump skips are counted in Stats.SkippedSeconds and their
+// messages are not delivered (gifts among them that the edge sent are
+// delivered all the same).
 //
 // # Ordering and de-duplication
 //

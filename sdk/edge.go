@@ -36,7 +36,9 @@ const (
 // falling back to the next ones, and resumes from the last id it received.
 func (c *Client) edgeLoop(ctx context.Context) {
 	var (
-		last     string // newest id received from the edge
+		last     string        // newest id received from the edge
+		lastAt   time.Time     // server time the connection that gave last ended
+		stuck    time.Duration // back-off of frameless resume closes
 		idx      int
 		backoff  time.Duration
 		dialer   = websocket.Dialer{HandshakeTimeout: edgeHandshakeTimeout, Proxy: http.ProxyFromEnvironment}
@@ -57,6 +59,13 @@ func (c *Client) edgeLoop(ctx context.Context) {
 		}
 		if idx >= len(addrs) {
 			idx = 0
+		}
+		// Resume only while what the edge would replay is still in the
+		// seen-set: gifts of a longer gap arrived through segments, and a
+		// replay older than SeenWindow would show them twice. Segments
+		// carry every gift, so starting fresh loses nothing.
+		if last != "" && !lastAt.IsZero() && c.serverNow().Sub(lastAt) > c.cfg.SeenWindow/2 {
+			last = ""
 		}
 		conn, resp, err := dialer.DialContext(ctx, edgeURL(addrs[idx], s.entry.Token, last), nil)
 		if err != nil {
@@ -90,16 +99,32 @@ func (c *Client) edgeLoop(ctx context.Context) {
 			c.stats.edgeReconnects.Add(1)
 		}
 		everConn = true
+		frames := c.stats.edgeFrames.Load()
 		code, err := c.readEdge(ctx, conn, &last)
+		lastAt = c.serverNow()
 		if ctx.Err() != nil {
 			return
 		}
 		switch code {
 		case CloseResume:
-			// Reconnect at once to the same address; last resumes the stream.
+			// Reconnect at once to the same address; last resumes the
+			// stream. A resume close before any frame means the edge could
+			// not catch this client up (its store is failing): back off
+			// rather than loop through handshakes.
+			if c.stats.edgeFrames.Load() != frames {
+				stuck = 0
+				break
+			}
+			stuck = min(max(2*stuck, edgeBackoffMin), edgeBackoffMax)
+			if c.sleep(ctx, stuck/2+rand.N(stuck/2+1)) != nil {
+				return
+			}
 		case CloseDraining, CloseTokenRejected:
 			c.log.Info("sdk: edge closed; re-joining", "room", c.cfg.Room, "code", code)
-			_ = c.rejoin(ctx, s, c.cfg.RejoinJitter)
+			// The session at close time, not at dial time: a token refresh
+			// in between must not turn this into an immediate reconnect to
+			// the draining node's old address list without jitter.
+			_ = c.rejoin(ctx, c.sess.Load(), c.cfg.RejoinJitter)
 			idx = 0
 		default:
 			// A dropped connection: every client of that edge reconnects

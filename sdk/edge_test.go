@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -191,4 +192,88 @@ func TestEdgeBadFrameSkipped(t *testing.T) {
 	if st := c.Stats(); st.EdgeDecodeErrors != 2 || st.EdgeConnects != 1 {
 		t.Errorf("stats = %+v", st)
 	}
+}
+
+// A drain close after a token refresh still re-fetches the entry: the
+// session to replace is the one current at close time, not at dial time.
+func TestDrainAfterTokenRefreshRejoins(t *testing.T) {
+	w := newWorld(t)
+	w.tokenTTL = 10 * time.Second // refreshed at 8 s of fake time
+	var client atomic.Pointer[Client]
+	w.edgeHandler = func(conn *websocket.Conn, n int) {
+		if n == 0 {
+			// Close once the client holds the refreshed entry.
+			for c := client.Load(); c == nil || c.Entry().Token != "tok-2"; c = client.Load() {
+				time.Sleep(5 * time.Millisecond)
+			}
+			_ = conn.WriteControl(websocket.CloseMessage,
+				websocket.FormatCloseMessage(CloseDraining, "bye"), time.Now().Add(time.Second))
+		}
+		for {
+			if _, _, err := conn.ReadMessage(); err != nil {
+				return
+			}
+		}
+	}
+	client.Store(w.newClient(nil))
+	w.run()
+	eventually(t, "a second edge connection", func() bool {
+		var n int
+		w.lock(func() { n = len(w.edgeConns) })
+		return n >= 2
+	})
+	w.lock(func() {
+		if w.entryHits < 3 {
+			t.Errorf("entry fetched %d times: the drain did not re-join", w.entryHits)
+		}
+		if got := w.edgeConns[1].Get("token"); got != "tok-3" {
+			t.Errorf("second connection's token = %q, want tok-3", got)
+		}
+	})
+}
+
+// A connection resumed after longer than the seen-set remembers starts
+// fresh: the edge's replay would show gifts the segments already showed.
+func TestStaleResumeStartsFresh(t *testing.T) {
+	w := newWorld(t)
+	s0 := w.serverSecond()
+	g := msgAt(s0, 100, 3, KindGift, "")
+	release := make(chan struct{})
+	var accept atomic.Bool
+	w.edgeReject = func(q url.Values, n int) int {
+		if n > 0 && !accept.Load() {
+			return http.StatusServiceUnavailable // the edges are away
+		}
+		return 0
+	}
+	w.edgeHandler = func(conn *websocket.Conn, n int) {
+		if n == 0 {
+			_ = conn.WriteMessage(websocket.BinaryMessage, frameBytes(t, g))
+			<-release
+			_ = conn.WriteControl(websocket.CloseMessage,
+				websocket.FormatCloseMessage(CloseResume, "bye"), time.Now().Add(time.Second))
+		}
+		for {
+			if _, _, err := conn.ReadMessage(); err != nil {
+				return
+			}
+		}
+	}
+	c := w.newClient(func(cfg *Config) { cfg.SeenWindow = 4 * time.Second })
+	w.run()
+	receive(t, c, 1)
+	closedAt := w.serverNow()
+	close(release)
+	// Redials fail for more than half the seen window of fake time.
+	eventually(t, "three seconds of failed redials", func() bool {
+		return w.serverNow().Sub(closedAt) > 3*time.Second && c.Stats().EdgeDialErrors > 0
+	})
+	accept.Store(true)
+	eventually(t, "a resumed connection", func() bool { return c.Stats().EdgeReconnects >= 1 })
+	w.lock(func() {
+		q := w.edgeConns[len(w.edgeConns)-1]
+		if got := q.Get("last"); got != "" {
+			t.Errorf("resumed with last=%q after the seen window", got)
+		}
+	})
 }

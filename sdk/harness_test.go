@@ -46,7 +46,10 @@ type world struct {
 	seqBase   int64
 	requests  []cdnRequest
 	manifests []wire.Manifest
-	early     []string // requests made before their second was due
+	// manifestAt, when set, names the manifest's second for a live second
+	// (a slicer behind live); nil: the manifest follows live.
+	manifestAt func(live int64) int64
+	early      []string // requests made before their second was due
 
 	role        string
 	tokenTTL    time.Duration
@@ -185,6 +188,9 @@ func (w *world) serveCDN(rw http.ResponseWriter, r *http.Request) {
 	defer w.mu.Unlock()
 	if r.URL.Path == "/"+wire.ManifestKey(testRoom) {
 		live := (now.UnixMilli()-testDelay)/1000 - 1
+		if w.manifestAt != nil {
+			live = w.manifestAt(live)
+		}
 		m := wire.Manifest{V: 1, Room: testRoom, Second: live, Seq: uint64(live - w.seqBase), Dur: 1000}
 		w.manifests = append(w.manifests, m)
 		w.requests = append(w.requests, cdnRequest{-1, now, 200})

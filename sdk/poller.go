@@ -120,10 +120,14 @@ func (p *poller) maybeJump(ctx context.Context) bool {
 	m, err := c.fetchManifest(ctx)
 	switch {
 	case err != nil:
-		// Without the manifest the clock is the best guess of live.
-		c.log.Warn("sdk: manifest fetch failed; jumping by the clock", "room", c.cfg.Room, "err", err)
-	case m.Second <= p.second:
-		// The slicer is behind, not this client: wait for it.
+		// Without the manifest nobody knows what is written: a CDN or S3
+		// outage would otherwise make every client skip seconds that are
+		// written later. Keep walking; the next check may succeed.
+		c.log.Warn("sdk: far behind but the manifest is unavailable; not jumping", "room", c.cfg.Room, "err", err)
+		return false
+	case time.Duration(m.Second-p.second)*time.Second <= c.cfg.FarBehind:
+		// The slicer is behind, not this client (it is catching up after an
+		// outage or a failover): what it writes will be walked through.
 		return false
 	case m.Second <= live:
 		target, seq, haveSeq = m.Second, m.Seq, true

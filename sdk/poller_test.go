@@ -1,6 +1,7 @@
 package sdk
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -178,6 +179,40 @@ func TestPollJumpToLive(t *testing.T) {
 		t.Errorf("SeqGaps = %d: a jump must take its seq from the manifest", st.SeqGaps)
 	}
 	w.noEarly()
+}
+
+// A poller far behind live because the slicer is (an S3 outage, a
+// failover) does not jump past seconds the slicer is still writing: it walks
+// through every one of them.
+func TestNoJumpWhileTheSlicerCatchesUp(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	w.autoEmpty = false
+	s0 := w.serverSecond()
+	w.putSegment(s0, w.seqOf(s0), msgAt(s0, 0, 0, KindBarrage, "first"))
+	c := w.newClient(func(cfg *Config) { cfg.NoEdge = true })
+	w.run()
+	if got := receive(t, c, 1); got[0].Text != "first" {
+		t.Fatalf("got %v", got)
+	}
+	// The slicer stalls for 15 s, then catches up: the manifest names a
+	// second just past the client's while live is far ahead.
+	w.pause()
+	w.lock(func() { w.manifestAt = func(int64) int64 { return s0 + 2 } })
+	w.clk.Advance(15 * time.Second)
+	for s := s0 + 1; s <= s0+16; s++ {
+		w.putSegment(s, w.seqOf(s), msgAt(s, 0, 0, KindBarrage, fmt.Sprintf("s%d", s-s0)))
+	}
+	w.run()
+	got := receive(t, c, 5)
+	for i, m := range got {
+		if want := fmt.Sprintf("s%d", i+1); m.Text != want {
+			t.Fatalf("message %d is %q, want %q (seconds skipped)", i, m.Text, want)
+		}
+	}
+	if st := c.Stats(); st.JumpsToLive != 0 || st.SkippedSeconds != 0 {
+		t.Fatalf("jumped: %+v", st)
+	}
 }
 
 func TestFloorDiv(t *testing.T) {

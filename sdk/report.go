@@ -13,6 +13,10 @@ import (
 // edge: well inside the edge's allowance (a burst of 10, then one a second).
 const defaultReportInterval = 10 * time.Second
 
+// maxReportDelta is the largest change per counter the edge accepts in one
+// report.
+const maxReportDelta = 1_000_000
+
 // counterReport is the text frame the edge relays to the operators' metrics
 // (edge/README.md): what changed since the previous report.
 type counterReport struct {
@@ -38,7 +42,9 @@ func (c *Client) report(conn *websocket.Conn) error {
 	r := &c.reporter
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	rep := counterReport{Drops: drops - r.sentDrops, Held: held - r.sentHeld}
+	// The edge refuses a report above maxReportDelta per counter; the rest
+	// goes out with the next report.
+	rep := counterReport{Drops: min(drops-r.sentDrops, maxReportDelta), Held: min(held-r.sentHeld, maxReportDelta)}
 	if rep.Drops == 0 && rep.Held == 0 {
 		return nil
 	}
@@ -53,7 +59,8 @@ func (c *Client) report(conn *websocket.Conn) error {
 	if err := conn.WriteMessage(websocket.TextMessage, b); err != nil {
 		return err
 	}
-	r.sentDrops, r.sentHeld = drops, held
+	r.sentDrops += rep.Drops
+	r.sentHeld += rep.Held
 	return nil
 }
 

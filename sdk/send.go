@@ -83,8 +83,17 @@ func (s *sendQueue) push(text string, now time.Time) pushResult {
 	}
 	r.heldBack = len(s.q) > 0 || now.Before(s.nextAt)
 	if len(s.q) == s.cap {
+		// The dropped text was never sent: forget it, so that typing it
+		// again is sent rather than answered as a duplicate.
+		dropped := s.q[0]
 		s.q = append(s.q[:0], s.q[1:]...)
 		r.dropped = true
+		for i, rt := range s.recent {
+			if rt.text == dropped {
+				s.recent = append(s.recent[:i], s.recent[i+1:]...)
+				break
+			}
+		}
 	}
 	s.q = append(s.q, text)
 	select {

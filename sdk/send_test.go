@@ -203,3 +203,17 @@ func TestAnnounce(t *testing.T) {
 		t.Errorf("Announce with a 403 = %v", err)
 	}
 }
+
+// A text dropped from the full queue was never sent: typing it again sends it.
+func TestDroppedTextIsNotDeduped(t *testing.T) {
+	q := newSendQueue(2, time.Hour, 10*time.Second)
+	now := time.Unix(100, 0)
+	q.push("a", now)
+	q.push("b", now)
+	if r := q.push("c", now); !r.dropped { // "a" is dropped
+		t.Fatal("expected a drop")
+	}
+	if r := q.push("a", now); r.deduped {
+		t.Fatal(`"a" was dropped unsent, yet answered as a duplicate`)
+	}
+}

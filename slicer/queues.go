@@ -86,9 +86,9 @@ func sample(msgs []wire.Message, k int, rng *rand.Rand) []wire.Message {
 	return out
 }
 
-// mergeGifts merges identical gifts (same user, gift and value) within one
-// second into one message with the summed count and the ids it stands for.
-// The merged message keeps the first one's id and position.
+// mergeGifts merges identical single gifts (same user, gift and value) within
+// one second into one message whose count is the number of ids it stands
+// for. The merged message keeps the first one's id and position.
 func mergeGifts(msgs []wire.Message) []wire.Message {
 	type key struct {
 		user, gift string
@@ -97,7 +97,11 @@ func mergeGifts(msgs []wire.Message) []wire.Message {
 	first := map[key]int{}
 	out := msgs[:0:0]
 	for _, m := range msgs {
-		if m.Kind != wire.KindGift {
+		// Only single gifts merge, so a merged message's count always equals
+		// the number of ids it lists: a client that showed some of them from
+		// the edge can then show exactly the rest. A combo (count > 1) from
+		// the business server already is one message.
+		if m.Kind != wire.KindGift || m.Count > 1 {
 			out = append(out, m)
 			continue
 		}
@@ -113,8 +117,7 @@ func mergeGifts(msgs []wire.Message) []wire.Message {
 			t.Merged = []string{t.ID}
 		}
 		t.Merged = append(t.Merged, m.ID)
-		// Saturating: a wrapped count would show a fortune as a trifle.
-		t.Count = uint32(min(uint64(max(t.Count, 1))+uint64(max(m.Count, 1)), math.MaxUint32))
+		t.Count = uint32(min(len(t.Merged), math.MaxUint32))
 	}
 	return out
 }

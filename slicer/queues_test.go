@@ -96,14 +96,17 @@ func TestMergeGifts(t *testing.T) {
 		g("1000-5", "u1", "rose", 10, 1),
 	}
 	out := mergeGifts(in)
-	if len(out) != 4 {
-		t.Fatalf("got %d messages, want 4: %+v", len(out), out)
+	if len(out) != 5 {
+		t.Fatalf("got %d messages, want 5: %+v", len(out), out)
 	}
 	m := out[0]
-	if m.ID != "1000-0" || m.Count != 4 || len(m.Merged) != 3 || m.Merged[0] != "1000-0" || m.Merged[2] != "1000-5" {
+	if m.ID != "1000-0" || m.Count != 2 || len(m.Merged) != 2 || m.Merged[0] != "1000-0" || m.Merged[1] != "1000-5" {
 		t.Fatalf("merged = %+v", m)
 	}
-	if out[2].Merged != nil || out[3].Merged != nil {
+	if out[2].ID != "1000-2" || out[2].Merged != nil || out[2].Count != 2 {
+		t.Fatalf("a combo (count 2) must stay on its own: %+v", out[2])
+	}
+	if out[3].Merged != nil || out[4].Merged != nil {
 		t.Fatal("distinct gifts must not merge")
 	}
 	if in[0].Merged != nil {

@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"errors"
 	"sync"
 	"time"
 
@@ -237,6 +238,9 @@ func (c *conn) catchUp(p resumePlan) bool {
 	return true
 }
 
+// errClientFlood ends a connection whose client sends more than its allowance.
+var errClientFlood = errors.New("edge: client sends too much")
+
 // readLoop drains the client: pongs (which keep the connection alive) and
 // counter reports. It ends the connection when the client goes silent for
 // two ping intervals, closes, or floods.
@@ -247,22 +251,44 @@ func (c *conn) readLoop() {
 	ws.SetReadLimit(c.s.cfg.ReadLimit)
 	_ = ws.SetReadDeadline(time.Now().Add(wait))
 	ws.SetPongHandler(func(string) error { return ws.SetReadDeadline(time.Now().Add(wait)) })
+	// One allowance for everything a client sends, pings included: each
+	// ping costs a pong written by this server.
 	tokens, last := float64(clientMsgBurst), time.Now()
-	for {
-		typ, b, err := ws.ReadMessage()
-		if err != nil {
-			c.kick(0, "")
-			return
-		}
+	allow := func() bool {
 		now := time.Now()
 		_ = ws.SetReadDeadline(now.Add(wait))
 		tokens = min(clientMsgBurst, tokens+float64(now.Sub(last))/float64(clientMsgEvery))
 		last = now
 		if tokens < 1 {
+			return false
+		}
+		tokens--
+		return true
+	}
+	ws.SetPingHandler(func(data string) error {
+		if !allow() {
+			return errClientFlood
+		}
+		err := ws.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(closeGrace))
+		if errors.Is(err, websocket.ErrCloseSent) {
+			return nil
+		}
+		return err
+	})
+	for {
+		typ, b, err := ws.ReadMessage()
+		if errors.Is(err, errClientFlood) {
 			c.kick(ClosePolicy, "too many messages")
 			return
 		}
-		tokens--
+		if err != nil {
+			c.kick(0, "")
+			return
+		}
+		if !allow() {
+			c.kick(ClosePolicy, "too many messages")
+			return
+		}
 		if typ != websocket.TextMessage {
 			c.s.m.badReports.Inc()
 			continue

@@ -165,13 +165,25 @@ func TestClientReports(t *testing.T) {
 		t.Fatalf("flooding client ended with %v, want close code %d", err, ClosePolicy)
 	}
 
+	// Pings count against the same allowance: a ping flood is closed too.
+	wsp := e.connect("r1", "")
+	for range 3 * clientMsgBurst {
+		if err := wsp.WriteControl(websocket.PingMessage, []byte("p"), time.Now().Add(time.Second)); err != nil {
+			break
+		}
+	}
+	_, err = readUntil(wsp, "r1", func([]wire.Message) bool { return false })
+	if !errors.As(err, &ce) || ce.Code != ClosePolicy {
+		t.Fatalf("ping-flooding client ended with %v, want close code %d", err, ClosePolicy)
+	}
+
 	// A message above ReadLimit ends the connection too.
 	ws2 := e.connect("r1", "")
 	_ = ws2.WriteMessage(websocket.TextMessage, []byte(strings.Repeat(" ", defaultReadLimit+1)))
 	if _, err := readUntil(ws2, "r1", func([]wire.Message) bool { return false }); err == nil {
 		t.Fatal("oversized client message did not end the connection")
 	}
-	waitFor(t, "both gone", func() bool { return e.srv.Load().Conns == 0 })
+	waitFor(t, "all gone", func() bool { return e.srv.Load().Conns == 0 })
 }
 
 // TestShutdown: draining refuses new clients, reports Draining, closes every

@@ -171,7 +171,7 @@ func rawHandshake(addr, tok string) (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	req := "GET " + Path + "?token=" + tok + " HTTP/1.1\r\nHost: " + addr +
+	req := "GET " + Path + " HTTP/1.1\r\nHost: " + addr + "\r\nAuthorization: Bearer " + tok +
 		"\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
 	if _, err := io.WriteString(c, req); err != nil {
 		c.Close()

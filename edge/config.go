@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -12,6 +11,7 @@ import (
 	"danmaku/auth"
 	"danmaku/gslb"
 	"danmaku/internal/clock"
+	"danmaku/internal/httpx"
 	"danmaku/internal/stream"
 )
 
@@ -25,6 +25,7 @@ const (
 	defaultWriteTimeout = 10 * time.Second
 	defaultReadLimit    = 4 << 10
 	defaultDrainPeriod  = 10 * time.Second
+	defaultHelloTimeout = 5 * time.Second
 
 	// minMergeWindow is the shortest merge window accepted: frames closer
 	// together than this get cut or coalesced by middleboxes anyway.
@@ -124,10 +125,16 @@ type Config struct {
 	// DrainPeriod is how long Shutdown spreads closing connections over,
 	// so that clients don't all reconnect at once. Zero: 10 s.
 	DrainPeriod time.Duration
-	// CheckOrigin decides whether a browser's Origin may connect. Nil: any
-	// origin — the token travels in the URL or a header, never in a cookie,
-	// so a foreign page gains nothing by connecting.
-	CheckOrigin func(r *http.Request) bool
+	// HelloTimeout is how long a connection without an Authorization
+	// header (a browser's) may take to send its first frame, the token;
+	// an unauthenticated socket is freed after it. Zero: 5 s.
+	HelloTimeout time.Duration
+	// AllowOrigins are the web origins whose pages may connect: a
+	// handshake with another Origin is refused (403, code "origin"). A
+	// handshake without Origin is a native client and always allowed. The
+	// same list as the gslb's and the ingest's CORS origins. Zero: no page
+	// may connect.
+	AllowOrigins httpx.Origins
 
 	// Clock stamps load reports. Nil: real clock. Network deadlines, pings
 	// and the merge window use real time, as the network does.
@@ -164,6 +171,7 @@ func (cfg Config) withDefaults() (Config, error) {
 		{"WriteTimeout", cfg.WriteTimeout < 0},
 		{"ReadLimit", cfg.ReadLimit < 0},
 		{"DrainPeriod", cfg.DrainPeriod < 0},
+		{"HelloTimeout", cfg.HelloTimeout < 0},
 	} {
 		if f.bad {
 			return cfg, fmt.Errorf("%w: %s must not be negative", ErrInvalidConfig, f.name)
@@ -198,6 +206,9 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if cfg.DrainPeriod == 0 {
 		cfg.DrainPeriod = defaultDrainPeriod
+	}
+	if cfg.HelloTimeout == 0 {
+		cfg.HelloTimeout = defaultHelloTimeout
 	}
 	cfg.Clock = clock.Or(cfg.Clock)
 	if cfg.Logger == nil {

@@ -100,6 +100,7 @@ func TestHandshakeRejected(t *testing.T) {
 		return signToken(t, newKeyring(t, fake), "r1", e.addr)
 	}()
 	good := e.token("r1")
+	bearer := func(tok string) http.Header { return http.Header{"Authorization": {"Bearer " + tok}} }
 	tests := []struct {
 		name   string
 		method string
@@ -108,22 +109,26 @@ func TestHandshakeRejected(t *testing.T) {
 		status int
 		code   string
 	}{
-		{"no token", "GET", nil, nil, 401, CodeUnauthorized},
-		{"garbage token", "GET", url.Values{"token": {"not-a-jwt"}}, nil, 401, CodeUnauthorized},
-		{"garbage bearer", "GET", nil, http.Header{"Authorization": {"Bearer x.y.z"}}, 401, CodeUnauthorized},
-		{"unknown epoch", "GET", url.Values{"token": {otherEpoch}}, nil, 401, CodeTokenEpoch},
-		{"wrong node", "GET", url.Values{"token": {signToken(t, e.keys, "r1", "ws://elsewhere:1")}}, nil, 403, CodeWrongNode},
-		{"invalid room", "GET", url.Values{"token": {signToken(t, e.keys, "no room!", e.addr)}}, nil, 400, CodeBadRequest},
-		{"bad last", "GET", url.Values{"token": {good}, "last": {"abc"}}, nil, 400, CodeBadRequest},
-		{"last without seq", "GET", url.Values{"token": {good}, "last": {"17-"}}, nil, 400, CodeBadRequest},
-		{"negative last", "GET", url.Values{"token": {good}, "last": {"-1-0"}}, nil, 400, CodeBadRequest},
-		{"last too long", "GET", url.Values{"token": {good}, "last": {strings.Repeat("1", 60) + "-0"}}, nil, 400, CodeBadRequest},
-		{"not an upgrade", "GET", url.Values{"token": {good}}, nil, 400, CodeBadRequest},
-		{"not an upgrade, bearer", "GET", nil, http.Header{"Authorization": {"Bearer " + good}}, 400, CodeBadRequest},
-		{"bad websocket version", "GET", url.Values{"token": {good}}, http.Header{
-			"Connection": {"Upgrade"}, "Upgrade": {"websocket"}, "Sec-Websocket-Version": {"8"}, "Sec-Websocket-Key": {"dGhlIHNhbXBsZSBub25jZQ=="},
+		{"no token, no upgrade", "GET", nil, nil, 400, CodeBadRequest},
+		{"token in the URL", "GET", url.Values{"token": {good}}, nil, 400, CodeTokenInURL},
+		{"garbage bearer", "GET", nil, bearer("x.y.z"), 401, CodeUnauthorized},
+		{"unknown epoch", "GET", nil, bearer(otherEpoch), 401, CodeTokenEpoch},
+		{"wrong node", "GET", nil, bearer(signToken(t, e.keys, "r1", "ws://elsewhere:1")), 403, CodeWrongNode},
+		{"invalid room", "GET", nil, bearer(signToken(t, e.keys, "no room!", e.addr)), 400, CodeBadRequest},
+		{"bad last", "GET", url.Values{"last": {"abc"}}, bearer(good), 400, CodeBadRequest},
+		{"last without seq", "GET", url.Values{"last": {"17-"}}, bearer(good), 400, CodeBadRequest},
+		{"negative last", "GET", url.Values{"last": {"-1-0"}}, bearer(good), 400, CodeBadRequest},
+		{"last too long", "GET", url.Values{"last": {strings.Repeat("1", 60) + "-0"}}, bearer(good), 400, CodeBadRequest},
+		{"not an upgrade, bearer", "GET", nil, bearer(good), 400, CodeBadRequest},
+		{"bad websocket version", "GET", nil, http.Header{
+			"Authorization": {"Bearer " + good},
+			"Connection":    {"Upgrade"}, "Upgrade": {"websocket"}, "Sec-Websocket-Version": {"8"}, "Sec-Websocket-Key": {"dGhlIHNhbXBsZSBub25jZQ=="},
 		}, 400, CodeBadRequest},
-		{"post", "POST", url.Values{"token": {good}}, nil, 405, "method_not_allowed"},
+		{"foreign origin", "GET", nil, http.Header{
+			"Authorization": {"Bearer " + good}, "Origin": {"https://evil.example"},
+			"Connection": {"Upgrade"}, "Upgrade": {"websocket"}, "Sec-Websocket-Version": {"13"}, "Sec-Websocket-Key": {"dGhlIHNhbXBsZSBub25jZQ=="},
+		}, 403, CodeOrigin},
+		{"post", "POST", nil, bearer(good), 405, "method_not_allowed"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -126,11 +126,11 @@ func (e *testEnv) token(room string) string {
 }
 
 func (e *testEnv) dialWith(d *websocket.Dialer, tok, last string) (*websocket.Conn, *http.Response, error) {
-	u := e.wsURL + "?token=" + url.QueryEscape(tok)
+	u := e.wsURL
 	if last != "" {
-		u += "&last=" + url.QueryEscape(last)
+		u += "?last=" + url.QueryEscape(last)
 	}
-	return d.Dial(u, nil)
+	return d.Dial(u, http.Header{"Authorization": {"Bearer " + tok}})
 }
 
 // connect opens a connection to room, resuming after last when it is set.

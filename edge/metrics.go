@@ -26,9 +26,18 @@ const (
 	CodeDraining = "draining"
 	// CodeUnavailable: the room's stream could not be opened.
 	CodeUnavailable = "unavailable"
+	// CodeTokenInURL: the handshake carried the token in its query; tokens
+	// go in the first frame or an Authorization header, never in a URL.
+	CodeTokenInURL = "token_in_url"
+	// CodeBadHello: a browser's first frame was not a valid hello.
+	CodeBadHello = "bad_hello"
+	// CodeHelloTimeout: a browser sent no first frame in time.
+	CodeHelloTimeout = "hello_timeout"
+	// CodeOrigin: the browser's Origin is not allowed.
+	CodeOrigin = "origin"
 )
 
-var rejectCodes = []string{CodeUnauthorized, CodeTokenEpoch, CodeWrongNode, CodeBadRequest, CodeOverCapacity, CodeDraining, CodeUnavailable}
+var rejectCodes = []string{CodeUnauthorized, CodeTokenEpoch, CodeWrongNode, CodeBadRequest, CodeOverCapacity, CodeDraining, CodeUnavailable, CodeTokenInURL, CodeBadHello, CodeHelloTimeout, CodeOrigin}
 
 // Close reasons, the label of the closes metric.
 const (

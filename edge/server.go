@@ -16,7 +16,6 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"danmaku/auth"
 	"danmaku/gslb"
 	"danmaku/internal/httpx"
 	"danmaku/internal/wire"
@@ -94,11 +93,8 @@ func New(cfg Config) (*Server, error) {
 		// Pooled: an idle connection holds no write buffer, and frames
 		// bypass it anyway (prepared messages are written directly).
 		WriteBufferPool: &sync.Pool{},
-		CheckOrigin:     cfg.CheckOrigin,
+		CheckOrigin:     func(r *http.Request) bool { return cfg.AllowOrigins.Allowed(r.Header.Get("Origin")) },
 		Error:           s.upgradeError,
-	}
-	if s.upgrader.CheckOrigin == nil {
-		s.upgrader.CheckOrigin = func(*http.Request) bool { return true }
 	}
 
 	e := httpx.NewEngine(httpx.EngineConfig{
@@ -124,99 +120,6 @@ func New(cfg Config) (*Server, error) {
 // httpx.NewServer): upgraded connections set their own deadlines.
 func (s *Server) Handler() http.Handler { return s.handler }
 
-// handleWS checks a handshake and, when it passes, upgrades it and hands
-// the connection to a goroutine of its own.
-func (s *Server) handleWS(c *gin.Context) {
-	if s.draining.Load() {
-		s.reject(c, http.StatusServiceUnavailable, CodeDraining, "node is draining; try another address")
-		return
-	}
-	// Reserve the slot before any work so that a reconnect storm cannot
-	// overshoot MaxConns between check and use.
-	if n := s.conns.Add(1); s.cfg.MaxConns > 0 && n > int64(s.cfg.MaxConns) {
-		s.conns.Add(-1)
-		s.reject(c, http.StatusServiceUnavailable, CodeOverCapacity, "node is full; try another address")
-		return
-	}
-	handedOff := false // to the connection's goroutine, which then undoes both
-	defer func() {
-		if !handedOff {
-			s.conns.Add(-1)
-		}
-	}()
-
-	claims, err := s.cfg.Verifier.Verify(httpx.BearerToken(c, "token"))
-	switch {
-	case errors.Is(err, auth.ErrUnknownEpoch):
-		s.reject(c, http.StatusUnauthorized, CodeTokenEpoch, "token epoch unknown; get a new entry")
-		return
-	case err != nil:
-		s.reject(c, http.StatusUnauthorized, CodeUnauthorized, "missing or invalid token")
-		return
-	case !claims.HasAddr(s.cfg.Addr):
-		s.reject(c, http.StatusForbidden, CodeWrongNode, "token was not issued for this node")
-		return
-	case !wire.ValidRoom(claims.Room):
-		s.reject(c, http.StatusBadRequest, CodeBadRequest, "token names an invalid room")
-		return
-	}
-	last, hasLast, err := parseLast(c.Query("last"))
-	if err != nil {
-		s.reject(c, http.StatusBadRequest, CodeBadRequest, "last must be a message id such as 1700000000000-0")
-		return
-	}
-	if !websocket.IsWebSocketUpgrade(c.Request) {
-		s.reject(c, http.StatusBadRequest, CodeBadRequest, "WebSocket upgrade required")
-		return
-	}
-
-	h, err := s.acquire(claims.Room)
-	if err != nil {
-		s.reject(c, http.StatusServiceUnavailable, CodeDraining, "node is draining; try another address")
-		return
-	}
-	defer func() {
-		if !handedOff {
-			s.release(h)
-		}
-	}()
-	select {
-	case <-h.ready:
-	case <-c.Request.Context().Done():
-		return
-	}
-	if h.initErr != nil {
-		s.log.Warn("edge: handshake", "room", claims.Room, "err", h.initErr)
-		s.reject(c, http.StatusServiceUnavailable, CodeUnavailable, "room unavailable; retry shortly")
-		return
-	}
-
-	// Join the fan-out before the 101 goes out: a client that has seen the
-	// handshake complete gets everything appended from then on.
-	cn := newConn(s, h, nil)
-	p, ok := h.register(cn, last, hasLast)
-	if !ok {
-		s.reject(c, http.StatusServiceUnavailable, CodeDraining, "node is draining; try another address")
-		return
-	}
-	ws, err := s.upgrader.Upgrade(c.Writer, c.Request, nil)
-	if err != nil {
-		h.unregister(cn) // the upgrader has answered
-		return
-	}
-	cn.ws = ws
-	s.log.Debug("edge: connected", "room", claims.Room, "user", claims.User(), "resume", hasLast)
-	// The connection gets a goroutine of its own and the handler returns:
-	// net/http's per-request state and the handler's deep stack are then
-	// freed, which keeps an idle connection small.
-	handedOff = true
-	go func() {
-		defer s.conns.Add(-1)
-		defer s.release(h)
-		cn.serve(p)
-	}()
-}
-
 // reject answers a refused handshake with the coded error and counts it.
 func (s *Server) reject(c *gin.Context, status int, code, msg string) {
 	s.m.rejects.WithLabelValues(code).Inc()
@@ -229,7 +132,7 @@ func (s *Server) upgradeError(w http.ResponseWriter, r *http.Request, status int
 	code := CodeBadRequest
 	switch status {
 	case http.StatusForbidden:
-		code = httpx.CodeForbidden
+		code = CodeOrigin
 	case http.StatusInternalServerError:
 		code = httpx.CodeInternal
 	}

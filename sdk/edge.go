@@ -67,7 +67,9 @@ func (c *Client) edgeLoop(ctx context.Context) {
 		if last != "" && !lastAt.IsZero() && c.serverNow().Sub(lastAt) > c.cfg.SeenWindow/2 {
 			last = ""
 		}
-		conn, resp, err := dialer.DialContext(ctx, edgeURL(addrs[idx], s.entry.Token, last), nil)
+		// The token goes in a header, never in the URL, where proxies and
+		// logs would keep it.
+		conn, resp, err := dialer.DialContext(ctx, edgeURL(addrs[idx], last), http.Header{"Authorization": {"Bearer " + s.entry.Token}})
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -138,17 +140,17 @@ func (c *Client) edgeLoop(ctx context.Context) {
 	}
 }
 
-func edgeURL(addr, token, last string) string {
+func edgeURL(addr, last string) string {
+	if last == "" {
+		return addr
+	}
 	u, err := url.Parse(addr)
 	if err != nil {
 		// Let the dialer report the bad address.
 		return addr
 	}
 	q := u.Query()
-	q.Set("token", token)
-	if last != "" {
-		q.Set("last", last)
-	}
+	q.Set("last", last)
 	u.RawQuery = q.Encode()
 	return u.String()
 }

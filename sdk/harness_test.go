@@ -252,7 +252,15 @@ func (w *world) serveIngest(rw http.ResponseWriter, r *http.Request) {
 func (w *world) serveEdge(rw http.ResponseWriter, r *http.Request) {
 	w.mu.Lock()
 	n := len(w.edgeConns)
-	w.edgeConns = append(w.edgeConns, r.URL.Query())
+	// Recorded as if the token were a query parameter, so tests read one
+	// place; it must come in the header and never in the URL.
+	q := r.URL.Query()
+	if q.Has("token") {
+		q.Set("token", "IN-THE-URL")
+	} else {
+		q.Set("token", strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "))
+	}
+	w.edgeConns = append(w.edgeConns, q)
 	reject, handler := w.edgeReject, w.edgeHandler
 	w.mu.Unlock()
 	if reject != nil {

@@ -23,6 +23,8 @@ type serveFlags struct {
 	minGift                            int64
 	logLevel                           string
 	logJSON                            bool
+	corsOrigins                        string
+	demo                               bool // dev: the demo page and dev tickets
 
 	redisURL, redisUser string
 	s3                  objstore.S3Config
@@ -56,6 +58,7 @@ func (f *serveFlags) register(fs interface {
 	fs.StringVar(&f.ingestURL, "ingest-url", env("DANMAKU_INGEST_URL", ""), "public URL of this ingest (default: http://<ingest listen address>) [DANMAKU_INGEST_URL]")
 	fs.StringVar(&f.edgeURL, "edge-url", env("DANMAKU_EDGE_URL", ""), "public URL of this edge (default: ws://<edge listen address>/v1/ws) [DANMAKU_EDGE_URL]")
 	fs.StringVar(&f.nodeID, "node-id", env("DANMAKU_NODE_ID", ""), "node id for leases and load reports (default: hostname-pid) [DANMAKU_NODE_ID]")
+	fs.StringVar(&f.corsOrigins, "cors-origins", env("DANMAKU_CORS_ORIGINS", ""), "comma-separated web origins whose pages may call the gslb and ingest and connect to the edge, or * (dev adds its demo page's) [DANMAKU_CORS_ORIGINS]")
 	fs.StringVar(&f.redisURL, "redis", env("DANMAKU_REDIS", ""), "Redis URL or host:port; enables the Redis backends [DANMAKU_REDIS]")
 	fs.StringVar(&f.redisUser, "redis-user", env("DANMAKU_REDIS_USER", ""), "Redis ACL user (password from DANMAKU_REDIS_PASSWORD) [DANMAKU_REDIS_USER]")
 	fs.StringVar(&f.s3.Bucket, "s3-bucket", env("DANMAKU_S3_BUCKET", ""), "S3 bucket; enables the S3 object store [DANMAKU_S3_BUCKET]")
@@ -73,6 +76,10 @@ func (f *serveFlags) stackConfig(roles []string) (stack.Config, stack.BackendCon
 		GSLBAddr: f.gslb, IngestAddr: f.ingest, EdgeAddr: f.edge, OriginAddr: f.origin, SlicerAddr: f.slicer,
 		PublicCDN: f.cdn, DataDir: f.data, Budget: f.budget, MinGiftValue: f.minGift,
 		IngestURL: f.ingestURL, EdgeURL: f.edgeURL, NodeID: f.nodeID,
+		Demo: f.demo,
+	}
+	if f.corsOrigins != "" {
+		cfg.CORSOrigins = strings.Split(f.corsOrigins, ",")
 	}
 	if v := os.Getenv("DANMAKU_MASTER_KEY"); v != "" {
 		k, err := hex.DecodeString(v)
@@ -123,6 +130,9 @@ func serveRoles(ctx context.Context, roles []string, f *serveFlags, stdout, stde
 	}
 	if _, ok := st.URLs[stack.RoleGSLB]; ok {
 		fmt.Fprintf(stdout, "entry:  %s/v1/entry?room=demo (ticket: danmaku ticket -user alice)\n", st.URLs[stack.RoleGSLB])
+		if f.demo {
+			fmt.Fprintf(stdout, "demo:   open %s/ in a browser\n", st.URLs[stack.RoleGSLB])
+		}
 	}
 	fmt.Fprintln(stdout, "press Ctrl-C to stop")
 	if f, ok := stdout.(*os.File); ok {
@@ -140,6 +150,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	f.demo = true
 	return serveRoles(ctx, stack.AllRoles, &f, stdout, stderr)
 }
 

@@ -116,6 +116,10 @@ type EngineConfig struct {
 	// believed. Nil: none — the peer address is the client, so a client
 	// cannot choose its ISP line by forging a header.
 	TrustedProxies []string
+	// CORS, when set, answers browser preflights and sets CORS headers for
+	// these origins (a page on another origin calls the API). Nil: no CORS
+	// handling; a preflight answers 405.
+	CORS *Origins
 }
 
 // NewEngine returns a gin engine with coded 404/405 answers, panic recovery
@@ -137,6 +141,9 @@ func NewEngine(cfg EngineConfig) *gin.Engine {
 		log.Error("panic in handler", "role", cfg.Role, "path", c.FullPath(), "panic", rec)
 		Abort(c, Errorf(http.StatusInternalServerError, CodeInternal, "internal error"))
 	}))
+	if cfg.CORS != nil {
+		e.Use(CORS(*cfg.CORS))
+	}
 	e.NoRoute(func(c *gin.Context) { Abort(c, Errorf(http.StatusNotFound, CodeNotFound, "no such endpoint")) })
 	e.NoMethod(func(c *gin.Context) {
 		Abort(c, Errorf(http.StatusMethodNotAllowed, CodeNoMethod, "method not allowed"))

@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -114,6 +115,14 @@ type Config struct {
 	MinGiftValue int64
 	// EdgeDrain is how long the edge drains on shutdown. Zero: 1 s (dev).
 	EdgeDrain time.Duration
+	// CORSOrigins are the web origins whose pages may call the gslb and the
+	// ingest and connect to the edge ("*": any). Zero: none, except that
+	// with Demo the gslb's own origin is added (the demo page's).
+	CORSOrigins []string
+	// Demo serves the demo page at the gslb's / and dev tickets at
+	// /v1/dev/ticket. Only with the public dev ticket key (embedded mode):
+	// the ticket endpoint mints for anyone.
+	Demo bool
 	// Logger. Nil: slog.Default().
 	Logger *slog.Logger
 }
@@ -193,6 +202,9 @@ func New(cfg Config) (*Stack, error) {
 	}
 	if cfg.EdgeDrain == 0 {
 		cfg.EdgeDrain = time.Second
+	}
+	if cfg.Demo && string(cfg.TicketKey) != string(auth.DevTicketKey) {
+		return nil, errors.New("stack: the demo page and its dev tickets run only with the public dev ticket key (embedded mode)")
 	}
 	runCenter := len(cfg.MasterKey) > 0
 	if !runCenter && cfg.Backends.Secrets == nil {
@@ -275,9 +287,18 @@ func New(cfg Config) (*Stack, error) {
 			cfg.PublicCDN = u + "/"
 		}
 	}
+	if cfg.Demo && s.URLs[RoleGSLB] != "" {
+		// The page is served by the gslb: its origin is the gslb's, under
+		// either name a newcomer may type.
+		u := s.URLs[RoleGSLB]
+		cfg.CORSOrigins = append(cfg.CORSOrigins, u, strings.Replace(u, "127.0.0.1", "localhost", 1))
+	}
+	origins, err := httpx.ParseOrigins(cfg.CORSOrigins)
+	if err != nil {
+		return nil, fmt.Errorf("stack: CORS origins: %w", err)
+	}
 	s.cfg = cfg
 
-	var err error
 	needKeys := cfg.has(RoleGSLB) || cfg.has(RoleIngest) || cfg.has(RoleEdge)
 	if needKeys {
 		// The auth center rides along with whichever process holds the
@@ -292,7 +313,11 @@ func New(cfg Config) (*Stack, error) {
 		}
 	}
 	engine := func(role string) *gin.Engine {
-		return httpx.NewEngine(httpx.EngineConfig{Role: role, Logger: s.log.With("role", role), Gatherer: s.registry})
+		ec := httpx.EngineConfig{Role: role, Logger: s.log.With("role", role), Gatherer: s.registry}
+		if role == RoleGSLB || role == RoleIngest {
+			ec.CORS = &origins
+		}
+		return httpx.NewEngine(ec)
 	}
 	if rs := byRole[RoleGSLB]; rs != nil {
 		if cfg.PublicCDN == "" {
@@ -311,6 +336,9 @@ func New(cfg Config) (*Stack, error) {
 		}
 		e := engine(RoleGSLB)
 		gs.Register(e)
+		if cfg.Demo {
+			gslb.RegisterDevTickets(e, cfg.TicketKey)
+		}
 		rs.srv = httpx.NewServer(e, 10*time.Second)
 	}
 	if rs := byRole[RoleIngest]; rs != nil {
@@ -329,7 +357,7 @@ func New(cfg Config) (*Stack, error) {
 	if rs := byRole[RoleEdge]; rs != nil {
 		s.edge, err = edge.New(edge.Config{
 			Store: b.Streams, Verifier: s.keyring, Addr: s.URLs[RoleEdge], LoadTable: b.Load,
-			MinGiftValue: cfg.MinGiftValue, DrainPeriod: cfg.EdgeDrain, Registerer: s.registry, Logger: s.log,
+			MinGiftValue: cfg.MinGiftValue, DrainPeriod: cfg.EdgeDrain, AllowOrigins: origins, Registerer: s.registry, Logger: s.log,
 		})
 		if err != nil {
 			return nil, err

@@ -16,10 +16,9 @@ import (
 	"danmaku/auth"
 	"danmaku/internal/clock"
 	"danmaku/internal/httpx"
+	"danmaku/internal/roomconf"
 	"danmaku/internal/wire"
 )
-
-const defaultPublishDelay = 300 * time.Millisecond
 
 // Entry is the answer of GET /v1/entry; wire.Entry documents it.
 type Entry = wire.Entry
@@ -34,9 +33,17 @@ type ServerConfig struct {
 	Tickets *auth.TicketVerifier
 	// CDN is the base URL segments are fetched from, ending in "/". Required.
 	CDN string
-	// PublishDelay is how long after a second ends its segment is due.
-	// Zero: 300 ms.
+	// PublishDelay is how long after a segment ends (store clock) it is due
+	// at the CDN; it must equal the slicer's. Zero:
+	// wire.DefaultPublishDelayMs.
 	PublishDelay time.Duration
+	// ServerClock is the clock whose time the entry answer hands clients:
+	// the one that decides which segment a message belongs to (the stream
+	// store's, followed by a clock.Follower), so that clients schedule
+	// their polls on it. Nil: Clock.
+	ServerClock clock.Clock
+	// RoomSettings gives each room's segment duration. Nil: 1000 ms.
+	RoomSettings *roomconf.Cache
 	// Rooms, when set, is told about every room a client enters so that the
 	// slicer writes its seconds from the first viewer on.
 	Rooms interface {
@@ -69,12 +76,22 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		cfg.CDN += "/"
 	}
 	if cfg.PublishDelay == 0 {
-		cfg.PublishDelay = defaultPublishDelay
+		cfg.PublishDelay = wire.DefaultPublishDelayMs * time.Millisecond
+	}
+	if cfg.RoomSettings == nil {
+		rs, err := roomconf.NewCache(roomconf.NewMemoryStore(), roomconf.Settings{}, 0, nil)
+		if err != nil {
+			return nil, err
+		}
+		cfg.RoomSettings = rs
 	}
 	if cfg.Registerer == nil {
 		cfg.Registerer = prometheus.NewRegistry()
 	}
 	cfg.Clock = clock.Or(cfg.Clock)
+	if cfg.ServerClock == nil {
+		cfg.ServerClock = cfg.Clock
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -150,6 +167,9 @@ func (s *Server) entry(c *gin.Context) {
 			}
 		}
 	}
+	// A store that cannot be read leaves the cached or default duration:
+	// the client then finds the room's real one in its manifest.
+	conf, _ := s.cfg.RoomSettings.Get(c.Request.Context(), room)
 	s.entries.WithLabelValues("ok").Inc()
 	c.JSON(http.StatusOK, Entry{
 		Room:           room,
@@ -160,8 +180,8 @@ func (s *Server) entry(c *gin.Context) {
 		CDN:            s.cfg.CDN,
 		Token:          tok,
 		TokenExpiresMs: exp.UnixMilli(),
-		ServerTimeMs:   now.UnixMilli(),
-		SegmentMs:      wire.SegmentDuration,
+		ServerTimeMs:   s.cfg.ServerClock.Now().UnixMilli(),
+		SegmentMs:      conf.SegmentMs,
 		PublishDelayMs: s.cfg.PublishDelay.Milliseconds(),
 	})
 }

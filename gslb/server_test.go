@@ -20,6 +20,8 @@ import (
 	"danmaku/gslb"
 	"danmaku/internal/clock"
 	"danmaku/internal/httpx"
+	"danmaku/internal/roomconf"
+	"danmaku/internal/wire"
 )
 
 var (
@@ -212,7 +214,7 @@ func TestEntryOK(t *testing.T) {
 			if want := now.Add(f.ring.TokenTTL()).UnixMilli(); got.TokenExpiresMs != want {
 				t.Errorf("token_expires_ms = %d, want %d", got.TokenExpiresMs, want)
 			}
-			if got.SegmentMs != 1000 || got.PublishDelayMs != 300 {
+			if got.SegmentMs != 1000 || got.PublishDelayMs != wire.DefaultPublishDelayMs {
 				t.Errorf("segment_ms = %d, publish_delay_ms = %d", got.SegmentMs, got.PublishDelayMs)
 			}
 
@@ -459,5 +461,40 @@ func TestServerConfig(t *testing.T) {
 	// Two servers on one registry collide on their metric.
 	if _, err := gslb.NewServer(gslb.ServerConfig{Allocator: f.alloc, Keyring: f.ring, Tickets: tickets, CDN: "x", Registerer: f.reg}); err == nil {
 		t.Error("second server registered the same metric")
+	}
+}
+
+// TestEntryTiming: the entry hands out the time of the clock that decides
+// segments (not the gslb host's) and the room's own segment duration.
+func TestEntryTiming(t *testing.T) {
+	f := newEntryFixture(t, true, healthyNodes()...)
+	tickets, _ := auth.NewTicketVerifier(ticketKey, f.clk.Now)
+	store := roomconf.NewMemoryStore()
+	if err := store.Put(context.Background(), "fast", roomconf.Settings{SegmentMs: 250}); err != nil {
+		t.Fatal(err)
+	}
+	rooms, _ := roomconf.NewCache(store, roomconf.Settings{}, 0, f.clk)
+	storeClock := clock.NewFake(f.clk.Now().Add(-2 * time.Second)) // the gslb host runs 2 s ahead
+	srv, err := gslb.NewServer(gslb.ServerConfig{
+		Allocator: f.alloc, Keyring: f.ring, Tickets: tickets, CDN: "https://cdn/",
+		ServerClock: storeClock, RoomSettings: rooms, Clock: f.clk, Logger: discard,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := httpx.NewEngine(httpx.EngineConfig{Role: "gslb", Logger: discard})
+	srv.Register(e)
+	for room, wantMs := range map[string]int64{"fast": 250, "plain": 1000} {
+		req := httptest.NewRequest(http.MethodGet, "/v1/entry?room="+room, nil)
+		req.Header.Set("Authorization", "Bearer "+mintTicket(t, ticketKey, "u1", auth.Ticket{}, time.Hour))
+		rec := httptest.NewRecorder()
+		e.ServeHTTP(rec, req)
+		var got gslb.Entry
+		if rec.Code != http.StatusOK || json.Unmarshal(rec.Body.Bytes(), &got) != nil {
+			t.Fatalf("%s: %d %s", room, rec.Code, rec.Body)
+		}
+		if got.SegmentMs != wantMs || got.ServerTimeMs != storeClock.Now().UnixMilli() {
+			t.Fatalf("%s: segment_ms %d server_time_ms %d, want %d and the store clock's %d", room, got.SegmentMs, got.ServerTimeMs, wantMs, storeClock.Now().UnixMilli())
+		}
 	}
 }

@@ -110,10 +110,10 @@ func (c *Client) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	// The poller starts at the second the client joined in, so it sees
+	// The poller starts at the segment the client joined in, so it sees
 	// what is sent from now on.
-	start := c.serverNow().Unix()
-	c.log.Debug("sdk: joined", "room", c.cfg.Room, "second", start)
+	start := c.serverNow().UnixMilli()
+	c.log.Debug("sdk: joined", "room", c.cfg.Room, "ms", start, "segment_ms", c.sess.Load().entry.SegmentMs)
 
 	var wg sync.WaitGroup
 	wg.Go(func() { c.pollLoop(ctx, start) })

@@ -137,6 +137,11 @@ func (c *Client) fetchEntry(ctx context.Context) (*session, error) {
 // ErrBadEntry is returned for an entry answer the client cannot use.
 var ErrBadEntry = errors.New("sdk: unusable entry")
 
+// ErrUnsupported marks an entry this version of the client cannot follow (a
+// segment duration it has no key scheme for): retrying cannot help, so Run
+// returns it, wrapped in ErrJoin; the app needs a newer SDK.
+var ErrUnsupported = errors.New("sdk: unsupported by this client version")
+
 func (c *Client) checkEntry(e *Entry) error {
 	switch {
 	case e.Room != c.cfg.Room:
@@ -150,10 +155,13 @@ func (c *Client) checkEntry(e *Entry) error {
 	case e.PublishDelayMs < 0:
 		return fmt.Errorf("%w: negative publish delay", ErrBadEntry)
 	}
-	if e.SegmentMs != 0 && e.SegmentMs != wire.SegmentDuration {
-		// Segment keys are unix seconds; a different span would need a new
-		// key scheme, which this client does not know.
-		c.log.Warn("sdk: entry names an unknown segment span; using 1 s", "segment_ms", e.SegmentMs)
+	if e.SegmentMs == 0 {
+		e.SegmentMs = wire.SegmentDuration // an entry from before durations were per room
+	}
+	if !wire.ValidSegmentMs(e.SegmentMs) {
+		// A duration this client has no key scheme for: it could poll
+		// nothing, so it refuses clearly instead of waiting forever.
+		return fmt.Errorf("%w: %w: segment_ms %d (this client knows 1000, 500 and 250)", ErrBadEntry, ErrUnsupported, e.SegmentMs)
 	}
 	if !strings.HasSuffix(e.CDN, "/") {
 		e.CDN += "/"
@@ -181,7 +189,7 @@ func (c *Client) join(ctx context.Context, jitter time.Duration) error {
 			return ctx.Err()
 		}
 		var ae *APIError
-		if errors.As(err, &ae) && !ae.temporary() {
+		if (errors.As(err, &ae) && !ae.temporary()) || errors.Is(err, ErrUnsupported) {
 			return fmt.Errorf("%w: %w", ErrJoin, err)
 		}
 		wait := backoff/2 + rand.N(backoff/2+1)

@@ -61,10 +61,13 @@ func FuzzDecodeSegment(f *testing.F) {
 				}
 			}
 		}()
-		p := &poller{c: c, second: second, seq: 3, haveSeq: true}
+		p := &poller{c: c, dur: 1000, slot: second, seq: 3, haveSeq: true}
 		p.handle(ctx, b)
-		p.second++
-		p.handle(ctx, b) // the same bytes again: a second that is not theirs
+		p.next()
+		// The same bytes again: a segment that is not the slot's, already
+		// asked for again as often as a poller does.
+		p.mismatches = mismatchRetries
+		p.handle(ctx, b)
 		cancel()
 		<-drained
 

@@ -17,54 +17,70 @@ const manifestEvery = time.Second
 
 // errMismatch is counted as a decode error: a CDN that answers with another
 // room's or another second's segment is as broken as one that answers junk.
-var errMismatch = fmt.Errorf("%w: not the room or second asked for", wire.ErrDecode)
+var errMismatch = fmt.Errorf("%w: not the room or segment asked for", wire.ErrDecode)
 
-// poller walks a room's seconds in order. Only pollLoop's goroutine touches it.
+// mismatchRetries is how often a segment that is not the one asked for (a
+// CDN that served the wrong object) is asked for again before it is
+// skipped: a retry usually reaches another cache node or a fixed one.
+const mismatchRetries = 3
+
+// poller walks a room's segments in order. Only pollLoop's goroutine
+// touches it.
 type poller struct {
-	c       *Client
-	second  int64  // next second to fetch
+	c *Client
+	// dur is the room's segment duration in ms and slot the next slot to
+	// fetch on its grid; both come from the entry and follow the room when
+	// its duration changes (the manifest says so).
+	dur     int64
+	slot    int64
 	seq     uint64 // seq expected of it, when haveSeq
 	haveSeq bool
 	backoff time.Duration
+	// tries counts requests for the current slot; mismatches counts its
+	// answers that were another object.
+	tries      int
+	mismatches int
 	// manifestAt is the server time of the last manifest check.
 	manifestAt time.Time
 }
 
-func (c *Client) pollLoop(ctx context.Context, start int64) {
-	p := &poller{c: c, second: start}
+func (c *Client) pollLoop(ctx context.Context, startMs int64) {
+	dur := c.sess.Load().entry.SegmentMs
+	p := &poller{c: c, dur: dur, slot: startMs / dur}
 	for ctx.Err() == nil {
 		p.step(ctx)
 	}
 }
 
-// due is the server time at which second becomes fetchable under s: its end,
+// timing is the schedule of the room under s, at segment duration dur.
+func timing(s *session, dur int64) wire.Timing {
+	return wire.Timing{SegmentMs: dur, PublishDelayMs: s.entry.PublishDelayMs}
+}
+
+// due is the server time at which slot becomes fetchable under s: its end,
 // plus the publish delay, plus the uncertainty of the clock offset.
-func due(second int64, s *session) time.Time {
-	ms := (second+1)*wire.SegmentDuration + s.entry.PublishDelayMs
-	return time.UnixMilli(ms).Add(s.margin)
+func (p *poller) due(s *session) time.Time {
+	return time.UnixMilli(timing(s, p.dur).Due(p.slot)).Add(s.margin)
 }
 
-// liveSecond is the newest second that is due.
-func (c *Client) liveSecond() int64 {
-	s := c.sess.Load()
-	ms := c.serverNow().Add(-s.margin).UnixMilli() - s.entry.PublishDelayMs
-	return floorDiv(ms, wire.SegmentDuration) - 1
+// liveSlot is the newest slot that is due.
+func (p *poller) liveSlot() int64 {
+	s := p.c.sess.Load()
+	return timing(s, p.dur).LiveSlot(p.c.serverNow().Add(-s.margin).UnixMilli())
 }
 
-func floorDiv(a, b int64) int64 {
-	q := a / b
-	if a%b != 0 && (a < 0) != (b < 0) {
-		q--
-	}
-	return q
+// retryWait is the wait after a 404 for a due slot: PollRetry, but at most
+// a quarter of a segment, so that a short-segment room is not slowed down.
+func (p *poller) retryWait() time.Duration {
+	return min(p.c.cfg.PollRetry, time.Duration(p.dur)*time.Millisecond/4)
 }
 
-// step waits for the next second to be due and fetches it once.
+// step waits for the next slot to be due and fetches it once.
 func (p *poller) step(ctx context.Context) {
 	c := p.c
 	// Re-read the session on every wake-up: a re-join may move the offset.
 	err := c.waitFor(ctx, func() time.Duration {
-		return due(p.second, c.sess.Load()).Sub(c.serverNow())
+		return p.due(c.sess.Load()).Sub(c.serverNow())
 	})
 	if err != nil {
 		return
@@ -73,18 +89,27 @@ func (p *poller) step(ctx context.Context) {
 		return
 	}
 	s := c.sess.Load()
-	status, body, err := get(ctx, c.cfg.HTTPClient, s.entry.CDN+wire.SegmentKey(c.cfg.Room, p.second), wire.MaxSegmentBytes)
+	p.tries++
+	status, body, err := get(ctx, c.cfg.HTTPClient, s.entry.CDN+wire.SlotKey(c.cfg.Room, p.dur, p.slot), wire.MaxSegmentBytes)
 	switch {
 	case err == nil && status == http.StatusOK:
 		p.backoff = 0
 		c.stats.segmentsFetched.Add(1)
-		p.handle(ctx, body)
-		p.second++
+		if p.handle(ctx, body) {
+			if p.tries == 1 {
+				c.stats.firstPollHits.Add(1)
+			}
+			p.next()
+		}
 	case err == nil && status == http.StatusNotFound:
-		// Due but not yet written: the slicer is a little late.
+		// Due but not yet written: the slicer is a little late — or the
+		// room's segment duration changed, and this key never will be.
 		p.backoff = 0
 		c.stats.notFound.Add(1)
-		_ = c.sleep(ctx, c.cfg.PollRetry)
+		if p.followDuration(ctx) {
+			return
+		}
+		_ = c.sleep(ctx, p.retryWait())
 	default:
 		if ctx.Err() != nil {
 			return
@@ -95,9 +120,45 @@ func (p *poller) step(ctx context.Context) {
 		}
 		p.backoff = min(max(2*p.backoff, 2*c.cfg.PollRetry), c.cfg.PollBackoffMax)
 		wait := p.backoff/2 + rand.N(p.backoff/2+1)
-		c.log.Warn("sdk: segment fetch failed", "room", c.cfg.Room, "second", p.second, "err", err, "wait", wait)
+		c.log.Warn("sdk: segment fetch failed", "room", c.cfg.Room, "slot", p.slot, "err", err, "wait", wait)
 		_ = c.sleep(ctx, wait)
 	}
+}
+
+// next moves to the following slot.
+func (p *poller) next() {
+	p.slot++
+	p.tries, p.mismatches = 0, 0
+}
+
+// followDuration checks, when a due slot has answered 404 for a while, whether
+// the room's segment duration changed (the manifest names it) and if so
+// moves to the new grid at the same time. It reports whether it moved.
+func (p *poller) followDuration(ctx context.Context) bool {
+	c := p.c
+	s := c.sess.Load()
+	late := c.serverNow().Sub(p.due(s))
+	if late < max(time.Second, 4*time.Duration(p.dur)*time.Millisecond) {
+		return false
+	}
+	now := c.serverNow()
+	if !p.manifestAt.IsZero() && now.Sub(p.manifestAt) < manifestEvery {
+		return false
+	}
+	p.manifestAt = now
+	m, err := c.fetchManifest(ctx)
+	if err != nil || int64(m.Dur) == p.dur {
+		return false
+	}
+	// Durations change at whole seconds, where both grids meet; this slot
+	// was never written, so the change happened at or before its start.
+	startMs := p.slot * p.dur
+	newDur := int64(m.Dur)
+	c.log.Info("sdk: the room's segment duration changed", "room", c.cfg.Room, "from_ms", p.dur, "to_ms", newDur)
+	p.dur = newDur
+	p.slot = (startMs + newDur - 1) / newDur
+	p.tries, p.mismatches = 0, 0
+	return true
 }
 
 // maybeJump moves the poller to live when it is more than FarBehind behind.
@@ -107,8 +168,9 @@ func (p *poller) maybeJump(ctx context.Context) bool {
 	if c.cfg.FarBehind <= 0 {
 		return false
 	}
-	live := c.liveSecond()
-	if time.Duration(live-p.second)*time.Second <= c.cfg.FarBehind {
+	span := func(slots int64) time.Duration { return time.Duration(slots*p.dur) * time.Millisecond }
+	live := p.liveSlot()
+	if span(live-p.slot) <= c.cfg.FarBehind {
 		return false
 	}
 	now := c.serverNow()
@@ -121,46 +183,69 @@ func (p *poller) maybeJump(ctx context.Context) bool {
 	switch {
 	case err != nil:
 		// Without the manifest nobody knows what is written: a CDN or S3
-		// outage would otherwise make every client skip seconds that are
+		// outage would otherwise make every client skip slots that are
 		// written later. Keep walking; the next check may succeed.
 		c.log.Warn("sdk: far behind but the manifest is unavailable; not jumping", "room", c.cfg.Room, "err", err)
 		return false
-	case time.Duration(m.Second-p.second)*time.Second <= c.cfg.FarBehind:
+	case int64(m.Dur) != p.dur:
+		// The room changed its segment duration: move to the new grid at
+		// the same time, and judge how far behind that is on the next step.
+		startMs := p.slot * p.dur
+		p.dur = int64(m.Dur)
+		p.slot = (startMs + p.dur - 1) / p.dur
+		p.tries, p.mismatches, p.haveSeq = 0, 0, false
+		p.manifestAt = time.Time{}
+		return true
+	case span(m.Slot()-p.slot) <= c.cfg.FarBehind:
 		// The slicer is behind, not this client (it is catching up after an
 		// outage or a failover): what it writes will be walked through.
 		return false
-	case m.Second <= live:
-		target, seq, haveSeq = m.Second, m.Seq, true
+	case m.Slot() <= live:
+		target, seq, haveSeq = m.Slot(), m.Seq, true
 	}
-	skipped := target - p.second
+	skipped := target - p.slot
 	c.stats.jumps.Add(1)
-	c.stats.skipped.Add(skipped)
-	c.log.Info("sdk: far behind live; jumping", "room", c.cfg.Room, "from", p.second, "to", target, "skipped", skipped)
-	p.second, p.seq, p.haveSeq = target, seq, haveSeq
+	c.stats.skipped.Add(int64(span(skipped) / time.Second))
+	c.log.Info("sdk: far behind live; jumping", "room", c.cfg.Room, "from", p.slot, "to", target, "segment_ms", p.dur)
+	p.slot, p.seq, p.haveSeq = target, seq, haveSeq
+	p.tries, p.mismatches = 0, 0
 	return true
 }
 
-// handle decodes one segment of p.second and delivers its messages. It never
-// panics, whatever body holds.
-func (p *poller) handle(ctx context.Context, body []byte) {
+// handle decodes one segment of p.slot and delivers its messages. It
+// reports whether the poller may move on: a segment that is another room's
+// or another slot's (a CDN serving the wrong object) is asked for again,
+// up to mismatchRetries times, before it is skipped. It never panics,
+// whatever body holds.
+func (p *poller) handle(ctx context.Context, body []byte) bool {
 	c := p.c
 	seg, err := wire.DecodeSegment(body)
-	if err == nil && (seg.Room != c.cfg.Room || seg.Second != p.second) {
+	if err == nil && (seg.Room != c.cfg.Room || int64(seg.Dur) != p.dur || seg.Slot() != p.slot) {
 		err = errMismatch
+		if p.mismatches < mismatchRetries {
+			p.mismatches++
+			c.stats.mismatchRetries.Add(1)
+			c.log.Warn("sdk: segment is not the one asked for; asking again", "room", c.cfg.Room, "slot", p.slot, "got_room", seg.Room, "got_start_ms", seg.StartMs())
+			_ = c.sleep(ctx, p.retryWait())
+			return false
+		}
 	}
 	if err != nil {
 		c.stats.decodeErrors.Add(1)
-		c.log.Warn("sdk: skipping undecodable segment", "room", c.cfg.Room, "second", p.second, "err", err)
+		c.log.Warn("sdk: skipping undecodable segment", "room", c.cfg.Room, "slot", p.slot, "err", err)
 		// The skipped segment used up one seq.
 		p.seq++
-		return
+		return true
 	}
 	if p.haveSeq && seg.Seq != p.seq {
 		c.stats.seqGaps.Add(1)
-		c.log.Warn("sdk: segment seq gap", "room", c.cfg.Room, "second", p.second, "want", p.seq, "got", seg.Seq)
+		c.log.Warn("sdk: segment seq gap", "room", c.cfg.Room, "slot", p.slot, "want", p.seq, "got", seg.Seq)
 	}
 	p.seq, p.haveSeq = seg.Seq+1, true
-	_ = c.merge.deliver(ctx, seg.Messages, c.serverNow().UnixMilli())
+	now := c.serverNow().UnixMilli()
+	c.stats.lastSegmentLagMs.Store(now - (seg.StartMs() + int64(seg.Dur)))
+	_ = c.merge.deliver(ctx, seg.Messages, now)
+	return true
 }
 
 func (c *Client) fetchManifest(ctx context.Context) (*wire.Manifest, error) {

@@ -214,13 +214,3 @@ func TestNoJumpWhileTheSlicerCatchesUp(t *testing.T) {
 		t.Fatalf("jumped: %+v", st)
 	}
 }
-
-func TestFloorDiv(t *testing.T) {
-	for _, tc := range []struct{ a, b, want int64 }{
-		{0, 1000, 0}, {999, 1000, 0}, {1000, 1000, 1}, {-1, 1000, -1}, {-1000, 1000, -1}, {-1001, 1000, -2},
-	} {
-		if got := floorDiv(tc.a, tc.b); got != tc.want {
-			t.Errorf("floorDiv(%d, %d) = %d, want %d", tc.a, tc.b, got, tc.want)
-		}
-	}
-}

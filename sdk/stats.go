@@ -10,19 +10,31 @@ type Stats struct {
 
 	// SegmentsFetched counts segments received (decodable or not).
 	SegmentsFetched int64
-	// NotFoundRetries counts 404 answers for due seconds, each retried.
+	// FirstPollHits counts segments whose first request found them: the
+	// poll schedule's aim. SegmentsFetched - FirstPollHits asked early (or
+	// got a wrong object first).
+	FirstPollHits int64
+	// NotFoundRetries counts 404 answers for due segments, each retried.
 	NotFoundRetries int64
+	// MismatchRetries counts segments asked for again because the answer
+	// was another room's or another slot's.
+	MismatchRetries int64
+	// LastSegmentLagMs is how long after its end (server clock) the last
+	// segment was decoded: a comment sent at the start of that segment
+	// waited this plus the segment's duration.
+	LastSegmentLagMs int64
 	// FetchErrors counts CDN requests that failed (network errors, 5xx,
 	// unexpected statuses); each is retried after a back-off.
 	FetchErrors int64
-	// DecodeErrors counts segments that did not decode or did not belong to
-	// the second and room asked for; each is skipped.
+	// DecodeErrors counts segments that did not decode, or did not belong
+	// to the slot and room asked for after MismatchRetries; each is skipped.
 	DecodeErrors int64
 	// SeqGaps counts segments whose seq was not the previous one plus one.
 	SeqGaps int64
 	// JumpsToLive counts jumps to live after falling FarBehind behind.
 	JumpsToLive int64
-	// SkippedSeconds counts the seconds those jumps skipped.
+	// SkippedSeconds counts the seconds those jumps skipped (whole seconds,
+	// whatever the segment duration).
 	SkippedSeconds int64
 
 	// EdgeConnects counts WebSocket connections established.
@@ -62,13 +74,16 @@ type Stats struct {
 type counters struct {
 	entryFetches atomic.Int64
 
-	segmentsFetched atomic.Int64
-	notFound        atomic.Int64
-	fetchErrors     atomic.Int64
-	decodeErrors    atomic.Int64
-	seqGaps         atomic.Int64
-	jumps           atomic.Int64
-	skipped         atomic.Int64
+	segmentsFetched  atomic.Int64
+	notFound         atomic.Int64
+	firstPollHits    atomic.Int64
+	mismatchRetries  atomic.Int64
+	lastSegmentLagMs atomic.Int64
+	fetchErrors      atomic.Int64
+	decodeErrors     atomic.Int64
+	seqGaps          atomic.Int64
+	jumps            atomic.Int64
+	skipped          atomic.Int64
 
 	edgeConnects     atomic.Int64
 	edgeReconnects   atomic.Int64
@@ -95,6 +110,9 @@ func (c *Client) Stats() Stats {
 		EntryFetches:     s.entryFetches.Load(),
 		SegmentsFetched:  s.segmentsFetched.Load(),
 		NotFoundRetries:  s.notFound.Load(),
+		FirstPollHits:    s.firstPollHits.Load(),
+		MismatchRetries:  s.mismatchRetries.Load(),
+		LastSegmentLagMs: s.lastSegmentLagMs.Load(),
 		FetchErrors:      s.fetchErrors.Load(),
 		DecodeErrors:     s.decodeErrors.Load(),
 		SeqGaps:          s.seqGaps.Load(),

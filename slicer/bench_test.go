@@ -74,8 +74,8 @@ func benchSeconds(b *testing.B, streams stream.Store, clk *clock.Fake, perSecond
 			b.Fatal(err)
 		}
 		st.readUpTo = now
-		for s.due(st.next, now) {
-			if err := s.writeSecond(ctx, st, now); err != nil {
+		for s.complete(st) {
+			if err := s.writeSlot(ctx, st, now, now); err != nil {
 				b.Fatal(err)
 			}
 		}

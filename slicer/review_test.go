@@ -60,7 +60,7 @@ func TestTrimNeverPassesUnreadEntries(t *testing.T) {
 	r.at(s0, 900)
 	g2 := r.append(stream.Live, wire.Message{Kind: wire.KindGift, User: "b", Gift: "rose", Value: 1})
 	r.at(s0+1, 400)
-	if err := r.s.writeSecond(ctx, r.st, r.clk.Now()); err != nil {
+	if err := r.s.writeSlot(ctx, r.st, r.clk.Now(), r.clk.Now()); err != nil {
 		t.Fatal(err)
 	}
 	left, _ := r.streams.Read(ctx, stream.Key{Room: room, Lane: stream.Live}, "0", 0, 0)

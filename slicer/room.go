@@ -14,9 +14,15 @@ import (
 	"danmaku/internal/wire"
 )
 
-// recentSeconds is how many written seconds' identities a leader keeps to
-// settle redelivered messages without reading their segments back.
-const recentSeconds = 16
+// recentSpan is how far back a leader keeps written segments' identities
+// to settle redelivered messages without reading their segments back.
+const recentSpan = 16 * time.Second
+
+// Boundary wake-ups. A leader sleeps until its next slot ends (by the store
+// clock, as estimated from its last read of it) plus wakeGuard, so that a
+// segment is written within milliseconds of its end rather than up to a
+// tick later; when it wakes a hair early it retries after wakeGuard.
+const wakeGuard = 2 * time.Millisecond
 
 // runRoom contends for room's lease and leads it while held.
 func (s *Slicer) runRoom(ctx context.Context, room string, opened time.Time) {
@@ -58,13 +64,21 @@ func laneIndex(k wire.Kind) int {
 // touches it.
 type roomState struct {
 	room string
-	next int64 // next second to write
+	// dur is the segment duration in ms; next is the next slot to write on
+	// its grid (slot n covers [n·dur, (n+1)·dur) ms).
+	dur  int64
+	next int64
 	seq  uint64
 	etag string // manifest ETag last written or read
+	// prevDur is the duration before the last change, which took effect at
+	// switchMs: a late message older than that was written on prevDur's
+	// grid.
+	prevDur  int64
+	switchMs int64
 
 	// pending holds messages read (or reclaimed) and not yet written, by
-	// second; carry holds never-droppable messages that did not fit their
-	// second, unmerged, oldest first. held is the identities of both, so a
+	// slot; carry holds never-droppable messages that did not fit their
+	// slot, unmerged, oldest first. held is the identities of both, so a
 	// message delivered twice (a claim of our own entry, a redelivery) is
 	// held once.
 	pending  map[int64][]wire.Message
@@ -76,10 +90,14 @@ type roomState struct {
 	// term; a trim never passes it, so nothing unread is trimmed.
 	lastRead [2]string
 	// readUpTo is the store time before the last complete drain of both
-	// lanes: every entry stamped before it has been read, so seconds due by
-	// it are complete.
+	// lanes: every entry stamped before it has been read, so slots that
+	// ended by it are complete.
 	readUpTo time.Time
-	// recent are the identities of the last written seconds.
+	// offset is the store clock minus the local clock, from the last read
+	// of the store clock; it schedules the wake-up at a slot's end.
+	offset      time.Duration
+	offsetKnown bool
+	// recent are the identities of the last written segments, by start ms.
 	recent map[int64]map[string]bool
 
 	renewed time.Time // when the last successful lease request was sent
@@ -95,20 +113,52 @@ type heldKey struct {
 
 func keyOf(m *wire.Message) heldKey { return heldKey{laneIndex(m.Kind), m.ID} }
 
-// hold files m under second sec — or hands it back when sec was already
-// written (late) — unless it is already held.
-func (st *roomState) hold(sec int64, m wire.Message) (late bool) {
+// timing is the room's schedule under its current duration.
+func (s *Slicer) timing(st *roomState) wire.Timing {
+	return wire.Timing{SegmentMs: st.dur, PublishDelayMs: s.cfg.PublishDelay.Milliseconds()}
+}
+
+// durAt is the duration of the segment that holds unix ms t.
+func (st *roomState) durAt(t int64) int64 {
+	if st.prevDur != 0 && t < st.switchMs {
+		return st.prevDur
+	}
+	return st.dur
+}
+
+// hold files m under its slot — or, when that slot was already written,
+// hands back the start (unix ms) of the segment that holds its time — unless
+// it is already held or its id is malformed (skip).
+func (st *roomState) hold(m wire.Message) (lateStart int64, late, skip bool) {
+	ms, _, err := wire.ParseID(m.ID)
+	if err != nil {
+		return 0, false, true
+	}
 	k := keyOf(&m)
 	if _, dup := st.held[k]; dup {
-		return false
+		return 0, false, true
 	}
-	if sec < st.next {
-		return true
+	if ms < st.next*st.dur {
+		d := st.durAt(ms)
+		return ms - ms%d, true, false
+	}
+	slot := ms / st.dur
+	st.held[k] = struct{}{}
+	st.pending[slot] = append(st.pending[slot], m)
+	st.npending++
+	return 0, false, false
+}
+
+// holdNext files m under the next slot to write (a message of a written
+// slot that its segment lacks).
+func (st *roomState) holdNext(m wire.Message) {
+	k := keyOf(&m)
+	if _, dup := st.held[k]; dup {
+		return
 	}
 	st.held[k] = struct{}{}
-	st.pending[sec] = append(st.pending[sec], m)
+	st.pending[st.next] = append(st.pending[st.next], m)
 	st.npending++
-	return false
 }
 
 // noteRead advances lane's lastRead to id.
@@ -134,7 +184,7 @@ func (s *Slicer) renew(ctx context.Context, st *roomState) error {
 	return nil
 }
 
-// lead writes room's seconds while the lease is held.
+// lead writes room's segments while the lease is held.
 func (s *Slicer) lead(ctx context.Context, room string, opened, acquired time.Time) error {
 	st, err := s.resume(ctx, room, opened)
 	if err != nil {
@@ -144,9 +194,9 @@ func (s *Slicer) lead(ctx context.Context, room string, opened, acquired time.Ti
 	if err := s.reclaim(ctx, st, 0); err != nil {
 		return err
 	}
-	s.cfg.Logger.Info("slicer: leading room", "room", room, "from_second", st.next, "seq", st.seq)
-	tick := time.NewTicker(s.cfg.Tick)
-	defer tick.Stop()
+	s.cfg.Logger.Info("slicer: leading room", "room", room, "from_slot", st.next, "segment_ms", st.dur, "seq", st.seq)
+	wake := time.NewTimer(0)
+	defer wake.Stop()
 	var (
 		failures     int
 		retryAt      time.Time
@@ -157,7 +207,7 @@ func (s *Slicer) lead(ctx context.Context, room string, opened, acquired time.Ti
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-tick.C:
+		case <-wake.C:
 		}
 		if err := s.renew(ctx, st); err != nil {
 			return err
@@ -165,14 +215,18 @@ func (s *Slicer) lead(ctx context.Context, room string, opened, acquired time.Ti
 		now := s.cfg.Clock.Now()
 		// The store time is taken before reading: every entry stamped before
 		// it is in the stream when the read starts, so a drain makes every
-		// second due by it complete.
+		// slot that ended by it complete.
 		storeNow, err := s.cfg.Streams.Now(ctx)
 		if err != nil {
+			wake.Reset(s.cfg.Tick)
 			continue
 		}
-		// While object storage is down, due seconds wait as their read
+		after := s.cfg.Clock.Now()
+		st.offset = storeNow.Sub(now.Add(after.Sub(now) / 2))
+		st.offsetKnown = true
+		// While object storage is down, due slots wait as their read
 		// messages. Past maxPending the slicer stops reading, so the rest
-		// waits in the stream (unread, never lost), and seconds past what
+		// waits in the stream (unread, never lost), and slots past what
 		// was read are not written.
 		if st.npending < maxPending {
 			drained, err := s.read(ctx, st)
@@ -181,6 +235,7 @@ func (s *Slicer) lead(ctx context.Context, room string, opened, acquired time.Ti
 			}
 			if err != nil {
 				s.cfg.Logger.Warn("slicer: read failed", "room", room, "err", err)
+				wake.Reset(s.cfg.Tick)
 				continue
 			}
 			if drained {
@@ -199,31 +254,90 @@ func (s *Slicer) lead(ctx context.Context, room string, opened, acquired time.Ti
 				s.cfg.Logger.Warn("slicer: reclaim failed", "room", room, "err", err)
 			}
 		}
-		if now.Before(retryAt) {
-			continue
-		}
-		for s.due(st.next, st.readUpTo) {
-			if err := s.renew(ctx, st); err != nil {
-				return err
-			}
-			if err := s.writeSecond(ctx, st, storeNow); err != nil {
-				failures++
-				retryAt = now.Add(backoff(failures))
-				s.m.writeErrors.Inc()
-				if failures == 1 || failures%20 == 0 {
-					s.cfg.Logger.Warn("slicer: write failed; will retry in order", "room", room, "second", st.next, "failures", failures, "err", err)
+		if !now.Before(retryAt) {
+			for s.complete(st) {
+				if err := s.renew(ctx, st); err != nil {
+					return err
 				}
-				break
+				if err := s.writeSlot(ctx, st, storeNow, now); err != nil {
+					failures++
+					retryAt = now.Add(backoff(failures))
+					s.m.writeErrors.Inc()
+					if failures == 1 || failures%20 == 0 {
+						s.cfg.Logger.Warn("slicer: write failed; will retry in order", "room", room, "slot", st.next, "segment_ms", st.dur, "failures", failures, "err", err)
+					}
+					break
+				}
+				if failures > 0 {
+					s.cfg.Logger.Info("slicer: writes recovered", "room", room, "failures", failures)
+				}
+				failures = 0
+				s.maybeSwitch(ctx, st)
 			}
-			if failures > 0 {
-				s.cfg.Logger.Info("slicer: writes recovered", "room", room, "failures", failures)
-			}
-			failures = 0
 		}
-		if behind := storeNow.Sub(time.UnixMilli((st.next + 1) * 1000).Add(s.cfg.PublishDelay)); behind > 0 {
+		if behind := storeNow.Sub(time.UnixMilli(s.timing(st).Due(st.next))); behind > 0 {
 			s.m.behind.Set(behind.Seconds())
 		} else {
 			s.m.behind.Set(0)
+		}
+		wake.Reset(s.nextWake(st, retryAt))
+	}
+}
+
+// nextWake is how long to sleep: until the next slot ends by the store
+// clock (plus wakeGuard), or a tick, whichever is sooner. Reading every
+// tick spreads the decoding over the slot, so that little is left to read
+// when it ends. A slot whose end has just passed (the last wake was a hair
+// early) is retried after wakeGuard; one long past (a failing write, a fake
+// clock in tests) waits for the tick.
+func (s *Slicer) nextWake(st *roomState, retryAt time.Time) time.Duration {
+	now := s.cfg.Clock.Now()
+	wait := s.cfg.Tick
+	if now.Before(retryAt) {
+		return min(wait, retryAt.Sub(now))
+	}
+	if !st.offsetKnown {
+		return wait
+	}
+	d := time.UnixMilli(s.timing(st).End(st.next)).Sub(now.Add(st.offset)) + wakeGuard
+	switch {
+	case d > 0 && d < wait:
+		return d
+	case d <= 0 && d > -wait:
+		return wakeGuard
+	}
+	return wait
+}
+
+// complete reports whether the next slot has ended by the store time before
+// the last complete drain: every entry it can ever hold has been read.
+func (s *Slicer) complete(st *roomState) bool {
+	return !st.readUpTo.Before(time.UnixMilli(s.timing(st).End(st.next)))
+}
+
+// maybeSwitch applies a change of the room's segment duration at a whole
+// second, the one boundary every duration shares: pending messages are
+// re-filed on the new grid, and late ones older than the switch are still
+// looked up on the old one.
+func (s *Slicer) maybeSwitch(ctx context.Context, st *roomState) {
+	start := st.next * st.dur
+	if start%1000 != 0 {
+		return
+	}
+	conf, err := s.cfg.Rooms.Get(ctx, st.room)
+	if err != nil || conf.SegmentMs == st.dur {
+		return
+	}
+	s.cfg.Logger.Info("slicer: segment duration changes", "room", st.room, "from_ms", st.dur, "to_ms", conf.SegmentMs, "at", start)
+	st.prevDur, st.switchMs = st.dur, start
+	st.dur, st.next = conf.SegmentMs, start/conf.SegmentMs
+	old := st.pending
+	st.pending = make(map[int64][]wire.Message, len(old))
+	for _, msgs := range old {
+		for _, m := range msgs {
+			ms, _, _ := wire.ParseID(m.ID) // held messages have valid ids
+			slot := ms / st.dur
+			st.pending[slot] = append(st.pending[slot], m)
 		}
 	}
 }
@@ -255,12 +369,8 @@ func (s *Slicer) read(ctx context.Context, st *roomState) (drained bool, err err
 			}
 			for _, e := range es {
 				st.noteRead(li, e.ID)
-				sec, err := wire.SecondOf(e.ID)
-				if err != nil {
-					continue
-				}
-				if st.hold(sec, e) {
-					late[sec] = append(late[sec], e)
+				if start, isLate, skip := st.hold(e); isLate && !skip {
+					late[start] = append(late[start], e)
 				}
 			}
 			if len(es) < readBatch {
@@ -291,12 +401,8 @@ func (s *Slicer) reclaim(ctx context.Context, st *roomState, minIdle time.Durati
 		}
 		for _, e := range es {
 			st.noteRead(li, e.ID)
-			sec, err := wire.SecondOf(e.ID)
-			if err != nil {
-				continue
-			}
-			if st.hold(sec, e) {
-				late[sec] = append(late[sec], e)
+			if start, isLate, skip := st.hold(e); isLate && !skip {
+				late[start] = append(late[start], e)
 			}
 		}
 		n += len(es)
@@ -308,15 +414,17 @@ func (s *Slicer) reclaim(ctx context.Context, st *roomState, minIdle time.Durati
 	return s.settleLate(ctx, st, late)
 }
 
-// settleLate handles messages whose second was already written (a takeover,
-// a redelivery, a message read after its second was due): the segment of
-// that second is the truth. What it holds is settled now; what it lacks goes
-// into the next second. So a message is neither lost nor shown twice.
+// settleLate handles messages whose slot was already written (a takeover,
+// a redelivery, a message read after its slot was due), keyed by the start
+// (unix ms) of the segment that holds their time: that segment is the
+// truth. What it holds is settled now; what it lacks goes into the next
+// slot. So a message is neither lost nor shown twice.
 func (s *Slicer) settleLate(ctx context.Context, st *roomState, late map[int64][]wire.Message) error {
-	for sec, msgs := range late {
-		has, ok := st.recent[sec]
+	for start, msgs := range late {
+		has, ok := st.recent[start]
 		if !ok {
-			seg, err := s.readExisting(ctx, st.room, sec)
+			d := st.durAt(start)
+			seg, err := s.readExisting(ctx, st.room, d, start/d)
 			switch {
 			case errors.Is(err, objstore.ErrNotFound):
 				// Never written (the room started after it): show it now.
@@ -334,7 +442,7 @@ func (s *Slicer) settleLate(ctx context.Context, st *roomState, late map[int64][
 				settled = append(settled, m)
 				continue
 			}
-			st.hold(st.next, m)
+			st.holdNext(m)
 		}
 		s.ack(ctx, st.room, settled)
 	}
@@ -356,14 +464,15 @@ func (s *Slicer) queueOf(m *wire.Message) Queue {
 	return QueueBarrage
 }
 
-// writeSecond builds, writes and settles st.next. Carried messages come
-// first, then the second's own in id order; identical gifts merge; the
+// writeSlot builds, writes and settles st.next. Carried messages come
+// first, then the slot's own in id order; identical gifts merge; the
 // budget is allocated by queue. Carry and acknowledgement work on the
 // original (unmerged) messages, so a merged gift is never settled for a part
-// that no segment holds.
-func (s *Slicer) writeSecond(ctx context.Context, st *roomState, storeNow time.Time) error {
-	sec := st.next
-	fresh := sortByID(st.pending[sec])
+// that no segment holds. storeNow and localNow are the store time read
+// before the drain and the local time it was read at.
+func (s *Slicer) writeSlot(ctx context.Context, st *roomState, storeNow, localNow time.Time) error {
+	slot := st.next
+	fresh := sortByID(st.pending[slot])
 	inputs := make([]wire.Message, 0, len(st.carry)+len(fresh))
 	inputs = append(append(inputs, st.carry...), fresh...)
 
@@ -402,7 +511,7 @@ func (s *Slicer) writeSecond(ctx context.Context, st *roomState, storeNow time.T
 	for q := range numQueues {
 		need[q] = len(queues[q])
 	}
-	got := allocate(b.budget, b.shares, need)
+	got := allocate(slotBudget(b.budget, st.dur), b.shares, need)
 
 	var (
 		out     []wire.Message
@@ -432,21 +541,22 @@ func (s *Slicer) writeSecond(ctx context.Context, st *roomState, storeNow time.T
 	}
 	sort.SliceStable(out, func(i, j int) bool { return wire.CompareIDs(out[i].ID, out[j].ID) < 0 })
 
-	seg := &wire.Segment{V: wire.Version, Room: st.room, Second: sec, Seq: st.seq, Dur: wire.SegmentDuration, Messages: out}
+	seg := wire.NewSegment(st.room, st.dur, slot, st.seq)
+	seg.Messages = out
 	body, err := wire.EncodeSegment(seg)
 	if err != nil {
 		return err
 	}
 	start := s.cfg.Clock.Now()
-	_, err = s.cfg.Objects.Put(ctx, wire.SegmentKey(st.room, sec), body, objstore.PutOptions{
+	_, err = s.cfg.Objects.Put(ctx, wire.SlotKey(st.room, st.dur, slot), body, objstore.PutOptions{
 		ContentType: wire.SegmentContentType, CacheControl: wire.SegmentCacheControl, IfNoneMatch: true,
 	})
 	switch {
 	case errors.Is(err, objstore.ErrPrecondition):
-		// A predecessor wrote this second. Its segment is the truth: keep its
+		// A predecessor wrote this slot. Its segment is the truth: keep its
 		// seq; settle what it holds and carry what it lacks (never-droppable
 		// only), message by original message.
-		existing, rerr := s.readExisting(ctx, st.room, sec)
+		existing, rerr := s.readExisting(ctx, st.room, st.dur, slot)
 		if rerr != nil {
 			return rerr
 		}
@@ -466,11 +576,19 @@ func (s *Slicer) writeSecond(ctx context.Context, st *roomState, storeNow time.T
 		}
 		seg = existing
 	case err != nil:
-		return fmt.Errorf("slicer: put segment %s/%d: %w", st.room, sec, err)
+		return fmt.Errorf("slicer: put segment %s/%d: %w", st.room, slot, err)
 	default:
+		done := s.cfg.Clock.Now()
 		s.m.written.WithLabelValues("written").Inc()
 		s.m.bytes.Observe(float64(len(body)))
-		s.m.latency.Observe(s.cfg.Clock.Now().Sub(start).Seconds())
+		s.m.latency.Observe(done.Sub(start).Seconds())
+		// The store time now, estimated from the drain's reading of it.
+		t := s.timing(st)
+		written := storeNow.Add(done.Sub(localNow))
+		s.m.ready.Observe(written.Sub(time.UnixMilli(t.End(slot))).Seconds())
+		if written.After(time.UnixMilli(t.Due(slot))) {
+			s.m.late.Inc()
+		}
 		for q := range numQueues {
 			s.m.perQueue.WithLabelValues(Queue(q).String()).Add(float64(got[q]))
 		}
@@ -488,16 +606,22 @@ func (s *Slicer) writeSecond(ctx context.Context, st *roomState, storeNow time.T
 	}
 	st.carry = carry
 	st.npending -= len(fresh)
-	delete(st.pending, sec)
+	delete(st.pending, slot)
 	st.seq = seg.Seq + 1
-	st.next = sec + 1
+	st.next = slot + 1
 	st.remember(seg)
 	s.trim(ctx, st)
 	s.publishManifest(ctx, st, seg)
-	due := time.UnixMilli((sec + 1) * 1000).Add(s.cfg.PublishDelay)
-	s.m.lag.Set(storeNow.Sub(due).Seconds())
+	s.m.lag.Set(storeNow.Sub(time.UnixMilli(s.timing(st).Due(slot))).Seconds())
 	s.m.carried.Set(float64(len(carry)))
 	return nil
+}
+
+// slotBudget is the share of a per-second budget that one slot of dur ms
+// gets: a viewer reads as much per second whatever the segment length. At
+// least 1, so a short slot still carries a gift.
+func slotBudget(perSecond int, dur int64) int {
+	return max(1, int((int64(perSecond)*dur+500)/1000))
 }
 
 // sortByID orders msgs by id, parsing each id once (a comparator that parses
@@ -533,12 +657,13 @@ func sortByID(msgs []wire.Message) []wire.Message {
 	return out
 }
 
-// remember keeps seg's identities among the recent seconds.
+// remember keeps seg's identities among the recent segments.
 func (st *roomState) remember(seg *wire.Segment) {
-	st.recent[seg.Second] = identities(seg)
-	for sec := range st.recent {
-		if sec <= seg.Second-recentSeconds {
-			delete(st.recent, sec)
+	start := seg.StartMs()
+	st.recent[start] = identities(seg)
+	for t := range st.recent {
+		if t <= start-recentSpan.Milliseconds() {
+			delete(st.recent, t)
 		}
 	}
 }
@@ -575,7 +700,7 @@ func (s *Slicer) trim(ctx context.Context, st *roomState) {
 		if st.lastRead[i] == "" {
 			continue
 		}
-		floors[i] = wire.FormatID(st.next*1000, 0)
+		floors[i] = wire.FormatID(st.next*st.dur, 0)
 		if ms, seq, err := wire.ParseID(st.lastRead[i]); err == nil {
 			if after := wire.FormatID(ms, seq+1); wire.CompareIDs(after, floors[i]) < 0 {
 				floors[i] = after
@@ -632,25 +757,26 @@ func identities(seg *wire.Segment) map[string]bool {
 	return has
 }
 
-func (s *Slicer) due(second int64, storeNow time.Time) bool {
-	return !storeNow.Before(time.UnixMilli((second + 1) * 1000).Add(s.cfg.PublishDelay))
-}
-
 // resume picks up where the manifest says the room stands; a room without
-// one starts at the second it was opened.
+// one starts at the slot it was opened in.
 func (s *Slicer) resume(ctx context.Context, room string, opened time.Time) (*roomState, error) {
 	st := &roomState{room: room, pending: map[int64][]wire.Message{}, held: map[heldKey]struct{}{}, recent: map[int64]map[string]bool{}, rng: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))}
 	now, err := s.cfg.Streams.Now(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("slicer: store time: %w", err)
 	}
-	cur := now.Unix()
+	conf, err := s.cfg.Rooms.Get(ctx, room)
+	if err != nil {
+		return nil, fmt.Errorf("slicer: room settings: %w", err)
+	}
+	cur := now.UnixMilli()
 	obj, err := s.cfg.Objects.Get(ctx, wire.ManifestKey(room))
 	switch {
 	case errors.Is(err, objstore.ErrNotFound):
-		st.next, st.seq = cur, 1
-		if o := opened.Unix(); !opened.IsZero() && o < cur && cur-o <= maxCatchUp {
-			st.next = o
+		st.dur, st.seq = conf.SegmentMs, 1
+		st.next = cur / st.dur
+		if o := opened.UnixMilli(); !opened.IsZero() && o < cur && time.Duration(cur-o)*time.Millisecond <= maxCatchUp {
+			st.next = o / st.dur
 		}
 	case err != nil:
 		return nil, fmt.Errorf("slicer: read manifest: %w", err)
@@ -660,29 +786,33 @@ func (s *Slicer) resume(ctx context.Context, room string, opened time.Time) (*ro
 			return nil, fmt.Errorf("slicer: manifest of %s: %w", room, derr)
 		}
 		st.etag = obj.ETag
-		st.next, st.seq = m.Second+1, m.Seq+1
-		if cur-st.next > maxCatchUp {
-			st.next = cur
+		// Carry on with the duration the room was written with; a change
+		// applies at the next whole second (maybeSwitch).
+		st.dur = int64(m.Dur)
+		st.next, st.seq = m.Slot()+1, m.Seq+1
+		if time.Duration(cur-st.next*st.dur)*time.Millisecond > maxCatchUp {
+			st.next = cur / st.dur
 		}
+		s.maybeSwitch(ctx, st)
 	}
 	return st, nil
 }
 
-func (s *Slicer) readExisting(ctx context.Context, room string, sec int64) (*wire.Segment, error) {
-	obj, err := s.cfg.Objects.Get(ctx, wire.SegmentKey(room, sec))
+func (s *Slicer) readExisting(ctx context.Context, room string, dur, slot int64) (*wire.Segment, error) {
+	obj, err := s.cfg.Objects.Get(ctx, wire.SlotKey(room, dur, slot))
 	if err != nil {
-		return nil, fmt.Errorf("slicer: read existing segment %s/%d: %w", room, sec, err)
+		return nil, fmt.Errorf("slicer: read existing segment %s/%d: %w", room, slot, err)
 	}
 	seg, err := wire.DecodeSegment(obj.Body)
 	if err != nil {
-		return nil, fmt.Errorf("slicer: existing segment %s/%d: %w", room, sec, err)
+		return nil, fmt.Errorf("slicer: existing segment %s/%d: %w", room, slot, err)
 	}
 	return seg, nil
 }
 
 // publishManifest moves the manifest forward to seg, never back.
 func (s *Slicer) publishManifest(ctx context.Context, st *roomState, seg *wire.Segment) {
-	body, err := wire.EncodeManifest(&wire.Manifest{V: wire.Version, Room: st.room, Second: seg.Second, Seq: seg.Seq, Dur: wire.SegmentDuration})
+	body, err := wire.EncodeManifest(wire.ManifestFor(seg))
 	if err != nil {
 		return
 	}
@@ -712,7 +842,7 @@ func (s *Slicer) publishManifest(ctx context.Context, st *roomState, seg *wire.S
 			return
 		}
 		st.etag = obj.ETag
-		if m, derr := wire.DecodeManifest(obj.Body); derr == nil && m.Second >= seg.Second {
+		if m, derr := wire.DecodeManifest(obj.Body); derr == nil && m.StartMs() >= seg.StartMs() {
 			return
 		}
 	}

@@ -15,6 +15,7 @@ import (
 
 	"danmaku/internal/clock"
 	"danmaku/internal/objstore"
+	"danmaku/internal/roomconf"
 	"danmaku/internal/stream"
 	"danmaku/internal/wire"
 )
@@ -23,7 +24,6 @@ import (
 const (
 	defaultBudget        = 60
 	defaultHighGiftValue = 1000
-	defaultPublishDelay  = 300 * time.Millisecond
 	defaultTick          = 50 * time.Millisecond
 	defaultLeaseTTL      = 2 * time.Second
 	defaultDiscover      = time.Second
@@ -32,10 +32,10 @@ const (
 	// maxPending bounds the messages a leader holds read but unwritten
 	// (S3 down); beyond it the stream holds them.
 	maxPending = 200_000
-	// maxCatchUp bounds how many missed seconds a leader writes when it
-	// starts behind (slicer down for a while); beyond it the room jumps to
-	// now and the sequence stays gap-free.
-	maxCatchUp = 300
+	// maxCatchUp bounds how far behind (in time) a leader that starts late
+	// (slicer down for a while) writes the missed slots; beyond it the room
+	// jumps to now and the sequence stays gap-free.
+	maxCatchUp = 300 * time.Second
 )
 
 // Config configures a Slicer.
@@ -62,10 +62,18 @@ type Config struct {
 	// HighGiftValue is the value (value × count) from which a gift goes to
 	// the high-value queue. Zero: 1000.
 	HighGiftValue int64
-	// PublishDelay is how long after a second ends (by the stream store's
-	// clock) its segment is written, so that appends in flight land. Zero:
-	// 300 ms.
+	// PublishDelay is how long after a slot ends (by the stream store's
+	// clock) its segment is due at the CDN, where clients ask for it; the
+	// slicer writes it as soon as the slot ends and measures itself against
+	// this. It must equal what the gslb hands clients. Zero:
+	// wire.DefaultPublishDelayMs.
 	PublishDelay time.Duration
+	// Rooms gives each room's segment duration. Nil: every room has
+	// SegmentMs.
+	Rooms *roomconf.Cache
+	// SegmentMs is the segment duration of rooms without a setting of their
+	// own, when Rooms is nil. Zero: 1000.
+	SegmentMs int64
 	// Tick is how often rooms are read and checked for a due second. Zero: 50 ms.
 	Tick time.Duration
 	// LeaseTTL is the lease's lifetime; it is renewed every TTL/4, and a
@@ -108,6 +116,8 @@ type metrics struct {
 	perQueue    *prometheus.CounterVec
 	drops       *prometheus.CounterVec
 	lag         prometheus.Gauge
+	ready       prometheus.Histogram
+	late        prometheus.Counter
 	carried     prometheus.Gauge
 	leaderFor   prometheus.Gauge
 	writeErrors prometheus.Counter
@@ -143,7 +153,14 @@ func New(cfg Config) (*Slicer, error) {
 		cfg.HighGiftValue = defaultHighGiftValue
 	}
 	if cfg.PublishDelay == 0 {
-		cfg.PublishDelay = defaultPublishDelay
+		cfg.PublishDelay = wire.DefaultPublishDelayMs * time.Millisecond
+	}
+	if cfg.Rooms == nil {
+		rooms, err := roomconf.NewCache(roomconf.NewMemoryStore(), roomconf.Settings{SegmentMs: cfg.SegmentMs}, 0, cfg.Clock)
+		if err != nil {
+			return nil, fmt.Errorf("slicer: %w", err)
+		}
+		cfg.Rooms = rooms
 	}
 	if cfg.Tick == 0 {
 		cfg.Tick = defaultTick
@@ -180,13 +197,15 @@ func (m *metrics) register(r prometheus.Registerer) error {
 	m.latency = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "danmaku_slicer_segment_write_seconds", Help: "Time to write one segment (PUT).", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)})
 	m.perQueue = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "danmaku_slicer_segment_messages_total", Help: "Messages written into segments, by queue (messages per packet = this / segments)."}, []string{"queue"})
 	m.drops = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "danmaku_slicer_dropped_total", Help: "Barrage not written, by reason."}, []string{"reason"})
-	m.lag = prometheus.NewGauge(prometheus.GaugeOpts{Name: "danmaku_slicer_lag_seconds", Help: "How far behind its due time the last segment was written."})
+	m.lag = prometheus.NewGauge(prometheus.GaugeOpts{Name: "danmaku_slicer_lag_seconds", Help: "How far behind its due time (end + publish delay) the last segment was written; negative: ahead."})
+	m.ready = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "danmaku_slicer_segment_ready_seconds", Help: "From a slot's end to its segment written, by the store clock: what the publish delay must cover.", Buckets: []float64{0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1, 2.5}})
+	m.late = prometheus.NewCounter(prometheus.CounterOpts{Name: "danmaku_slicer_segments_late_total", Help: "Segments written after their due time: clients asked before they existed."})
 	m.carried = prometheus.NewGauge(prometheus.GaugeOpts{Name: "danmaku_slicer_carried_messages", Help: "Gifts and system messages carried over to the next second, last segment."})
 	m.leaderFor = prometheus.NewGauge(prometheus.GaugeOpts{Name: "danmaku_slicer_rooms_led", Help: "Rooms this slicer leads."})
 	m.writeErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "danmaku_slicer_write_errors_total", Help: "Failed segment writes (each retried, in order)."})
 	m.behind = prometheus.NewGauge(prometheus.GaugeOpts{Name: "danmaku_slicer_behind_seconds", Help: "How far the next unwritten second is past its due time (grows while object storage is down)."})
 	m.reclaimed = prometheus.NewCounter(prometheus.CounterOpts{Name: "danmaku_slicer_reclaimed_total", Help: "Messages reclaimed from a predecessor leader on takeover."})
-	for _, c := range []prometheus.Collector{m.written, m.bytes, m.latency, m.perQueue, m.drops, m.lag, m.carried, m.leaderFor, m.writeErrors, m.behind, m.reclaimed} {
+	for _, c := range []prometheus.Collector{m.written, m.bytes, m.latency, m.perQueue, m.drops, m.lag, m.ready, m.late, m.carried, m.leaderFor, m.writeErrors, m.behind, m.reclaimed} {
 		if err := r.Register(c); err != nil {
 			return fmt.Errorf("slicer: metrics: %w", err)
 		}

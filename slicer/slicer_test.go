@@ -65,8 +65,8 @@ func (r *rig) flush() {
 	if drained {
 		r.st.readUpTo = now
 	}
-	for r.s.due(r.st.next, r.st.readUpTo) {
-		if err := r.s.writeSecond(ctx, r.st, now); err != nil {
+	for r.s.complete(r.st) {
+		if err := r.s.writeSlot(ctx, r.st, now, now); err != nil {
 			r.t.Fatal(err)
 		}
 	}
@@ -364,7 +364,7 @@ func TestFailedWritesRetryInOrder(t *testing.T) {
 	if _, err := r.s.read(ctx, r.st); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.s.writeSecond(ctx, r.st, r.clk.Now()); err == nil {
+	if err := r.s.writeSlot(ctx, r.st, r.clk.Now(), r.clk.Now()); err == nil {
 		t.Fatal("write succeeded while storage is down")
 	}
 	if r.st.next != s0 {

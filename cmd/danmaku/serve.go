@@ -20,6 +20,7 @@ type serveFlags struct {
 	cdn, data                          string
 	ingestURL, edgeURL, nodeID         string
 	budget                             int
+	segmentMs                          int64
 	minGift                            int64
 	logLevel                           string
 	logJSON                            bool
@@ -52,6 +53,7 @@ func (f *serveFlags) register(fs interface {
 	fs.StringVar(&f.cdn, "cdn", "", "CDN base URL handed to clients (default: this process's origin)")
 	fs.StringVar(&f.data, "data", "", "directory to keep segments in (default: memory)")
 	fs.IntVar(&f.budget, "budget", 0, "messages per second per room (default 60)")
+	fs.Int64Var(&f.segmentMs, "segment-ms", 0, "segment duration of rooms without their own setting: 1000, 500 or 250 (default 1000)")
 	fs.Int64Var(&f.minGift, "min-gift-value", 0, "lowest gift value the edge pushes (default: all)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&f.logJSON, "log-json", false, "log JSON lines instead of text")
@@ -74,7 +76,7 @@ func (f *serveFlags) stackConfig(roles []string) (stack.Config, stack.BackendCon
 	cfg := stack.Config{
 		Roles:    roles,
 		GSLBAddr: f.gslb, IngestAddr: f.ingest, EdgeAddr: f.edge, OriginAddr: f.origin, SlicerAddr: f.slicer,
-		PublicCDN: f.cdn, DataDir: f.data, Budget: f.budget, MinGiftValue: f.minGift,
+		PublicCDN: f.cdn, DataDir: f.data, Budget: f.budget, SegmentMs: f.segmentMs, MinGiftValue: f.minGift,
 		IngestURL: f.ingestURL, EdgeURL: f.edgeURL, NodeID: f.nodeID,
 		Demo: f.demo,
 	}

@@ -11,6 +11,7 @@ import (
 	"danmaku/ingest"
 	"danmaku/internal/objstore"
 	"danmaku/internal/redisx"
+	"danmaku/internal/roomconf"
 	"danmaku/internal/stream"
 	"danmaku/slicer"
 )
@@ -54,6 +55,7 @@ func OpenBackends(ctx context.Context, cfg BackendConfig, log *slog.Logger) (Bac
 		b.Lease = slicer.NewRedisLease(rdb)
 		b.Settings = slicer.NewRedisSettings(rdb)
 		b.RoomLimiter = ingest.NewRedisRoomLimiter(rdb)
+		b.Rooms = roomconf.NewRedisStore(rdb)
 		if b.Gifts, err = ingest.NewRedisGiftLog(ingest.RedisGiftLogConfig{Client: rdb, Streams: streams, Logger: log}); err != nil {
 			_ = closeAll()
 			return Backends{}, nil, err

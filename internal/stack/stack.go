@@ -31,9 +31,11 @@ import (
 	"danmaku/edge"
 	"danmaku/gslb"
 	"danmaku/ingest"
+	"danmaku/internal/clock"
 	"danmaku/internal/httpx"
 	"danmaku/internal/objstore"
 	"danmaku/internal/origin"
+	"danmaku/internal/roomconf"
 	"danmaku/internal/stream"
 	"danmaku/slicer"
 )
@@ -71,6 +73,9 @@ type Backends struct {
 	Settings    slicer.SettingsStore
 	RoomLimiter ingest.RoomLimiter
 	Gifts       ingest.GiftLog
+	// Rooms keeps per-room settings (segment duration) the gslb and the
+	// slicer share.
+	Rooms roomconf.Store
 }
 
 // Config configures a Stack.
@@ -111,6 +116,9 @@ type Config struct {
 	ServiceKeys []string
 	// Budget is the slicer's messages per second. Zero: the slicer's default.
 	Budget int
+	// SegmentMs is the segment duration of rooms without their own setting
+	// (1000, 500 or 250). Zero: 1000.
+	SegmentMs int64
 	// MinGiftValue is the edge's push threshold. Zero: every gift.
 	MinGiftValue int64
 	// EdgeDrain is how long the edge drains on shutdown. Zero: 1 s (dev).
@@ -137,6 +145,7 @@ type Stack struct {
 
 	center    *auth.Center
 	keyring   *auth.Keyring
+	storeTime *clock.Follower
 	allocator *gslb.Allocator
 	ingest    *ingest.Server
 	edge      *edge.Server
@@ -239,6 +248,13 @@ func New(cfg Config) (*Stack, error) {
 	if b.Secrets == nil {
 		b.Secrets = auth.NewMemorySecrets()
 	}
+	if b.Rooms == nil {
+		b.Rooms = roomconf.NewMemoryStore()
+	}
+	rooms, err := roomconf.NewCache(b.Rooms, roomconf.Settings{SegmentMs: cfg.SegmentMs}, 0, nil)
+	if err != nil {
+		return nil, fmt.Errorf("stack: %w", err)
+	}
 
 	s := &Stack{cfg: cfg, log: cfg.Logger, registry: prometheus.NewRegistry(), URLs: map[string]string{}}
 	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -326,11 +342,16 @@ func New(cfg Config) (*Stack, error) {
 		if s.allocator, err = gslb.NewAllocator(gslb.AllocatorConfig{Table: b.Load, Logger: s.log}); err != nil {
 			return nil, err
 		}
+		// Clients schedule their polls on the clock that decides segments.
+		s.storeTime = clock.NewFollower(nil, b.Streams.Now, 0)
 		tickets, err := auth.NewTicketVerifier(cfg.TicketKey, nil)
 		if err != nil {
 			return nil, err
 		}
-		gs, err := gslb.NewServer(gslb.ServerConfig{Allocator: s.allocator, Keyring: s.keyring, Tickets: tickets, CDN: cfg.PublicCDN, Rooms: b.Streams, Registerer: s.registry, Logger: s.log})
+		gs, err := gslb.NewServer(gslb.ServerConfig{
+			Allocator: s.allocator, Keyring: s.keyring, Tickets: tickets, CDN: cfg.PublicCDN, Rooms: b.Streams,
+			ServerClock: s.storeTime, RoomSettings: rooms, Registerer: s.registry, Logger: s.log,
+		})
 		if err != nil {
 			return nil, err
 		}
@@ -368,7 +389,10 @@ func New(cfg Config) (*Stack, error) {
 		rs.srv.ReadTimeout = 0
 	}
 	if rs := byRole[RoleSlicer]; rs != nil {
-		s.slicer, err = slicer.New(slicer.Config{Streams: b.Streams, Objects: b.Objects, Lease: b.Lease, Settings: b.Settings, NodeID: cfg.NodeID, Budget: cfg.Budget, Registerer: s.registry, Logger: s.log})
+		s.slicer, err = slicer.New(slicer.Config{
+			Streams: b.Streams, Objects: b.Objects, Lease: b.Lease, Settings: b.Settings, Rooms: rooms,
+			NodeID: cfg.NodeID, Budget: cfg.Budget, Registerer: s.registry, Logger: s.log,
+		})
 		if err != nil {
 			return nil, err
 		}
@@ -392,6 +416,11 @@ func (s *Stack) Run(ctx context.Context) error {
 		// already gets a token.
 		if err := s.center.Publish(ctx); err != nil {
 			return err
+		}
+	}
+	if s.storeTime != nil {
+		if err := s.storeTime.Sync(ctx); err != nil {
+			s.log.Warn("stack: store clock not read yet; entries carry this host's time until it is", "err", err)
 		}
 	}
 	if s.keyring != nil {
@@ -420,6 +449,9 @@ func (s *Stack) Run(ctx context.Context) error {
 	}
 	if s.allocator != nil {
 		goRun(s.allocator.Run)
+	}
+	if s.storeTime != nil {
+		goRun(s.storeTime.Run)
 	}
 	if s.ingest != nil {
 		goRun(s.ingest.Run)

@@ -11,10 +11,27 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 )
 
-// SegmentDuration is the span of one segment in milliseconds. Segment keys are
-// unix seconds, so it is fixed; the field on the wire lets a later version
-// change it without breaking decoders.
+// SegmentDuration is the default span of one segment in milliseconds. A room
+// may have shorter ones (ValidSegmentMs); their segments are version 2.
 const SegmentDuration = 1000
+
+// VersionSubSecond is the schema version of segments and manifests of rooms
+// whose segments are shorter than a second. A version-1 decoder would read
+// such a segment as a whole second, so it must reject it (it does: v > 1).
+const VersionSubSecond = 2
+
+// ValidSegmentMs reports whether ms is a segment duration a room may have.
+// Each divides a second, so every whole second is a segment boundary and a
+// room can change its duration there.
+func ValidSegmentMs(ms int64) bool { return ms == 1000 || ms == 500 || ms == 250 }
+
+// VersionFor is the schema version of a segment or manifest of duration ms.
+func VersionFor(ms int64) int {
+	if ms == SegmentDuration {
+		return 1
+	}
+	return VersionSubSecond
+}
 
 // MaxSegmentBytes bounds what a decoder accepts; a real segment is a few KB.
 const MaxSegmentBytes = 4 << 20
@@ -28,17 +45,45 @@ const (
 	ManifestCacheControl = "public, max-age=1"
 )
 
-// Segment is one second of one room, as written to object storage.
+// Segment is one slot of one room (a second, or a part of one), as written
+// to object storage.
 type Segment struct {
-	V        int       `msgpack:"v"`
-	Room     string    `msgpack:"room"`
-	Second   int64     `msgpack:"t"`
-	Seq      uint64    `msgpack:"seq"`
-	Dur      uint32    `msgpack:"dur"`
+	V    int    `msgpack:"v"`
+	Room string `msgpack:"room"`
+	// Second is the unix second the segment starts in.
+	Second int64  `msgpack:"t"`
+	Seq    uint64 `msgpack:"seq"`
+	// Dur is the segment's span in ms: 1000, or 500 or 250 (version 2).
+	Dur uint32 `msgpack:"dur"`
+	// Start is the unix ms the segment starts at; version 2 only (a
+	// version-1 segment starts at Second·1000).
+	Start    int64     `msgpack:"ms,omitempty"`
 	Messages []Message `msgpack:"m"`
 }
 
-// Manifest names a room's newest written second. It is JSON so that any
+// StartMs is the unix ms the segment starts at, whatever its version.
+func (s *Segment) StartMs() int64 {
+	if s.V >= VersionSubSecond {
+		return s.Start
+	}
+	return s.Second * 1000
+}
+
+// Slot is the segment's index on its duration's grid: StartMs / Dur.
+func (s *Segment) Slot() int64 { return s.StartMs() / int64(s.Dur) }
+
+// NewSegment returns the header of room's slot of duration dur ms, with the
+// version and fields that duration is written with.
+func NewSegment(room string, dur, slot int64, seq uint64) *Segment {
+	start := slot * dur
+	s := &Segment{V: VersionFor(dur), Room: room, Second: start / 1000, Seq: seq, Dur: uint32(dur)}
+	if s.V >= VersionSubSecond {
+		s.Start = start
+	}
+	return s
+}
+
+// Manifest names a room's newest written segment. It is JSON so that any
 // client can read it without a msgpack decoder.
 type Manifest struct {
 	V      int    `json:"v"`
@@ -46,7 +91,27 @@ type Manifest struct {
 	Second int64  `json:"t"`
 	Seq    uint64 `json:"seq"`
 	Dur    uint32 `json:"dur"`
+	// Start is the newest segment's start in unix ms; version 2 only.
+	Start int64 `json:"ms,omitempty"`
+	// Ended is set on the last manifest of a room that has closed.
+	Ended bool `json:"ended,omitempty"`
 }
+
+// ManifestFor is the manifest naming seg as the newest segment.
+func ManifestFor(seg *Segment) *Manifest {
+	return &Manifest{V: seg.V, Room: seg.Room, Second: seg.Second, Seq: seg.Seq, Dur: seg.Dur, Start: seg.Start}
+}
+
+// StartMs is the newest segment's start in unix ms, whatever the version.
+func (m *Manifest) StartMs() int64 {
+	if m.V >= VersionSubSecond {
+		return m.Start
+	}
+	return m.Second * 1000
+}
+
+// Slot is the newest segment's index on its duration's grid.
+func (m *Manifest) Slot() int64 { return m.StartMs() / int64(m.Dur) }
 
 // Frame is what the edge sends a WebSocket client: the messages of one merge
 // window, in stream order.
@@ -74,9 +139,20 @@ var roomRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 // Redis keys, so it is restricted to URL- and key-safe characters.
 func ValidRoom(id string) bool { return roomRE.MatchString(id) }
 
-// SegmentKey is the object key of a room's second.
+// SegmentKey is the object key of a room's one-second segment of second.
 func SegmentKey(room string, second int64) string {
 	return "rooms/" + room + "/s/" + strconv.FormatInt(second, 10) + ".msgpack"
+}
+
+// SlotKey is the object key of room's slot of duration dur ms: one-second
+// segments by their unix second (SegmentKey), shorter ones by their start
+// in unix ms under "ms/", so that a one-second reader never mistakes one
+// for the other.
+func SlotKey(room string, dur, slot int64) string {
+	if dur == SegmentDuration {
+		return SegmentKey(room, slot)
+	}
+	return "rooms/" + room + "/ms/" + strconv.FormatInt(slot*dur, 10) + ".msgpack"
 }
 
 // ManifestKey is the object key of a room's live manifest.
@@ -110,11 +186,14 @@ func DecodeSegment(b []byte) (*Segment, error) {
 	if err := msgpack.Unmarshal(b, &s); err != nil {
 		return nil, fmt.Errorf("%w: segment: %v", ErrDecode, err)
 	}
-	if s.V < 1 || s.V > Version {
+	if s.V < 1 || s.V > VersionSubSecond {
 		return nil, fmt.Errorf("%w: segment v=%d", ErrVersion, s.V)
 	}
-	if !ValidRoom(s.Room) || s.Second < 0 {
+	if !ValidRoom(s.Room) || s.Second < 0 || !validTiming(s.V, s.Second, s.Dur, s.Start) {
 		return nil, fmt.Errorf("%w: segment header", ErrInvalid)
+	}
+	if s.Dur == 0 {
+		s.Dur = SegmentDuration
 	}
 	if err := validMessages(s.Messages); err != nil {
 		return nil, err
@@ -178,13 +257,28 @@ func DecodeManifest(b []byte) (*Manifest, error) {
 	if err := json.Unmarshal(b, &m); err != nil {
 		return nil, fmt.Errorf("%w: manifest: %v", ErrDecode, err)
 	}
-	if m.V < 1 || m.V > Version {
+	if m.V < 1 || m.V > VersionSubSecond {
 		return nil, fmt.Errorf("%w: manifest v=%d", ErrVersion, m.V)
 	}
-	if !ValidRoom(m.Room) || m.Second < 0 {
+	if !ValidRoom(m.Room) || m.Second < 0 || !validTiming(m.V, m.Second, m.Dur, m.Start) {
 		return nil, fmt.Errorf("%w: manifest header", ErrInvalid)
 	}
+	if m.Dur == 0 {
+		m.Dur = SegmentDuration
+	}
 	return &m, nil
+}
+
+// validTiming checks the duration and start fields of a segment or manifest
+// header of version v: version 1 is one second long (dur 1000; an absent dur
+// from an early writer reads as 1000 too), version 2 is shorter and starts
+// on its own grid, inside second t.
+func validTiming(v int, t int64, dur uint32, start int64) bool {
+	if v == 1 {
+		return dur == 0 || dur == SegmentDuration
+	}
+	d := int64(dur)
+	return d != SegmentDuration && ValidSegmentMs(d) && start >= 0 && start%d == 0 && start/1000 == t
 }
 
 // checkLengths walks b once without building anything, so that every array

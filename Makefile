@@ -20,15 +20,16 @@ GOBIN_DIR := $(firstword $(subst :, ,$(shell $(GO) env GOPATH)))/bin
 endif
 export PATH := $(GOBIN_DIR):$(PATH):/usr/sbin:/usr/local/sbin
 
-.PHONY: help deps fmt-check vet test bench local-up local-down
+.PHONY: help deps fmt-check vet test bench bench-latency bench-web local-up local-down
 
 help: ## list the targets
 	@echo "Targets:"
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@echo "Local stack ports: Redis 6390, S3 7070, CDN 7080 (see docs/operations-local.md)."
 
-deps: ## install what is missing: redis-server, varnish, gcc (apt-get), versitygw (go install)
+deps: ## install what is missing: redis-server, varnish, gcc, chromium, node (apt-get), versitygw (go install), sdk/web's npm packages
 	@bash infra/local/deps.sh
+	@bash sdk/web/deps.sh
 
 fmt-check: ## fail if gofmt would change any Go file
 	@out="$$(find . -name '*.go' -not -path './.git/*' -not -path './.local/*' -print0 | xargs -0 -r gofmt -l)"; \
@@ -44,6 +45,15 @@ test: deps fmt-check vet ## deps + fmt-check + vet + race tests against real ser
 
 bench: deps ## benchmarks, 5 runs each, for docs/benchmarks.md (pipe to a file, compare with benchstat)
 	DANMAKU_REQUIRE_SERVERS=1 $(GO) test -run '^$$' -bench . -benchmem -count=5 -timeout 60m ./...
+
+bench-latency: deps ## barrage latency through Varnish, 1,000 pollers, 60 s, 1000 and 500 ms segments, 3 runs each (docs/benchmarks.md)
+	for ms in 1000 500; do for run in 1 2 3; do \
+		DANMAKU_REQUIRE_SERVERS=1 DANMAKU_LATENCY_POLLERS=1000 DANMAKU_LATENCY_SECONDS=60 DANMAKU_LATENCY_RATE=10 \
+		DANMAKU_LATENCY_SEGMENT_MS=$$ms $(GO) test -run '^$$' -bench PollLatency -benchtime 1x -timeout 10m ./internal/stack; \
+	done; done
+
+bench-web: deps ## demo page frames per second, CPU throttled 4x, 60 comments/s, 5 runs (docs/benchmarks.md)
+	DANMAKU_REQUIRE_SERVERS=1 $(GO) test -run '^$$' -bench BrowserFPS -benchtime 1x -count 5 -timeout 10m ./sdk/web
 
 local-up: ## start the local stack (Redis, S3, CDN) in DANMAKU_LOCAL_DIR (default .local/)
 	@bash infra/local/up.sh

@@ -75,4 +75,7 @@ require (
 	google.golang.org/protobuf v1.36.12 // indirect
 )
 
-tool golang.org/x/mobile/cmd/gobind
+tool (
+	golang.org/x/mobile/cmd/gobind
+	golang.org/x/mobile/cmd/gomobile
+)

@@ -106,9 +106,21 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	return s, nil
 }
 
-// Register adds the entry route to r.
+// TimePath answers the store clock's time, for clients refining their
+// clock offset after a join whose round trip was long (a busy gslb at show
+// start): {"server_time_ms": N}. It needs no ticket and costs no backend
+// call.
+const TimePath = "/v1/time"
+
+// Register adds the entry and time routes to r.
 func (s *Server) Register(r gin.IRoutes) {
 	r.GET("/v1/entry", s.entry)
+	r.GET(TimePath, s.time)
+}
+
+func (s *Server) time(c *gin.Context) {
+	c.Header("Cache-Control", "no-store")
+	c.JSON(http.StatusOK, gin.H{"server_time_ms": s.cfg.ServerClock.Now().UnixMilli()})
 }
 
 func (s *Server) fail(c *gin.Context, e *httpx.Error) {

@@ -37,7 +37,8 @@ type Client struct {
 	reporter reporter
 
 	sess     atomic.Pointer[session]
-	joinMu   sync.Mutex // serialises re-joins
+	est      atomic.Pointer[clockEstimate] // the best server-clock estimate
+	joinMu   sync.Mutex                    // serialises re-joins
 	joined   chan struct{}
 	joinOnce sync.Once
 
@@ -119,6 +120,7 @@ func (c *Client) Run(ctx context.Context) error {
 	wg.Go(func() { c.pollLoop(ctx, start) })
 	wg.Go(func() { c.sendLoop(ctx) })
 	wg.Go(func() { c.refreshLoop(ctx) })
+	wg.Go(func() { c.refineLoop(ctx) })
 	if !c.cfg.NoEdge {
 		wg.Go(func() { c.edgeLoop(ctx) })
 	}
@@ -155,15 +157,6 @@ func (c *Client) waitJoined(ctx context.Context) (*session, error) {
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-}
-
-// serverNow is the local clock plus the offset of the last entry answer.
-func (c *Client) serverNow() time.Time {
-	now := c.clk.Now()
-	if s := c.sess.Load(); s != nil {
-		return now.Add(s.offset)
-	}
-	return now
 }
 
 // sleep waits d on the client's clock.

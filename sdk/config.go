@@ -43,6 +43,7 @@ const (
 	defaultSeenIDs         = 100_000
 	defaultSeenWindow      = 2 * time.Minute
 	defaultRejoinJitter    = 3 * time.Second
+	defaultFirstJoinJitter = 3 * time.Second
 	defaultPollRetry       = 200 * time.Millisecond
 	defaultPollBackoffMax  = 5 * time.Second
 	defaultFarBehind       = 10 * time.Second
@@ -98,9 +99,10 @@ type Config struct {
 	// SeenWindow is how long a delivered id is remembered. Zero: 2 minutes.
 	SeenWindow time.Duration
 
-	// FirstJoinJitter is the longest random wait before the first join.
-	// Zero: none (a user opening the app should not wait); set it when many
-	// clients start together, e.g. in a load generator.
+	// FirstJoinJitter is the longest random wait before the first join:
+	// at show start a push notification opens millions of apps within a
+	// second, and the gslb must see them spread over a few. Zero: 3 s;
+	// negative: none (tests, a single viewer that must not wait).
 	FirstJoinJitter time.Duration
 	// RejoinJitter is the longest random wait before re-fetching the entry
 	// on a mass reconnect (an edge draining, a token rejected, every edge
@@ -185,7 +187,6 @@ func (cfg *Config) applyDefaults() error {
 	}{
 		{"SendInterval", &cfg.SendInterval, defaultSendInterval},
 		{"SeenWindow", &cfg.SeenWindow, defaultSeenWindow},
-		{"FirstJoinJitter", &cfg.FirstJoinJitter, 0},
 		{"PollRetry", &cfg.PollRetry, defaultPollRetry},
 		{"PollBackoffMax", &cfg.PollBackoffMax, defaultPollBackoffMax},
 		{"EdgeReadTimeout", &cfg.EdgeReadTimeout, defaultEdgeReadTimeout},
@@ -197,7 +198,10 @@ func (cfg *Config) applyDefaults() error {
 			*f.v = f.def
 		}
 	}
-	// Negative means "off" for these four; keep it, the users check for > 0.
+	// Negative means "off" for these five; keep it, the users check for > 0.
+	if cfg.FirstJoinJitter == 0 {
+		cfg.FirstJoinJitter = defaultFirstJoinJitter
+	}
 	if cfg.SendDedupWindow == 0 {
 		cfg.SendDedupWindow = defaultSendDedupWindow
 	}

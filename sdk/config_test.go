@@ -37,7 +37,7 @@ func TestNewConfig(t *testing.T) {
 	got := c.cfg
 	if got.MessageBuffer != defaultMessageBuffer || got.SendQueue != 5 || got.SendInterval != 1200*time.Millisecond ||
 		got.SendDedupWindow != 10*time.Second || got.MaxTextRunes != 60 || got.PollRetry != 200*time.Millisecond ||
-		got.FarBehind != 10*time.Second || got.RejoinJitter != 3*time.Second || got.FirstJoinJitter != 0 ||
+		got.FarBehind != 10*time.Second || got.RejoinJitter != 3*time.Second || got.FirstJoinJitter != 3*time.Second ||
 		got.HTTPClient == nil || got.Logger == nil || got.Clock == nil || c.tick != 0 {
 		t.Errorf("defaults not applied: %+v", got)
 	}

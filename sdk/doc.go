@@ -17,25 +17,43 @@
 //
 // A RenderQueue sits between Messages and the screen: 32 slots, 120 waiting
 // (the oldest barrage dropped, never a gift), paused while hidden with an
-// "N new" count; its drops are the client render drops operators watch. It is
-// safe for concurrent use (Push from the reading goroutine, Next from the UI).
+// "N new" count, gifts folded into counts once a hidden queue is full of
+// them; its drops are the client render drops operators watch. It is safe
+// for concurrent use (Push from the reading goroutine, Next from the UI).
+//
+// The first join waits a random 0-3 s (Config.FirstJoinJitter): at show
+// start a push notification opens millions of apps within a second.
 //
 // # Segment polling
 //
-// The poller starts at the server second in which the client joined, so it
-// sees what is sent from then on. Segment S is requested only once it is due:
-// server time ≥ (S+1)·1000 ms + publish_delay_ms, plus half the round trip of
-// the entry request that set the clock offset, so that the uncertainty of the
-// offset can never make the client early. A CDN may cache a 404, so asking
-// early would hide a segment from every viewer behind that cache node. A 404
-// for a due second is retried after Config.PollRetry; server and network
-// errors back off. A client that falls more than Config.FarBehind behind live
-// jumps to the newest second the manifest names — but only when that second,
-// too, is more than FarBehind ahead: a slicer catching up after an outage is
-// walked through, never skipped, and without a manifest nothing is skipped.
-// The seconds a jump skips are counted in Stats.SkippedSeconds and their
-// messages are not delivered (gifts among them that the edge sent are
-// delivered all the same).
+// A room's segments each cover D ms of server time (Entry.SegmentMs: 1000,
+// 500 or 250); slot n covers [n·D, (n+1)·D). The poller starts at the slot
+// in which the client joined, so it sees what is sent from then on. Slot n
+// is requested only once it is due: server time ≥ (n+1)·D +
+// publish_delay_ms, plus the margin of the client's clock estimate, so that
+// the estimate's uncertainty can never make the client early. A CDN may
+// cache a 404, so asking early would hide a segment from every viewer
+// behind that cache node; asking on time, the first request finds it.
+//
+// Server time is the clock that stamps message ids (the entry answer's
+// server_time_ms). The client estimates it from the entry round trip and,
+// when that was long, refines it with a few samples of GET /v1/time; the
+// tightest estimate wins (Stats.ClockMarginMs).
+//
+// A 404 for a due slot is retried after min(Config.PollRetry, D/4); server
+// and network errors back off. A segment that is another room's or slot's
+// (a CDN serving a wrong object) is asked for again up to three times, then
+// skipped. A due slot that stays 404 for a while makes the client read the
+// manifest, which names the room's current duration: a room that changed it
+// is followed at the same point in time. A client that falls more than
+// Config.FarBehind behind live jumps to the newest slot the manifest names —
+// but only when that slot, too, is more than FarBehind ahead: a slicer
+// catching up after an outage is walked through, never skipped, and without
+// a manifest nothing is skipped. The seconds a jump skips are counted in
+// Stats.SkippedSeconds and their messages are not delivered (gifts among
+// them that the edge sent are delivered all the same). An entry whose
+// segment_ms this client has no key scheme for stops Run with
+// ErrUnsupported.
 //
 // # Ordering and de-duplication
 //
@@ -49,8 +67,11 @@
 //     the segments before it.
 //
 // The two streams interleave by arrival: an edge message usually arrives a
-// second or more before the segment that holds it, and so before segment
-// messages with smaller ids. There is no total order by id across the streams.
+// segment or more before the segment that holds it, and so before segment
+// messages with smaller ids. The fast lane is never held back to re-sort it
+// among older comments (that would undo what it is for), so there is no
+// total order by id across the streams; within each, the order is the
+// room's: segments by slot and seq, messages by id.
 //
 // Every message id is delivered at most once while it is remembered (the
 // last Config.SeenWindow of ids, at most Config.SeenIDs of them). A merged

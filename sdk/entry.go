@@ -76,15 +76,12 @@ func readAPIError(resp *http.Response) *APIError {
 	return e
 }
 
-// session is one answer of the entry endpoint plus the clock offset it set.
-// Sessions are immutable; a re-join swaps in a new one.
+// session is one answer of the entry endpoint plus the clock sample it
+// gave. Sessions are immutable; a re-join swaps in a new one. The client's
+// clock follows the best sample of any (offerClock), not the last.
 type session struct {
 	entry Entry
-	// offset is server time minus local time.
-	offset time.Duration
-	// margin is half the round trip of the entry request: the offset is
-	// exact to within it, so due times are pushed back by it.
-	margin time.Duration
+	clock clockEstimate
 }
 
 const (
@@ -124,14 +121,7 @@ func (c *Client) fetchEntry(ctx context.Context) (*session, error) {
 	if err := c.checkEntry(&e); err != nil {
 		return nil, err
 	}
-	rtt := max(t1.Sub(t0), 0)
-	half := (rtt + 1) / 2
-	return &session{
-		entry:  e,
-		offset: time.UnixMilli(e.ServerTimeMs).Add(half).Sub(t1),
-		// Round up to the millisecond the server speaks in.
-		margin: half.Truncate(time.Millisecond) + time.Millisecond,
-	}, nil
+	return &session{entry: e, clock: sample(e.ServerTimeMs, t0, t1)}, nil
 }
 
 // ErrBadEntry is returned for an entry answer the client cannot use.
@@ -181,6 +171,7 @@ func (c *Client) join(ctx context.Context, jitter time.Duration) error {
 	for {
 		s, err := c.fetchEntry(ctx)
 		if err == nil {
+			c.offerClock(s.clock)
 			c.sess.Store(s)
 			c.joinOnce.Do(func() { close(c.joined) })
 			return nil

@@ -13,7 +13,7 @@ import (
 func TestJoinRefusedStopsRun(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
-	c, err := New(Config{EntryURL: w.entry.URL, Room: testRoom, Ticket: "wrong", Clock: w.clk, Logger: slog.New(slog.DiscardHandler)})
+	c, err := New(Config{EntryURL: w.entry.URL, Room: testRoom, Ticket: "wrong", Clock: w.clk, FirstJoinJitter: -1, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,5 +100,32 @@ func TestReadAPIError(t *testing.T) {
 				t.Errorf("got %+v (temporary %v)", e, e.temporary())
 			}
 		})
+	}
+}
+
+// TestClockRefined: a join whose round trip was long (a busy gslb) leaves a
+// wide clock margin, which every poll would wait; the client samples
+// /v1/time until the margin is tight.
+func TestClockRefined(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	w.entrySlow.Store(int64(2 * time.Second))
+	w.run()
+	c := w.newClient(func(cfg *Config) { cfg.NoEdge = true })
+	if m := c.Stats().ClockMarginMs; m < 1000 {
+		t.Fatalf("margin after a 2 s join = %d ms, want about 1000", m)
+	}
+	// The world's clock runs 10 times real time, so even a sample slowed
+	// by a busy machine is far tighter than the join's.
+	eventually(t, "the margin to tighten", func() bool { return c.Stats().ClockMarginMs < 500 })
+	w.lock(func() {
+		if w.timeHits == 0 || w.timeHits > clockSamples {
+			t.Fatalf("%d time samples, want 1-%d", w.timeHits, clockSamples)
+		}
+	})
+	// And the estimate is right: server time to within the margin.
+	margin := time.Duration(c.Stats().ClockMarginMs) * time.Millisecond
+	if d := c.serverNow().Sub(w.serverNow()); d < -margin || d > margin {
+		t.Fatalf("server clock estimate off by %v, beyond its margin %v", d, margin)
 	}
 }

@@ -56,7 +56,9 @@ type world struct {
 	noEdge      bool
 	extraEdges  []string // put before the real edge address
 	entryHits   int
-	entryAt     []time.Time // server time of each entry request
+	timeHits    int
+	entrySlow   atomic.Int64 // fake time an entry request takes
+	entryAt     []time.Time  // server time of each entry request
 	entryAnswer func(n int) (status int, header http.Header, body string)
 
 	posts        []post
@@ -141,6 +143,17 @@ func (w *world) serverSecond() int64 { return w.serverNow().Unix() }
 func dueMs(second int64) int64 { return (second+1)*1000 + testDelay }
 
 func (w *world) serveEntry(rw http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/v1/time" {
+		w.mu.Lock()
+		w.timeHits++
+		w.mu.Unlock()
+		fmt.Fprintf(rw, `{"server_time_ms":%d}`, w.serverNow().UnixMilli())
+		return
+	}
+	if d := w.entrySlow.Load(); d > 0 {
+		// A busy gslb: the answer is stamped at the end of a long round trip.
+		w.clk.Advance(time.Duration(d))
+	}
 	w.mu.Lock()
 	n := w.entryHits
 	w.entryHits++
@@ -352,6 +365,8 @@ func (w *world) buildClient(mutate func(*Config)) *Client {
 		Clock:        w.clk,
 		Logger:       slog.New(slog.DiscardHandler),
 		RejoinJitter: -1,
+		// Tests that want the first join's jitter set it.
+		FirstJoinJitter: -1,
 	}
 	if mutate != nil {
 		mutate(&cfg)

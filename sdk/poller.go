@@ -60,13 +60,13 @@ func timing(s *session, dur int64) wire.Timing {
 // due is the server time at which slot becomes fetchable under s: its end,
 // plus the publish delay, plus the uncertainty of the clock offset.
 func (p *poller) due(s *session) time.Time {
-	return time.UnixMilli(timing(s, p.dur).Due(p.slot)).Add(s.margin)
+	return time.UnixMilli(timing(s, p.dur).Due(p.slot)).Add(p.c.clockMargin())
 }
 
 // liveSlot is the newest slot that is due.
 func (p *poller) liveSlot() int64 {
 	s := p.c.sess.Load()
-	return timing(s, p.dur).LiveSlot(p.c.serverNow().Add(-s.margin).UnixMilli())
+	return timing(s, p.dur).LiveSlot(p.c.serverNow().Add(-p.c.clockMargin()).UnixMilli())
 }
 
 // retryWait is the wait after a 404 for a due slot: PollRetry, but at most

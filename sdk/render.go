@@ -3,6 +3,7 @@ package sdk
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -57,6 +58,11 @@ type RenderStats struct {
 	// was full with no barrage left to drop: each took the buffer one
 	// beyond Buffer.
 	BeyondBuffer int64
+	// CollapsedGifts counts gifts that arrived while hidden with the buffer
+	// full of gifts and were folded into a waiting gift (same sender, gift
+	// and value; else same gift and value, sender cleared): the waiting
+	// gift's Count grew by theirs, so no gift is lost from the totals.
+	CollapsedGifts int64
 }
 
 // Drops is the sum of the drop counters: what the client reports to the edge
@@ -78,7 +84,12 @@ func (s RenderStats) Drops() int64 { return s.DroppedOverflow + s.DroppedHidden 
 // While hidden (SetHidden(true): the app is in the background, or the
 // viewer turned danmaku off) Next hands out nothing, the screen is empty,
 // and messages keep arriving into the buffer, which still drops its oldest
-// barrage; NewCount counts them for an "N new" badge. Shown again, the
+// barrage; NewCount counts them for an "N new" badge. Gifts stay bounded
+// too: once the buffer is full of gifts, a new one is folded into a waiting
+// gift of the same sender, gift and value (or, failing that, of the same
+// gift and value, with the sender cleared: "several viewers"), its count
+// added, so a long background period holds at most one entry per gift in
+// the catalogue and the sum of gift counts is kept exactly. Shown again, the
 // queue resumes with what the buffer kept, oldest first: comments answer
 // each other and the show, so they read in order; the drop policy already
 // bounds how stale the oldest kept one is, and a busy room (where staleness
@@ -137,6 +148,10 @@ func (q *RenderQueue) Push(m Message) {
 		q.newCount++
 	}
 	if q.barrage.len()+q.priority.len() >= q.buffer {
+		if q.hidden && m.Kind == KindGift && q.barrage.len() == 0 && q.collapse(m) {
+			q.stats.CollapsedGifts++
+			return
+		}
 		switch {
 		case q.barrage.len() > 0:
 			q.barrage.pop()
@@ -153,6 +168,29 @@ func (q *RenderQueue) Push(m Message) {
 	} else {
 		q.barrage.push(m)
 	}
+}
+
+// collapse folds gift m into a waiting gift: one of the same sender, gift
+// and value, else one of the same gift and value (whose sender is then
+// cleared). It reports whether it found one.
+func (q *RenderQueue) collapse(m Message) bool {
+	same := func(w *Message) bool { return w.Kind == KindGift && w.Gift == m.Gift && w.Value == m.Value }
+	i := q.priority.find(func(w *Message) bool { return same(w) && w.User == m.User })
+	if i < 0 {
+		i = q.priority.find(same)
+	}
+	if i < 0 {
+		return false
+	}
+	w := q.priority.at(i)
+	if w.User != m.User {
+		w.User, w.Nick, w.Avatar = "", "", ""
+	}
+	// The ids no longer say which gifts the entry stands for; its count
+	// does. Count saturates rather than wraps.
+	w.Merged = nil
+	w.Count = uint32(min(uint64(max(w.Count, 1))+uint64(max(m.Count, 1)), math.MaxUint32))
+	return true
 }
 
 func (q *RenderQueue) countDrop() {
@@ -286,6 +324,19 @@ func (r *renderRing[T]) push(v T) {
 	r.buf[(r.head+r.n)%len(r.buf)] = v
 	r.n++
 }
+
+// find returns the index (0: oldest) of the first element f accepts, or -1.
+func (r *renderRing[T]) find(f func(*T) bool) int {
+	for i := range r.n {
+		if f(&r.buf[(r.head+i)%len(r.buf)]) {
+			return i
+		}
+	}
+	return -1
+}
+
+// at returns a pointer to the i-th oldest element.
+func (r *renderRing[T]) at(i int) *T { return &r.buf[(r.head+i)%len(r.buf)] }
 
 // peek returns the oldest element; the ring must not be empty.
 func (r *renderRing[T]) peek() T { return r.buf[r.head] }

@@ -336,11 +336,17 @@ func TestRenderQueueConcurrent(t *testing.T) {
 		}
 		q.SetHidden(false)
 	})
-	var shown []string
+	var (
+		shown      []string
+		giftsShown int64 // counts: gifts pushed while hidden may collapse
+	)
 	wg.Go(func() {
 		for {
 			if m, ok := q.Next(); ok {
 				shown = append(shown, m.ID)
+				if m.Kind == sdk.KindGift {
+					giftsShown += int64(max(m.Count, 1))
+				}
 				continue
 			}
 			select {
@@ -357,22 +363,18 @@ func TestRenderQueueConcurrent(t *testing.T) {
 	wg.Wait()
 
 	last := map[byte]int{'b': -1, 'g': -1}
-	gifts := 0
 	for _, id := range shown {
 		i, _ := strconv.Atoi(id[1:])
 		if i <= last[id[0]] {
 			t.Fatalf("%s shown after %c%d", id, id[0], last[id[0]])
 		}
 		last[id[0]] = i
-		if id[0] == 'g' {
-			gifts++
-		}
 	}
-	if gifts != gift {
-		t.Fatalf("%d gifts shown, %d pushed", gifts, gift)
+	if giftsShown != int64(gift) {
+		t.Fatalf("%d gifts shown, %d pushed", giftsShown, gift)
 	}
 	s := q.Stats()
-	if s.Pushed != n || s.Shown != int64(len(shown)) || s.Shown+s.Drops() != n {
+	if s.Pushed != n || s.Shown != int64(len(shown)) || s.Shown+s.Drops()+s.CollapsedGifts != n {
 		t.Fatalf("stats %+v for %d pushed, %d shown", s, n, len(shown))
 	}
 }
@@ -433,4 +435,41 @@ func ExampleRenderQueue() {
 	// gift bob
 	// barrage ann
 	// 1 new
+}
+
+// TestRenderQueueHiddenGiftsBounded: gifts arriving while hidden never grow
+// the queue past the buffer plus one entry per gift in the catalogue, and
+// the total of gift counts handed out after showing again is exactly the
+// total received.
+func TestRenderQueueHiddenGiftsBounded(t *testing.T) {
+	q, clk := newTestQueue(t, sdk.RenderConfig{Buffer: 20})
+	q.SetHidden(true)
+	gifts := []string{"rose", "rocket", "car"}
+	var sent int64
+	for i := range 2000 {
+		m := sdk.Message{ID: "g" + strconv.Itoa(i), Kind: sdk.KindGift, User: "u" + strconv.Itoa(i%50),
+			Gift: gifts[i%3], Value: int64(10 * (i%3 + 1)), Count: uint32(i % 4), Merged: []string{"x"}}
+		sent += int64(max(m.Count, 1))
+		q.Push(m)
+		q.Push(msg("b" + strconv.Itoa(i))) // barrage keeps coming and is dropped first
+		if n := q.Len(); n > 20+len(gifts) {
+			t.Fatalf("after %d gifts %d wait: gifts are unbounded while hidden", i+1, n)
+		}
+	}
+	if st := q.Stats(); st.CollapsedGifts == 0 || q.NewCount() != 4000 {
+		t.Fatalf("stats %+v, NewCount %d", st, q.NewCount())
+	}
+	q.SetHidden(false)
+	var shown int64
+	for q.Len() > 0 {
+		for m, ok := q.Next(); ok; m, ok = q.Next() {
+			if m.Kind == sdk.KindGift {
+				shown += int64(max(m.Count, 1))
+			}
+		}
+		clk.Advance(testDisplay)
+	}
+	if shown != sent {
+		t.Fatalf("gift total shown %d, received %d", shown, sent)
+	}
 }

@@ -23,6 +23,10 @@ type Stats struct {
 	// segment was decoded: a comment sent at the start of that segment
 	// waited this plus the segment's duration.
 	LastSegmentLagMs int64
+	// ClockMarginMs is the uncertainty of the server-clock estimate (half
+	// the round trip of the entry request it came from): every poll waits
+	// this much past a segment's due time so as never to ask early.
+	ClockMarginMs int64
 	// FetchErrors counts CDN requests that failed (network errors, 5xx,
 	// unexpected statuses); each is retried after a back-off.
 	FetchErrors int64
@@ -113,6 +117,7 @@ func (c *Client) Stats() Stats {
 		FirstPollHits:    s.firstPollHits.Load(),
 		MismatchRetries:  s.mismatchRetries.Load(),
 		LastSegmentLagMs: s.lastSegmentLagMs.Load(),
+		ClockMarginMs:    c.clockMargin().Milliseconds(),
 		FetchErrors:      s.fetchErrors.Load(),
 		DecodeErrors:     s.decodeErrors.Load(),
 		SeqGaps:          s.seqGaps.Load(),

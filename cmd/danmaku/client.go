@@ -231,7 +231,7 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	log, _ := newLogger(stderr, "warn", false)
-	c, err := sdk.New(sdk.Config{EntryURL: id.entry, Room: id.room, Ticket: ticket, Logger: log})
+	c, err := sdk.New(sdk.Config{EntryURL: id.entry, Room: id.room, Ticket: ticket, Logger: log, FirstJoinJitter: -1})
 	if err != nil {
 		return usageError{err}
 	}

@@ -64,7 +64,7 @@ func TestDistributedPipeline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := sdk.New(sdk.Config{EntryURL: "http://" + addr(0), Room: "dist", Ticket: ticket, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	c, err := sdk.New(sdk.Config{EntryURL: "http://" + addr(0), Room: "dist", Ticket: ticket, FirstJoinJitter: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,10 +52,12 @@ sub vcl_backend_response {
     set beresp.grace = 0s;
     set beresp.keep = 0s;
     if (beresp.status != 200) {
-        # 404 = a second not written yet (403 if an origin hides missing
-        # keys), 5xx = origin trouble. Cached just long enough to collapse a
-        # burst of pollers, never long enough to hide a second once written.
-        set beresp.ttl = 200ms;
+        # 404 = a segment not written yet (403 if an origin hides missing
+        # keys), 5xx = origin trouble. Pollers ask only once a segment is due,
+        # so a 404 is rare; cached just long enough that a burst of early
+        # pollers costs the origin one request per 50 ms, never long enough
+        # to hide even a 250 ms segment once written.
+        set beresp.ttl = 50ms;
         unset beresp.http.Set-Cookie;
         return (deliver);
     }

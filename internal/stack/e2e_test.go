@@ -18,7 +18,7 @@ import (
 )
 
 // startStack runs every role on free loopback ports until the test ends.
-func startStack(t *testing.T, cfg Config) *Stack {
+func startStack(t testing.TB, cfg Config) *Stack {
 	t.Helper()
 	cfg.GSLBAddr, cfg.IngestAddr, cfg.EdgeAddr, cfg.OriginAddr, cfg.SlicerAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	if cfg.Logger == nil {
@@ -105,7 +105,7 @@ func TestEndToEnd(t *testing.T) {
 	clients := make([]*sdk.Client, viewers)
 	var wg sync.WaitGroup
 	for i := range viewers {
-		c, err := sdk.New(sdk.Config{EntryURL: entry, Room: room, Ticket: ticket(t, fmt.Sprintf("viewer%d", i), auth.RoleViewer), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		c, err := sdk.New(sdk.Config{EntryURL: entry, Room: room, Ticket: ticket(t, fmt.Sprintf("viewer%d", i), auth.RoleViewer), FirstJoinJitter: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -140,7 +140,7 @@ func TestEndToEnd(t *testing.T) {
 	// Senders: SDK clients that only send (the throttle spaces their sends).
 	sendClients := make([]*sdk.Client, senders)
 	for i := range senders {
-		c, err := sdk.New(sdk.Config{EntryURL: entry, Room: room, Ticket: ticket(t, fmt.Sprintf("sender%d", i), auth.RoleViewer), NoEdge: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		c, err := sdk.New(sdk.Config{EntryURL: entry, Room: room, Ticket: ticket(t, fmt.Sprintf("sender%d", i), auth.RoleViewer), NoEdge: true, FirstJoinJitter: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -173,7 +173,7 @@ func TestEndToEnd(t *testing.T) {
 	}
 
 	// The host announces; the business server sends three gifts.
-	host, err := sdk.New(sdk.Config{EntryURL: entry, Room: room, Ticket: ticket(t, "host", auth.RoleHost), NoEdge: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	host, err := sdk.New(sdk.Config{EntryURL: entry, Room: room, Ticket: ticket(t, "host", auth.RoleHost), NoEdge: true, FirstJoinJitter: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,6 +37,7 @@ import (
 	"danmaku/internal/origin"
 	"danmaku/internal/roomconf"
 	"danmaku/internal/stream"
+	"danmaku/sdk/web"
 	"danmaku/slicer"
 )
 
@@ -131,6 +132,10 @@ type Config struct {
 	// /v1/dev/ticket. Only with the public dev ticket key (embedded mode):
 	// the ticket endpoint mints for anyone.
 	Demo bool
+	// EntryClock is the gslb host's clock: login times, and what the store
+	// clock is followed against. Nil: the system clock. Tests skew it to
+	// show that clients schedule on the store clock, not the gslb host's.
+	EntryClock clock.Clock
 	// Logger. Nil: slog.Default().
 	Logger *slog.Logger
 }
@@ -343,14 +348,14 @@ func New(cfg Config) (*Stack, error) {
 			return nil, err
 		}
 		// Clients schedule their polls on the clock that decides segments.
-		s.storeTime = clock.NewFollower(nil, b.Streams.Now, 0)
+		s.storeTime = clock.NewFollower(cfg.EntryClock, b.Streams.Now, 0)
 		tickets, err := auth.NewTicketVerifier(cfg.TicketKey, nil)
 		if err != nil {
 			return nil, err
 		}
 		gs, err := gslb.NewServer(gslb.ServerConfig{
 			Allocator: s.allocator, Keyring: s.keyring, Tickets: tickets, CDN: cfg.PublicCDN, Rooms: b.Streams,
-			ServerClock: s.storeTime, RoomSettings: rooms, Registerer: s.registry, Logger: s.log,
+			ServerClock: s.storeTime, RoomSettings: rooms, Clock: cfg.EntryClock, Registerer: s.registry, Logger: s.log,
 		})
 		if err != nil {
 			return nil, err
@@ -359,6 +364,7 @@ func New(cfg Config) (*Stack, error) {
 		gs.Register(e)
 		if cfg.Demo {
 			gslb.RegisterDevTickets(e, cfg.TicketKey)
+			web.Register(e)
 		}
 		rs.srv = httpx.NewServer(e, 10*time.Second)
 	}

@@ -93,8 +93,6 @@ type Manifest struct {
 	Dur    uint32 `json:"dur"`
 	// Start is the newest segment's start in unix ms; version 2 only.
 	Start int64 `json:"ms,omitempty"`
-	// Ended is set on the last manifest of a room that has closed.
-	Ended bool `json:"ended,omitempty"`
 }
 
 // ManifestFor is the manifest naming seg as the newest segment.

@@ -8,7 +8,7 @@ package wire
 // the PUT, with room for a busy machine (docs/architecture.md, "Publish
 // delay", has the measurements). Too short, and first polls miss (404, and
 // a CDN may cache the 404); too long, and every comment waits for nothing.
-const DefaultPublishDelayMs = 100
+const DefaultPublishDelayMs = 50
 
 // Timing is a room's segment schedule: the one definition the slicer (when
 // a slot is complete, when it is late) and every client (when to ask for a

@@ -1,0 +1,945 @@
+// danmaku browser SDK: the browser port of the Go SDK (package danmaku/sdk).
+// One DanmakuClient per viewer per room: it joins through the entry endpoint,
+// polls the room's segments from the CDN on the Go SDK's schedule, holds the
+// edge WebSocket for gifts and system messages, merges both streams with the
+// Go SDK's de-duplication rules, and throttles the viewer's own comments.
+// RenderQueue decides what is on screen. README.md documents the API.
+import { Decoder } from '@msgpack/msgpack';
+
+export const KIND_BARRAGE = 1, KIND_GIFT = 2, KIND_SYSTEM = 3;
+export const SEGMENT_DURATIONS = Object.freeze([1000, 500, 250]); // ms: the spans this SDK can name and schedule
+export const MAX_VERSION = 2; // of segments, frames and manifests
+
+// Edge close codes (contract: edge WebSocket).
+export const CLOSE = Object.freeze({
+  RESUME: 4001, DRAINING: 4003, POLICY: 1008, TOO_BIG: 1009, TRY_LATER: 1013,
+  BAD_HELLO: 4400, TOKEN_REJECTED: 4401, WRONG_NODE: 4403, HELLO_TIMEOUT: 4408,
+});
+
+export const DEFAULTS = Object.freeze({
+  firstJoinJitterMs: 3000, // a room's viewers open the page together: spread the entry calls
+  rejoinJitterMs: 3000, pollBackoffMaxMs: 5000, farBehindMs: 10000, seenIds: 100000, seenWindowMs: 120000,
+  sendQueue: 5, sendIntervalMs: 1200, sendDedupMs: 10000, maxTextChars: 60, reportIntervalMs: 10000, httpTimeoutMs: 10000,
+});
+
+const MAX_SEGMENT_BYTES = 4 << 20, MAX_FRAME_BYTES = 1 << 20, MAX_MANIFEST_BYTES = 64 << 10;
+const MANIFEST_EVERY_MS = 1000; // a far-behind poller asks at most this often
+const MISMATCH_RETRIES = 3;
+const JOIN_BACKOFF = [500, 30000], EDGE_BACKOFF = [1000, 30000];
+const MIN_TOKEN_REFRESH_MS = 5000;
+// Clock refinement (sdk/clock.go): after a join whose round trip was long (a
+// busy gslb at show start), a few samples of GET /v1/time, the tightest kept.
+const CLOCK_GOOD_MS = 5, CLOCK_SAMPLES = 4, CLOCK_SAMPLE_GAP_MS = 2000, CLOCK_DRIFT = 20e-6;
+const MAX_REPORT_DELTA = 1000000; // the edge refuses more per counter and report
+const MAX_RECENT_TEXTS = 64;
+const ROOM_RE = /^[A-Za-z0-9_-]{1,64}$/;
+
+/** An error with a stable code: the server's (bad_token, ...) or the SDK's. */
+export class DanmakuError extends Error {
+  constructor(code, message, { status = 0, retryAfterMs = 0, permanent = false } = {}) {
+    super(message || code);
+    Object.assign(this, { name: 'DanmakuError', code, status, retryAfterMs, permanent });
+  }
+  /** Whether the same request may succeed later (network, 5xx, 408, 429). */
+  get temporary() { return this.status === 0 || this.status >= 500 || this.status === 408 || this.status === 429; }
+}
+
+// ---------------------------------------------------------------- ids, keys, time
+
+/** Splits "<ms>-<seq>" into [ms, seq]; null when malformed. */
+export function parseID(id) {
+  const m = typeof id === 'string' && /^(\d{1,16})-(\d{1,20})$/.exec(id);
+  return m ? [Number(m[1]), BigInt(m[2])] : null;
+}
+
+/** Orders two ids like wire.CompareIDs; malformed ids sort first. */
+export function compareIDs(a, b) {
+  const pa = parseID(a), pb = parseID(b);
+  if (!pa || !pb) return !pa && !pb ? (a < b ? -1 : a > b ? 1 : 0) : (!pa ? -1 : 1);
+  if (pa[0] !== pb[0]) return pa[0] < pb[0] ? -1 : 1;
+  return pa[1] === pb[1] ? 0 : (pa[1] < pb[1] ? -1 : 1);
+}
+
+// The key messages are de-duplicated by: ids are unique per lane only.
+export const identityOf = (kind, id) => (kind === KIND_BARRAGE ? 'b/' : 'l/') + id;
+
+// Object key of slot n of a room whose segments last segmentMs: unix seconds
+// for 1 s rooms (as ever), the start in unix ms for shorter ones.
+export const segmentKey = (room, slot, segmentMs) => segmentMs === 1000
+  ? `rooms/${room}/s/${slot}.msgpack` : `rooms/${room}/ms/${slot * segmentMs}.msgpack`;
+export const manifestKey = (room) => `rooms/${room}/live.json`;
+
+// Server time (ms) at which slot may be fetched, never earlier (a CDN may
+// cache the 404): its end, the publish delay and the clock's margin.
+export const dueMs = (slot, { segmentMs, publishDelayMs, marginMs }) => (slot + 1) * segmentMs + publishDelayMs + marginMs;
+// The newest slot that is due at server time nowMs.
+export const liveSlot = (nowMs, { segmentMs, publishDelayMs, marginMs }) =>
+  Math.floor((nowMs - marginMs - publishDelayMs) / segmentMs) - 1;
+
+// Clock offset (server minus local) and margin from an entry round trip sent
+// at local t0, answered at t1 (sdk/entry.go): the offset is exact to within
+// half the round trip, so due times are pushed back by more than that.
+export function clockFromEntry(serverTimeMs, t0, t1) {
+  const half = Math.max(t1 - t0, 0) / 2;
+  return { offsetMs: serverTimeMs + half - t1, marginMs: Math.floor(half) + 1, atMs: t1 };
+}
+
+// The margin of clock estimate c at local time now, widened by drift.
+const marginAt = (c, now) => c.marginMs + Math.max(now - c.atMs, 0) * CLOCK_DRIFT;
+
+// How long to wait before asking again for a due slot that answered 404.
+export const pollRetryMs = (segmentMs) => Math.min(200, segmentMs / 4);
+// A back-off doubled within [lo, hi], and a wait between its half and it, so
+// that clients that failed together retry apart.
+export const nextBackoff = (prev, lo, hi) => Math.min(Math.max(2 * prev, lo), hi);
+export const jittered = (b, rnd = Math.random) => b / 2 + rnd() * (b / 2);
+
+// ---------------------------------------------------------------- decoding
+
+const decoder = new Decoder({
+  maxStrLength: 1 << 16, maxBinLength: 0, maxArrayLength: 1 << 17, maxMapLength: 64, maxExtLength: 0,
+});
+
+const isInt = (v) => Number.isSafeInteger(v);
+const optStr = (v) => v === undefined || typeof v === 'string';
+const optInt = (v) => v === undefined || isInt(v);
+
+const bad = (what) => new DanmakuError('decode', `danmaku: undecodable ${what}`);
+
+/** Converts one wire message map (docs/segment-format.md) to the SDK's form; throws if invalid. */
+export function toMessage(w, via) {
+  if (!w || typeof w !== 'object' || Array.isArray(w) || !parseID(w.id) || !isInt(w.k) ||
+      w.k < KIND_BARRAGE || w.k > KIND_SYSTEM || !optInt(w.o) || (w.o ?? 0) < 0 || (w.o ?? 0) > 999 ||
+      !optStr(w.u) || !optStr(w.n) || !optStr(w.a) || !optStr(w.x) || !optStr(w.g) || !optStr(w.r) ||
+      !optInt(w.v) || !optInt(w.c) || (w.c ?? 0) < 0 ||
+      !(w.ids === undefined || (Array.isArray(w.ids) && w.ids.every((id) => typeof id === 'string')))) {
+    throw bad('message');
+  }
+  return {
+    id: w.id, kind: w.k, offset: w.o ?? 0, user: w.u ?? '', nick: w.n ?? '', avatar: w.a ?? '',
+    text: w.x ?? '', gift: w.g ?? '', value: w.v ?? 0,
+    count: w.c > 0 ? w.c : 1, // absent means one
+    ids: w.ids ?? [], role: w.r ?? '', via,
+  };
+}
+
+function decodeMap(bytes, limit, what) {
+  if (bytes.byteLength > limit) throw bad(what + ' (too large)');
+  let o;
+  try {
+    o = decoder.decode(bytes);
+  } catch {
+    throw bad(what);
+  }
+  if (!o || typeof o !== 'object' || Array.isArray(o) || !isInt(o.v) || o.v < 1) throw bad(what);
+  if (o.v > MAX_VERSION) throw new DanmakuError('version', `danmaku: ${what} v=${o.v} is newer than this SDK`);
+  if (typeof o.room !== 'string' || !ROOM_RE.test(o.room) || !Array.isArray(o.m)) throw bad(what);
+  return o;
+}
+
+/** Decodes a segment: {v, room, t, seq, dur, ms?, messages}. Throws DanmakuError. */
+export function decodeSegment(bytes) {
+  const o = decodeMap(bytes, MAX_SEGMENT_BYTES, 'segment');
+  if (!isInt(o.t) || o.t < 0 || !isInt(o.seq) || !optInt(o.dur) || !optInt(o.ms)) throw bad('segment');
+  return { v: o.v, room: o.room, t: o.t, seq: o.seq, dur: o.dur ?? 0, ms: o.ms, messages: o.m.map((w) => toMessage(w, 'segment')) };
+}
+
+/** Decodes an edge frame: {v, room, messages}. Throws DanmakuError. */
+export function decodeFrame(bytes) {
+  const o = decodeMap(bytes, MAX_FRAME_BYTES, 'frame');
+  return { v: o.v, room: o.room, messages: o.m.map((w) => toMessage(w, 'edge')) };
+}
+
+// Where a segment or manifest starts, in unix ms: `ms` from version 2 on.
+const startMs = (o) => (o.v >= 2 ? o.ms : o.t * 1000);
+
+/** Whether segment seg is the one asked for: slot of a room with segmentMs. */
+export function segmentMatches(seg, room, slot, segmentMs) {
+  return seg.room === room && seg.dur === segmentMs && startMs(seg) === slot * segmentMs;
+}
+
+/** The slot (of segmentMs) a live manifest names as the newest written, or null when it is not usable. */
+export function manifestSlot(m, room, segmentMs) {
+  if (!m || !isInt(m.v) || m.v < 1 || m.v > MAX_VERSION || m.room !== room || !isInt(m.t) || !isInt(m.seq)) return null;
+  return isInt(startMs(m)) ? Math.floor(startMs(m) / segmentMs) : null;
+}
+
+// ---------------------------------------------------------------- merge
+
+/** Remembers delivered identities, bounded by count and by age (oldest forgotten first). */
+export class SeenSet {
+  constructor(max = DEFAULTS.seenIds, windowMs = DEFAULTS.seenWindowMs) {
+    Object.assign(this, { max, windowMs, ids: new Map() }); // identity → server ms added; a Map iterates in insertion order
+  }
+  has(key) { return this.ids.has(key); }
+  get size() { return this.ids.size; }
+  add(key, now) {
+    if (this.ids.has(key)) return;
+    this.ids.set(key, now);
+    for (const [k, at] of this.ids) {
+      if (this.ids.size <= this.max && at >= now - this.windowMs) break;
+      this.ids.delete(k);
+    }
+  }
+}
+
+/**
+ * The form of msg to deliver, or null for a duplicate (sdk/merge.go admit). A
+ * merged gift is decided by its whole ids list: delivered with only the ids
+ * not yet shown, count cut to match, under the first of them if its own was.
+ */
+export function admit(seen, msg, now) {
+  if (msg.ids.length === 0) {
+    const key = identityOf(msg.kind, msg.id);
+    if (seen.has(key)) return null;
+    seen.add(key, now);
+    return msg;
+  }
+  const own = identityOf(msg.kind, msg.id);
+  const idSeen = seen.has(own);
+  const fresh = [];
+  for (const id of msg.ids) {
+    const key = identityOf(msg.kind, id);
+    if (!seen.has(key)) {
+      fresh.push(id);
+      seen.add(key, now);
+    }
+  }
+  seen.add(own, now);
+  if (fresh.length === 0) return null;
+  const out = { ...msg };
+  if (fresh.length < msg.ids.length) {
+    // Some were shown from the edge. Only one gift per id can be cut exactly;
+    // otherwise showing the whole count again beats losing a gift.
+    if (msg.count === msg.ids.length) out.count = fresh.length;
+    out.ids = fresh;
+  }
+  if (idSeen) out.id = fresh[0];
+  return out;
+}
+
+// ---------------------------------------------------------------- sending
+
+// unicode.IsSpace, which Go's strings.Fields splits on (JS's \s differs: it
+// has U+FEFF and lacks U+0085).
+const SPACES = /[\t\n\v\f\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+/gu;
+const LONE_SURROGATE = /[\ud800-\udfff]/gu; // with the u flag, only unpaired halves match
+
+/** Collapses whitespace and trims, as the Go SDK does, so limits and de-duplication see what the ingest sees. */
+export function normalizeText(s) {
+  // Not trim(): it also strips U+FEFF, which Go keeps.
+  return String(s).replace(LONE_SURROGATE, '').replace(SPACES, ' ').replace(/^ | $/g, '');
+}
+
+/** Normalises text and checks it for the ingest: throws DanmakuError empty_text / text_too_long. */
+export function checkText(text, maxChars = DEFAULTS.maxTextChars) {
+  const t = normalizeText(text);
+  if (t === '') throw new DanmakuError('empty_text', 'danmaku: empty text');
+  const n = [...t].length; // code points, like Go's runes
+  if (n > maxChars) throw new DanmakuError('text_too_long', `danmaku: ${n} characters, at most ${maxChars}`);
+  return t;
+}
+
+// The client-side layer of flow control (sdk/send.go): a queue of cap that
+// drops its oldest entry, one post per intervalMs, the same text within
+// dedupMs answered as success without being queued.
+export class SendQueue {
+  constructor(cap = DEFAULTS.sendQueue, intervalMs = DEFAULTS.sendIntervalMs, dedupMs = DEFAULTS.sendDedupMs) {
+    Object.assign(this, { cap, intervalMs, dedupMs, q: [], recent: [], nextAt: -Infinity });
+  }
+  /** Queues text at local time now: {deduped, dropped, heldBack}. */
+  push(text, now) {
+    const r = { deduped: false, dropped: false, heldBack: false };
+    if (this.dedupMs > 0) {
+      this.recent = this.recent.filter((rt) => now - rt.at < this.dedupMs);
+      if (this.recent.some((rt) => rt.text === text)) return { ...r, deduped: true };
+      if (this.recent.length === MAX_RECENT_TEXTS) this.recent.shift();
+      this.recent.push({ text, at: now });
+    }
+    r.heldBack = this.q.length > 0 || now < this.nextAt;
+    if (this.q.length === this.cap) {
+      // Never sent: forget it, so that typing it again is sent, not "deduplicated".
+      const dropped = this.q.shift();
+      r.dropped = true;
+      const i = this.recent.findIndex((rt) => rt.text === dropped);
+      if (i >= 0) this.recent.splice(i, 1);
+    }
+    this.q.push(text);
+    return r;
+  }
+  /** The text to post at local time now ({text}), the time to wait until ({until}), or null when empty. */
+  next(now) {
+    if (this.q.length === 0) return null;
+    if (now < this.nextAt) return { until: this.nextAt };
+    this.nextAt = now + this.intervalMs;
+    return { text: this.q.shift() };
+  }
+  get length() { return this.q.length; }
+}
+
+// ---------------------------------------------------------------- render queue
+
+/**
+ * Decides what is on screen, as sdk/render.go: `visible` slots held displayMs
+ * each from next(), `buffer` waiting; a full buffer drops its oldest barrage,
+ * gifts and system messages are never dropped and come first. Hidden and full
+ * of gifts, a gift folds into a waiting one (see _collapse): counts are kept.
+ */
+export class RenderQueue {
+  constructor({ visible = 32, buffer = 120, displayMs = 8000, now = () => performance.now() } = {}) {
+    if (!(visible > 0 && buffer > 0 && displayMs > 0)) throw new DanmakuError('config', 'danmaku: render queue sizes must be positive');
+    Object.assign(this, { visible, buffer, displayMs, now });
+    // Plain arrays: shift() is O(n), but n is the buffer (120) or the slots (32).
+    Object.assign(this, { barrage: [], priority: [], slots: [], _hidden: false, _newCount: 0 });
+    this._stats = { pushed: 0, shown: 0, droppedOverflow: 0, droppedHidden: 0, beyondBuffer: 0, collapsedGifts: 0 };
+  }
+
+  push(m) {
+    const keep = m.kind === KIND_GIFT || m.kind === KIND_SYSTEM, s = this._stats;
+    s.pushed++;
+    if (this._hidden) this._newCount++;
+    if (this.length >= this.buffer) {
+      if (this.barrage.length > 0) {
+        this.barrage.shift();
+        this._drop();
+      } else if (!keep) {
+        return this._drop();
+      } else if (this._hidden && m.kind === KIND_GIFT && this._collapse(m)) {
+        return void s.collapsedGifts++;
+      } else {
+        s.beyondBuffer++;
+      }
+    }
+    if (!keep) return void this.barrage.push(m);
+    this.priority.push(m.kind === KIND_GIFT ? { ...m } : m); // a gift's copy is ours to fold counts into
+  }
+
+  // Folds gift m into the oldest waiting gift of the same sender, gift and
+  // value, else of the same gift and value (its sender then cleared: several
+  // viewers), so a long absence holds at most one entry per gift of the
+  // catalogue, and the sum of gift counts stays exact.
+  _collapse(m) {
+    const same = (w) => w.kind === KIND_GIFT && w.gift === m.gift && w.value === m.value;
+    const w = this.priority.find((w) => same(w) && w.user === m.user) ?? this.priority.find(same);
+    if (!w) return false;
+    if (w.user !== m.user) Object.assign(w, { user: '', nick: '', avatar: '' });
+    // The ids no longer say which gifts the entry stands for; its count does.
+    Object.assign(w, { ids: [], count: w.count + m.count, collapsed: (w.collapsed || 1) + 1 });
+    return true;
+  }
+
+  _drop() { this._stats[this._hidden ? 'droppedHidden' : 'droppedOverflow']++; }
+
+  _expire(now) { while (this.slots.length > 0 && now >= this.slots[0]) this.slots.shift(); }
+
+  /** The next message to show (taking a slot for displayMs), or null: hidden, every slot taken, or nothing waits. */
+  next() {
+    const now = this.now();
+    this._expire(now);
+    if (this._hidden || this.slots.length >= this.visible) return null;
+    let m;
+    if (this.priority.length > 0) {
+      m = this.priority.shift();
+    } else if (this.barrage.length > 0) {
+      m = this.barrage.shift();
+    } else {
+      return null;
+    }
+    this.slots.push(now + this.displayMs);
+    this._stats.shown++;
+    return m;
+  }
+
+  /** Hiding empties the screen (every slot freed) and restarts the "N new" count; showing resumes, oldest first. */
+  setHidden(hidden) {
+    hidden = !!hidden;
+    if (hidden === this._hidden) return;
+    this._hidden = hidden;
+    this._newCount = 0;
+    if (hidden) this.slots.length = 0;
+  }
+
+  get hidden() { return this._hidden; }
+  /** Messages pushed since the queue was hidden (arrivals, so it may exceed what was kept); 0 while shown. */
+  get newCount() { return this._newCount; }
+  /** Messages waiting for a slot. */
+  get length() { return this.barrage.length + this.priority.length; }
+  /** Slots taken now. */
+  onScreen() { this._expire(this.now()); return this.slots.length; }
+  stats() { return { ...this._stats, drops: this.drops() }; }
+  /** Every drop since creation (monotonic): what the counter report to the edge is the difference of. */
+  drops() { return this._stats.droppedOverflow + this._stats.droppedHidden; }
+}
+
+/** Hides queue while the document is hidden (visibilitychange). Returns a function that stops watching. */
+export function watchVisibility(queue, doc = globalThis.document) {
+  const sync = () => queue.setHidden(doc.hidden);
+  doc.addEventListener('visibilitychange', sync);
+  sync();
+  return () => doc.removeEventListener('visibilitychange', sync);
+}
+
+// ---------------------------------------------------------------- client
+
+// Resolves after ms, or at once when signal aborts.
+function sleep(ms, signal) {
+  return new Promise((resolve) => {
+    if (signal?.aborted) return resolve();
+    const done = () => { clearTimeout(t); signal?.removeEventListener('abort', done); resolve(); };
+    const t = setTimeout(done, Math.min(Math.max(ms, 0), 0x7fffffff));
+    signal?.addEventListener('abort', done, { once: true });
+  });
+}
+
+async function apiError(resp) {
+  let code = `http_${resp.status}`, message = resp.statusText;
+  try {
+    const body = await resp.json();
+    if (body?.error?.code) ({ code, message } = body.error);
+  } catch { /* not JSON: keep the status */ }
+  const ra = Number(resp.headers.get('Retry-After'));
+  return new DanmakuError(code, message, { status: resp.status, retryAfterMs: ra > 0 ? ra * 1000 : 0 });
+}
+
+/** One viewer in one room; an EventTarget. README.md lists its options, events and stats. */
+export class DanmakuClient extends EventTarget {
+  constructor(cfg) {
+    super();
+    if (!cfg?.entryURL || !ROOM_RE.test(cfg.room ?? '') || !cfg.ticket) {
+      throw new DanmakuError('config', 'danmaku: entryURL, a valid room and ticket are required');
+    }
+    this.cfg = { ...DEFAULTS, ...cfg };
+    this.cfg.entryURL = this.cfg.entryURL.replace(/\/+$/, '');
+    this._now = cfg.now ?? (() => performance.now());
+    this._fetch = cfg.fetch ?? globalThis.fetch.bind(globalThis);
+    this._WebSocket = cfg.WebSocket ?? globalThis.WebSocket;
+    this._abort = new AbortController();
+    this._seen = new SeenSet(this.cfg.seenIds, this.cfg.seenWindowMs);
+    this._sendQ = new SendQueue(this.cfg.sendQueue, this.cfg.sendIntervalMs, this.cfg.sendDedupMs);
+    Object.assign(this, { _session: null, _joining: null, _wakeSend: null, _everConnected: false });
+    this._reported = { drops: 0, held: 0, at: -Infinity };
+    this._stats = {
+      entryFetches: 0, segmentsFetched: 0, firstPollHits: 0, firstPollMisses: 0, notFoundRetries: 0,
+      fetchErrors: 0, decodeErrors: 0, mismatchRetries: 0, mismatchSkipped: 0, seqGaps: 0,
+      jumpsToLive: 0, skippedSlots: 0, edgeConnects: 0, edgeReconnects: 0, edgeDialErrors: 0,
+      edgeFrames: 0, edgeDecodeErrors: 0, reportsSent: 0, delivered: 0, duplicates: 0,
+      sendsPosted: 0, sendsDeduped: 0, sendsDropped: 0, sendsHeldBack: 0, sendsFailed: 0,
+      lastSegment: null, segmentMs: 0, edgeState: 'idle', edgeCloseCode: 0,
+    };
+  }
+
+  get _stopped() { return this._abort.signal.aborted; }
+  _emit(type, detail) { this.dispatchEvent(new CustomEvent(type, { detail })); }
+  /** Server time in ms (local clock plus the offset of the last entry answer). */
+  serverNow() { return this._now() + (this._session?.offsetMs ?? 0); }
+  /** The current entry answer (null before the first join). */
+  get entry() { return this._session?.entry ?? null; }
+
+  /** Counters (a snapshot), plus the render queue's when cfg.render is set. */
+  stats() {
+    return { ...this._stats, render: this.cfg.render?.stats() };
+  }
+
+  /** Joins and runs until stop(); rejects when the entry refuses the ticket or names an unknown segment_ms. */
+  async start() {
+    if (this._started) throw new DanmakuError('running', 'danmaku: start() already called');
+    this._started = true;
+    const failed = new Promise((_, reject) => { this._reject = reject; });
+    failed.catch(() => {});
+    try {
+      await Promise.race([this._join(this.cfg.firstJoinJitterMs), failed]);
+      if (this._stopped) return;
+      const loops = [this._pollLoop(), this._sendLoop(), this._refreshLoop(), this._refineLoop()];
+      if (!this.cfg.noEdge) loops.push(this._edgeLoop());
+      await Promise.race([Promise.all(loops), failed]);
+    } catch (err) {
+      this._fail(err);
+      throw err;
+    }
+  }
+
+  stop() { this._abort.abort(); this._wakeSend?.(); }
+
+  _fail(err) {
+    if (this._failed) return;
+    this._failed = true;
+    this.stop();
+    this._emit('error', { error: err });
+    this._reject?.(err);
+  }
+
+  // ---- entry
+
+  async _fetchEntry() {
+    const url = `${this.cfg.entryURL}/v1/entry?room=${encodeURIComponent(this.cfg.room)}`;
+    this._stats.entryFetches++;
+    const t0 = this._now();
+    const resp = await this._fetch(url, {
+      headers: { Authorization: `Bearer ${this.cfg.ticket}`, Accept: 'application/json' },
+      signal: this._signal(),
+    });
+    if (!resp.ok) throw await apiError(resp);
+    const e = await resp.json();
+    const t1 = this._now();
+    const segmentMs = e.segment_ms || 1000; // a gslb older than segment_ms means 1 s
+    if (!SEGMENT_DURATIONS.includes(segmentMs)) {
+      // An upgrade is needed; asking again will not help.
+      throw new DanmakuError('bad_entry', `danmaku: segment_ms ${e.segment_ms} is not one of ${SEGMENT_DURATIONS}; this SDK cannot follow the room`, { permanent: true });
+    }
+    if (e.room !== this.cfg.room || !e.token || !e.cdn || !(e.server_time_ms > 0) || !(e.publish_delay_ms >= 0)) {
+      throw new DanmakuError('bad_entry', 'danmaku: unusable entry answer');
+    }
+    if (!e.cdn.endsWith('/')) e.cdn += '/';
+    return { entry: e, segmentMs, publishDelayMs: e.publish_delay_ms, ...clockFromEntry(e.server_time_ms, t0, t1) };
+  }
+
+  // An abort signal for one request: the client's stop, or the HTTP timeout.
+  _signal() { return AbortSignal.any([this._abort.signal, AbortSignal.timeout(this.cfg.httpTimeoutMs)]); }
+
+  async _join(jitterMs) {
+    if (jitterMs > 0) await sleep(Math.random() * jitterMs, this._abort.signal);
+    let backoff = JOIN_BACKOFF[0];
+    while (!this._stopped) {
+      try {
+        const s = await this._fetchEntry();
+        this._offerClock(s);
+        this._session = s;
+        this._useClock(s);
+        this._emit('entry', s.entry);
+        return;
+      } catch (err) {
+        if (this._stopped) return;
+        if (err.permanent || (err instanceof DanmakuError && !err.temporary)) {
+          throw new DanmakuError(err.code, `danmaku: join refused: ${err.message}`, { status: err.status, permanent: true });
+        }
+        const wait = Math.max(jittered(backoff), err.retryAfterMs || 0);
+        backoff = Math.min(2 * backoff, JOIN_BACKOFF[1]);
+        await sleep(wait, this._abort.signal);
+      }
+    }
+  }
+
+  /** Re-fetches the entry unless another task already replaced stale; a refusal stops the client. */
+  async _rejoin(stale, jitterMs) {
+    while (this._joining) await this._joining;
+    if (this._session !== stale || this._stopped) return;
+    this._joining = this._join(jitterMs).catch((err) => this._fail(err)).finally(() => { this._joining = null; });
+    await this._joining;
+  }
+
+  // Keeps clock estimate c when it is tighter than the current one, as that
+  // stands now; the session's offset and margin follow the best estimate.
+  _offerClock(c) {
+    const cur = this._clock;
+    if (cur && marginAt(cur, c.atMs) <= c.marginMs) return;
+    this._clock = { offsetMs: c.offsetMs, marginMs: c.marginMs, atMs: c.atMs };
+    if (this._session) this._useClock(this._session);
+  }
+
+  _useClock(s) {
+    s.offsetMs = this._clock.offsetMs;
+    s.marginMs = Math.ceil(marginAt(this._clock, this._now()));
+  }
+
+  async _refineLoop() {
+    let refined = null;
+    while (!this._stopped) {
+      const s = this._session;
+      if (s === refined || marginAt(this._clock, this._now()) <= CLOCK_GOOD_MS) {
+        await sleep(1000, this._abort.signal); // until the next join
+        continue;
+      }
+      for (let i = 0; i < CLOCK_SAMPLES && !this._stopped; i++) {
+        await sleep(CLOCK_SAMPLE_GAP_MS / 2 + Math.random() * CLOCK_SAMPLE_GAP_MS, this._abort.signal);
+        try {
+          const t0 = this._now();
+          const resp = await this._fetch(`${this.cfg.entryURL}/v1/time`, { signal: this._signal() });
+          if (resp.ok) {
+            const body = await resp.json();
+            if (body.server_time_ms > 0) this._offerClock(clockFromEntry(body.server_time_ms, t0, this._now()));
+          }
+        } catch { /* the next sample, or the next join */ }
+        if (this._clock.marginMs <= CLOCK_GOOD_MS) break;
+      }
+      refined = s;
+    }
+  }
+
+  async _refreshLoop() {
+    while (!this._stopped) {
+      const s = this._session, e = s.entry;
+      const life = e.token_expires_ms - e.server_time_ms;
+      const at = e.server_time_ms + Math.max(life * 0.8, MIN_TOKEN_REFRESH_MS);
+      await this._waitServer(() => at);
+      await this._rejoin(s, 0);
+    }
+  }
+
+  // Waits until the server time reaches target(), re-read on every wake-up
+  // (a re-join may move the offset, and timers may fire a little early).
+  async _waitServer(target) {
+    for (let left; !this._stopped && (left = target() - this.serverNow()) > 0;) {
+      await sleep(left, this._abort.signal);
+    }
+  }
+
+  async _get(url, limit) {
+    const resp = await this._fetch(url, { signal: this._signal() });
+    if (resp.status !== 200) {
+      resp.body?.cancel().catch(() => {});
+      return { status: resp.status };
+    }
+    const body = new Uint8Array(await resp.arrayBuffer());
+    return { status: 200, body: body.byteLength > limit ? body.subarray(0, limit + 1) : body };
+  }
+
+  // ---- segments
+
+  async _pollLoop() {
+    const s = this._session;
+    // D follows the room: from the entry, then from the manifest if the
+    // room's segment duration changes.
+    const p = {
+      D: s.segmentMs, slot: Math.floor(this.serverNow() / s.segmentMs), // the slot joined in
+      seq: 0, haveSeq: false, backoff: 0, manifestAt: -Infinity, attempts: 0, mismatches: 0,
+    };
+    this._stats.segmentMs = p.D;
+    while (!this._stopped) {
+      try {
+        await this._pollStep(p);
+      } catch (err) {
+        if (this._stopped) return;
+        // Network errors (fetch's TypeError, timeouts) back off like a 5xx.
+        await this._pollBackoff(p, 'fetchErrors');
+      }
+    }
+  }
+
+  _timing(p) { return { ...this._session, segmentMs: p.D }; }
+
+  async _pollBackoff(p, counter) {
+    this._stats[counter]++;
+    p.backoff = nextBackoff(p.backoff, 2 * pollRetryMs(p.D), this.cfg.pollBackoffMaxMs);
+    await sleep(jittered(p.backoff), this._abort.signal);
+  }
+
+  async _pollStep(p) {
+    // Re-read the session on every wake-up: a re-join may move the offset.
+    await this._waitServer(() => dueMs(p.slot, this._timing(p)));
+    if (this._stopped || (await this._maybeJump(p))) return;
+    const r = await this._get(this._session.entry.cdn + segmentKey(this.cfg.room, p.slot, p.D), MAX_SEGMENT_BYTES);
+    const first = p.attempts++ === 0;
+    if (r.status === 404) {
+      // Due but not yet written: the slicer is a little late, or the room's
+      // segment duration changed and this key never will be.
+      if (first) this._stats.firstPollMisses++;
+      this._stats.notFoundRetries++;
+      p.backoff = 0;
+      if (await this._followDuration(p)) return;
+      return sleep(pollRetryMs(p.D), this._abort.signal);
+    }
+    if (r.status !== 200) return this._pollBackoff(p, 'fetchErrors');
+    this._stats.segmentsFetched++;
+    p.backoff = 0;
+    let seg = null;
+    try {
+      seg = decodeSegment(r.body);
+    } catch {
+      this._stats.decodeErrors++;
+    }
+    if (seg && !segmentMatches(seg, this.cfg.room, p.slot, p.D)) {
+      // A CDN served another object: ask again, a few times, then skip.
+      if (p.mismatches++ < MISMATCH_RETRIES) return this._pollBackoff(p, 'mismatchRetries');
+      this._stats.mismatchSkipped++;
+      seg = null;
+    }
+    if (first) this._stats.firstPollHits++;
+    if (seg && p.haveSeq && seg.seq !== p.seq) this._stats.seqGaps++;
+    if (seg) Object.assign(p, { seq: seg.seq, haveSeq: true });
+    this._advance(p, seg);
+  }
+
+  // Moves past p.slot, delivering seg (null: skipped, which used up one seq).
+  _advance(p, seg) {
+    const slot = p.slot;
+    Object.assign(p, { slot: slot + 1, seq: p.seq + 1, attempts: 0, mismatches: 0 });
+    if (!seg) return;
+    const latencyMs = Math.round(this.serverNow() - (slot + 1) * p.D);
+    this._stats.lastSegment = { slot, seq: seg.seq, latencyMs, count: seg.messages.length };
+    this._deliver(seg.messages);
+    this._emit('segment', this._stats.lastSegment);
+  }
+
+  // The live manifest, at most once per MANIFEST_EVERY_MS; null when
+  // unavailable, unusable or asked for too recently.
+  async _manifest(p) {
+    const now = this.serverNow();
+    if (now - p.manifestAt < MANIFEST_EVERY_MS) return null;
+    p.manifestAt = now;
+    try {
+      const r = await this._get(this._session.entry.cdn + manifestKey(this.cfg.room), MAX_MANIFEST_BYTES);
+      const m = r.status === 200 ? JSON.parse(new TextDecoder().decode(r.body)) : null;
+      return manifestSlot(m, this.cfg.room, p.D) !== null && SEGMENT_DURATIONS.includes(m.dur) ? m : null;
+    } catch {
+      return null;
+    }
+  }
+
+  // Moves p to the grid of duration D at the same time: durations change at
+  // whole seconds, where both grids meet.
+  _regrid(p, D) {
+    Object.assign(p, { slot: Math.ceil((p.slot * p.D) / D), D, attempts: 0, mismatches: 0 });
+    this._stats.segmentMs = D;
+  }
+
+  // A due slot still missing long after its due time: if the manifest names
+  // another segment duration, the room changed it; follow.
+  async _followDuration(p) {
+    if (this.serverNow() - dueMs(p.slot, this._timing(p)) < Math.max(1000, 4 * p.D)) return false;
+    const m = await this._manifest(p);
+    if (!m || m.dur === p.D) return false;
+    this._regrid(p, m.dur);
+    return true;
+  }
+
+  // Jumps to live when more than farBehindMs behind, but only to a slot a
+  // manifest names as written and itself that far ahead: a slicer catching
+  // up is walked through, and without a manifest nothing is skipped.
+  async _maybeJump(p) {
+    const far = this.cfg.farBehindMs;
+    if (!(far > 0)) return false;
+    const live = liveSlot(this.serverNow(), this._timing(p));
+    if ((live - p.slot) * p.D <= far) return false;
+    const m = await this._manifest(p);
+    if (!m) return false;
+    if (m.dur !== p.D) {
+      // The room changed its segment duration: the new grid, then judge again.
+      this._regrid(p, m.dur);
+      Object.assign(p, { haveSeq: false, manifestAt: -Infinity });
+      return true;
+    }
+    const mSlot = manifestSlot(m, this.cfg.room, p.D);
+    if ((mSlot - p.slot) * p.D <= far) return false;
+    const [target, seq, haveSeq] = mSlot <= live ? [mSlot, m.seq, true] : [live, 0, false];
+    this._stats.jumpsToLive++;
+    this._stats.skippedSlots += target - p.slot;
+    Object.assign(p, { slot: target, seq, haveSeq, attempts: 0, mismatches: 0 });
+    return true;
+  }
+
+  _deliver(messages) {
+    const now = this.serverNow();
+    for (const m of messages) {
+      const out = admit(this._seen, m, now);
+      if (!out) {
+        this._stats.duplicates++;
+        continue;
+      }
+      this._stats.delivered++;
+      this.cfg.render?.push(out);
+      this._emit('message', out);
+    }
+  }
+
+  // ---- edge
+
+  _edgeState(state, code = 0) {
+    this._stats.edgeState = state;
+    if (code) this._stats.edgeCloseCode = code;
+    this._emit('edge', { state, code });
+  }
+
+  async _edgeLoop() {
+    const cfg = this.cfg;
+    let idx = 0, backoff = 0, stuck = 0, policy = 0, last = '', lastAt = 0;
+    const pause = (ms) => sleep(ms, this._abort.signal);
+    while (!this._stopped) {
+      const s = this._session;
+      const addrs = s.entry.edge ?? [];
+      if (addrs.length === 0) {
+        // Poll-only until an entry names an edge.
+        this._edgeState('none');
+        await pause(1000);
+        continue;
+      }
+      if (idx >= addrs.length) idx = 0;
+      // Resume only while what the edge would replay is still in the
+      // seen-set; segments carry every gift, so starting fresh loses nothing.
+      if (last && this.serverNow() - lastAt > cfg.seenWindowMs / 2) last = '';
+      const r = await this._edgeConnect(addrs[idx], s.entry.token, last);
+      last = r.last;
+      lastAt = this.serverNow();
+      if (this._stopped) return;
+      if (!r.opened) {
+        this._stats.edgeDialErrors++;
+        if (++idx < addrs.length) continue;
+        // Every address failed: back off, then ask the gslb for fresh ones.
+        idx = 0;
+        backoff = nextBackoff(backoff, ...EDGE_BACKOFF);
+        await pause(jittered(backoff));
+        await this._rejoin(s, cfg.rejoinJitterMs);
+        continue;
+      }
+      backoff = 0;
+      if (r.frames > 0) policy = 0;
+      switch (r.code) {
+        case CLOSE.RESUME:
+          // At once, with last. A resume before any frame means the edge
+          // cannot catch this client up: back off instead of looping.
+          if (r.frames > 0) { stuck = 0; break; }
+          stuck = nextBackoff(stuck, ...EDGE_BACKOFF);
+          await pause(jittered(stuck));
+          break;
+        case CLOSE.DRAINING:
+        case CLOSE.TOKEN_REJECTED:
+          // The session at close time: a refresh since the dial must not turn
+          // a drain into an immediate reconnect to the old address list.
+          await this._rejoin(this._session, cfg.rejoinJitterMs);
+          idx = 0;
+          break;
+        case CLOSE.WRONG_NODE:
+          if (++idx < addrs.length) break;
+          idx = 0;
+          await this._rejoin(this._session, cfg.rejoinJitterMs);
+          break;
+        case CLOSE.POLICY:
+        case CLOSE.TOO_BIG:
+        case CLOSE.BAD_HELLO:
+        case CLOSE.TRY_LATER:
+          policy = nextBackoff(policy, ...EDGE_BACKOFF);
+          await pause(jittered(policy));
+          break;
+        default:
+          // A dropped connection: every client of that edge reconnects now,
+          // so spread them out. last resumes the stream.
+          if (cfg.rejoinJitterMs > 0) await pause(Math.random() * cfg.rejoinJitterMs);
+      }
+    }
+  }
+
+  // One connection: resolves when it ends with {opened, code, frames, last}.
+  _edgeConnect(addr, token, last) {
+    return new Promise((resolve) => {
+      let ws, opened = false, frames = 0, timer = 0;
+      this._edgeState('connecting');
+      const onAbort = () => ws.close(1000);
+      try {
+        ws = new this._WebSocket(addr); // never a token in the URL: it leaks into logs
+      } catch {
+        resolve({ opened, code: 0, frames, last });
+        return;
+      }
+      ws.binaryType = 'arraybuffer';
+      this._abort.signal.addEventListener('abort', onAbort, { once: true });
+      ws.onopen = () => {
+        opened = true;
+        this._stats.edgeConnects++;
+        if (this._everConnected) this._stats.edgeReconnects++;
+        this._everConnected = true;
+        ws.send(JSON.stringify(last ? { token, last } : { token }));
+        this._edgeState('open');
+        if (this.cfg.reportIntervalMs > 0) timer = setInterval(() => this._report(ws), this.cfg.reportIntervalMs);
+      };
+      ws.onmessage = (ev) => {
+        if (typeof ev.data === 'string') return;
+        frames++;
+        this._stats.edgeFrames++;
+        let f;
+        try {
+          f = decodeFrame(new Uint8Array(ev.data));
+          if (f.room !== this.cfg.room) throw bad('frame (room)');
+        } catch {
+          this._stats.edgeDecodeErrors++;
+          return;
+        }
+        for (const m of f.messages) if (compareIDs(m.id, last) > 0) last = m.id;
+        this._deliver(f.messages);
+      };
+      ws.onclose = (ev) => {
+        clearInterval(timer);
+        this._abort.signal.removeEventListener('abort', onAbort);
+        this._edgeState('closed', ev.code);
+        resolve({ opened, code: ev.code, frames, last });
+      };
+    });
+  }
+
+  // Reports render drops and held-back sends since the previous report that
+  // went out, at most once per reportIntervalMs across reconnects.
+  _report(ws) {
+    const r = this._reported, now = this._now();
+    if (ws.readyState !== 1 || now - r.at < this.cfg.reportIntervalMs) return;
+    const drops = this.cfg.render?.drops() ?? 0, held = this._stats.sendsHeldBack;
+    const rep = { drops: Math.min(drops - r.drops, MAX_REPORT_DELTA), held: Math.min(held - r.held, MAX_REPORT_DELTA) };
+    if (rep.drops === 0 && rep.held === 0) return;
+    ws.send(JSON.stringify(rep));
+    Object.assign(r, { drops: r.drops + rep.drops, held: r.held + rep.held, at: now });
+    this._stats.reportsSent++;
+  }
+
+  // ---- sending
+
+  /** Queues a comment: {deduped, dropped, heldBack}; throws DanmakuError empty_text, text_too_long or closed. */
+  send(text) {
+    if (this._stopped) throw new DanmakuError('closed', 'danmaku: client stopped');
+    const t = checkText(text, this.cfg.maxTextChars);
+    const r = this._sendQ.push(t, this._now());
+    if (r.deduped) this._stats.sendsDeduped++;
+    if (r.dropped) this._stats.sendsDropped++;
+    if (r.heldBack) this._stats.sendsHeldBack++;
+    this._wakeSend?.();
+    return r;
+  }
+
+  async _sendLoop() {
+    while (!this._stopped) {
+      const n = this._sendQ.next(this._now());
+      if (!n) {
+        await new Promise((resolve) => { this._wakeSend = resolve; });
+        this._wakeSend = null;
+      } else if (n.until !== undefined) {
+        await sleep(n.until - this._now(), this._abort.signal);
+      } else {
+        try {
+          await this._post('barrage', n.text);
+          this._stats.sendsPosted++;
+          this._emit('sent', { text: n.text, ok: true });
+        } catch (error) {
+          if (this._stopped) return;
+          this._stats.sendsFailed++;
+          this._emit('sent', { text: n.text, ok: false, error });
+        }
+      }
+    }
+  }
+
+  // Posts {"text"} to the room's ingest path: the next address on network and
+  // server errors and on wrong_node; one re-join when the token is refused.
+  async _post(path, text) {
+    const body = JSON.stringify({ text });
+    let s = this._session, rejoined = false;
+    for (;;) {
+      const ingest = s.entry.ingest ?? [];
+      if (ingest.length === 0) throw new DanmakuError('no_ingest', 'danmaku: the entry named no ingest address');
+      let lastErr;
+      for (const base of ingest) {
+        const url = `${base.replace(/\/+$/, '')}/v1/rooms/${this.cfg.room}/${path}`;
+        try {
+          const resp = await this._fetch(url, {
+            method: 'POST', body, signal: this._signal(),
+            headers: { Authorization: `Bearer ${s.entry.token}`, 'Content-Type': 'application/json' },
+          });
+          if (!resp.ok) throw await apiError(resp);
+          return await resp.json();
+        } catch (err) {
+          if (this._stopped) throw err;
+          lastErr = err instanceof DanmakuError ? err : new DanmakuError('network', String(err?.message ?? err));
+          if (!lastErr.temporary && lastErr.code !== 'wrong_node') break;
+        }
+      }
+      if (rejoined || lastErr.status !== 401) throw lastErr;
+      await this._rejoin(s, this.cfg.rejoinJitterMs);
+      [s, rejoined] = [this._session, true];
+    }
+  }
+}

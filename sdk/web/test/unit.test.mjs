@@ -1,0 +1,408 @@
+// Unit tests of the browser SDK's pure parts, and of the client's schedule
+// against a fake CDN, entry and edge. No browser: node --test sdk/web/test/unit.test.mjs
+// (after `npm ci` in sdk/web, for @msgpack/msgpack).
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { encode } from '@msgpack/msgpack';
+import {
+  segmentKey, manifestKey, dueMs, liveSlot, clockFromEntry, pollRetryMs, nextBackoff, jittered,
+  parseID, compareIDs, identityOf, normalizeText, checkText, SendQueue, SeenSet, admit, RenderQueue,
+  decodeSegment, decodeFrame, segmentMatches, manifestSlot, toMessage, DanmakuClient, watchVisibility,
+  KIND_BARRAGE, KIND_GIFT, KIND_SYSTEM,
+} from '../danmaku.js';
+
+const msg = (id, kind = KIND_BARRAGE, extra = {}) => ({ ...toMessage({ id, k: kind }, 'segment'), ...extra });
+const gift = (id, user, code, count = 1) => msg(id, KIND_GIFT, { user, gift: code, count });
+
+test('segment and manifest keys', () => {
+  assert.equal(segmentKey('demo', 1700000000, 1000), 'rooms/demo/s/1700000000.msgpack');
+  assert.equal(segmentKey('demo', 3400000001, 500), 'rooms/demo/ms/1700000000500.msgpack');
+  assert.equal(segmentKey('r_1', 6800000003, 250), 'rooms/r_1/ms/1700000000750.msgpack');
+  assert.equal(manifestKey('demo'), 'rooms/demo/live.json');
+});
+
+test('due time and live slot are inverse, for every segment duration', () => {
+  for (const segmentMs of [1000, 500, 250]) {
+    const s = { segmentMs, publishDelayMs: 300, marginMs: 7 };
+    for (const slot of [0, 1, 41, 6800000003]) {
+      const due = dueMs(slot, s);
+      assert.equal(due, (slot + 1) * segmentMs + 307);
+      assert.equal(liveSlot(due, s), slot, 'due at its due time');
+      assert.equal(liveSlot(due - 0.5, s), slot - 1, 'not a moment before');
+    }
+  }
+  assert.equal(pollRetryMs(1000), 200);
+  assert.equal(pollRetryMs(500), 125);
+  assert.equal(pollRetryMs(250), 62.5);
+});
+
+test('clock offset and margin from the entry round trip', () => {
+  // Sent at local 1000, answered at 1040 with server time 5000: the server
+  // stamped it mid-flight, so it is 5020 at local 1040.
+  assert.deepEqual(clockFromEntry(5000, 1000, 1040), { offsetMs: 5000 + 20 - 1040, marginMs: 21, atMs: 1040 });
+  assert.deepEqual(clockFromEntry(5000, 1000, 1000), { offsetMs: 4000, marginMs: 1, atMs: 1000 });
+  assert.equal(clockFromEntry(5000, 1000, 1003).marginMs, 2, 'strictly above half the round trip');
+  assert.equal(clockFromEntry(5000, 1000, 990).marginMs, 1, 'a clock that went back counts as no round trip');
+});
+
+test('back-off doubles within bounds, jitter stays in [b/2, b]', () => {
+  assert.equal(nextBackoff(0, 400, 5000), 400);
+  assert.equal(nextBackoff(400, 400, 5000), 800);
+  assert.equal(nextBackoff(4000, 400, 5000), 5000);
+  assert.equal(jittered(1000, () => 0), 500);
+  assert.equal(jittered(1000, () => 0.999999) < 1000, true);
+});
+
+test('ids order like wire.CompareIDs, identities carry the lane', () => {
+  assert.deepEqual(parseID('1700000000120-3'), [1700000000120, 3n]);
+  assert.equal(parseID('x-1'), null);
+  assert.equal(compareIDs('1-2', '1-10'), -1);
+  assert.equal(compareIDs('2-0', '1-10'), 1);
+  assert.equal(compareIDs('1-1', '1-1'), 0);
+  assert.equal(compareIDs('', '1-0'), -1, 'malformed sorts first');
+  assert.equal(identityOf(KIND_BARRAGE, '1-0'), 'b/1-0');
+  assert.equal(identityOf(KIND_GIFT, '1-0'), 'l/1-0');
+  assert.equal(identityOf(KIND_SYSTEM, '1-0'), 'l/1-0');
+});
+
+test('text normalisation and length like the Go SDK', () => {
+  assert.equal(normalizeText('  a \t\n b\u3000c\u0085 '), 'a b c');
+  assert.equal(normalizeText('\ufeffa'), '\ufeffa', 'U+FEFF is not a space to Go');
+  assert.equal(normalizeText('a\ud800b'), 'ab', 'invalid UTF-16 dropped like invalid UTF-8');
+  assert.throws(() => checkText(' \n '), { code: 'empty_text' });
+  assert.equal(checkText('😀'.repeat(60)), '😀'.repeat(60), '60 code points');
+  assert.throws(() => checkText('😀'.repeat(61)), { code: 'text_too_long' });
+  assert.equal(checkText(' x '.repeat(30)).length, 59, 'limits apply after collapsing');
+});
+
+test('send queue: one post per interval, 5 waiting dropping the oldest, same text within 10 s deduplicated', () => {
+  const q = new SendQueue(5, 1200, 10000);
+  assert.deepEqual(q.push('a', 0), { deduped: false, dropped: false, heldBack: false });
+  assert.deepEqual(q.next(0), { text: 'a' });
+  assert.deepEqual(q.push('b', 100), { deduped: false, dropped: false, heldBack: true }, 'inside the interval');
+  assert.deepEqual(q.next(100), { until: 1200 });
+  assert.deepEqual(q.next(1200), { text: 'b' });
+  assert.equal(q.push('a', 5000).deduped, true, 'same text within 10 s');
+  assert.equal(q.push('a', 10000).deduped, false, '10 s after it was accepted');
+  for (const t of ['c', 'd', 'e', 'f']) q.push(t, 10001);
+  assert.equal(q.length, 5);
+  assert.equal(q.push('g', 10002).dropped, true);
+  assert.equal(q.length, 5);
+  assert.equal(q.push('a', 10003).dropped, true, 'a was dropped unsent: typing it again queues it');
+  const sent = [];
+  for (let now = 10003, n; (n = q.next(now)); now = n.until ?? now) if (n.text) sent.push(n.text);
+  assert.deepEqual(sent, ['d', 'e', 'f', 'g', 'a']);
+});
+
+test('seen set forgets the oldest beyond its count and its window', () => {
+  const s = new SeenSet(3, 1000);
+  for (const [k, at] of [['a', 0], ['b', 10], ['c', 20], ['d', 30]]) s.add(k, at);
+  assert.equal(s.has('a'), false);
+  assert.equal(s.size, 3);
+  s.add('e', 1015);
+  assert.deepEqual([...s.ids.keys()], ['c', 'd', 'e'].filter((k) => s.has(k)));
+  assert.equal(s.has('b'), false);
+  assert.equal(s.has('c'), true, 'added 995 ms before: inside the window');
+  s.add('f', 1025);
+  assert.equal(s.has('c'), false, 'added 1005 ms before');
+});
+
+test('merge: identity by lane and id, merged gifts show only what the edge did not', () => {
+  const seen = new SeenSet();
+  assert.ok(admit(seen, msg('1-0'), 0));
+  assert.equal(admit(seen, msg('1-0'), 0), null, 'same barrage twice');
+  assert.ok(admit(seen, gift('1-0', 'bob', 'rose'), 0), 'a gift may share a barrage id');
+  assert.equal(admit(seen, gift('1-0', 'bob', 'rose'), 0), null, 'a gift already seen');
+  // The edge showed 1-0 and 2-0; the segment merges 1-0, 2-0, 3-0, 4-0 under 2-0.
+  assert.ok(admit(seen, gift('2-0', 'bob', 'rose'), 0));
+  const merged = { ...gift('2-0', 'bob', 'rose', 4), ids: ['1-0', '2-0', '3-0', '4-0'] };
+  const out = admit(seen, merged, 0);
+  assert.deepEqual([out.id, out.count, out.ids], ['3-0', 2, ['3-0', '4-0']]);
+  assert.deepEqual(merged.ids, ['1-0', '2-0', '3-0', '4-0'], 'the input is not changed');
+  assert.equal(admit(seen, merged, 0), null, 'every id shown');
+  // A count that is not one gift per id is shown whole rather than lost.
+  const odd = { ...gift('5-0', 'amy', 'car', 10), ids: ['5-0', '6-0'] };
+  admit(seen, gift('6-0', 'amy', 'car'), 0);
+  const o = admit(seen, odd, 0);
+  assert.deepEqual([o.id, o.count, o.ids], ['5-0', 10, ['5-0']]);
+  assert.equal(admit(seen, gift('5-0', 'amy', 'car'), 0), null, 'its ids are now seen');
+});
+
+test('render queue: 32 slots held for the display time, 120 waiting dropping the oldest barrage, gifts first', () => {
+  let now = 0;
+  const q = new RenderQueue({ now: () => now });
+  for (let i = 0; i < 130; i++) q.push(msg(`${i}-0`));
+  assert.equal(q.length, 120);
+  assert.equal(q.stats().droppedOverflow, 10);
+  q.push(gift('200-0', 'bob', 'rose'));
+  assert.equal(q.length, 120, 'a gift takes the place of the oldest barrage');
+  assert.equal(q.next().kind, KIND_GIFT, 'gifts first');
+  assert.equal(q.next().id, '11-0', 'then barrage, oldest kept first');
+  for (let i = 0; i < 30; i++) assert.ok(q.next());
+  assert.equal(q.onScreen(), 32);
+  assert.equal(q.next(), null, 'every slot taken');
+  now = 7999;
+  assert.equal(q.next(), null);
+  now = 8000;
+  assert.ok(q.next(), 'slots free after the display time');
+  // Full of gifts: they go beyond the buffer, never dropped; barrage is.
+  const g = new RenderQueue({ buffer: 3, now: () => now });
+  for (let i = 0; i < 5; i++) g.push(gift(`${i}-0`, `u${i}`, 'rose'));
+  g.push(msg('9-0'));
+  assert.deepEqual([g.length, g.stats().beyondBuffer, g.stats().droppedOverflow], [5, 2, 1]);
+});
+
+test('render queue hidden: nothing shown, N new counted, drops by reason, oldest first when shown again', () => {
+  let now = 0;
+  const q = new RenderQueue({ visible: 2, buffer: 4, now: () => now });
+  q.next();
+  q.push(msg('1-0'));
+  assert.ok(q.next());
+  q.setHidden(true);
+  assert.equal(q.onScreen(), 0, 'hiding empties the screen');
+  for (let i = 2; i < 8; i++) q.push(msg(`${i}-0`));
+  assert.equal(q.next(), null);
+  assert.equal(q.newCount, 6);
+  assert.deepEqual([q.stats().droppedHidden, q.stats().droppedOverflow, q.drops()], [2, 0, 2]);
+  q.setHidden(false);
+  assert.equal(q.newCount, 0);
+  assert.deepEqual([q.next().id, q.next().id, q.next()], ['4-0', '5-0', null]);
+});
+
+test('render queue hidden: gifts beyond the buffer collapse per (user, gift), counts never lost', () => {
+  const q = new RenderQueue({ buffer: 10, visible: 1e6, now: () => 0 });
+  q.setHidden(true);
+  let received = 0, n = 0;
+  for (let i = 0; i < 2000; i++) {
+    if (i % 3 === 0) q.push(msg(`${i}-0`));
+    const c = 1 + (i % 4);
+    q.push(gift(`${i}-1`, `user${i % 7}`, i % 2 ? 'rose' : 'car', c));
+    received += c;
+    n++;
+  }
+  assert.ok(q.length <= 10 + 2, `bounded by the buffer and the gift catalogue: ${q.length} waiting`);
+  assert.equal(q.newCount, n + 667);
+  assert.ok(q.stats().collapsedGifts > 0);
+  q.setHidden(false);
+  let shown = 0;
+  for (let m; (m = q.next());) if (m.kind === KIND_GIFT) shown += m.count;
+  assert.equal(shown, received, 'the sum of gift counts shown equals the sum received');
+});
+
+test('render queue hidden: the same sender, gift and value first, else the same gift and value from several viewers', () => {
+  const q = new RenderQueue({ buffer: 2, now: () => 0 });
+  q.setHidden(true);
+  q.push({ ...gift('1-0', 'amy', 'rose', 1), value: 100 });
+  q.push({ ...gift('2-0', 'bob', 'rose', 1), value: 100 });
+  q.push({ ...gift('3-0', 'bob', 'rose', 2), value: 100 }); // bob's
+  q.push({ ...gift('4-0', 'cat', 'rose', 4), value: 100 }); // amy's, oldest of the gift, now several viewers
+  q.push({ ...gift('5-0', 'cat', 'rose', 1), value: 500 }); // another value: beyond the buffer
+  q.setHidden(false);
+  const out = [q.next(), q.next(), q.next()].map((m) => [m.user, m.count, m.value, m.ids.length]);
+  assert.deepEqual(out, [['', 5, 100, 0], ['bob', 3, 100, 0], ['cat', 1, 500, 0]]);
+  assert.deepEqual([q.stats().collapsedGifts, q.stats().beyondBuffer], [2, 1]);
+});
+
+test('visibility: hidden while document.hidden', () => {
+  const doc = new EventTarget();
+  doc.hidden = false;
+  const q = new RenderQueue();
+  const stop = watchVisibility(q, doc);
+  doc.hidden = true;
+  doc.dispatchEvent(new Event('visibilitychange'));
+  assert.equal(q.hidden, true);
+  stop();
+  doc.hidden = false;
+  doc.dispatchEvent(new Event('visibilitychange'));
+  assert.equal(q.hidden, true, 'no longer watched');
+});
+
+const segBytes = (o) => encode({ v: 1, room: 'demo', t: 5, seq: 1, dur: 1000, m: [], ...o });
+
+test('segments, frames and manifests decode as docs/segment-format.md says', () => {
+  const s = decodeSegment(segBytes({ m: [{ id: '5120-0', k: 1, o: 120, u: 'alice', x: 'hi', zz: 'unknown keys ignored' }] }));
+  assert.deepEqual(s.messages[0], { id: '5120-0', kind: 1, offset: 120, user: 'alice', nick: '', avatar: '', text: 'hi', gift: '', value: 0, count: 1, ids: [], role: '', via: 'segment' });
+  assert.ok(segmentMatches(s, 'demo', 5, 1000));
+  assert.ok(!segmentMatches(s, 'demo', 6, 1000));
+  assert.ok(!segmentMatches(s, 'other', 5, 1000));
+  const v2 = decodeSegment(segBytes({ v: 2, ms: 5500, dur: 500 }));
+  assert.ok(segmentMatches(v2, 'demo', 11, 500));
+  assert.ok(!segmentMatches(s, 'demo', 10, 500), 'a 1 s segment is not a 500 ms slot');
+  assert.ok(!segmentMatches(v2, 'demo', 22, 250), 'nor is a 500 ms one a 250 ms slot');
+  assert.throws(() => decodeSegment(segBytes({ v: 3 })), { code: 'version' });
+  assert.throws(() => decodeSegment(segBytes({ m: [{ id: '1-0', k: 9 }] })), { code: 'decode' });
+  assert.throws(() => decodeSegment(segBytes({ m: [{ id: 'x', k: 1 }] })), { code: 'decode' });
+  assert.throws(() => decodeSegment(segBytes({ m: [{ id: '1-0', k: 1, o: 1000 }] })), { code: 'decode' });
+  assert.throws(() => decodeSegment(new Uint8Array([0xdd, 0x7f, 0xff, 0xff, 0xff])), { code: 'decode' }, 'a length bomb');
+  assert.throws(() => decodeSegment(encode([1, 2])), { code: 'decode' });
+  const f = decodeFrame(encode({ v: 1, room: 'demo', m: [{ id: '9-0', k: 2, g: 'rose', v: 100, c: 3, ids: ['7-0', '8-0', '9-0'] }] }));
+  assert.deepEqual([f.messages[0].count, f.messages[0].ids.length, f.messages[0].via], [3, 3, 'edge']);
+  assert.equal(manifestSlot({ v: 1, room: 'demo', t: 41, seq: 42, dur: 1000 }, 'demo', 1000), 41);
+  assert.equal(manifestSlot({ v: 2, room: 'demo', t: 41, seq: 42, dur: 250, ms: 41750 }, 'demo', 250), 167);
+  assert.equal(manifestSlot({ v: 1, room: 'demo', t: 41, seq: 42 }, 'demo', 250), 164, 'a whole second, on a 250 ms grid');
+  assert.equal(manifestSlot({ v: 2, room: 'demo', t: 41, seq: 42 }, 'demo', 250), null, 'v2 without ms');
+  assert.equal(manifestSlot({ v: 1, room: 'x', t: 41, seq: 42 }, 'demo', 1000), null);
+});
+
+// ---------------------------------------------------------------- client against fakes
+
+// A fake stack on the real clock with a 250 ms room: the server clock is the
+// local one plus 1 h, so a client that ignored the offset would be caught.
+// Nothing here depends on how fast the machine is: the first request for
+// each slot answers 404 (the slicer a little late), and no segment is
+// written before the test says `ready`.
+function fakeStack() {
+  const D = 250, delay = 30, skew = 3600e3;
+  const server = () => performance.now() + skew;
+  const cdn = 'http://cdn.test/';
+  const log = { early: [], segs: [], sockets: [], posts: [], asked: new Set(), ready: false };
+  let seq = 0;
+  const fetch = async (url, init = {}) => {
+    const json = (status, body) => new Response(JSON.stringify(body), { status, headers: { 'Content-Type': 'application/json' } });
+    if (url.startsWith('http://gslb.test/v1/entry')) {
+      const now = server();
+      return json(200, { room: 'demo', user: 'u', role: 'viewer', ingest: ['http://ingest.test'], edge: ['ws://edge.test/v1/ws'], cdn, token: 'tok', token_expires_ms: now + 600e3, server_time_ms: Math.floor(now), segment_ms: D, publish_delay_ms: delay });
+    }
+    if (url.startsWith('http://ingest.test/')) {
+      log.posts.push({ url, auth: init.headers.Authorization, body: init.body, at: performance.now() });
+      return json(200, { ok: true });
+    }
+    const m = /rooms\/demo\/ms\/(\d+)\.msgpack$/.exec(url);
+    if (m) {
+      const slot = Number(m[1]) / D;
+      if (server() < (slot + 1) * D + delay) log.early.push(slot);
+      const firstAsk = !log.asked.has(slot);
+      log.asked.add(slot);
+      if (firstAsk || !log.ready) return new Response(null, { status: 404 });
+      const msgs = [];
+      // Two gifts merged into one message, carried by the first segment
+      // (ids are from before the join: the slicer carries what did not fit).
+      if (log.segs.length === 0) msgs.push({ id: '1000-0', k: 2, u: 'bob', g: 'rose', c: 2, ids: ['1000-0', '1000-1'] });
+      log.segs.push(slot);
+      return new Response(encode({ v: 2, room: 'demo', t: Math.floor((slot * D) / 1000), seq: ++seq, dur: D, ms: slot * D, m: msgs }));
+    }
+    return new Response(null, { status: 404 });
+  };
+  class FakeWS extends EventTarget {
+    constructor(url) {
+      super();
+      Object.assign(this, { url, sent: [], readyState: 0 });
+      log.sockets.push(this);
+      setTimeout(() => { this.readyState = 1; this.onopen?.(); }, 5);
+    }
+    send(d) { this.sent.push(d); }
+    close(code = 1000) { this.readyState = 3; setTimeout(() => this.onclose?.({ code }), 0); }
+    frame(o) { this.onmessage?.({ data: encode(o).slice().buffer }); }
+  }
+  return { fetch, FakeWS, log, server, D };
+}
+
+test('client: due-time polling, edge hello, merged gift once, throttled send', async () => {
+  const fs = fakeStack();
+  const render = new RenderQueue();
+  const c = new DanmakuClient({ entryURL: 'http://gslb.test/', room: 'demo', ticket: 't', firstJoinJitterMs: 0, fetch: fs.fetch, WebSocket: fs.FakeWS, render });
+  const got = [];
+  c.addEventListener('message', (e) => got.push(e.detail));
+  const order = [];
+  c.addEventListener('segment', (e) => order.push(e.detail.slot));
+  const run = c.start();
+  await new Promise((r) => c.addEventListener('entry', r, { once: true }));
+  while (fs.log.sockets.length === 0 || fs.log.sockets[0].sent.length === 0) await new Promise((r) => setTimeout(r, 10));
+  const ws = fs.log.sockets[0];
+  assert.equal(ws.url, 'ws://edge.test/v1/ws', 'no token in the URL');
+  assert.deepEqual(JSON.parse(ws.sent[0]), { token: 'tok' }, 'the token is the first frame');
+  // The edge shows one of the two gifts of slot `first` before its segment.
+  ws.frame({ v: 1, room: 'demo', m: [{ id: '1000-1', k: 2, u: 'bob', g: 'rose' }] });
+  fs.log.ready = true;
+  c.send('hello');
+  c.send('hello');
+  c.send('again');
+  while (order.length < 4) await new Promise((r) => setTimeout(r, 50));
+  c.stop();
+  await run;
+  assert.deepEqual(fs.log.early, [], 'no segment asked for before it was due');
+  const gifts = got.filter((m) => m.kind === KIND_GIFT);
+  assert.equal(gifts.reduce((n, m) => n + m.count, 0), 2, 'two gifts, each shown once');
+  assert.deepEqual(gifts.map((m) => m.via), ['edge', 'segment']);
+  for (let i = 1; i < order.length; i++) assert.ok(order[i] > order[i - 1], 'slots in order');
+  const st = c.stats();
+  assert.equal(st.segmentMs, 250);
+  assert.equal(st.firstPollHits, 0, 'every first poll was answered 404 here');
+  assert.ok(st.firstPollMisses >= order.length && st.notFoundRetries >= st.firstPollMisses, '404s counted');
+  assert.equal(st.sendsDeduped, 1);
+  assert.deepEqual(fs.log.posts.map((p) => JSON.parse(p.body).text), ['hello', 'again'].slice(0, fs.log.posts.length));
+  for (let i = 1; i < fs.log.posts.length; i++) assert.ok(fs.log.posts[i].at - fs.log.posts[i - 1].at >= 1199, 'one post per 1.2 s');
+  assert.equal(fs.log.posts[0].auth, 'Bearer tok');
+  assert.equal(st.render.pushed, got.length);
+  assert.ok(st.lastSegment.latencyMs >= 30, 'latency is measured on the server clock');
+});
+
+test('client: a segment of another slot is asked again 3 times, then skipped; seq gaps counted', async () => {
+  const fs = fakeStack();
+  let mismatched = 0, gapped = false, seq = 0, target = null;
+  const fetch = async (url, init) => {
+    const m = /ms\/(\d+)\.msgpack$/.exec(url);
+    if (!m) return fs.fetch(url, init);
+    const slot = Number(m[1]) / fs.D;
+    target ??= slot + 1; // the slot after the first one asked for
+    if (fs.server() < (slot + 1) * fs.D + 30) return new Response(null, { status: 404 });
+    if (slot === target && mismatched < 4) {
+      mismatched++;
+      return new Response(encode({ v: 2, room: 'demo', t: 0, seq: 1, dur: 250, ms: 0, m: [] }));
+    }
+    if (slot === target + 1 && !gapped) { gapped = true; seq += 5; }
+    return new Response(encode({ v: 2, room: 'demo', t: 0, seq: ++seq, dur: 250, ms: slot * fs.D, m: [] }));
+  };
+  const c = new DanmakuClient({ entryURL: 'http://gslb.test', room: 'demo', ticket: 't', firstJoinJitterMs: 0, fetch, noEdge: true });
+  const slots = [];
+  c.addEventListener('segment', (e) => slots.push(e.detail.slot));
+  const run = c.start();
+  while (slots.length < 4) await new Promise((r) => setTimeout(r, 50));
+  c.stop();
+  await run;
+  const st = c.stats();
+  assert.equal(mismatched, 4);
+  assert.deepEqual([st.mismatchRetries, st.mismatchSkipped], [3, 1]);
+  assert.ok(!slots.includes(target), 'the mismatched slot was skipped');
+  assert.equal(st.seqGaps, 1);
+});
+
+test('client: an unknown segment_ms is refused clearly', async () => {
+  const fetch = async () => new Response(JSON.stringify({ room: 'demo', token: 't', cdn: 'x', server_time_ms: 1, segment_ms: 300, publish_delay_ms: 0 }));
+  const c = new DanmakuClient({ entryURL: 'http://gslb.test', room: 'demo', ticket: 't', firstJoinJitterMs: 0, fetch });
+  await assert.rejects(c.start(), { code: 'bad_entry', message: /segment_ms 300/ });
+});
+
+test('client: follows a change of the room\'s segment duration that the manifest names', async () => {
+  const skew = 3600e3, server = () => performance.now() + skew, delay = 20;
+  let joinedMs = 0;
+  const fetch = async (url) => {
+    const now = server();
+    if (url.includes('/v1/entry')) {
+      joinedMs = now;
+      return new Response(JSON.stringify({ room: 'demo', token: 't', cdn: 'http://cdn.test', server_time_ms: Math.floor(now), token_expires_ms: now + 600e3, segment_ms: 250, publish_delay_ms: delay, edge: [], ingest: [] }));
+    }
+    // The room switched to 500 ms segments before the client joined: only
+    // those exist, and the manifest names the newest.
+    const newest = Math.floor((now - delay) / 500) - 1;
+    if (url.endsWith('live.json')) {
+      return new Response(JSON.stringify({ v: 2, room: 'demo', t: Math.floor((newest * 500) / 1000), seq: newest, dur: 500, ms: newest * 500 }));
+    }
+    const m = /ms\/(\d+)\.msgpack$/.exec(url);
+    const start = m ? Number(m[1]) : -1;
+    if (start % 500 !== 0 || start / 500 > newest || start < 0) return new Response(null, { status: 404 });
+    return new Response(encode({ v: 2, room: 'demo', t: Math.floor(start / 1000), seq: start / 500, dur: 500, ms: start, m: [] }));
+  };
+  const c = new DanmakuClient({ entryURL: 'http://gslb.test', room: 'demo', ticket: 't', firstJoinJitterMs: 0, fetch, noEdge: true });
+  const slots = [];
+  c.addEventListener('segment', (e) => slots.push(e.detail.slot));
+  const run = c.start();
+  while (slots.length < 3) await new Promise((r) => setTimeout(r, 50));
+  c.stop();
+  await run;
+  const st = c.stats();
+  assert.equal(st.segmentMs, 500);
+  assert.ok(slots[0] * 500 >= Math.floor(joinedMs / 250) * 250, 'nothing before the slot joined in');
+  assert.deepEqual(slots.slice(1).map((s, i) => s - slots[i]), [1, 1], 'then every 500 ms slot in order');
+  assert.equal(st.seqGaps, 0);
+});

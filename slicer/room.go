@@ -272,7 +272,6 @@ func (s *Slicer) lead(ctx context.Context, room string, opened, acquired time.Ti
 					s.cfg.Logger.Info("slicer: writes recovered", "room", room, "failures", failures)
 				}
 				failures = 0
-				s.maybeSwitch(ctx, st)
 			}
 		}
 		if behind := storeNow.Sub(time.UnixMilli(s.timing(st).Due(st.next))); behind > 0 {
@@ -614,6 +613,7 @@ func (s *Slicer) writeSlot(ctx context.Context, st *roomState, storeNow, localNo
 	s.publishManifest(ctx, st, seg)
 	s.m.lag.Set(storeNow.Sub(time.UnixMilli(s.timing(st).Due(slot))).Seconds())
 	s.m.carried.Set(float64(len(carry)))
+	s.maybeSwitch(ctx, st)
 	return nil
 }
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"danmaku/auth"
+	"danmaku/internal/roomconf"
 	"danmaku/internal/wire"
 	"danmaku/sdk"
 )
@@ -330,5 +331,54 @@ func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
 			t.Fatalf("gave up waiting for: %s", what)
 		case <-time.After(20 * time.Millisecond):
 		}
+	}
+}
+
+// TestDurationChangeFollowed: a room switched from 1000 ms to 250 ms
+// segments while a viewer watches keeps delivering: the slicer switches at
+// a whole second, the viewer finds the new duration in the manifest and
+// polls the new keys.
+func TestDurationChangeFollowed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a few seconds of real segments")
+	}
+	st := startStack(t, Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := sdk.New(sdk.Config{EntryURL: st.URLs[RoleGSLB], Room: "switch", Ticket: ticket(t, "viewer", auth.RoleViewer),
+		NoEdge: true, FirstJoinJitter: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = c.Run(ctx) }()
+	sender := fetchEntry(t, st.URLs[RoleGSLB], "switch", ticket(t, "sender", auth.RoleViewer))
+	send := func(text string) {
+		postJSON(t, sender.Ingest[0]+"/v1/rooms/switch/barrage", sender.Token, map[string]string{"text": text})
+	}
+	await := func(text string) {
+		t.Helper()
+		for {
+			select {
+			case m := <-c.Messages():
+				if m.Text == text {
+					return
+				}
+			case <-ctx.Done():
+				t.Fatalf("%q never arrived; stats %+v", text, c.Stats())
+			}
+		}
+	}
+	send("one second")
+	await("one second")
+	if err := st.Backends().Rooms.Put(ctx, "switch", roomconf.Settings{SegmentMs: 250}); err != nil {
+		t.Fatal(err)
+	}
+	// The slicer and the gslb re-read the setting within a second; the
+	// switch happens at the next whole second after that.
+	time.Sleep(2500 * time.Millisecond)
+	send("quarter second")
+	await("quarter second")
+	if got := c.Stats(); got.SeqGaps != 0 || got.DecodeErrors != 0 {
+		t.Fatalf("stats after the switch: %+v", got)
 	}
 }

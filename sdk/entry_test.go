@@ -3,9 +3,11 @@ package sdk
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 )
@@ -128,4 +130,27 @@ func TestClockRefined(t *testing.T) {
 	if d := c.serverNow().Sub(w.serverNow()); d < -margin || d > margin {
 		t.Fatalf("server clock estimate off by %v, beyond its margin %v", d, margin)
 	}
+}
+
+// TestUnknownSegmentDuration: an entry naming a segment duration this
+// client has no key scheme for stops Run at once with a clear error, instead
+// of polling keys that are never written.
+func TestUnknownSegmentDuration(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	w.entryAnswer = func(int) (int, http.Header, string) {
+		return http.StatusOK, nil, fmt.Sprintf(`{"room":%q,"user":"alice","role":"viewer","ingest":["http://x"],"edge":[],"cdn":"http://cdn/","token":"t","token_expires_ms":%d,"server_time_ms":%d,"segment_ms":300,"publish_delay_ms":50}`,
+			testRoom, w.serverNow().Add(time.Hour).UnixMilli(), w.serverNow().UnixMilli())
+	}
+	w.run()
+	c := w.buildClient(nil)
+	err := c.Run(context.Background())
+	if !errors.Is(err, ErrJoin) || !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "segment_ms 300") {
+		t.Fatalf("Run = %v, want ErrJoin wrapping ErrUnsupported naming segment_ms 300", err)
+	}
+	w.lock(func() {
+		if w.entryHits != 1 {
+			t.Fatalf("%d entry requests, want 1 (no retry can help)", w.entryHits)
+		}
+	})
 }

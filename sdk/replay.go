@@ -28,7 +28,8 @@ var ErrReplay = errors.New("sdk: replay")
 type ReplayOption func(*replayConfig)
 
 type replayConfig struct {
-	hc *http.Client
+	hc        *http.Client
+	segmentMs int64
 }
 
 // ReplayHTTPClient makes Replay use hc. Default: a client with a 10 s timeout.
@@ -36,15 +37,23 @@ func ReplayHTTPClient(hc *http.Client) ReplayOption {
 	return func(rc *replayConfig) { rc.hc = hc }
 }
 
+// ReplaySegmentMs says the room's segments are ms long (1000, 500 or 250).
+// Default: the duration the room's live manifest names, or 1000 without one.
+func ReplaySegmentMs(ms int64) ReplayOption {
+	return func(rc *replayConfig) { rc.segmentMs = ms }
+}
+
 // Replay reads the segments of room for the unix seconds [from, to) from the
-// CDN at cdnURL and calls fn for each message, in second order and, within a
-// second, in the order the segment lists them; ids already passed to fn (a
-// merged gift whose ids all were) are not passed again. A second with no
-// segment (404: before or after the event) is skipped silently. A segment
-// that does not decode, or cannot be fetched after a few attempts, is skipped
-// and reported: Replay then returns, after the last second, the skipped
-// seconds' errors joined (each wrapping ErrReplay). An error from fn or the
-// end of ctx stops Replay at once and is returned.
+// CDN at cdnURL and calls fn for each message, in segment order and, within a
+// segment, in the order it lists them; ids already passed to fn (a merged
+// gift whose ids all were) are not passed again. The segments are those of
+// the room's duration (ReplaySegmentMs, else its manifest's); a room that
+// changed its duration within the range is read at that one duration only. A
+// slot with no segment (404: before or after the event) is skipped silently.
+// A segment that does not decode, or cannot be fetched after a few attempts,
+// is skipped and reported: Replay then returns, after the last slot, the
+// skipped slots' errors joined (each wrapping ErrReplay). An error from fn
+// or the end of ctx stops Replay at once and is returned.
 func Replay(ctx context.Context, cdnURL, room string, from, to int64, fn func(Message) error, opts ...ReplayOption) error {
 	rc := replayConfig{}
 	for _, o := range opts {
@@ -66,18 +75,30 @@ func Replay(ctx context.Context, cdnURL, room string, from, to int64, fn func(Me
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	dur := rc.segmentMs
+	if dur == 0 {
+		dur = wire.SegmentDuration
+		if status, body, err := replayGet(ctx, rc.hc, cdnURL+wire.ManifestKey(room)); err == nil && status == http.StatusOK {
+			if m, err := wire.DecodeManifest(body); err == nil {
+				dur = int64(m.Dur)
+			}
+		}
+	}
+	if !wire.ValidSegmentMs(dur) {
+		return fmt.Errorf("%w: segment duration %d ms: %w", ErrReplay, dur, ErrUnsupported)
+	}
 
 	type result struct {
-		second int64
+		slot   int64
 		status int
 		body   []byte
 		err    error
 	}
-	// Fetch ahead, in order: each second gets its own future.
+	// Fetch ahead, in order: each slot gets its own future.
 	futures := make(chan chan result, replayAhead)
 	go func() {
 		defer close(futures)
-		for s := from; s < to; s++ {
+		for n := from * 1000 / dur; n < to*1000/dur; n++ {
 			f := make(chan result, 1)
 			select {
 			case futures <- f:
@@ -85,17 +106,17 @@ func Replay(ctx context.Context, cdnURL, room string, from, to int64, fn func(Me
 				return
 			}
 			go func() {
-				status, body, err := replayGet(ctx, rc.hc, cdnURL+wire.SegmentKey(room, s))
-				f <- result{s, status, body, err}
+				status, body, err := replayGet(ctx, rc.hc, cdnURL+wire.SlotKey(room, dur, n))
+				f <- result{n, status, body, err}
 			}()
 		}
 	}()
 
 	m := newMerger(nil, newSeenSet(defaultSeenIDs, defaultSeenWindow), &counters{})
 	var skipped []error
-	skip := func(second int64, err error) {
+	skip := func(slot int64, err error) {
 		if len(skipped) < replayMaxErrors {
-			skipped = append(skipped, fmt.Errorf("%w: second %d skipped: %w", ErrReplay, second, err))
+			skipped = append(skipped, fmt.Errorf("%w: segment at %d ms skipped: %w", ErrReplay, slot*dur, err))
 		}
 	}
 	for f := range futures {
@@ -110,25 +131,25 @@ func Replay(ctx context.Context, cdnURL, room string, from, to int64, fn func(Me
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			skip(r.second, r.err)
+			skip(r.slot, r.err)
 			continue
 		case r.status == http.StatusNotFound:
 			continue
 		case r.status != http.StatusOK:
-			skip(r.second, fmt.Errorf("status %d", r.status))
+			skip(r.slot, fmt.Errorf("status %d", r.status))
 			continue
 		}
 		seg, err := wire.DecodeSegment(r.body)
-		if err == nil && (seg.Room != room || seg.Second != r.second) {
+		if err == nil && (seg.Room != room || int64(seg.Dur) != dur || seg.Slot() != r.slot) {
 			err = errMismatch
 		}
 		if err != nil {
-			skip(r.second, err)
+			skip(r.slot, err)
 			continue
 		}
 		// Remembered as of the segment's own time, so the window slides
 		// with the replay rather than with the wall clock.
-		at := (r.second + 1) * wire.SegmentDuration
+		at := (r.slot + 1) * dur
 		for _, msg := range seg.Messages {
 			msg, ok := m.admit(msg, at)
 			if !ok {

@@ -63,6 +63,7 @@ type world struct {
 
 	posts        []post
 	ingestAnswer func(p post) (status int, body string)
+	ingestTwice  bool // the entry names the ingest twice (a fallback)
 
 	edgeConns   []url.Values
 	edgeHandler func(conn *websocket.Conn, n int)
@@ -184,7 +185,7 @@ func (w *world) serveEntry(rw http.ResponseWriter, r *http.Request) {
 		"room":             testRoom,
 		"user":             "alice",
 		"role":             w.role,
-		"ingest":           []string{w.ingest.URL},
+		"ingest":           w.ingestAddrs(),
 		"edge":             edges,
 		"cdn":              w.cdn.URL, // no trailing slash: the client adds it
 		"token":            "tok-" + strconv.Itoa(n+1),
@@ -236,6 +237,13 @@ func (w *world) serveCDN(rw http.ResponseWriter, r *http.Request) {
 	w.requests = append(w.requests, cdnRequest{sec, now, status})
 	rw.WriteHeader(status)
 	_, _ = rw.Write(body)
+}
+
+func (w *world) ingestAddrs() []string {
+	if w.ingestTwice {
+		return []string{w.ingest.URL, w.ingest.URL}
+	}
+	return []string{w.ingest.URL}
 }
 
 func (w *world) serveIngest(rw http.ResponseWriter, r *http.Request) {

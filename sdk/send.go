@@ -246,7 +246,10 @@ func (c *Client) post(ctx context.Context, path, text string, out any) error {
 			}
 			lastErr = fmt.Errorf("sdk: %s: %w", path, err)
 			var ae *APIError
-			if errors.As(err, &ae) && !ae.temporary() {
+			// A node that says the token is not its own (wrong_node) is one
+			// the entry should not have named: the next address may take
+			// it. Any other refusal is the same everywhere.
+			if errors.As(err, &ae) && !ae.temporary() && ae.Code != "wrong_node" {
 				break
 			}
 			if ctx.Err() != nil {

@@ -172,6 +172,32 @@ func TestSendRejoinsOn401(t *testing.T) {
 	}
 }
 
+// TestSendWrongNodeTriesNext: an ingest that refuses the token as not its
+// own (403 wrong_node) is skipped for the next address the entry named.
+func TestSendWrongNodeTriesNext(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	w.ingestTwice = true
+	first := true
+	w.ingestAnswer = func(post) (int, string) {
+		if first {
+			first = false
+			return 403, `{"error":{"code":"wrong_node","message":"not this node's token"}}`
+		}
+		return 0, ""
+	}
+	c := w.newClient(func(cfg *Config) { cfg.NoEdge = true })
+	if err := c.Send(context.Background(), "hello"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the post", func() bool { return c.Stats().SendsPosted == 1 })
+	w.lock(func() {
+		if len(w.posts) != 2 {
+			t.Errorf("%d posts, want the refused one and the fallback", len(w.posts))
+		}
+	})
+}
+
 func TestAnnounce(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)

@@ -5,6 +5,8 @@
 #   varnishd      Debian package varnish      (apt-get; brings gcc, which
 #                 varnishd uses to compile its VCL)
 #   gcc           Debian packages gcc, libc6-dev (go test -race needs cgo)
+#   javac         Debian package default-jdk-headless (sdk/mobile's binding
+#                 check compiles the Java that gobind generates)
 #   versitygw     go install github.com/versity/versitygw/cmd/versitygw@v1.8.0
 # apt-get needs root (or sudo). The distribution's own redis and varnish
 # services are not started: the tests and infra/local run their own servers.
@@ -23,6 +25,7 @@ have redis-server || packages+=(redis-server)
 have varnishd || packages+=(varnish)
 # go test -race needs cgo, so a C compiler (the varnish package brings one too).
 have gcc || packages+=(gcc libc6-dev)
+have javac || packages+=(default-jdk-headless)
 
 if ((${#packages[@]} > 0)); then
 	sudo=()
@@ -43,7 +46,7 @@ if ((${#packages[@]} > 0)); then
 	"${sudo[@]}" apt-get update -q
 	"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${packages[@]}"
 else
-	echo "deps: redis-server, varnishd and gcc already installed"
+	echo "deps: redis-server, varnishd, gcc and javac already installed"
 fi
 
 if have versitygw; then

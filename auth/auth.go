@@ -42,6 +42,9 @@ const (
 	RoleViewer = "viewer"
 	RoleHost   = "host"
 	RoleAdmin  = "admin"
+	// RoleOps marks system messages a business server or operator sent
+	// with a service key; no ticket carries it.
+	RoleOps = "ops"
 )
 
 // ValidRole reports whether r is a known role.

@@ -2,7 +2,6 @@ package ingest
 
 import (
 	"context"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -63,9 +62,13 @@ type Config struct {
 	// over Streams (which must then be a *stream.MemoryStore) with its
 	// default order TTL of 24 h.
 	Gifts GiftLog
-	// ServiceKeys are the bearer keys business servers use for the gift
-	// API. Empty: the gift API answers 401 bad_service_key to everyone.
-	ServiceKeys []string
+	// GiftKeys are the bearer keys business servers use for the gift API.
+	// Empty: the gift API answers 401 bad_service_key to everyone.
+	GiftKeys []string
+	// AnnounceKeys are the bearer keys business servers use to post system
+	// announcements to a room (role "ops"), beside hosts and admins with
+	// their tickets. Empty: only tickets announce.
+	AnnounceKeys []string
 	// UserCapacity and UserRefill size the per-user bucket. Zero: 3 tokens,
 	// one every 1.5 s.
 	UserCapacity float64
@@ -358,20 +361,36 @@ func (s *Server) backendError(c *gin.Context, op string, err error) {
 }
 
 func (s *Server) announce(c *gin.Context) {
-	claims, good := s.authorize(c)
-	if !good {
-		return
-	}
-	if claims.Role != auth.RoleHost && claims.Role != auth.RoleAdmin {
-		s.reject(c, "auth", httpx.Errorf(http.StatusForbidden, "forbidden", "announcements need a host or admin ticket"))
-		return
+	var (
+		m    wire.Message
+		room string
+	)
+	if httpx.KeyMatches(c, s.cfg.AnnounceKeys) {
+		// A business server's announcement: no sender, the operator role.
+		room = c.Param("room")
+		if !wire.ValidRoom(room) {
+			s.reject(c, "input", httpx.Errorf(http.StatusBadRequest, "bad_room", "room must be 1-64 characters of A-Z a-z 0-9 _ -"))
+			return
+		}
+		m = wire.Message{Kind: wire.KindSystem, Role: auth.RoleOps}
+	} else {
+		claims, good := s.authorize(c)
+		if !good {
+			return
+		}
+		if claims.Role != auth.RoleHost && claims.Role != auth.RoleAdmin {
+			s.reject(c, "auth", httpx.Errorf(http.StatusForbidden, "forbidden", "announcements need a host or admin ticket, or an announcement key"))
+			return
+		}
+		room = claims.Room
+		m = wire.Message{Kind: wire.KindSystem, User: claims.User(), Nick: claims.Nick, Avatar: claims.Avatar, Role: claims.Role}
 	}
 	text, good := s.text(c)
 	if !good {
 		return
 	}
-	m := wire.Message{Kind: wire.KindSystem, User: claims.User(), Nick: claims.Nick, Avatar: claims.Avatar, Text: text, Role: claims.Role}
-	out, err := s.cfg.Streams.Append(c.Request.Context(), stream.Key{Room: claims.Room, Lane: stream.Live}, []wire.Message{m})
+	m.Text = text
+	out, err := s.cfg.Streams.Append(c.Request.Context(), stream.Key{Room: room, Lane: stream.Live}, []wire.Message{m})
 	if err != nil {
 		s.backendError(c, "append announcement", err)
 		return
@@ -415,18 +434,8 @@ func (g *GiftRequest) validate() *httpx.Error {
 	return nil
 }
 
-func (s *Server) serviceAuthorized(c *gin.Context) bool {
-	got := []byte(httpx.BearerToken(c, ""))
-	for _, k := range s.cfg.ServiceKeys {
-		if len(got) > 0 && subtle.ConstantTimeCompare(got, []byte(k)) == 1 {
-			return true
-		}
-	}
-	return false
-}
-
 func (s *Server) gift(c *gin.Context) {
-	if !s.serviceAuthorized(c) {
+	if !httpx.KeyMatches(c, s.cfg.GiftKeys) {
 		s.reject(c, "auth", httpx.Errorf(http.StatusUnauthorized, "bad_service_key", "gift API needs a service key"))
 		return
 	}

@@ -81,13 +81,13 @@ func newFixtureOn(tb testing.TB, clk clock.Clock, store *stream.MemoryStore, mod
 		f.clk = fc
 	}
 	cfg := Config{
-		Streams:     store,
-		Keyring:     ring,
-		Load:        f.table,
-		ServiceKeys: []string{"old-key", serviceKey},
-		Registerer:  f.reg,
-		Clock:       clk,
-		Logger:      discard,
+		Streams:    store,
+		Keyring:    ring,
+		Load:       f.table,
+		GiftKeys:   []string{"old-key", serviceKey},
+		Registerer: f.reg,
+		Clock:      clk,
+		Logger:     discard,
 	}
 	if mod != nil {
 		mod(&cfg)
@@ -371,6 +371,25 @@ func TestAnnounce(t *testing.T) {
 				t.Errorf("announcement reached the barrage lane")
 			}
 		})
+	}
+}
+
+// A business server announces with an announcement key: no sender, role
+// ops. A gift key is not an announcement key.
+func TestAnnounceWithServiceKey(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.AnnounceKeys = []string{"announce-key"} })
+	if rec := f.do(http.MethodPost, announcePath(room), "announce-key", `{"text":"doors open"}`); rec.Code != http.StatusOK {
+		t.Fatalf("%d %s", rec.Code, rec.Body)
+	}
+	es := f.entries(t, room, stream.Live)
+	if len(es) != 1 || es[0].Role != auth.RoleOps || es[0].User != "" || es[0].Text != "doors open" {
+		t.Fatalf("stored %+v", es)
+	}
+	if rec := f.do(http.MethodPost, announcePath(room), serviceKey, `{"text":"x"}`); rec.Code != http.StatusUnauthorized {
+		t.Fatalf("a gift key announced: %d %s", rec.Code, rec.Body)
+	}
+	if rec := f.do(http.MethodPost, announcePath("bad_room!"), "announce-key", `{"text":"x"}`); rec.Code != http.StatusBadRequest && rec.Code != http.StatusNotFound {
+		t.Fatalf("bad room: %d %s", rec.Code, rec.Body)
 	}
 }
 
@@ -730,7 +749,7 @@ func TestGiftBadInput(t *testing.T) {
 }
 
 func TestGiftNoServiceKeysConfigured(t *testing.T) {
-	f := newFixture(t, func(c *Config) { c.ServiceKeys = nil })
+	f := newFixture(t, func(c *Config) { c.GiftKeys = nil })
 	for _, key := range []string{"", serviceKey, "anything"} {
 		rec := f.do(http.MethodPost, "/v1/gifts", key, giftBody(nil))
 		if rec.Code != http.StatusUnauthorized || errorCode(t, rec) != "bad_service_key" {
@@ -738,7 +757,7 @@ func TestGiftNoServiceKeysConfigured(t *testing.T) {
 		}
 	}
 	// An empty key in the list never matches an empty bearer.
-	f = newFixture(t, func(c *Config) { c.ServiceKeys = []string{""} })
+	f = newFixture(t, func(c *Config) { c.GiftKeys = []string{""} })
 	if rec := f.do(http.MethodPost, "/v1/gifts", "", giftBody(nil)); rec.Code != http.StatusUnauthorized {
 		t.Errorf("empty key list entry accepted an empty bearer: %d", rec.Code)
 	}

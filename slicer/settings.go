@@ -2,7 +2,6 @@ package slicer
 
 import (
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -137,13 +136,9 @@ func (s *Slicer) syncSettings(ctx context.Context) {
 // applies it here at once.
 func (s *Slicer) RegisterAdmin(r gin.IRoutes, keys []string) {
 	authorized := func(c *gin.Context) {
-		got := []byte(httpx.BearerToken(c, ""))
-		for _, k := range keys {
-			if len(got) > 0 && subtle.ConstantTimeCompare(got, []byte(k)) == 1 {
-				return
-			}
+		if !httpx.KeyMatches(c, keys) {
+			httpx.Abort(c, httpx.Errorf(http.StatusUnauthorized, "bad_admin_key", "the admin API needs an operator key"))
 		}
-		httpx.Abort(c, httpx.Errorf(http.StatusUnauthorized, "bad_admin_key", "the admin API needs an admin key"))
 	}
 	r.GET("/v1/admin/budget", authorized, func(c *gin.Context) { c.JSON(http.StatusOK, s.Current()) })
 	r.PUT("/v1/admin/budget", authorized, func(c *gin.Context) {

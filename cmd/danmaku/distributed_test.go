@@ -40,7 +40,7 @@ func TestDistributedPipeline(t *testing.T) {
 		"DANMAKU_S3_BUCKET="+env.Bucket, "DANMAKU_S3_ENDPOINT="+env.Endpoint, "DANMAKU_S3_REGION="+env.Region,
 		"DANMAKU_S3_PATH_STYLE=true", "DANMAKU_S3_PREFIX=dist/",
 		"DANMAKU_S3_ACCESS_KEY="+env.AccessKey, "DANMAKU_S3_SECRET_KEY="+env.SecretKey,
-		"DANMAKU_SERVICE_KEYS=svc-key",
+		"DANMAKU_GIFT_KEYS=svc-key", "DANMAKU_OPERATOR_KEYS=op-key",
 		"DANMAKU_TICKET_KEY=distributed-test-ticket-key",
 	)
 	start := func(extraEnv []string, args ...string) *lines {

@@ -25,7 +25,7 @@ type serveFlags struct {
 	logLevel                           string
 	logJSON                            bool
 	corsOrigins                        string
-	demo                               bool // dev: the demo page and dev tickets
+	dev                                bool // `danmaku dev`: dev keys, the demo page
 
 	redisURL, redisUser string
 	s3                  objstore.S3Config
@@ -78,7 +78,7 @@ func (f *serveFlags) stackConfig(roles []string) (stack.Config, stack.BackendCon
 		GSLBAddr: f.gslb, IngestAddr: f.ingest, EdgeAddr: f.edge, OriginAddr: f.origin, SlicerAddr: f.slicer,
 		PublicCDN: f.cdn, DataDir: f.data, Budget: f.budget, SegmentMs: f.segmentMs, MinGiftValue: f.minGift,
 		IngestURL: f.ingestURL, EdgeURL: f.edgeURL, NodeID: f.nodeID,
-		Demo: f.demo,
+		Dev: f.dev,
 	}
 	if f.corsOrigins != "" {
 		cfg.CORSOrigins = strings.Split(f.corsOrigins, ",")
@@ -93,8 +93,20 @@ func (f *serveFlags) stackConfig(roles []string) (stack.Config, stack.BackendCon
 	if v := os.Getenv("DANMAKU_TICKET_KEY"); v != "" {
 		cfg.TicketKey = []byte(v)
 	}
-	if v := os.Getenv("DANMAKU_SERVICE_KEYS"); v != "" {
-		cfg.ServiceKeys = strings.Split(v, ",")
+	if os.Getenv("DANMAKU_SERVICE_KEYS") != "" {
+		return cfg, stack.BackendConfig{}, usageError{errors.New("DANMAKU_SERVICE_KEYS was split by scope: DANMAKU_GIFT_KEYS, DANMAKU_ANNOUNCE_KEYS, DANMAKU_OPERATOR_KEYS")}
+	}
+	for _, k := range []struct {
+		env  string
+		keys *[]string
+	}{
+		{"DANMAKU_GIFT_KEYS", &cfg.GiftKeys},
+		{"DANMAKU_ANNOUNCE_KEYS", &cfg.AnnounceKeys},
+		{"DANMAKU_OPERATOR_KEYS", &cfg.OperatorKeys},
+	} {
+		if v := os.Getenv(k.env); v != "" {
+			*k.keys = strings.Split(v, ",")
+		}
 	}
 	f.s3.AccessKey = os.Getenv("DANMAKU_S3_ACCESS_KEY")
 	f.s3.SecretKey = os.Getenv("DANMAKU_S3_SECRET_KEY")
@@ -132,7 +144,7 @@ func serveRoles(ctx context.Context, roles []string, f *serveFlags, stdout, stde
 	}
 	if _, ok := st.URLs[stack.RoleGSLB]; ok {
 		fmt.Fprintf(stdout, "entry:  %s/v1/entry?room=demo (ticket: danmaku ticket -user alice)\n", st.URLs[stack.RoleGSLB])
-		if f.demo {
+		if f.dev {
 			fmt.Fprintf(stdout, "demo:   open %s/ in a browser\n", st.URLs[stack.RoleGSLB])
 		}
 	}
@@ -152,7 +164,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	f.demo = true
+	f.dev = true
 	return serveRoles(ctx, stack.AllRoles, &f, stdout, stderr)
 }
 

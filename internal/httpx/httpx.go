@@ -6,6 +6,7 @@ package httpx
 
 import (
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -201,6 +202,23 @@ func Serve(ctx context.Context, srv *http.Server, ln net.Listener, grace time.Du
 		return fmt.Errorf("httpx: shutdown: %w", err)
 	}
 	return nil
+}
+
+// KeyMatches reports whether the request's bearer token is one of keys
+// (service or operator keys), comparing in constant time. Empty keys never
+// match.
+func KeyMatches(c *gin.Context, keys []string) bool {
+	got := []byte(BearerToken(c, ""))
+	if len(got) == 0 {
+		return false
+	}
+	ok := false
+	for _, k := range keys {
+		if k != "" && subtle.ConstantTimeCompare(got, []byte(k)) == 1 {
+			ok = true
+		}
+	}
+	return ok
 }
 
 // BearerToken returns the token of an "Authorization: Bearer" header, or the

@@ -96,15 +96,16 @@ func newCDNRig(t testing.TB, o cdnRigOpts) *cdnRig {
 	}
 	t.Cleanup(func() { _ = closeBackends() })
 	st := startStack(t, Config{
-		Roles:       []string{RoleGSLB, RoleIngest, RoleEdge, RoleSlicer},
-		Backends:    b,
-		PublicCDN:   cdn,
-		MasterKey:   []byte("0123456789abcdef0123456789abcdef"),
-		TicketKey:   auth.DevTicketKey,
-		ServiceKeys: []string{DevServiceKey},
-		SegmentMs:   o.segmentMs,
-		EntryClock:  o.entryClock,
-		Logger:      log,
+		Roles:        []string{RoleGSLB, RoleIngest, RoleEdge, RoleSlicer},
+		Backends:     b,
+		PublicCDN:    cdn,
+		MasterKey:    []byte("0123456789abcdef0123456789abcdef"),
+		TicketKey:    []byte(latTicketKey),
+		GiftKeys:     []string{"lat-gift-key"},
+		OperatorKeys: []string{"lat-operator-key"},
+		SegmentMs:    o.segmentMs,
+		EntryClock:   o.entryClock,
+		Logger:       log,
 	})
 	return &cdnRig{st: st, origin: origin, cdn: cdn}
 }
@@ -340,9 +341,13 @@ func (r loadResult) String() string {
 		r.hitRatio(), r.firstHits, r.fetched, r.notFound, r.originGets, r.segments, float64(r.originGets)/math.Max(float64(r.segments), 1))
 }
 
+// latTicketKey is the rig's ticket key: only `danmaku dev` takes the
+// public one.
+const latTicketKey = "latency-rig-ticket-key-0123456789"
+
 func mintTicket(t testing.TB, user string) string {
 	t.Helper()
-	tk, err := auth.MintTicket(auth.DevTicketKey, user, auth.Ticket{Nick: user}, time.Hour)
+	tk, err := auth.MintTicket([]byte(latTicketKey), user, auth.Ticket{Nick: user}, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}

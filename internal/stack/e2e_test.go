@@ -21,6 +21,9 @@ import (
 // startStack runs every role on free loopback ports until the test ends.
 func startStack(t testing.TB, cfg Config) *Stack {
 	t.Helper()
+	if cfg.Backends.Streams == nil {
+		cfg.Dev = true // in memory: as `danmaku dev`
+	}
 	cfg.GSLBAddr, cfg.IngestAddr, cfg.EdgeAddr, cfg.OriginAddr, cfg.SlicerAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))

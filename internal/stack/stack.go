@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -60,7 +61,8 @@ const (
 	DefaultEdgeAddr   = "127.0.0.1:7702"
 	DefaultOriginAddr = "127.0.0.1:7703"
 	DefaultSlicerAddr = "127.0.0.1:7704"
-	// DevServiceKey is the gift API key of embedded mode. Public on purpose.
+	// DevServiceKey is every service key of `danmaku dev` (gift,
+	// announcement, operator). Public on purpose; refused everywhere else.
 	DevServiceKey = "dev-service-key"
 )
 
@@ -106,15 +108,25 @@ type Config struct {
 	// NodeID names this process as slicer lease holder and load reporter.
 	// Zero: "<hostname>-<pid>".
 	NodeID string
-	// TicketKey verifies business tickets. Zero: auth.DevTicketKey in
-	// embedded mode (in-memory secrets); with shared backends the gslb
-	// refuses to start without one, so a deployment never accepts tickets
-	// anyone can mint.
+	// Dev is `danmaku dev`: the public dev ticket key, DevServiceKey for
+	// every scope and a random master key fill in what is not given, and
+	// the gslb serves the demo page and dev tickets. Without Dev no public
+	// key is accepted and every role refuses to start without its own keys
+	// (checkKeys says which).
+	Dev bool
+	// TicketKey verifies business tickets (DANMAKU_TICKET_KEY). Required by
+	// the gslb.
 	TicketKey []byte
-	// ServiceKeys for the gift API and the slicer admin API. Zero:
-	// DevServiceKey in embedded mode; with shared backends none, and both
-	// APIs refuse every caller.
-	ServiceKeys []string
+	// GiftKeys are the gift API's service keys (DANMAKU_GIFT_KEYS).
+	// Required by the ingest.
+	GiftKeys []string
+	// AnnounceKeys let business servers post system announcements to a
+	// room (DANMAKU_ANNOUNCE_KEYS). Optional: hosts announce with their
+	// tickets.
+	AnnounceKeys []string
+	// OperatorKeys guard the operator APIs: events on the gslb, run-time
+	// settings on the slicer (DANMAKU_OPERATOR_KEYS). Required by both.
+	OperatorKeys []string
 	// Budget is the slicer's messages per second. Zero: the slicer's default.
 	Budget int
 	// SegmentMs is the segment duration of rooms without their own setting
@@ -128,10 +140,7 @@ type Config struct {
 	// ingest and connect to the edge ("*": any). Zero: none, except that
 	// with Demo the gslb's own origin is added (the demo page's).
 	CORSOrigins []string
-	// Demo serves the demo page at the gslb's / and dev tickets at
-	// /v1/dev/ticket. Only with the public dev ticket key (embedded mode):
-	// the ticket endpoint mints for anyone.
-	Demo bool
+
 	// EntryClock is the gslb host's clock: login times, and what the store
 	// clock is followed against. Nil: the system clock. Tests skew it to
 	// show that clients schedule on the store clock, not the gslb host's.
@@ -174,6 +183,70 @@ func (c *Config) has(role string) bool {
 	return false
 }
 
+// devKeys fills in the public keys of `danmaku dev` where none were given.
+func (c *Config) devKeys() {
+	if len(c.TicketKey) == 0 {
+		c.TicketKey = auth.DevTicketKey
+	}
+	for _, keys := range []*[]string{&c.GiftKeys, &c.AnnounceKeys, &c.OperatorKeys} {
+		if len(*keys) == 0 {
+			*keys = []string{DevServiceKey}
+		}
+	}
+	if len(c.MasterKey) == 0 && c.Backends.Secrets == nil {
+		// In-memory secrets and nobody else to publish them: this process
+		// is the auth center, with a key nobody needs to know.
+		c.MasterKey = make([]byte, 32)
+		_, _ = rand.Read(c.MasterKey)
+	}
+}
+
+// checkKeys refuses a configuration whose roles lack their keys, naming
+// every missing one. Outside Dev a public dev key is refused too: anyone can
+// mint tickets with it.
+func (c *Config) checkKeys() error {
+	var missing []string
+	need := func(cond bool, what string) {
+		if cond {
+			missing = append(missing, what)
+		}
+	}
+	tokens := c.has(RoleGSLB) || c.has(RoleIngest) || c.has(RoleEdge)
+	need(tokens && len(c.MasterKey) == 0 && c.Backends.Secrets == nil,
+		"token secrets: DANMAKU_MASTER_KEY (this process runs an auth center), or -redis where another process's auth center publishes them")
+	need(c.has(RoleGSLB) && len(c.TicketKey) == 0, "the business ticket key: DANMAKU_TICKET_KEY")
+	need((c.has(RoleGSLB) || c.has(RoleSlicer)) && len(nonEmpty(c.OperatorKeys)) == 0, "operator keys: DANMAKU_OPERATOR_KEYS")
+	need(c.has(RoleIngest) && len(nonEmpty(c.GiftKeys)) == 0, "gift API keys: DANMAKU_GIFT_KEYS")
+	// In-memory objects are private to this process: no CDN could read
+	// them and other slicers' conditional puts would protect nothing.
+	need(!c.Dev && c.Backends.Objects == nil && c.DataDir == "" && (c.has(RoleSlicer) || c.has(RoleOrigin)),
+		"object storage: -s3-bucket (or -data DIR for a single node)")
+	if len(missing) > 0 {
+		return fmt.Errorf("stack: cannot start %s without %s", strings.Join(c.Roles, ", "), strings.Join(missing, "; "))
+	}
+	if !c.Dev {
+		if string(c.TicketKey) == string(auth.DevTicketKey) {
+			return errors.New("stack: the public dev ticket key is accepted only by `danmaku dev`")
+		}
+		for _, k := range slices.Concat(c.GiftKeys, c.AnnounceKeys, c.OperatorKeys) {
+			if k == DevServiceKey {
+				return fmt.Errorf("stack: the public %q is accepted only by `danmaku dev`", DevServiceKey)
+			}
+		}
+	}
+	return nil
+}
+
+func nonEmpty(keys []string) []string {
+	var out []string
+	for _, k := range keys {
+		if k != "" {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
 // New builds the roles and binds their listeners.
 func New(cfg Config) (*Stack, error) {
 	if len(cfg.Roles) == 0 {
@@ -199,35 +272,16 @@ func New(cfg Config) (*Stack, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	embedded := cfg.Backends.Secrets == nil
-	if len(cfg.TicketKey) == 0 {
-		if !embedded && cfg.has(RoleGSLB) {
-			return nil, errors.New("stack: a ticket key is required with shared backends (DANMAKU_TICKET_KEY); the dev key is public")
-		}
-		cfg.TicketKey = auth.DevTicketKey
+	if cfg.Dev {
+		cfg.devKeys()
 	}
-	if !embedded && cfg.Backends.Objects == nil && cfg.DataDir == "" && (cfg.has(RoleSlicer) || cfg.has(RoleOrigin)) {
-		// In-memory objects are private to this process: other slicers'
-		// conditional puts would protect nothing and no CDN could read them.
-		return nil, errors.New("stack: shared backends need shared object storage (S3) for the slicer and origin roles")
-	}
-	if len(cfg.ServiceKeys) == 0 && embedded {
-		cfg.ServiceKeys = []string{DevServiceKey}
+	if err := cfg.checkKeys(); err != nil {
+		return nil, err
 	}
 	if cfg.EdgeDrain == 0 {
 		cfg.EdgeDrain = time.Second
 	}
-	if cfg.Demo && string(cfg.TicketKey) != string(auth.DevTicketKey) {
-		return nil, errors.New("stack: the demo page and its dev tickets run only with the public dev ticket key (embedded mode)")
-	}
 	runCenter := len(cfg.MasterKey) > 0
-	if !runCenter && cfg.Backends.Secrets == nil {
-		cfg.MasterKey = make([]byte, 32)
-		if _, err := rand.Read(cfg.MasterKey); err != nil {
-			return nil, err
-		}
-		runCenter = true
-	}
 	if cfg.NodeID == "" {
 		host, _ := os.Hostname()
 		cfg.NodeID = fmt.Sprintf("%s-%d", host, os.Getpid())
@@ -308,7 +362,7 @@ func New(cfg Config) (*Stack, error) {
 			cfg.PublicCDN = u + "/"
 		}
 	}
-	if cfg.Demo && s.URLs[RoleGSLB] != "" {
+	if cfg.Dev && s.URLs[RoleGSLB] != "" {
 		// The page is served by the gslb: its origin is the gslb's, under
 		// either name a newcomer may type.
 		u := s.URLs[RoleGSLB]
@@ -362,7 +416,7 @@ func New(cfg Config) (*Stack, error) {
 		}
 		e := engine(RoleGSLB)
 		gs.Register(e)
-		if cfg.Demo {
+		if cfg.Dev {
 			gslb.RegisterDevTickets(e, cfg.TicketKey)
 			web.Register(e)
 		}
@@ -372,7 +426,7 @@ func New(cfg Config) (*Stack, error) {
 		s.ingest, err = ingest.New(ingest.Config{
 			Streams: b.Streams, Keyring: s.keyring, Addr: s.URLs[RoleIngest], Load: b.Load,
 			RoomLimiter: b.RoomLimiter, Gifts: b.Gifts,
-			ServiceKeys: cfg.ServiceKeys, Registerer: s.registry, Logger: s.log,
+			GiftKeys: cfg.GiftKeys, AnnounceKeys: cfg.AnnounceKeys, Registerer: s.registry, Logger: s.log,
 		})
 		if err != nil {
 			return nil, err
@@ -403,7 +457,7 @@ func New(cfg Config) (*Stack, error) {
 			return nil, err
 		}
 		e := engine(RoleSlicer)
-		s.slicer.RegisterAdmin(e, cfg.ServiceKeys)
+		s.slicer.RegisterAdmin(e, cfg.OperatorKeys)
 		rs.srv = httpx.NewServer(e, 10*time.Second)
 	}
 	if rs := byRole[RoleOrigin]; rs != nil {

@@ -194,7 +194,7 @@ func runNode(tb testing.TB, node string, env []string, timeout time.Duration, ar
 // until the test ends, as `danmaku dev` does on fixed ones.
 func startStack(tb testing.TB, cfg stack.Config) *stack.Stack {
 	tb.Helper()
-	cfg.Demo = true
+	cfg.Dev = true
 	st := stacktest.Start(tb, cfg)
 	resp, err := http.Get(st.URLs[stack.RoleGSLB] + "/")
 	if err != nil {

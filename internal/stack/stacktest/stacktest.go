@@ -15,9 +15,13 @@ import (
 )
 
 // Start runs cfg's roles on free loopback ports until tb ends, and returns
-// once the gslb hands out addresses. A nil Logger discards.
+// once the gslb hands out addresses. A nil Logger discards. Without real
+// backends the stack runs as `danmaku dev` does (Config.Dev: dev keys).
 func Start(tb testing.TB, cfg stack.Config) *stack.Stack {
 	tb.Helper()
+	if cfg.Backends.Streams == nil {
+		cfg.Dev = true
+	}
 	cfg.GSLBAddr, cfg.IngestAddr, cfg.EdgeAddr, cfg.OriginAddr, cfg.SlicerAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))

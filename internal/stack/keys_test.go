@@ -1,0 +1,69 @@
+package stack
+
+import (
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"danmaku/auth"
+)
+
+// TestRolesRefuseWithoutKeys: outside `danmaku dev` every role refuses to
+// start without its keys, naming each one missing, and no role takes a
+// public dev key.
+func TestRolesRefuseWithoutKeys(t *testing.T) {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	base := func(role string) Config {
+		return Config{Roles: []string{role}, Logger: quiet,
+			GSLBAddr: "127.0.0.1:0", IngestAddr: "127.0.0.1:0", EdgeAddr: "127.0.0.1:0", OriginAddr: "127.0.0.1:0", SlicerAddr: "127.0.0.1:0",
+			PublicCDN: "https://cdn.example/"}
+	}
+	master := []byte("0123456789abcdef0123456789abcdef")
+	tests := []struct {
+		name string
+		cfg  Config
+		want []string // every one must be in the message; none: starts
+	}{
+		{"gslb, nothing", base(RoleGSLB), []string{"DANMAKU_MASTER_KEY", "DANMAKU_TICKET_KEY", "DANMAKU_OPERATOR_KEYS"}},
+		{"ingest, nothing", base(RoleIngest), []string{"DANMAKU_MASTER_KEY", "DANMAKU_GIFT_KEYS"}},
+		{"edge, nothing", base(RoleEdge), []string{"DANMAKU_MASTER_KEY"}},
+		{"slicer, nothing", base(RoleSlicer), []string{"DANMAKU_OPERATOR_KEYS", "-s3-bucket"}},
+		{"origin, nothing", base(RoleOrigin), []string{"-s3-bucket"}},
+		{"gslb with its keys", with(base(RoleGSLB), func(c *Config) {
+			c.MasterKey, c.TicketKey, c.OperatorKeys = master, []byte("a-real-ticket-key-0123456789"), []string{"op"}
+		}), nil},
+		{"ingest with its keys", with(base(RoleIngest), func(c *Config) { c.MasterKey, c.GiftKeys = master, []string{"gift"} }), nil},
+		{"edge with its keys", with(base(RoleEdge), func(c *Config) { c.MasterKey = master }), nil},
+		{"slicer with its keys", with(base(RoleSlicer), func(c *Config) { c.OperatorKeys, c.DataDir = []string{"op"}, t.TempDir() }), nil},
+		{"gslb with the public ticket key", with(base(RoleGSLB), func(c *Config) {
+			c.MasterKey, c.TicketKey, c.OperatorKeys = master, auth.DevTicketKey, []string{"op"}
+		}), []string{"public dev ticket key"}},
+		{"ingest with the public service key", with(base(RoleIngest), func(c *Config) { c.MasterKey, c.GiftKeys = master, []string{DevServiceKey} }), []string{DevServiceKey}},
+		{"dev fills in its keys", with(base(RoleGSLB), func(c *Config) { c.Dev = true }), nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st, err := New(tt.cfg)
+			if len(tt.want) == 0 {
+				if err != nil {
+					t.Fatalf("New: %v", err)
+				}
+				for _, rs := range st.servers {
+					rs.ln.Close()
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("started without its keys")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("message %q does not name %s", err, w)
+				}
+			}
+		})
+	}
+}
+
+func with(c Config, f func(*Config)) Config { f(&c); return c }

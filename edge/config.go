@@ -11,6 +11,7 @@ import (
 	"danmaku/auth"
 	"danmaku/gslb"
 	"danmaku/internal/clock"
+	"danmaku/internal/event"
 	"danmaku/internal/httpx"
 	"danmaku/internal/stream"
 )
@@ -125,6 +126,12 @@ type Config struct {
 	// DrainPeriod is how long Shutdown spreads closing connections over,
 	// so that clients don't all reconnect at once. Zero: 10 s.
 	DrainPeriod time.Duration
+	// Events says which rooms are live: a handshake for another room is
+	// refused (404 no_such_room, 409 room_not_live; close codes 4404, 4409
+	// after a hello), and when a room's event ends its connections are
+	// closed with CloseRoomEnded and its hub goes. Nil: every room (tests
+	// of the fan-out alone).
+	Events *event.Directory
 	// HelloTimeout is how long a connection without an Authorization
 	// header (a browser's) may take to send its first frame, the token;
 	// an unauthenticated socket is freed after it. Zero: 5 s.

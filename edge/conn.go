@@ -19,6 +19,9 @@ const (
 	// CloseGoingAway (4003): the node is draining. Get a new entry from the
 	// gslb after a random jitter (0-3 s) and reconnect elsewhere with last.
 	CloseGoingAway = 4003
+	// CloseRoomEnded (4004): the room's event has ended. Do not reconnect;
+	// the room's last segments and its ended manifest are on the CDN.
+	CloseRoomEnded = 4004
 	// ClosePolicy (1008): the client broke the protocol (it sent too many
 	// messages). Back off before reconnecting.
 	ClosePolicy = websocket.ClosePolicyViolation
@@ -101,6 +104,8 @@ func closeReason(code int) string {
 		return reasonResume
 	case CloseGoingAway:
 		return reasonDraining
+	case CloseRoomEnded:
+		return reasonEnded
 	case ClosePolicy:
 		return reasonPolicy
 	}
@@ -197,6 +202,7 @@ func (c *conn) writeMessages(msgs []wire.Message, source string) bool {
 // held when the connection joined.
 func (c *conn) catchUp(p resumePlan) bool {
 	if p.fromStore {
+		lo := c.s.minGift(c.h.room)
 		after := p.storeFrom.String()
 		for done := false; !done; {
 			es, err := c.s.cfg.Store.Read(c.s.ctx, c.h.key, after, readCount, 0)
@@ -218,7 +224,7 @@ func (c *conn) catchUp(p resumePlan) bool {
 					done = true
 					break
 				}
-				if c.s.pushable(&es[i]) {
+				if pushable(&es[i], lo) {
 					batch = append(batch, wire.Slim(es[i]))
 				}
 				if id == p.storeUntil {

@@ -83,8 +83,7 @@ func TestPushable(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := &Server{cfg: Config{MinGiftValue: tt.min}}
-			if got := s.pushable(&tt.m); got != tt.want {
+			if got := pushable(&tt.m, tt.min); got != tt.want {
 				t.Fatalf("pushable = %v, want %v", got, tt.want)
 			}
 		})

@@ -89,6 +89,12 @@ func (s *Server) checkToken(tok string) (*auth.Claims, *refusal) {
 	case !wire.ValidRoom(claims.Room):
 		return nil, &refusal{http.StatusBadRequest, CodeBadRequest, CloseBadHello, "token names an invalid room"}
 	}
+	if s.cfg.Events != nil {
+		if e := s.cfg.Events.Check(claims.Room); e != nil {
+			// 4404 / 4409 / 4503: the HTTP status, in the private range.
+			return nil, &refusal{e.Status, e.Code, 4000 + e.Status, e.Message}
+		}
+	}
 	return claims, nil
 }
 

@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"danmaku/internal/clock"
+	"danmaku/internal/event"
 	"danmaku/internal/httpx"
 )
 
@@ -156,4 +158,47 @@ func FuzzParseHello(f *testing.F) {
 			t.Fatalf("parseHello(%q) accepted token of %d bytes", b, len(h.Token))
 		}
 	})
+}
+
+// TestOnlyLiveRooms: a token for a room of no live event is refused, and
+// when a room's event ends its viewers are told (4004) and its hub goes.
+func TestOnlyLiveRooms(t *testing.T) {
+	ctx := context.Background()
+	store := event.NewMemoryStore()
+	now := time.Now()
+	ev := event.Event{ID: "show", Start: now.Add(-time.Minute), End: now.Add(time.Hour), Rooms: []event.Room{{ID: "r1"}}}
+	if err := store.Create(ctx, ev); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := event.NewDirectory(event.DirectoryConfig{Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dir.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, envOpts{cfg: func(c *Config) { c.Events = dir }})
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() { _ = e.srv.Run(runCtx) }()
+
+	_, resp, err := e.dialWith(&websocket.Dialer{HandshakeTimeout: safety}, e.token("r9"), "")
+	if err == nil {
+		t.Fatal("a room of no event connected")
+	}
+	checkCoded(t, resp, http.StatusNotFound, "no_such_room")
+
+	ws := e.connect("r1", "")
+	ended := time.Now()
+	ev.EndedAt = &ended
+	if err := store.Update(ctx, ev); err != nil {
+		t.Fatal(err)
+	}
+	if err := dir.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := closeCode(t, ws); got != CloseRoomEnded {
+		t.Fatalf("close code %d, want %d (room ended)", got, CloseRoomEnded)
+	}
+	waitFor(t, "the hub to go", func() bool { return e.srv.roomCount() == 0 })
 }

@@ -114,6 +114,7 @@ func (h *hub) run() {
 
 // add files freshly read entries: pushable ones into the ring and pending.
 func (h *hub) add(es []stream.Entry) {
+	lo := h.s.minGift(h.room)
 	h.mu.Lock()
 	n := len(h.pending)
 	for i := range es {
@@ -122,7 +123,7 @@ func (h *hub) add(es []stream.Entry) {
 			continue // a store never returns these; never let one break the order
 		}
 		h.cursor = id
-		if !h.s.pushable(&es[i]) {
+		if !pushable(&es[i], lo) {
 			continue
 		}
 		m := wire.Slim(es[i])

@@ -45,6 +45,7 @@ const (
 	reasonDraining = "draining"
 	reasonPolicy   = "policy"
 	reasonGone     = "gone" // the client left, died or failed a write
+	reasonEnded    = "room_ended"
 )
 
 type metrics struct {
@@ -106,7 +107,7 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 	for _, c := range rejectCodes {
 		m.rejects.WithLabelValues(c)
 	}
-	for _, r := range []string{reasonResume, reasonDraining, reasonPolicy, reasonGone} {
+	for _, r := range []string{reasonResume, reasonDraining, reasonPolicy, reasonGone, reasonEnded} {
 		m.closes.WithLabelValues(r)
 	}
 	m.catchUp.WithLabelValues("ring")

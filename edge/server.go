@@ -180,14 +180,23 @@ func (s *Server) roomCount() int {
 	return len(s.hubs)
 }
 
+// minGift is room's push threshold: its event's setting, else MinGiftValue.
+func (s *Server) minGift(room string) int64 {
+	if s.cfg.Events != nil {
+		if v, ok := s.cfg.Events.Lookup(room); ok && v.Room.MinGiftValue != 0 {
+			return v.Room.MinGiftValue
+		}
+	}
+	return s.cfg.MinGiftValue
+}
+
 // pushable reports whether m goes out over the edge: system messages
-// always, gifts when their total value reaches MinGiftValue.
-func (s *Server) pushable(m *wire.Message) bool {
+// always, gifts when their total value reaches lo (the room's minGift).
+func pushable(m *wire.Message, lo int64) bool {
 	switch m.Kind {
 	case wire.KindSystem:
 		return true
 	case wire.KindGift:
-		lo := s.cfg.MinGiftValue
 		if lo == 0 || m.Value >= lo {
 			return true
 		}
@@ -254,11 +263,49 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 		s.mu.Unlock()
 	}
+	if s.cfg.Events != nil {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.closeEndedRooms(s.ctx)
+		}()
+	}
 	select {
 	case <-ctx.Done():
 	case <-s.stopping:
 	}
 	return s.Shutdown(context.Background())
+}
+
+// closeEndedRooms closes, every second, the connections of rooms whose
+// event has ended: each client is told (CloseRoomEnded) and does not come
+// back, and the room's hub goes with its last connection.
+func (s *Server) closeEndedRooms(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if !s.cfg.Events.Ready() {
+			continue
+		}
+		s.mu.Lock()
+		var ended []*hub
+		for room, h := range s.hubs {
+			if !s.cfg.Events.Live(room) {
+				ended = append(ended, h)
+			}
+		}
+		s.mu.Unlock()
+		for _, h := range ended {
+			for _, c := range h.snapshot() {
+				c.kick(CloseRoomEnded, "room ended")
+			}
+		}
+	}
 }
 
 // Shutdown drains the node (lame duck): it refuses new connections, marks

@@ -1,12 +1,11 @@
 package gslb
 
 import (
-	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/netip"
-	"sync"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -15,8 +14,8 @@ import (
 
 	"danmaku/auth"
 	"danmaku/internal/clock"
+	"danmaku/internal/event"
 	"danmaku/internal/httpx"
-	"danmaku/internal/roomconf"
 	"danmaku/internal/wire"
 )
 
@@ -42,13 +41,15 @@ type ServerConfig struct {
 	// store's, followed by a clock.Follower), so that clients schedule
 	// their polls on it. Nil: Clock.
 	ServerClock clock.Clock
-	// RoomSettings gives each room's segment duration. Nil: 1000 ms.
-	RoomSettings *roomconf.Cache
-	// Rooms, when set, is told about every room a client enters so that the
-	// slicer writes its seconds from the first viewer on.
-	Rooms interface {
-		OpenRoom(ctx context.Context, room string) error
-	}
+
+	// Events says which rooms exist: only a room of a live event gets an
+	// entry (others: 404 no_such_room, 409 room_not_live), and the room's
+	// settings there give its segment duration. Nil: every valid room name
+	// is open with the defaults (tests of the allocator alone).
+	Events *event.Directory
+	// SegmentMs is the segment duration of rooms whose event sets none.
+	// Zero: 1000.
+	SegmentMs int64
 	// Registerer receives the metrics. Nil: a private registry.
 	Registerer prometheus.Registerer
 	// Clock tells the time. Nil: real clock.
@@ -60,7 +61,6 @@ type ServerConfig struct {
 // Server serves GET /v1/entry.
 type Server struct {
 	cfg     ServerConfig
-	opened  sync.Map // room → struct{}: rooms already opened by this process
 	entries *prometheus.CounterVec
 }
 
@@ -78,12 +78,11 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.PublishDelay == 0 {
 		cfg.PublishDelay = wire.DefaultPublishDelayMs * time.Millisecond
 	}
-	if cfg.RoomSettings == nil {
-		rs, err := roomconf.NewCache(roomconf.NewMemoryStore(), roomconf.Settings{}, 0, nil)
-		if err != nil {
-			return nil, err
-		}
-		cfg.RoomSettings = rs
+	if cfg.SegmentMs == 0 {
+		cfg.SegmentMs = wire.SegmentDuration
+	}
+	if !wire.ValidSegmentMs(cfg.SegmentMs) {
+		return nil, fmt.Errorf("gslb: server: SegmentMs %d is not 1000, 500 or 250", cfg.SegmentMs)
 	}
 	if cfg.Registerer == nil {
 		cfg.Registerer = prometheus.NewRegistry()
@@ -134,6 +133,17 @@ func (s *Server) entry(c *gin.Context) {
 		s.fail(c, httpx.Errorf(http.StatusBadRequest, "bad_room", "room must be 1-64 characters of A-Z a-z 0-9 _ -"))
 		return
 	}
+	segmentMs := s.cfg.SegmentMs
+	if s.cfg.Events != nil {
+		// Before the ticket: an unknown room costs nothing but a map read.
+		if e := s.cfg.Events.Check(room); e != nil {
+			s.fail(c, e)
+			return
+		}
+		if v, _ := s.cfg.Events.Lookup(room); v.Room.SegmentMs != 0 {
+			segmentMs = v.Room.SegmentMs
+		}
+	}
 	ticket := httpx.BearerToken(c, "ticket")
 	if ticket == "" {
 		s.fail(c, httpx.Errorf(http.StatusUnauthorized, "no_ticket", "a business ticket is required (Authorization: Bearer or ?ticket=)"))
@@ -170,18 +180,6 @@ func (s *Server) entry(c *gin.Context) {
 		s.fail(c, e)
 		return
 	}
-	if s.cfg.Rooms != nil {
-		if _, seen := s.opened.Load(room); !seen {
-			if err := s.cfg.Rooms.OpenRoom(c.Request.Context(), room); err != nil {
-				s.cfg.Logger.Warn("gslb: open room failed", "room", room, "err", err)
-			} else {
-				s.opened.Store(room, struct{}{})
-			}
-		}
-	}
-	// A store that cannot be read leaves the cached or default duration:
-	// the client then finds the room's real one in its manifest.
-	conf, _ := s.cfg.RoomSettings.Get(c.Request.Context(), room)
 	s.entries.WithLabelValues("ok").Inc()
 	c.JSON(http.StatusOK, Entry{
 		Room:           room,
@@ -193,7 +191,7 @@ func (s *Server) entry(c *gin.Context) {
 		Token:          tok,
 		TokenExpiresMs: exp.UnixMilli(),
 		ServerTimeMs:   s.cfg.ServerClock.Now().UnixMilli(),
-		SegmentMs:      conf.SegmentMs,
+		SegmentMs:      segmentMs,
 		PublishDelayMs: s.cfg.PublishDelay.Milliseconds(),
 	})
 }

@@ -3,13 +3,11 @@ package gslb_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,8 +17,8 @@ import (
 	"danmaku/auth"
 	"danmaku/gslb"
 	"danmaku/internal/clock"
+	"danmaku/internal/event"
 	"danmaku/internal/httpx"
-	"danmaku/internal/roomconf"
 	"danmaku/internal/wire"
 )
 
@@ -36,23 +34,6 @@ type entryFixture struct {
 	ring   *auth.Keyring
 	reg    *prometheus.Registry
 	engine *gin.Engine
-	rooms  *fakeRooms
-}
-
-type fakeRooms struct {
-	mu     sync.Mutex
-	opened []string
-	fail   bool
-}
-
-func (r *fakeRooms) OpenRoom(ctx context.Context, room string) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.fail {
-		return errors.New("rooms down")
-	}
-	r.opened = append(r.opened, room)
-	return nil
 }
 
 func newEntryFixture(t testing.TB, withSecrets bool, nodes ...gslb.NodeLoad) *entryFixture {
@@ -90,13 +71,11 @@ func newEntryFixture(t testing.TB, withSecrets bool, nodes ...gslb.NodeLoad) *en
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	rooms := &fakeRooms{}
 	srv, err := gslb.NewServer(gslb.ServerConfig{
 		Allocator:  alloc,
 		Keyring:    ring,
 		Tickets:    tickets,
 		CDN:        "https://cdn.example",
-		Rooms:      rooms,
 		Registerer: reg,
 		Clock:      clk,
 		Logger:     discard,
@@ -106,7 +85,7 @@ func newEntryFixture(t testing.TB, withSecrets bool, nodes ...gslb.NodeLoad) *en
 	}
 	engine := httpx.NewEngine(httpx.EngineConfig{Role: "gslb", Logger: discard, Gatherer: reg})
 	srv.Register(engine)
-	return &entryFixture{fixture: f, ring: ring, reg: reg, engine: engine, rooms: rooms}
+	return &entryFixture{fixture: f, ring: ring, reg: reg, engine: engine}
 }
 
 func healthyNodes() []gslb.NodeLoad {
@@ -244,25 +223,6 @@ func TestEntryOK(t *testing.T) {
 	if n := entriesCounter(t, f.reg, "ok"); n != 2 {
 		t.Errorf("entries{code=ok} = %v, want 2", n)
 	}
-	// The room is opened once, however many viewers enter.
-	if !slices.Equal(f.rooms.opened, []string{"room_1-A"}) {
-		t.Errorf("opened rooms = %v", f.rooms.opened)
-	}
-}
-
-func TestEntryOpenRoomRetriedAfterFailure(t *testing.T) {
-	f := newEntryFixture(t, true, healthyNodes()...)
-	ticket := mintTicket(t, ticketKey, "u1", auth.Ticket{}, time.Hour)
-	f.rooms.fail = true
-	if rec := f.get("/v1/entry?room=r1", ticket); rec.Code != http.StatusOK {
-		t.Fatalf("status %d with the room opener down; the entry must still succeed", rec.Code)
-	}
-	f.rooms.fail = false
-	f.get("/v1/entry?room=r1", ticket)
-	f.get("/v1/entry?room=r1", ticket)
-	if !slices.Equal(f.rooms.opened, []string{"r1"}) {
-		t.Errorf("opened = %v, want r1 once after the failure", f.rooms.opened)
-	}
 }
 
 func TestEntryBadInput(t *testing.T) {
@@ -359,9 +319,6 @@ func TestEntryNoNodes(t *testing.T) {
 			}
 			if ra := rec.Header().Get("Retry-After"); ra != "1" {
 				t.Errorf("Retry-After = %q, want 1", ra)
-			}
-			if len(f.rooms.opened) != 0 {
-				t.Errorf("room opened without an entry: %v", f.rooms.opened)
 			}
 		})
 	}
@@ -468,27 +425,13 @@ func TestServerConfig(t *testing.T) {
 // segments (not the gslb host's) and the room's own segment duration.
 func TestEntryTiming(t *testing.T) {
 	f := newEntryFixture(t, true, healthyNodes()...)
-	tickets, _ := auth.NewTicketVerifier(ticketKey, f.clk.Now)
-	store := roomconf.NewMemoryStore()
-	if err := store.Put(context.Background(), "fast", roomconf.Settings{SegmentMs: 250}); err != nil {
-		t.Fatal(err)
-	}
-	rooms, _ := roomconf.NewCache(store, roomconf.Settings{}, 0, f.clk)
-	storeClock := clock.NewFake(f.clk.Now().Add(-2 * time.Second)) // the gslb host runs 2 s ahead
-	srv, err := gslb.NewServer(gslb.ServerConfig{
-		Allocator: f.alloc, Keyring: f.ring, Tickets: tickets, CDN: "https://cdn/",
-		ServerClock: storeClock, RoomSettings: rooms, Clock: f.clk, Logger: discard,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := httpx.NewEngine(httpx.EngineConfig{Role: "gslb", Logger: discard})
-	srv.Register(e)
+	now := f.clk.Now()
+	dir := directoryOf(t, f.clk, event.Event{ID: "ev", Start: now.Add(-time.Minute), End: now.Add(time.Hour),
+		Rooms: []event.Room{{ID: "fast", SegmentMs: 250}, {ID: "plain"}}})
+	storeClock := clock.NewFake(now.Add(-2 * time.Second)) // the gslb host runs 2 s ahead
+	e := entryEngine(t, f, gslb.ServerConfig{ServerClock: storeClock, Events: dir})
 	for room, wantMs := range map[string]int64{"fast": 250, "plain": 1000} {
-		req := httptest.NewRequest(http.MethodGet, "/v1/entry?room="+room, nil)
-		req.Header.Set("Authorization", "Bearer "+mintTicket(t, ticketKey, "u1", auth.Ticket{}, time.Hour))
-		rec := httptest.NewRecorder()
-		e.ServeHTTP(rec, req)
+		rec := getEntry(t, e, room)
 		var got gslb.Entry
 		if rec.Code != http.StatusOK || json.Unmarshal(rec.Body.Bytes(), &got) != nil {
 			t.Fatalf("%s: %d %s", room, rec.Code, rec.Body)
@@ -497,4 +440,78 @@ func TestEntryTiming(t *testing.T) {
 			t.Fatalf("%s: segment_ms %d server_time_ms %d, want %d and the store clock's %d", room, got.SegmentMs, got.ServerTimeMs, wantMs, storeClock.Now().UnixMilli())
 		}
 	}
+}
+
+// TestEntryOnlyLiveRooms: only a room of a live event gets an entry; any
+// other name is refused with a code before the ticket is even read.
+func TestEntryOnlyLiveRooms(t *testing.T) {
+	f := newEntryFixture(t, true, healthyNodes()...)
+	now := f.clk.Now()
+	dir := directoryOf(t, f.clk,
+		event.Event{ID: "live", Start: now.Add(-time.Minute), End: now.Add(time.Hour), Rooms: []event.Room{{ID: "stage"}}},
+		event.Event{ID: "later", Start: now.Add(time.Hour), End: now.Add(2 * time.Hour), Rooms: []event.Room{{ID: "encore"}}},
+		event.Event{ID: "past", Start: now.Add(-2 * time.Hour), End: now.Add(-time.Hour), Rooms: []event.Room{{ID: "soundcheck"}}},
+	)
+	e := entryEngine(t, f, gslb.ServerConfig{Events: dir})
+	for room, want := range map[string]struct {
+		status int
+		code   string
+	}{
+		"stage":      {http.StatusOK, ""},
+		"nowhere":    {http.StatusNotFound, "no_such_room"},
+		"encore":     {http.StatusConflict, "room_not_live"},
+		"soundcheck": {http.StatusConflict, "room_not_live"},
+	} {
+		rec := getEntry(t, e, room)
+		if rec.Code != want.status || (want.code != "" && errorCode(t, rec) != want.code) {
+			t.Errorf("%s: %d %s, want %d %s", room, rec.Code, rec.Body, want.status, want.code)
+		}
+	}
+	// Not loaded yet: a retryable 503, not a 404 for every room.
+	empty, _ := event.NewDirectory(event.DirectoryConfig{Store: event.NewMemoryStore(), Clock: f.clk})
+	if rec := getEntry(t, entryEngine(t, f, gslb.ServerConfig{Events: empty}), "stage"); rec.Code != http.StatusServiceUnavailable || errorCode(t, rec) != "events_unavailable" {
+		t.Errorf("before the first load: %d %s", rec.Code, rec.Body)
+	}
+}
+
+func directoryOf(t *testing.T, clk clock.Clock, events ...event.Event) *event.Directory {
+	t.Helper()
+	store := event.NewMemoryStore()
+	for _, e := range events {
+		if err := store.Create(context.Background(), e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir, err := event.NewDirectory(event.DirectoryConfig{Store: store, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dir.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// entryEngine serves an entry endpoint built from f's allocator and keys
+// and cfg's other fields.
+func entryEngine(t *testing.T, f *entryFixture, cfg gslb.ServerConfig) *gin.Engine {
+	t.Helper()
+	tickets, _ := auth.NewTicketVerifier(ticketKey, f.clk.Now)
+	cfg.Allocator, cfg.Keyring, cfg.Tickets, cfg.CDN, cfg.Clock, cfg.Logger = f.alloc, f.ring, tickets, "https://cdn/", f.clk, discard
+	srv, err := gslb.NewServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := httpx.NewEngine(httpx.EngineConfig{Role: "gslb", Logger: discard})
+	srv.Register(e)
+	return e
+}
+
+func getEntry(t *testing.T, e *gin.Engine, room string) *httptest.ResponseRecorder {
+	t.Helper()
+	req := httptest.NewRequest(http.MethodGet, "/v1/entry?room="+room, nil)
+	req.Header.Set("Authorization", "Bearer "+mintTicket(t, ticketKey, "u1", auth.Ticket{}, time.Hour))
+	rec := httptest.NewRecorder()
+	e.ServeHTTP(rec, req)
+	return rec
 }

@@ -18,6 +18,7 @@ import (
 	"danmaku/gslb"
 	"danmaku/internal/bucket"
 	"danmaku/internal/clock"
+	"danmaku/internal/event"
 	"danmaku/internal/httpx"
 	"danmaku/internal/stream"
 	"danmaku/internal/wire"
@@ -69,6 +70,10 @@ type Config struct {
 	// announcements to a room (role "ops"), beside hosts and admins with
 	// their tickets. Empty: only tickets announce.
 	AnnounceKeys []string
+	// Events says which rooms take messages: only rooms of a live event
+	// (others: 404 no_such_room, 409 room_not_live). Nil: every room (tests
+	// of the upload path alone).
+	Events *event.Directory
 	// UserCapacity and UserRefill size the per-user bucket. Zero: 3 tokens,
 	// one every 1.5 s.
 	UserCapacity float64
@@ -314,9 +319,22 @@ func (s *Server) text(c *gin.Context) (string, bool) {
 // comments look the same, because a failure answer only makes clients retry.
 var ok = gin.H{"ok": true}
 
+// live answers for a room that takes no messages now and reports whether
+// it does.
+func (s *Server) live(c *gin.Context, room string) bool {
+	if s.cfg.Events == nil {
+		return true
+	}
+	if e := s.cfg.Events.Check(room); e != nil {
+		s.reject(c, "room", e)
+		return false
+	}
+	return true
+}
+
 func (s *Server) barrage(c *gin.Context) {
 	claims, good := s.authorize(c)
-	if !good {
+	if !good || !s.live(c, claims.Room) {
 		return
 	}
 	text, good := s.text(c)
@@ -385,6 +403,9 @@ func (s *Server) announce(c *gin.Context) {
 		room = claims.Room
 		m = wire.Message{Kind: wire.KindSystem, User: claims.User(), Nick: claims.Nick, Avatar: claims.Avatar, Role: claims.Role}
 	}
+	if !s.live(c, room) {
+		return
+	}
 	text, good := s.text(c)
 	if !good {
 		return
@@ -446,6 +467,9 @@ func (s *Server) gift(c *gin.Context) {
 	}
 	if e := g.validate(); e != nil {
 		s.reject(c, "input", e)
+		return
+	}
+	if !s.live(c, g.Room) {
 		return
 	}
 	count := g.Count

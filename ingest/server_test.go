@@ -24,6 +24,7 @@ import (
 	"danmaku/auth"
 	"danmaku/gslb"
 	"danmaku/internal/clock"
+	"danmaku/internal/event"
 	"danmaku/internal/httpx"
 	"danmaku/internal/stream"
 	"danmaku/internal/wire"
@@ -1100,5 +1101,57 @@ func TestEntryThenBarrage(t *testing.T) {
 	es := f.entries(t, room, stream.Barrage)
 	if len(es) != 1 || es[0].User != "viewer-1" || es[0].Nick != "Ann" || es[0].Text != "hello" {
 		t.Fatalf("stored %+v", es)
+	}
+}
+
+// TestOnlyLiveRooms: barrage, announcements and gifts reach only rooms of a
+// live event; the others get a code, and nothing is stored.
+func TestOnlyLiveRooms(t *testing.T) {
+	var dir *event.Directory
+	f := newFixture(t, func(c *Config) {
+		now := t0
+		store := event.NewMemoryStore()
+		for _, e := range []event.Event{
+			{ID: "live", Start: now.Add(-time.Minute), End: now.Add(time.Hour), Rooms: []event.Room{{ID: room}}},
+			{ID: "later", Start: now.Add(time.Hour), End: now.Add(2 * time.Hour), Rooms: []event.Room{{ID: "encore"}}},
+		} {
+			if err := store.Create(context.Background(), e); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var err error
+		if dir, err = event.NewDirectory(event.DirectoryConfig{Store: store, Clock: c.Clock}); err != nil {
+			t.Fatal(err)
+		}
+		if err := dir.Refresh(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		c.Events = dir
+	})
+	for _, tc := range []struct {
+		name, path, token, body string
+		status                  int
+		code                    string
+	}{
+		{"barrage, live room", barragePath(room), f.token(t, room, "u1", auth.RoleViewer), `{"text":"hi"}`, 200, ""},
+		{"barrage, no event", barragePath("nowhere"), f.token(t, "nowhere", "u1", auth.RoleViewer), `{"text":"hi"}`, 404, "no_such_room"},
+		{"announce, not started", announcePath("encore"), f.token(t, "encore", "h1", auth.RoleHost), `{"text":"hi"}`, 409, "room_not_live"},
+		{"gift, no event", "/v1/gifts", serviceKey, giftBody(func(m map[string]any) { m["room"] = "nowhere" }), 404, "no_such_room"},
+		{"gift, not started", "/v1/gifts", serviceKey, giftBody(func(m map[string]any) { m["room"] = "encore" }), 409, "room_not_live"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := f.do(http.MethodPost, tc.path, tc.token, tc.body)
+			if rec.Code != tc.status {
+				t.Fatalf("%d %s, want %d", rec.Code, rec.Body, tc.status)
+			}
+			if tc.code != "" && !strings.Contains(rec.Body.String(), `"`+tc.code+`"`) {
+				t.Fatalf("body %s, want code %s", rec.Body, tc.code)
+			}
+		})
+	}
+	for _, r := range []string{"nowhere", "encore"} {
+		if n := len(f.entries(t, r, stream.Live)) + len(f.entries(t, r, stream.Barrage)); n != 0 {
+			t.Errorf("room %s stored %d messages", r, n)
+		}
 	}
 }

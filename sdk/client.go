@@ -20,6 +20,10 @@ var (
 	// ErrJoin wraps the entry endpoint's refusal (a bad or expired ticket, a
 	// room that does not exist); Run returns it.
 	ErrJoin = errors.New("sdk: join refused")
+	// ErrRoomEnded is returned by Run when the room's event has ended: the
+	// client has delivered the room's last segment (its manifest says so)
+	// or the edge said so, and there is nothing more to wait for.
+	ErrRoomEnded = errors.New("sdk: the room has ended")
 )
 
 // Client is one viewer in one room. Create it with New, run it with Run.
@@ -135,6 +139,19 @@ func (c *Client) fail(err error) {
 	if c.failErr == nil {
 		c.failErr = err
 		c.log.Error("sdk: stopping", "room", c.cfg.Room, "err", err)
+	}
+	if c.cancel != nil {
+		c.cancel()
+	}
+}
+
+// end stops Run with err, a normal end (not a failure).
+func (c *Client) end(err error) {
+	c.failMu.Lock()
+	defer c.failMu.Unlock()
+	if c.failErr == nil {
+		c.failErr = err
+		c.log.Info("sdk: stopping", "room", c.cfg.Room, "why", err)
 	}
 	if c.cancel != nil {
 		c.cancel()

@@ -21,6 +21,8 @@ const (
 	// CloseDraining says the edge is shutting down: reconnect after a random
 	// wait, through a fresh entry.
 	CloseDraining = 4003
+	// CloseRoomEnded says the room's event has ended: do not reconnect.
+	CloseRoomEnded = 4004
 	// CloseTokenRejected says the token was refused: fetch a new entry.
 	CloseTokenRejected = 4401
 )
@@ -108,6 +110,11 @@ func (c *Client) edgeLoop(ctx context.Context) {
 			return
 		}
 		switch code {
+		case CloseRoomEnded:
+			// The segments carry the rest, up to the room's last one; the
+			// poller ends the client when it has delivered it.
+			c.log.Info("sdk: the room has ended; the edge is done", "room", c.cfg.Room)
+			return
 		case CloseResume:
 			// Reconnect at once to the same address; last resumes the
 			// stream. A resume close before any frame means the edge could

@@ -131,9 +131,11 @@ func (p *poller) next() {
 	p.tries, p.mismatches = 0, 0
 }
 
-// followDuration checks, when a due slot has answered 404 for a while, whether
-// the room's segment duration changed (the manifest names it) and if so
-// moves to the new grid at the same time. It reports whether it moved.
+// followDuration checks, when a due slot has answered 404 for a while, what
+// the manifest says: a room that has ended (and whose last segment this
+// poller has passed) ends the client with ErrRoomEnded; a room whose segment
+// duration changed is followed on the new grid at the same time. It
+// reports whether the poller moved or stopped.
 func (p *poller) followDuration(ctx context.Context) bool {
 	c := p.c
 	s := c.sess.Load()
@@ -147,7 +149,14 @@ func (p *poller) followDuration(ctx context.Context) bool {
 	}
 	p.manifestAt = now
 	m, err := c.fetchManifest(ctx)
-	if err != nil || int64(m.Dur) == p.dur {
+	if err != nil {
+		return false
+	}
+	if m.Ended && p.slot*p.dur > m.StartMs() {
+		c.end(ErrRoomEnded)
+		return true
+	}
+	if int64(m.Dur) == p.dur {
 		return false
 	}
 	// Durations change at whole seconds, where both grids meet; this slot

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"danmaku/internal/clock"
-	"danmaku/internal/roomconf"
+	"danmaku/internal/event"
 	"danmaku/internal/stream"
 	"danmaku/internal/wire"
 )
@@ -18,14 +18,21 @@ import (
 // switch settled against the one-second segment that holds it.
 func TestSegmentDurationChange(t *testing.T) {
 	ctx := context.Background()
-	store := roomconf.NewMemoryStore()
+	store := event.NewMemoryStore()
 	fake := clock.NewFake(time.Unix(1_700_000_000, 0))
-	rooms, err := roomconf.NewCache(store, roomconf.Settings{}, time.Nanosecond, fake)
+	ev := event.Event{ID: "ev", Start: fake.Now().Add(-time.Hour), End: fake.Now().Add(time.Hour), Rooms: []event.Room{{ID: room}}}
+	if err := store.Create(ctx, ev); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := event.NewDirectory(event.DirectoryConfig{Store: store, Clock: fake})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := newRig(t, Config{Rooms: rooms})
-	r.clk.Set(fake.Now()) // one clock for the rig and the cache
+	if err := dir.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := newRig(t, Config{Events: dir})
+	r.clk.Set(fake.Now()) // one clock for the rig and the directory
 	r.st, err = r.s.resume(ctx, room, time.Time{})
 	if err != nil {
 		t.Fatal(err)
@@ -36,7 +43,11 @@ func TestSegmentDurationChange(t *testing.T) {
 	}
 	r.at(s0, 100)
 	before := r.append(stream.Barrage, wire.Message{Kind: wire.KindBarrage, Text: "before"})[0]
-	if err := store.Put(ctx, room, roomconf.Settings{SegmentMs: 500}); err != nil {
+	ev.Rooms[0].SegmentMs = 500
+	if err := store.Update(ctx, ev); err != nil {
+		t.Fatal(err)
+	}
+	if err := dir.Refresh(ctx); err != nil {
 		t.Fatal(err)
 	}
 	r.at(s0+1, 700) // in the second half of s0+1

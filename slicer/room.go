@@ -24,8 +24,9 @@ const recentSpan = 16 * time.Second
 // tick later; when it wakes a hair early it retries after wakeGuard.
 const wakeGuard = 2 * time.Millisecond
 
-// runRoom contends for room's lease and leads it while held.
-func (s *Slicer) runRoom(ctx context.Context, room string, opened time.Time) {
+// runRoom contends for room's lease and leads it while held, until the
+// room has ended (its manifest says so) or ctx is done.
+func (s *Slicer) runRoom(ctx context.Context, room string, opened time.Time, h *roomHandle) {
 	for ctx.Err() == nil {
 		// The lease runs from before the request: the leader's own idea of
 		// when it expires must never be later than Redis's.
@@ -33,9 +34,12 @@ func (s *Slicer) runRoom(ctx context.Context, room string, opened time.Time) {
 		ok, err := s.cfg.Lease.Acquire(ctx, room, s.holder, s.cfg.LeaseTTL)
 		if err == nil && ok {
 			s.m.leaderFor.Inc()
-			err = s.lead(ctx, room, opened, asked)
+			err = s.lead(ctx, room, opened, asked, h)
 			s.m.leaderFor.Dec()
 			_ = s.cfg.Lease.Release(context.WithoutCancel(ctx), room, s.holder)
+			if errors.Is(err, errRoomEnded) {
+				return
+			}
 			if err != nil && ctx.Err() == nil {
 				s.cfg.Logger.Warn("slicer: lost room", "room", room, "err", err)
 			}
@@ -49,6 +53,10 @@ func (s *Slicer) runRoom(ctx context.Context, room string, opened time.Time) {
 
 // errLostLease ends a leader's term.
 var errLostLease = errors.New("slicer: lease lost")
+
+// errRoomEnded ends a room's loop: its last segment and ended manifest are
+// written.
+var errRoomEnded = errors.New("slicer: room ended")
 
 // Lanes by index, for per-lane state.
 var lanes = [2]stream.Lane{stream.Barrage, stream.Live}
@@ -102,6 +110,13 @@ type roomState struct {
 
 	renewed time.Time // when the last successful lease request was sent
 	rng     *rand.Rand
+
+	// last is the newest segment written (or found written) this term;
+	// resumed is the manifest the term started from.
+	last    *wire.Segment
+	resumed *wire.Manifest
+	// ended is set by resume when the manifest says the room has ended.
+	ended bool
 }
 
 // heldKey is a message's identity (lane and id) without building a string:
@@ -184,11 +199,16 @@ func (s *Slicer) renew(ctx context.Context, st *roomState) error {
 	return nil
 }
 
-// lead writes room's segments while the lease is held.
-func (s *Slicer) lead(ctx context.Context, room string, opened, acquired time.Time) error {
+// lead writes room's segments while the lease is held; once the room's
+// event has ended (h) and everything up to its end is written, it finishes
+// the room.
+func (s *Slicer) lead(ctx context.Context, room string, opened, acquired time.Time, h *roomHandle) error {
 	st, err := s.resume(ctx, room, opened)
 	if err != nil {
 		return err
+	}
+	if st.ended {
+		return errRoomEnded // a predecessor finished it
 	}
 	st.renewed = acquired
 	if err := s.reclaim(ctx, st, 0); err != nil {
@@ -274,6 +294,9 @@ func (s *Slicer) lead(ctx context.Context, room string, opened, acquired time.Ti
 				failures = 0
 			}
 		}
+		if end := h.endMs.Load(); end != 0 && s.finished(st, end) {
+			return s.finish(ctx, st)
+		}
 		if behind := storeNow.Sub(time.UnixMilli(s.timing(st).Due(st.next))); behind > 0 {
 			s.m.behind.Set(behind.Seconds())
 		} else {
@@ -281,6 +304,39 @@ func (s *Slicer) lead(ctx context.Context, room string, opened, acquired time.Ti
 		}
 		wake.Reset(s.nextWake(st, retryAt))
 	}
+}
+
+// finished reports whether an ended room is written to its end: every slot
+// up to the end plus endGrace, and nothing held — gifts are never dropped,
+// so a room with carried gifts goes on until they are out.
+func (s *Slicer) finished(st *roomState, endMs int64) bool {
+	return st.next*st.dur >= endMs+endGrace.Milliseconds() && st.npending == 0 && len(st.carry) == 0
+}
+
+// finish closes a room whose event has ended: the manifest is marked ended
+// (clients stop polling; a standby that takes the lease stops too), and the
+// room's streams leave the registry and expire after the retention. The
+// caller releases the lease; the room's loop and state go with it.
+func (s *Slicer) finish(ctx context.Context, st *roomState) error {
+	var m *wire.Manifest
+	switch {
+	case st.last != nil:
+		m = wire.ManifestFor(st.last)
+	case st.resumed != nil:
+		cp := *st.resumed
+		m = &cp
+	}
+	if m != nil {
+		m.Ended = true
+		if err := s.publishManifest(ctx, st, m); err != nil {
+			return err
+		}
+	}
+	if err := s.cfg.Streams.CloseRoom(ctx, st.room, s.cfg.Retention); err != nil {
+		s.cfg.Logger.Warn("slicer: close room", "room", st.room, "err", err)
+	}
+	s.cfg.Logger.Info("slicer: room ended", "room", st.room, "last_seq", st.seq-1)
+	return errRoomEnded
 }
 
 // nextWake is how long to sleep: until the next slot ends by the store
@@ -323,13 +379,13 @@ func (s *Slicer) maybeSwitch(ctx context.Context, st *roomState) {
 	if start%1000 != 0 {
 		return
 	}
-	conf, err := s.cfg.Rooms.Get(ctx, st.room)
-	if err != nil || conf.SegmentMs == st.dur {
+	dur, _ := s.roomConf(st.room)
+	if dur == st.dur {
 		return
 	}
-	s.cfg.Logger.Info("slicer: segment duration changes", "room", st.room, "from_ms", st.dur, "to_ms", conf.SegmentMs, "at", start)
+	s.cfg.Logger.Info("slicer: segment duration changes", "room", st.room, "from_ms", st.dur, "to_ms", dur, "at", start)
 	st.prevDur, st.switchMs = st.dur, start
-	st.dur, st.next = conf.SegmentMs, start/conf.SegmentMs
+	st.dur, st.next = dur, start/dur
 	old := st.pending
 	st.pending = make(map[int64][]wire.Message, len(old))
 	for _, msgs := range old {
@@ -505,7 +561,7 @@ func (s *Slicer) writeSlot(ctx context.Context, st *roomState, storeNow, localNo
 		return out
 	}
 
-	b := s.budget.Load()
+	_, b := s.roomConf(st.room)
 	var need [numQueues]int
 	for q := range numQueues {
 		need[q] = len(queues[q])
@@ -609,8 +665,11 @@ func (s *Slicer) writeSlot(ctx context.Context, st *roomState, storeNow, localNo
 	st.seq = seg.Seq + 1
 	st.next = slot + 1
 	st.remember(seg)
+	st.last = seg
 	s.trim(ctx, st)
-	s.publishManifest(ctx, st, seg)
+	if err := s.publishManifest(ctx, st, wire.ManifestFor(seg)); err != nil {
+		s.cfg.Logger.Warn("slicer: manifest write failed", "room", st.room, "err", err)
+	}
 	s.m.lag.Set(storeNow.Sub(time.UnixMilli(s.timing(st).Due(slot))).Seconds())
 	s.m.carried.Set(float64(len(carry)))
 	s.maybeSwitch(ctx, st)
@@ -765,15 +824,12 @@ func (s *Slicer) resume(ctx context.Context, room string, opened time.Time) (*ro
 	if err != nil {
 		return nil, fmt.Errorf("slicer: store time: %w", err)
 	}
-	conf, err := s.cfg.Rooms.Get(ctx, room)
-	if err != nil {
-		return nil, fmt.Errorf("slicer: room settings: %w", err)
-	}
+	dur, _ := s.roomConf(room)
 	cur := now.UnixMilli()
 	obj, err := s.cfg.Objects.Get(ctx, wire.ManifestKey(room))
 	switch {
 	case errors.Is(err, objstore.ErrNotFound):
-		st.dur, st.seq = conf.SegmentMs, 1
+		st.dur, st.seq = dur, 1
 		st.next = cur / st.dur
 		if o := opened.UnixMilli(); !opened.IsZero() && o < cur && time.Duration(cur-o)*time.Millisecond <= maxCatchUp {
 			st.next = o / st.dur
@@ -786,6 +842,11 @@ func (s *Slicer) resume(ctx context.Context, room string, opened time.Time) (*ro
 			return nil, fmt.Errorf("slicer: manifest of %s: %w", room, derr)
 		}
 		st.etag = obj.ETag
+		st.resumed = m
+		if m.Ended {
+			st.ended = true
+			return st, nil
+		}
 		// Carry on with the duration the room was written with; a change
 		// applies at the next whole second (maybeSwitch).
 		st.dur = int64(m.Dur)
@@ -810,11 +871,13 @@ func (s *Slicer) readExisting(ctx context.Context, room string, dur, slot int64)
 	return seg, nil
 }
 
-// publishManifest moves the manifest forward to seg, never back.
-func (s *Slicer) publishManifest(ctx context.Context, st *roomState, seg *wire.Segment) {
-	body, err := wire.EncodeManifest(wire.ManifestFor(seg))
+// publishManifest moves the manifest forward to m, never back: a manifest
+// already at m's segment or later is left alone, unless m marks the room
+// ended and it does not yet.
+func (s *Slicer) publishManifest(ctx context.Context, st *roomState, m *wire.Manifest) error {
+	body, err := wire.EncodeManifest(m)
 	if err != nil {
-		return
+		return err
 	}
 	for attempt := 0; attempt < 3; attempt++ {
 		opts := objstore.PutOptions{ContentType: wire.ManifestContentType, CacheControl: wire.ManifestCacheControl}
@@ -826,11 +889,10 @@ func (s *Slicer) publishManifest(ctx context.Context, st *roomState, seg *wire.S
 		etag, err := s.cfg.Objects.Put(ctx, wire.ManifestKey(st.room), body, opts)
 		if err == nil {
 			st.etag = etag
-			return
+			return nil
 		}
 		if !errors.Is(err, objstore.ErrPrecondition) {
-			s.cfg.Logger.Warn("slicer: manifest write failed", "room", st.room, "err", err)
-			return
+			return err
 		}
 		// Someone else moved it: re-read, and only write if we are ahead.
 		obj, gerr := s.cfg.Objects.Get(ctx, wire.ManifestKey(st.room))
@@ -839,11 +901,13 @@ func (s *Slicer) publishManifest(ctx context.Context, st *roomState, seg *wire.S
 				st.etag = ""
 				continue
 			}
-			return
+			return gerr
 		}
 		st.etag = obj.ETag
-		if m, derr := wire.DecodeManifest(obj.Body); derr == nil && m.StartMs() >= seg.StartMs() {
-			return
+		cur, derr := wire.DecodeManifest(obj.Body)
+		if derr == nil && (cur.Ended || cur.StartMs() > m.StartMs() || cur.StartMs() == m.StartMs() && !m.Ended) {
+			return nil
 		}
 	}
+	return fmt.Errorf("slicer: manifest of %s moved three times under this writer", st.room)
 }

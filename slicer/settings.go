@@ -13,8 +13,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"danmaku/internal/httpx"
-	"danmaku/internal/roomconf"
-	"danmaku/internal/wire"
 )
 
 // Settings are the slicer settings operators change at run time. They live
@@ -161,44 +159,5 @@ func (s *Slicer) RegisterAdmin(r gin.IRoutes, keys []string) {
 		}
 		_ = s.SetBudget(in.Budget, in.Shares)
 		c.JSON(http.StatusOK, s.Current())
-	})
-	r.GET("/v1/admin/rooms/:room", authorized, func(c *gin.Context) {
-		room := c.Param("room")
-		if !wire.ValidRoom(room) {
-			httpx.Abort(c, httpx.Errorf(http.StatusBadRequest, "bad_room", "room must be 1-64 characters of A-Z a-z 0-9 _ -"))
-			return
-		}
-		conf, err := s.cfg.Rooms.Get(c.Request.Context(), room)
-		if err != nil {
-			e := httpx.Errorf(http.StatusServiceUnavailable, "backend_unavailable", "room settings unavailable: %v", err)
-			e.RetryAfter = time.Second
-			httpx.Abort(c, e)
-			return
-		}
-		c.JSON(http.StatusOK, conf)
-	})
-	r.PUT("/v1/admin/rooms/:room", authorized, func(c *gin.Context) {
-		room := c.Param("room")
-		if !wire.ValidRoom(room) {
-			httpx.Abort(c, httpx.Errorf(http.StatusBadRequest, "bad_room", "room must be 1-64 characters of A-Z a-z 0-9 _ -"))
-			return
-		}
-		var in roomconf.Settings
-		if e := httpx.BindJSON(c, 1<<10, &in); e != nil {
-			httpx.Abort(c, e)
-			return
-		}
-		if err := in.Check(); err != nil {
-			httpx.Abort(c, httpx.Errorf(http.StatusBadRequest, "bad_settings", "%v", err))
-			return
-		}
-		if err := s.cfg.Rooms.Put(c.Request.Context(), room, in); err != nil {
-			e := httpx.Errorf(http.StatusServiceUnavailable, "backend_unavailable", "settings not saved, nothing changed: %v", err)
-			e.RetryAfter = time.Second
-			httpx.Abort(c, e)
-			return
-		}
-		conf, _ := s.cfg.Rooms.Get(c.Request.Context(), room)
-		c.JSON(http.StatusOK, conf)
 	})
 }

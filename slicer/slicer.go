@@ -14,8 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"danmaku/internal/clock"
+	"danmaku/internal/event"
 	"danmaku/internal/objstore"
-	"danmaku/internal/roomconf"
 	"danmaku/internal/stream"
 	"danmaku/internal/wire"
 )
@@ -28,7 +28,12 @@ const (
 	defaultLeaseTTL      = 2 * time.Second
 	defaultDiscover      = time.Second
 	defaultGroup         = "slicer"
-	readBatch            = 1024
+	defaultRetention     = time.Hour
+	// endGrace is how far past its event's end a room is written: an
+	// ingest learns of an early end within its directory's reload (1 s), so
+	// what it accepted meanwhile still reaches a segment.
+	endGrace  = 2 * time.Second
+	readBatch = 1024
 	// maxPending bounds the messages a leader holds read but unwritten
 	// (S3 down); beyond it the stream holds them.
 	maxPending = 200_000
@@ -68,12 +73,19 @@ type Config struct {
 	// this. It must equal what the gslb hands clients. Zero:
 	// wire.DefaultPublishDelayMs.
 	PublishDelay time.Duration
-	// Rooms gives each room's segment duration. Nil: every room has
-	// SegmentMs.
-	Rooms *roomconf.Cache
-	// SegmentMs is the segment duration of rooms without a setting of their
-	// own, when Rooms is nil. Zero: 1000.
+	// Events says which rooms to lead — only rooms of live events — and
+	// each room's settings (budget and shares, segment duration). When a
+	// room's event ends, its leader writes the room to its end, marks the
+	// manifest ended and lets everything of the room go. Nil: every room
+	// opened in the stream store is led with the defaults (tests of the
+	// slicer alone).
+	Events *event.Directory
+	// SegmentMs is the segment duration of rooms whose event sets none.
+	// Zero: 1000.
 	SegmentMs int64
+	// Retention is how long an ended room's streams are kept (for
+	// moderation) before they expire. Zero: 1 h.
+	Retention time.Duration
 	// Tick is how often rooms are read and checked for a due second. Zero: 50 ms.
 	Tick time.Duration
 	// LeaseTTL is the lease's lifetime; it is renewed every TTL/4, and a
@@ -105,7 +117,7 @@ type Slicer struct {
 	m      metrics
 
 	mu    sync.Mutex
-	rooms map[string]context.CancelFunc
+	rooms map[string]*roomHandle
 	wg    sync.WaitGroup
 }
 
@@ -155,12 +167,14 @@ func New(cfg Config) (*Slicer, error) {
 	if cfg.PublishDelay == 0 {
 		cfg.PublishDelay = wire.DefaultPublishDelayMs * time.Millisecond
 	}
-	if cfg.Rooms == nil {
-		rooms, err := roomconf.NewCache(roomconf.NewMemoryStore(), roomconf.Settings{SegmentMs: cfg.SegmentMs}, 0, cfg.Clock)
-		if err != nil {
-			return nil, fmt.Errorf("slicer: %w", err)
-		}
-		cfg.Rooms = rooms
+	if cfg.SegmentMs == 0 {
+		cfg.SegmentMs = wire.SegmentDuration
+	}
+	if !wire.ValidSegmentMs(cfg.SegmentMs) {
+		return nil, fmt.Errorf("slicer: SegmentMs %d is not 1000, 500 or 250", cfg.SegmentMs)
+	}
+	if cfg.Retention == 0 {
+		cfg.Retention = defaultRetention
 	}
 	if cfg.Tick == 0 {
 		cfg.Tick = defaultTick
@@ -181,12 +195,17 @@ func New(cfg Config) (*Slicer, error) {
 	if _, err := rand.Read(nonce); err != nil {
 		return nil, err
 	}
-	s := &Slicer{cfg: cfg, holder: cfg.NodeID + "#" + hex.EncodeToString(nonce), rooms: map[string]context.CancelFunc{}}
+	s := &Slicer{cfg: cfg, holder: cfg.NodeID + "#" + hex.EncodeToString(nonce), rooms: map[string]*roomHandle{}}
 	if err := s.SetBudget(cfg.Budget, cfg.Shares); err != nil {
 		return nil, err
 	}
 	if err := s.m.register(cfg.Registerer); err != nil {
 		return nil, err
+	}
+	running := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "danmaku_slicer_rooms", Help: "Rooms this slicer runs a loop for, leading or standing by: the rooms of live events."},
+		func() float64 { return float64(s.RoomsRunning()) })
+	if err := cfg.Registerer.Register(running); err != nil {
+		return nil, fmt.Errorf("slicer: metrics: %w", err)
 	}
 	return s, nil
 }
@@ -257,30 +276,98 @@ func (s *Slicer) Run(ctx context.Context) error {
 	}
 }
 
+// roomHandle is a room this slicer runs (leads or stands by for).
+type roomHandle struct {
+	// endMs is the unix ms its event ends at, once the directory says it
+	// has; 0 while live.
+	endMs atomic.Int64
+}
+
+// discover starts a loop for every room to lead that has none, and tells
+// the loops of rooms whose event has ended. With Events only rooms of live
+// events run; a room name nobody provisioned costs nothing.
 func (s *Slicer) discover(ctx context.Context) {
-	rooms, err := s.cfg.Streams.Rooms(ctx)
-	if err != nil {
-		if ctx.Err() == nil {
-			s.cfg.Logger.Warn("slicer: list rooms failed", "err", err)
+	type start struct {
+		room   string
+		opened time.Time
+	}
+	var starts []start
+	if d := s.cfg.Events; d != nil {
+		for _, v := range d.LiveRooms() {
+			starts = append(starts, start{v.Room.ID, v.Event.Start})
 		}
-		return
+	} else {
+		rooms, err := s.cfg.Streams.Rooms(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.cfg.Logger.Warn("slicer: list rooms failed", "err", err)
+			}
+			return
+		}
+		for _, r := range rooms {
+			starts = append(starts, start{r.ID, r.Opened})
+		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, r := range rooms {
-		room, opened := r.ID, r.Opened
+	if d := s.cfg.Events; d != nil && d.Ready() {
+		for room, h := range s.rooms {
+			if h.endMs.Load() != 0 {
+				continue
+			}
+			switch v, ok := d.Lookup(room); {
+			case !ok: // removed from its event: it ends now
+				h.endMs.Store(s.cfg.Clock.Now().UnixMilli())
+			case v.State == event.Ended:
+				h.endMs.Store(v.Event.EndTime().UnixMilli())
+			}
+		}
+	}
+	for _, st := range starts {
+		room, opened := st.room, st.opened
 		if _, running := s.rooms[room]; running || !wire.ValidRoom(room) {
 			continue
 		}
-		rctx, cancel := context.WithCancel(ctx)
-		s.rooms[room] = cancel
+		h := &roomHandle{}
+		s.rooms[room] = h
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			s.runRoom(rctx, room, opened)
+			s.runRoom(ctx, room, opened, h)
 			s.mu.Lock()
 			delete(s.rooms, room)
 			s.mu.Unlock()
 		}()
 	}
+}
+
+// roomConf returns room's segment duration and budget: its event's
+// settings where it sets them, else this slicer's.
+func (s *Slicer) roomConf(room string) (dur int64, b budgetConf) {
+	dur, b = s.cfg.SegmentMs, *s.budget.Load()
+	if s.cfg.Events == nil {
+		return dur, b
+	}
+	v, ok := s.cfg.Events.Lookup(room)
+	if !ok {
+		return dur, b
+	}
+	if v.Room.SegmentMs != 0 {
+		dur = v.Room.SegmentMs
+	}
+	if v.Room.Budget != 0 {
+		b.budget = v.Room.Budget
+	}
+	if len(v.Room.Shares) == len(b.shares) {
+		copy(b.shares[:], v.Room.Shares)
+	}
+	return dur, b
+}
+
+// RoomsRunning is the number of rooms this slicer runs (leads or stands by
+// for).
+func (s *Slicer) RoomsRunning() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.rooms)
 }

@@ -97,7 +97,7 @@ func apiCall(ctx context.Context, method, u, bearer string, body, out any) error
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if resp.StatusCode != http.StatusOK {
+	if resp.StatusCode/100 != 2 {
 		var e struct {
 			Error struct{ Code, Message string } `json:"error"`
 		}

@@ -59,6 +59,8 @@ func TestDistributedPipeline(t *testing.T) {
 	start(nil, "ingest", "-ingest", addr(1))
 	start(nil, "edge", "-edge", addr(2))
 	start(nil, "slicer", "-slicer", addr(3), "-node-id", "slicer-1")
+	// Only rooms of a live event exist: provision one as an operator does.
+	eventCLI(t, ctx, bin, base, "create", "-gslb", "http://"+addr(0), "-f", eventFile(t, "dist", "dist"))
 
 	ticket, err := auth.MintTicket([]byte("distributed-test-ticket-key"), "viewer", auth.Ticket{Nick: "viewer"}, time.Hour)
 	if err != nil {

@@ -14,9 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"danmaku/internal/event"
 	"danmaku/internal/objstore"
 	"danmaku/internal/redisx"
 	"danmaku/internal/redisx/redistest"
+	"danmaku/internal/stack/stacktest"
 	"danmaku/internal/stream"
 	"danmaku/internal/testenv"
 	"danmaku/slicer/slicertest"
@@ -101,6 +103,10 @@ func TestSlicerFailover(t *testing.T) {
 
 	streams, err := stream.NewRedisStore(stream.RedisConfig{Client: rdb})
 	if err != nil {
+		t.Fatal(err)
+	}
+	// Slicers lead only rooms of live events.
+	if err := event.NewRedisStore(rdb).Create(ctx, stacktest.LiveEvent("failover", "failover")); err != nil {
 		t.Fatal(err)
 	}
 	p := &slicertest.Producer{Store: streams, Room: "failover"}

@@ -34,12 +34,12 @@ func TestNewcomerCommands(t *testing.T) {
 	devOut := startLines(t, dev)
 	devOut.waitFor(t, ctx, "press Ctrl-C to stop")
 
-	watch := exec.CommandContext(ctx, bin, "watch", "-entry", entry, "-room", "smoke", "-n", "1")
+	watch := exec.CommandContext(ctx, bin, "watch", "-entry", entry, "-room", "demo", "-n", "1")
 	watchOut := startLines(t, watch)
-	watchOut.waitFor(t, ctx, "watching room smoke")
+	watchOut.waitFor(t, ctx, "watching room demo")
 
 	const text = "hello from a newcomer"
-	send := exec.CommandContext(ctx, bin, "send", "-entry", entry, "-room", "smoke", "-user", "newbie", text)
+	send := exec.CommandContext(ctx, bin, "send", "-entry", entry, "-room", "demo", "-user", "newbie", text)
 	if out, err := send.CombinedOutput(); err != nil {
 		t.Fatalf("danmaku send: %v\n%s", err, out)
 	}
@@ -52,7 +52,7 @@ func TestNewcomerCommands(t *testing.T) {
 	}
 
 	// The same comment replays from the segments.
-	replay := exec.CommandContext(ctx, bin, "replay", "-cdn", "http://"+addr(3)+"/", "-room", "smoke", "-last", "30s")
+	replay := exec.CommandContext(ctx, bin, "replay", "-cdn", "http://"+addr(3)+"/", "-room", "demo", "-last", "30s")
 	if out, err := replay.CombinedOutput(); err != nil || !strings.Contains(string(out), "barrage newbie: "+text) {
 		t.Fatalf("danmaku replay: %v\n%s", err, out)
 	}

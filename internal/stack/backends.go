@@ -9,9 +9,9 @@ import (
 	"danmaku/auth"
 	"danmaku/gslb"
 	"danmaku/ingest"
+	"danmaku/internal/event"
 	"danmaku/internal/objstore"
 	"danmaku/internal/redisx"
-	"danmaku/internal/roomconf"
 	"danmaku/internal/stream"
 	"danmaku/slicer"
 )
@@ -55,7 +55,7 @@ func OpenBackends(ctx context.Context, cfg BackendConfig, log *slog.Logger) (Bac
 		b.Lease = slicer.NewRedisLease(rdb)
 		b.Settings = slicer.NewRedisSettings(rdb)
 		b.RoomLimiter = ingest.NewRedisRoomLimiter(rdb)
-		b.Rooms = roomconf.NewRedisStore(rdb)
+		b.Events = event.NewRedisStore(rdb)
 		if b.Gifts, err = ingest.NewRedisGiftLog(ingest.RedisGiftLogConfig{Client: rdb, Streams: streams, Logger: log}); err != nil {
 			_ = closeAll()
 			return Backends{}, nil, err

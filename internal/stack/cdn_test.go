@@ -23,6 +23,7 @@ import (
 
 	"danmaku/auth"
 	"danmaku/internal/clock"
+	"danmaku/internal/event"
 	"danmaku/internal/objstore"
 	"danmaku/internal/redisx"
 	"danmaku/internal/testenv"
@@ -71,6 +72,7 @@ type cdnRig struct {
 }
 
 type cdnRigOpts struct {
+	room       string
 	segmentMs  int64
 	entryClock clock.Clock
 }
@@ -104,6 +106,7 @@ func newCDNRig(t testing.TB, o cdnRigOpts) *cdnRig {
 		GiftKeys:     []string{"lat-gift-key"},
 		OperatorKeys: []string{"lat-operator-key"},
 		SegmentMs:    o.segmentMs,
+		Events:       []event.Event{liveEvent(o.room)},
 		EntryClock:   o.entryClock,
 		Logger:       log,
 	})
@@ -382,7 +385,7 @@ func TestFirstPollHits(t *testing.T) {
 	}
 	for _, ms := range []int64{1000, 500} {
 		t.Run(fmt.Sprintf("%dms", ms), func(t *testing.T) {
-			r := newCDNRig(t, cdnRigOpts{segmentMs: ms})
+			r := newCDNRig(t, cdnRigOpts{room: "hits", segmentMs: ms})
 			res := r.runLoad(t, loadOpts{room: "hits", segmentMs: ms, pollers: 4, senders: 4, rate: 4, duration: 5 * time.Second})
 			t.Log(res)
 			checkDelivery(t, res, 4)
@@ -403,7 +406,7 @@ func TestStoreClockSkew(t *testing.T) {
 	}
 	for _, skew := range []time.Duration{2 * time.Second, -2 * time.Second} {
 		t.Run(skew.String(), func(t *testing.T) {
-			r := newCDNRig(t, cdnRigOpts{entryClock: skewed(skew)})
+			r := newCDNRig(t, cdnRigOpts{room: "skew", entryClock: skewed(skew)})
 			res := r.runLoad(t, loadOpts{room: "skew", segmentMs: 1000, pollers: 4, senders: 4, rate: 4, duration: 5 * time.Second})
 			t.Log(res)
 			checkDelivery(t, res, 4)
@@ -443,7 +446,7 @@ func BenchmarkPollLatency(b *testing.B) {
 	seconds := envInt("DANMAKU_LATENCY_SECONDS", 5)
 	rate := envInt("DANMAKU_LATENCY_RATE", 8)
 	segMs := int64(envInt("DANMAKU_LATENCY_SEGMENT_MS", 1000))
-	r := newCDNRig(b, cdnRigOpts{segmentMs: segMs})
+	r := newCDNRig(b, cdnRigOpts{room: "bench", segmentMs: segMs})
 	b.ResetTimer()
 	var res loadResult
 	for range b.N {

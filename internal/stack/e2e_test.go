@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"danmaku/auth"
-	"danmaku/internal/roomconf"
+	"danmaku/internal/event"
 	"danmaku/internal/wire"
 	"danmaku/sdk"
 )
@@ -47,6 +47,21 @@ func startStack(t testing.TB, cfg Config) *Stack {
 		t.Fatalf("stack not ready: %v", err)
 	}
 	return st
+}
+
+// liveEvent is an event named after its one room, live for an hour.
+func liveEvent(room string) event.Event {
+	now := time.Now()
+	return event.Event{ID: room, Start: now.Add(-time.Minute), End: now.Add(time.Hour), Rooms: []event.Room{{ID: room}}}
+}
+
+func mustJSON(t testing.TB, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 func ticket(t *testing.T, user, role string) string {
@@ -94,7 +109,7 @@ func TestEndToEnd(t *testing.T) {
 		senders   = 20
 		perSender = 3
 	)
-	st := startStack(t, Config{})
+	st := startStack(t, Config{Events: []event.Event{liveEvent("e2e")}})
 	entry := st.URLs[RoleGSLB]
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -345,7 +360,8 @@ func TestDurationChangeFollowed(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a few seconds of real segments")
 	}
-	st := startStack(t, Config{})
+	ev := liveEvent("switch")
+	st := startStack(t, Config{Events: []event.Event{ev}})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	c, err := sdk.New(sdk.Config{EntryURL: st.URLs[RoleGSLB], Room: "switch", Ticket: ticket(t, "viewer", auth.RoleViewer),
@@ -373,10 +389,14 @@ func TestDurationChangeFollowed(t *testing.T) {
 	}
 	send("one second")
 	await("one second")
-	if err := st.Backends().Rooms.Put(ctx, "switch", roomconf.Settings{SegmentMs: 250}); err != nil {
-		t.Fatal(err)
+	// Changed at run time through the operator API.
+	ev.Rooms[0].SegmentMs = 250
+	req, _ := http.NewRequest(http.MethodPut, st.URLs[RoleGSLB]+"/v1/admin/events/switch", bytes.NewReader(mustJSON(t, ev)))
+	req.Header.Set("Authorization", "Bearer "+DevServiceKey)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("PUT event: %v %v", err, resp)
 	}
-	// The slicer and the gslb re-read the setting within a second; the
+	// The slicer and the gslb re-read the events within a second; the
 	// switch happens at the next whole second after that.
 	time.Sleep(2500 * time.Millisecond)
 	send("quarter second")

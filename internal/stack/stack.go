@@ -33,10 +33,10 @@ import (
 	"danmaku/gslb"
 	"danmaku/ingest"
 	"danmaku/internal/clock"
+	"danmaku/internal/event"
 	"danmaku/internal/httpx"
 	"danmaku/internal/objstore"
 	"danmaku/internal/origin"
-	"danmaku/internal/roomconf"
 	"danmaku/internal/stream"
 	"danmaku/sdk/web"
 	"danmaku/slicer"
@@ -76,9 +76,8 @@ type Backends struct {
 	Settings    slicer.SettingsStore
 	RoomLimiter ingest.RoomLimiter
 	Gifts       ingest.GiftLog
-	// Rooms keeps per-room settings (segment duration) the gslb and the
-	// slicer share.
-	Rooms roomconf.Store
+	// Events keeps the events: which rooms exist, when, with what settings.
+	Events event.Store
 }
 
 // Config configures a Stack.
@@ -129,9 +128,15 @@ type Config struct {
 	OperatorKeys []string
 	// Budget is the slicer's messages per second. Zero: the slicer's default.
 	Budget int
-	// SegmentMs is the segment duration of rooms without their own setting
+	// SegmentMs is the segment duration of rooms whose event sets none
 	// (1000, 500 or 250). Zero: 1000.
 	SegmentMs int64
+	// Events are created when the stack starts, unless an event with the
+	// same id exists. Dev adds DemoEvent.
+	Events []event.Event
+	// Retention is how long an ended room's streams are kept. Zero: the
+	// slicer's default (1 h).
+	Retention time.Duration
 	// MinGiftValue is the edge's push threshold. Zero: every gift.
 	MinGiftValue int64
 	// EdgeDrain is how long the edge drains on shutdown. Zero: 1 s (dev).
@@ -160,6 +165,7 @@ type Stack struct {
 	center    *auth.Center
 	keyring   *auth.Keyring
 	storeTime *clock.Follower
+	events    *event.Directory
 	allocator *gslb.Allocator
 	ingest    *ingest.Server
 	edge      *edge.Server
@@ -181,6 +187,29 @@ func (c *Config) has(role string) bool {
 		}
 	}
 	return false
+}
+
+// DemoRoom is the room of the event `danmaku dev` creates, so that the
+// README's commands and the demo page work as they are.
+const DemoRoom = "demo"
+
+// DemoEvent is the event `danmaku dev` creates: room "demo", live from
+// start for a week.
+func DemoEvent(start time.Time) event.Event {
+	return event.Event{ID: "demo", Title: "danmaku dev", Start: start, End: start.Add(7 * 24 * time.Hour), Rooms: []event.Room{{ID: DemoRoom}}}
+}
+
+// createEvents creates the configured events that do not exist yet.
+func (s *Stack) createEvents(ctx context.Context) error {
+	for _, e := range s.cfg.Events {
+		if err := e.Validate(); err != nil {
+			return fmt.Errorf("stack: %w", err)
+		}
+		if err := s.cfg.Backends.Events.Create(ctx, e); err != nil && !errors.Is(err, event.ErrExists) {
+			return fmt.Errorf("stack: create event %s: %w", e.ID, err)
+		}
+	}
+	return nil
 }
 
 // devKeys fills in the public keys of `danmaku dev` where none were given.
@@ -274,6 +303,7 @@ func New(cfg Config) (*Stack, error) {
 	}
 	if cfg.Dev {
 		cfg.devKeys()
+		cfg.Events = append(cfg.Events, DemoEvent(time.Now().Add(-time.Minute)))
 	}
 	if err := cfg.checkKeys(); err != nil {
 		return nil, err
@@ -307,15 +337,18 @@ func New(cfg Config) (*Stack, error) {
 	if b.Secrets == nil {
 		b.Secrets = auth.NewMemorySecrets()
 	}
-	if b.Rooms == nil {
-		b.Rooms = roomconf.NewMemoryStore()
-	}
-	rooms, err := roomconf.NewCache(b.Rooms, roomconf.Settings{SegmentMs: cfg.SegmentMs}, 0, nil)
-	if err != nil {
-		return nil, fmt.Errorf("stack: %w", err)
+	if b.Events == nil {
+		b.Events = event.NewMemoryStore()
 	}
 
 	s := &Stack{cfg: cfg, log: cfg.Logger, registry: prometheus.NewRegistry(), URLs: map[string]string{}}
+	if cfg.has(RoleGSLB) || cfg.has(RoleIngest) || cfg.has(RoleEdge) || cfg.has(RoleSlicer) {
+		// One view of the events per process, shared by its roles.
+		var err error
+		if s.events, err = event.NewDirectory(event.DirectoryConfig{Store: b.Events, Logger: s.log}); err != nil {
+			return nil, err
+		}
+	}
 	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	ok := false
 	defer func() {
@@ -408,14 +441,16 @@ func New(cfg Config) (*Stack, error) {
 			return nil, err
 		}
 		gs, err := gslb.NewServer(gslb.ServerConfig{
-			Allocator: s.allocator, Keyring: s.keyring, Tickets: tickets, CDN: cfg.PublicCDN, Rooms: b.Streams,
-			ServerClock: s.storeTime, RoomSettings: rooms, Clock: cfg.EntryClock, Registerer: s.registry, Logger: s.log,
+			Allocator: s.allocator, Keyring: s.keyring, Tickets: tickets, CDN: cfg.PublicCDN,
+			ServerClock: s.storeTime, Events: s.events, SegmentMs: cfg.SegmentMs, Clock: cfg.EntryClock, Registerer: s.registry, Logger: s.log,
 		})
 		if err != nil {
 			return nil, err
 		}
 		e := engine(RoleGSLB)
 		gs.Register(e)
+		api := &event.API{Store: b.Events, Keys: cfg.OperatorKeys, Changed: func(ctx context.Context) { _ = s.events.Refresh(ctx) }}
+		api.Register(e)
 		if cfg.Dev {
 			gslb.RegisterDevTickets(e, cfg.TicketKey)
 			web.Register(e)
@@ -426,7 +461,7 @@ func New(cfg Config) (*Stack, error) {
 		s.ingest, err = ingest.New(ingest.Config{
 			Streams: b.Streams, Keyring: s.keyring, Addr: s.URLs[RoleIngest], Load: b.Load,
 			RoomLimiter: b.RoomLimiter, Gifts: b.Gifts,
-			GiftKeys: cfg.GiftKeys, AnnounceKeys: cfg.AnnounceKeys, Registerer: s.registry, Logger: s.log,
+			GiftKeys: cfg.GiftKeys, AnnounceKeys: cfg.AnnounceKeys, Events: s.events, Registerer: s.registry, Logger: s.log,
 		})
 		if err != nil {
 			return nil, err
@@ -438,7 +473,7 @@ func New(cfg Config) (*Stack, error) {
 	if rs := byRole[RoleEdge]; rs != nil {
 		s.edge, err = edge.New(edge.Config{
 			Store: b.Streams, Verifier: s.keyring, Addr: s.URLs[RoleEdge], LoadTable: b.Load,
-			MinGiftValue: cfg.MinGiftValue, DrainPeriod: cfg.EdgeDrain, AllowOrigins: origins, Registerer: s.registry, Logger: s.log,
+			MinGiftValue: cfg.MinGiftValue, DrainPeriod: cfg.EdgeDrain, AllowOrigins: origins, Events: s.events, Registerer: s.registry, Logger: s.log,
 		})
 		if err != nil {
 			return nil, err
@@ -450,7 +485,7 @@ func New(cfg Config) (*Stack, error) {
 	}
 	if rs := byRole[RoleSlicer]; rs != nil {
 		s.slicer, err = slicer.New(slicer.Config{
-			Streams: b.Streams, Objects: b.Objects, Lease: b.Lease, Settings: b.Settings, Rooms: rooms,
+			Streams: b.Streams, Objects: b.Objects, Lease: b.Lease, Settings: b.Settings, Events: s.events, SegmentMs: cfg.SegmentMs, Retention: cfg.Retention,
 			NodeID: cfg.NodeID, Budget: cfg.Budget, Registerer: s.registry, Logger: s.log,
 		})
 		if err != nil {
@@ -476,6 +511,16 @@ func (s *Stack) Run(ctx context.Context) error {
 		// already gets a token.
 		if err := s.center.Publish(ctx); err != nil {
 			return err
+		}
+	}
+	if err := s.createEvents(ctx); err != nil {
+		return err
+	}
+	if s.events != nil {
+		if err := s.events.Refresh(ctx); err != nil {
+			// The directory's loop keeps trying; until then rooms answer a
+			// retryable 503, not a 404.
+			s.log.Warn("stack: events not loaded yet", "err", err)
 		}
 	}
 	if s.storeTime != nil {
@@ -512,6 +557,9 @@ func (s *Stack) Run(ctx context.Context) error {
 	}
 	if s.storeTime != nil {
 		goRun(s.storeTime.Run)
+	}
+	if s.events != nil {
+		goRun(s.events.Run)
 	}
 	if s.ingest != nil {
 		goRun(s.ingest.Run)

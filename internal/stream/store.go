@@ -110,4 +110,10 @@ type Store interface {
 
 	// Now returns the store's clock, the one that stamps entry ids.
 	Now(ctx context.Context) (time.Time, error)
+
+	// CloseRoom forgets a room whose event has ended: it leaves the
+	// registry at once, and its streams (both lanes) are removed after
+	// retention (0: at once), kept until then for moderation and replay of
+	// what the segments did not show.
+	CloseRoom(ctx context.Context, room string, retention time.Duration) error
 }

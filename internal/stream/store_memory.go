@@ -353,3 +353,28 @@ func (s *MemoryStore) Close() error {
 	}
 	return nil
 }
+
+// CloseRoom implements Store. The streams go after retention on a timer:
+// the memory store serves one process, which keeps no other record.
+func (s *MemoryStore) CloseRoom(ctx context.Context, room string, retention time.Duration) error {
+	s.mu.Lock()
+	delete(s.rooms, room)
+	s.mu.Unlock()
+	drop := func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, lane := range []Lane{Barrage, Live} {
+			k := Key{Room: room, Lane: lane}
+			if st, ok := s.streams[k]; ok {
+				close(st.notify) // wake blocked readers; they find nothing
+				delete(s.streams, k)
+			}
+		}
+	}
+	if retention <= 0 {
+		drop()
+		return nil
+	}
+	time.AfterFunc(retention, drop)
+	return nil
+}

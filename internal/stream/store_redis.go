@@ -696,3 +696,27 @@ func (s *RedisStore) Now(ctx context.Context) (time.Time, error) {
 	}
 	return t, nil
 }
+
+// CloseRoom implements Store: the room leaves the registry, and its two
+// stream keys expire after retention (PEXPIRE; 0 deletes them at once).
+func (s *RedisStore) CloseRoom(ctx context.Context, room string, retention time.Duration) error {
+	if err := s.live(ctx); err != nil {
+		return fmt.Errorf("stream: redis close room %s: %w", room, err)
+	}
+	if err := s.client.HDel(ctx, s.roomsKey, room).Err(); err != nil {
+		return fmt.Errorf("stream: redis close room %s: %w", room, err)
+	}
+	for _, lane := range []Lane{Barrage, Live} {
+		k := s.StreamKey(Key{Room: room, Lane: lane})
+		var err error
+		if retention <= 0 {
+			err = s.client.Del(ctx, k).Err()
+		} else {
+			err = s.client.PExpire(ctx, k, retention).Err()
+		}
+		if err != nil {
+			return fmt.Errorf("stream: redis close room %s: %w", room, err)
+		}
+	}
+	return nil
+}

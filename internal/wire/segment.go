@@ -93,6 +93,9 @@ type Manifest struct {
 	Dur    uint32 `json:"dur"`
 	// Start is the newest segment's start in unix ms; version 2 only.
 	Start int64 `json:"ms,omitempty"`
+	// Ended marks the last manifest of a room whose event has ended: the
+	// segment it names is the room's last, and no later one will come.
+	Ended bool `json:"ended,omitempty"`
 }
 
 // ManifestFor is the manifest naming seg as the newest segment.

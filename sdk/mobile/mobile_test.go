@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"danmaku/auth"
+	"danmaku/internal/event"
 	"danmaku/internal/stack"
 	"danmaku/internal/stack/stacktest"
 	"danmaku/sdk"
@@ -112,7 +113,9 @@ func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
 	}
 }
 
-func startStack(t *testing.T) *stack.Stack { return stacktest.Start(t, stack.Config{}) }
+func startStack(t *testing.T) *stack.Stack {
+	return stacktest.Start(t, stack.Config{Events: []event.Event{stacktest.LiveEvent("mobile", "mobile-e2e", "viewers", "stopper")}})
+}
 
 func ticket(t *testing.T, user, role string) string { return stacktest.Ticket(t, user, role) }
 

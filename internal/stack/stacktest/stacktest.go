@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"danmaku/auth"
+	"danmaku/internal/event"
 	"danmaku/internal/stack"
 )
 
@@ -45,6 +46,17 @@ func Start(tb testing.TB, cfg stack.Config) *stack.Stack {
 		tb.Fatalf("stack not ready: %v", err)
 	}
 	return st
+}
+
+// LiveEvent is an event holding rooms, live from a minute ago for an hour:
+// only rooms of a live event exist for clients.
+func LiveEvent(id string, rooms ...string) event.Event {
+	now := time.Now()
+	e := event.Event{ID: id, Start: now.Add(-time.Minute), End: now.Add(time.Hour)}
+	for _, r := range rooms {
+		e.Rooms = append(e.Rooms, event.Room{ID: r})
+	}
+	return e
 }
 
 // Ticket mints a business ticket for user with the public dev key, which

@@ -3,10 +3,11 @@
 // Env: DANMAKU_GSLB (default http://127.0.0.1:7700), DANMAKU_SERVICE_KEY,
 // DANMAKU_CHROMIUM. Exits 0 when every check passes.
 import assert from 'node:assert/strict';
-import { launch, env, viewer, sendGift, until, sleep } from './lib.mjs';
+import { launch, env, viewer, sendGift, until, sleep, provision } from './lib.mjs';
 
 const guard = setTimeout(() => { console.error('browser test: hung; giving up'); process.exit(2); }, 240e3);
 const room = `web-${Math.random().toString(36).slice(2, 8)}`;
+await provision(room);
 const b = await launch();
 const { page } = b;
 const count = () => page.evaluate(() => document.querySelectorAll('#comments .comment[data-on]').length);

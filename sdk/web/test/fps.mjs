@@ -7,12 +7,13 @@
 //   node sdk/web/test/fps.mjs      (env as test/browser.mjs)
 // The slicer shows at most its budget a second; how many comments reached
 // the page is printed.
-import { launch, env, viewer, sendGift, until, sleep } from './lib.mjs';
+import { launch, env, viewer, sendGift, until, sleep, provision } from './lib.mjs';
 
 const rate = Number(process.env.DANMAKU_FPS_RATE ?? 60);
 const seconds = Number(process.env.DANMAKU_FPS_SECONDS ?? 10);
 const shot = process.env.DANMAKU_SCREENSHOT;
 const room = `fps-${Math.random().toString(36).slice(2, 8)}`;
+await provision(room);
 // Comments of the lengths and scripts a real room mixes.
 const PHRASES = ['666', 'encore!!', 'this guitar solo 🔥🔥🔥', '前方高能', 'who else is watching from Berlin?',
   'hahahaha', '好听', 'the drummer is insane', 'first time live, no regrets', 'lights 😍', 'again again again',

@@ -1,0 +1,212 @@
+package event
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"danmaku/internal/clock"
+	"danmaku/internal/httpx"
+)
+
+// defaultReload is how often a Directory re-reads the Store: a change (a
+// new event, an early end, new limits) reaches every process within it.
+const defaultReload = time.Second
+
+// Directory is a process's view of the events: a snapshot of the Store,
+// reloaded every interval, that answers which event a room belongs to and
+// in what state without calling anything. A failed reload keeps the last
+// snapshot (states still move with the clock); until the first load
+// succeeds, Ready is false.
+type Directory struct {
+	store Store
+	clk   clock.Clock
+	every time.Duration
+	log   *slog.Logger
+
+	snap atomic.Pointer[snapshot]
+}
+
+type snapshot struct {
+	events []Event
+	// rooms maps a room to the events that name it (an ended rehearsal and
+	// the concert, say).
+	rooms map[string][]*Event
+}
+
+// DirectoryConfig configures a Directory.
+type DirectoryConfig struct {
+	// Store is where events live. Required.
+	Store Store
+	// Reload is how often the Store is re-read. Zero: 1 s.
+	Reload time.Duration
+	// Clock tells the time states are judged at. Nil: real clock.
+	Clock clock.Clock
+	// Logger. Nil: slog.Default().
+	Logger *slog.Logger
+}
+
+// NewDirectory returns a Directory; call Refresh or Run to load it.
+func NewDirectory(cfg DirectoryConfig) (*Directory, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("event: directory: Store is required")
+	}
+	if cfg.Reload == 0 {
+		cfg.Reload = defaultReload
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Directory{store: cfg.Store, clk: clock.Or(cfg.Clock), every: cfg.Reload, log: cfg.Logger}, nil
+}
+
+// Refresh reloads the snapshot once.
+func (d *Directory) Refresh(ctx context.Context) error {
+	events, err := d.store.List(ctx)
+	if err != nil {
+		return err
+	}
+	s := &snapshot{events: events, rooms: map[string][]*Event{}}
+	for i := range s.events {
+		e := &s.events[i]
+		for _, r := range e.Rooms {
+			s.rooms[r.ID] = append(s.rooms[r.ID], e)
+		}
+	}
+	d.snap.Store(s)
+	return nil
+}
+
+// Run reloads every interval until ctx is done.
+func (d *Directory) Run(ctx context.Context) error {
+	t := time.NewTicker(d.every)
+	defer t.Stop()
+	failing := false
+	for {
+		if err := d.Refresh(ctx); err != nil {
+			if !failing && ctx.Err() == nil {
+				d.log.Warn("event: directory reload failed; keeping the last snapshot", "err", err)
+			}
+			failing = true
+		} else {
+			failing = false
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Ready reports whether the Directory has loaded the Store at least once.
+func (d *Directory) Ready() bool { return d.snap.Load() != nil }
+
+// RoomView is a room as the Directory sees it now.
+type RoomView struct {
+	Event *Event
+	Room  Room
+	State State
+}
+
+// Lookup returns room's current event — the live one, else the next to
+// start, else the last to end — its settings there, and the state. ok is
+// false for a room no event names (or before the first load).
+func (d *Directory) Lookup(room string) (RoomView, bool) {
+	s := d.snap.Load()
+	if s == nil {
+		return RoomView{}, false
+	}
+	now := d.clk.Now()
+	var best *Event
+	var bestState State
+	for _, e := range s.rooms[room] {
+		st := e.StateAt(now)
+		switch {
+		case best == nil, rank(st) > rank(bestState),
+			st == bestState && st == Scheduled && e.Start.Before(best.Start),
+			st == bestState && st == Ended && e.EndTime().After(best.EndTime()):
+			best, bestState = e, st
+		}
+	}
+	if best == nil {
+		return RoomView{}, false
+	}
+	for _, r := range best.Rooms {
+		if r.ID == room {
+			return RoomView{Event: best, Room: r, State: bestState}, true
+		}
+	}
+	return RoomView{}, false
+}
+
+// rank orders the states a room's events may be in: the live one wins.
+func rank(s State) int {
+	switch s {
+	case Live:
+		return 3
+	case Scheduled:
+		return 2
+	}
+	return 1
+}
+
+// Live reports whether room belongs to a live event now.
+func (d *Directory) Live(room string) bool {
+	v, ok := d.Lookup(room)
+	return ok && v.State == Live
+}
+
+// LiveRooms returns every room of a live event now.
+func (d *Directory) LiveRooms() []RoomView {
+	s := d.snap.Load()
+	if s == nil {
+		return nil
+	}
+	now := d.clk.Now()
+	var out []RoomView
+	for i := range s.events {
+		e := &s.events[i]
+		if e.StateAt(now) != Live {
+			continue
+		}
+		for _, r := range e.Rooms {
+			out = append(out, RoomView{Event: e, Room: r, State: Live})
+		}
+	}
+	return out
+}
+
+// Events returns the snapshot's events.
+func (d *Directory) Events() []Event {
+	s := d.snap.Load()
+	if s == nil {
+		return nil
+	}
+	return s.events
+}
+
+// Check answers whether clients may use room now: nil for a room of a live
+// event, else the coded error to answer with — 404 no_such_room for a room
+// no event names, 409 room_not_live before its event starts or after it
+// ends, 503 events_unavailable before the first load.
+func (d *Directory) Check(room string) *httpx.Error {
+	if !d.Ready() {
+		e := httpx.Errorf(http.StatusServiceUnavailable, "events_unavailable", "events not loaded yet; retry shortly")
+		e.RetryAfter = time.Second
+		return e
+	}
+	v, ok := d.Lookup(room)
+	switch {
+	case !ok:
+		return httpx.Errorf(http.StatusNotFound, "no_such_room", "room %q is not in any event", room)
+	case v.State == Scheduled:
+		return httpx.Errorf(http.StatusConflict, "room_not_live", "room %q opens when event %q starts, at %s", room, v.Event.ID, v.Event.Start.UTC().Format(time.RFC3339))
+	case v.State == Ended:
+		return httpx.Errorf(http.StatusConflict, "room_not_live", "room %q closed when event %q ended, at %s", room, v.Event.ID, v.Event.EndTime().UTC().Format(time.RFC3339))
+	}
+	return nil
+}

@@ -247,9 +247,42 @@ func (s *Server) syncOnline(ctx context.Context) {
 }
 
 // roomCapacity is the room bucket's capacity for the room's online count.
-func (s *Server) roomCapacity(room string) float64 {
+// roomLimits are the upload limits of one room: its event's, where set,
+// else this node's.
+type roomLimits struct {
+	userCap, userPerSec float64
+	roomCeiling         float64
+	roomRefill          float64
+}
+
+func (s *Server) limits(room string) roomLimits {
+	l := roomLimits{s.cfg.UserCapacity, s.cfg.UserRefill, s.cfg.RoomCeiling, s.cfg.RoomRefill}
+	if s.cfg.Events == nil {
+		return l
+	}
+	v, ok := s.cfg.Events.Lookup(room)
+	if !ok || v.Room.Limits == nil {
+		return l
+	}
+	e := v.Room.Limits
+	if e.UserBurst > 0 {
+		l.userCap = e.UserBurst
+	}
+	if e.UserEveryMs > 0 {
+		l.userPerSec = 1000 / float64(e.UserEveryMs)
+	}
+	if e.RoomCeiling > 0 {
+		l.roomCeiling = e.RoomCeiling
+	}
+	if e.RoomRefill > 0 {
+		l.roomRefill = e.RoomRefill
+	}
+	return l
+}
+
+func (s *Server) roomCapacity(room string, ceiling float64) float64 {
 	n := (*s.online.Load())[room]
-	return min(float64(n)*s.cfg.RoomPerViewer+s.cfg.RoomBase, s.cfg.RoomCeiling)
+	return min(float64(n)*s.cfg.RoomPerViewer+s.cfg.RoomBase, ceiling)
 }
 
 func (s *Server) track(c *gin.Context) {
@@ -342,14 +375,15 @@ func (s *Server) barrage(c *gin.Context) {
 		return
 	}
 	now := s.cfg.Clock.Now()
-	if !s.users.Take(claims.User(), now, 1) {
+	lim := s.limits(claims.Room)
+	if !s.users.TakeWith(claims.User(), now, lim.userCap, lim.userPerSec, 1) {
 		s.overflows.WithLabelValues("user").Inc()
 		s.rejected.WithLabelValues("gateway", "user_bucket").Inc()
 		c.JSON(http.StatusOK, ok)
 		return
 	}
 	room := claims.Room
-	allowed, err := s.cfg.RoomLimiter.Take(c.Request.Context(), room, s.roomCapacity(room), s.cfg.RoomRefill, 1)
+	allowed, err := s.cfg.RoomLimiter.Take(c.Request.Context(), room, s.roomCapacity(room, lim.roomCeiling), lim.roomRefill, 1)
 	if err != nil {
 		// The shared bucket is unreachable: fail open for barrage, which the
 		// slicer's budget still bounds, rather than silence every room.

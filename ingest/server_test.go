@@ -542,7 +542,7 @@ func TestRunReportsAndSyncsOnline(t *testing.T) {
 		return nil
 	}
 	// Wait, without asserting how long, for the first report and sync.
-	for reported() == nil || f.srv.roomCapacity(room) != 102 {
+	for reported() == nil || f.srv.roomCapacity(room, f.srv.cfg.RoomCeiling) != 102 {
 		select {
 		case err := <-done:
 			t.Fatalf("Run returned early: %v", err)
@@ -1153,5 +1153,30 @@ func TestOnlyLiveRooms(t *testing.T) {
 		if n := len(f.entries(t, r, stream.Live)) + len(f.entries(t, r, stream.Barrage)); n != 0 {
 			t.Errorf("room %s stored %d messages", r, n)
 		}
+	}
+}
+
+// TestEventLimits: a room's event may set its own upload limits; the
+// per-user bucket of this room then holds its burst, not the node's.
+func TestEventLimits(t *testing.T) {
+	store := event.NewMemoryStore()
+	_ = store.Create(context.Background(), event.Event{ID: "ev", Start: t0.Add(-time.Minute), End: t0.Add(time.Hour),
+		Rooms: []event.Room{{ID: room, Limits: &event.Limits{UserBurst: 1, UserEveryMs: 60_000}}}})
+	f := newFixture(t, func(c *Config) {
+		dir, _ := event.NewDirectory(event.DirectoryConfig{Store: store, Clock: c.Clock})
+		_ = dir.Refresh(context.Background())
+		c.Events = dir
+	})
+	tok := f.token(t, room, "u1", auth.RoleViewer)
+	for i := range 3 {
+		if rec := f.do(http.MethodPost, barragePath(room), tok, fmt.Sprintf(`{"text":"m%d"}`, i)); rec.Code != http.StatusOK {
+			t.Fatalf("%d %s", rec.Code, rec.Body)
+		}
+	}
+	if n := len(f.entries(t, room, stream.Barrage)); n != 1 {
+		t.Fatalf("stored %d of 3 with a burst of 1, want 1", n)
+	}
+	if l := f.srv.limits(room); l.userCap != 1 || l.userPerSec != 1.0/60 || l.roomRefill != f.srv.cfg.RoomRefill {
+		t.Fatalf("limits %+v", l)
 	}
 }

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +20,7 @@ import (
 	"time"
 
 	"danmaku/auth"
+	"danmaku/internal/event"
 	"danmaku/internal/redisx/redistest"
 	"danmaku/internal/testenv"
 	"danmaku/sdk"
@@ -263,4 +266,29 @@ func metricValue(ctx context.Context, base, name string) (float64, error) {
 		}
 	}
 	return 0, fmt.Errorf("no %s", name)
+}
+
+// TestExampleEvents: the example event files the runbook points to are
+// events the API accepts.
+func TestExampleEvents(t *testing.T) {
+	files, err := filepath.Glob("../../infra/events/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no example events: %v", err)
+	}
+	for _, f := range files {
+		raw, err := loadEventFile(f, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := json.Marshal(raw)
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields() // as the API binds it
+		var ev event.Event
+		if err := dec.Decode(&ev); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		if err := ev.Validate(); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+	}
 }

@@ -1,0 +1,94 @@
+# ElastiCache Redis in cluster mode: every key of a room carries the hash tag
+# {room:ID}, so a room lives on one shard and the shards spread the rooms.
+# Each role logs in as its own ACL user (DANMAKU_REDIS_USER and
+# DANMAKU_REDIS_PASSWORD), whose password only that role can read.
+#
+# Durability: ElastiCache has no appendfsync always. A write is acknowledged
+# by the primary before it reaches a replica, so a primary's failure can
+# lose the last acknowledged writes — gifts included (docs/operations.md,
+# "Redis durability is the floor of no gift lost"). See README.md.
+
+resource "aws_elasticache_subnet_group" "redis" {
+  name       = local.name
+  subnet_ids = aws_subnet.private[*].id
+}
+
+resource "aws_elasticache_parameter_group" "redis" {
+  name   = "${local.name}-redis7-cluster"
+  family = "redis7"
+
+  parameter {
+    name  = "cluster-enabled"
+    value = "yes"
+  }
+
+  # ElastiCache's default evicts keys that have a TTL when memory runs out:
+  # gift order records (the idempotency of the gift API), slicer leases and
+  # the token epochs all have one. Better that a full Redis refuses writes,
+  # which every role reports and retries, than silently forget them.
+  parameter {
+    name  = "maxmemory-policy"
+    value = "noeviction"
+  }
+}
+
+locals {
+  redis_access_string = {
+    for r in local.roles : r => lookup(var.redis_access_strings, r, "on ~danmaku:* +@all -@dangerous")
+  }
+}
+
+# A user group must hold a user named "default", and every connection starts
+# logged in as it: this one is off, so an unauthenticated client can do
+# nothing.
+resource "aws_elasticache_user" "default" {
+  user_id       = "${local.name}-default"
+  user_name     = "default"
+  engine        = "REDIS"
+  access_string = "off -@all"
+  passwords     = [terraform_data.generated["redis-default"].output]
+}
+
+resource "aws_elasticache_user" "role" {
+  for_each      = toset(local.roles)
+  user_id       = "${local.name}-${each.key}"
+  user_name     = each.key
+  engine        = "REDIS"
+  access_string = local.redis_access_string[each.key]
+  passwords     = [terraform_data.generated["redis-${each.key}"].output]
+}
+
+resource "aws_elasticache_user_group" "redis" {
+  user_group_id = local.name
+  engine        = "REDIS"
+  user_ids      = concat([aws_elasticache_user.default.user_id], [for r in local.roles : aws_elasticache_user.role[r].user_id])
+}
+
+resource "aws_elasticache_replication_group" "redis" {
+  replication_group_id = local.name
+  description          = "danmaku ${var.event}: room streams, leases, buckets, token secrets"
+  engine               = "redis"
+  engine_version       = var.redis_engine_version
+  node_type            = var.redis_node_type
+  port                 = local.redis_port
+  parameter_group_name = aws_elasticache_parameter_group.redis.name
+  subnet_group_name    = aws_elasticache_subnet_group.redis.name
+  security_group_ids   = [aws_security_group.redis.id]
+
+  cluster_mode            = "enabled"
+  num_node_groups         = var.redis_shards
+  replicas_per_node_group = var.redis_replicas_per_shard
+
+  automatic_failover_enabled = true
+  multi_az_enabled           = true
+
+  at_rest_encryption_enabled = true
+  transit_encryption_enabled = true
+  transit_encryption_mode    = "required"
+  user_group_ids             = [aws_elasticache_user_group.redis.user_group_id]
+
+  snapshot_retention_limit = var.redis_snapshot_retention_days
+  # A per-event stack is changed on purpose, between shows: apply now rather
+  # than in a maintenance window that may fall in the middle of one.
+  apply_immediately = true
+}

@@ -1,0 +1,114 @@
+package stack
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"runtime"
+	"testing"
+	"time"
+
+	"danmaku/auth"
+	"danmaku/internal/event"
+	"danmaku/internal/redisx"
+	"danmaku/internal/redisx/redistest"
+	"danmaku/internal/testenv"
+)
+
+// TestRoomHog is issue 7's room-hog case: one valid ticket asking for 200
+// room names nobody provisioned leaves the slicer's rooms, its segment
+// writes and Redis's keys exactly as they were — the names cost a map read
+// each and a 404.
+func TestRoomHog(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a stack on real Redis")
+	}
+	redisAddr := testenv.Redis(t)
+	rdb := redistest.Dial(t, redisx.Config{URL: redisAddr})
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	b, closeBackends, err := OpenBackends(context.Background(), BackendConfig{Redis: redisx.Config{URL: redisAddr}}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = closeBackends() })
+	st := startStack(t, Config{
+		Backends: b, DataDir: t.TempDir(), MasterKey: []byte("0123456789abcdef0123456789abcdef"),
+		TicketKey: []byte("room-hog-ticket-key-0123456789"), GiftKeys: []string{"g"}, OperatorKeys: []string{"o"},
+		Events: []event.Event{liveEvent("stage")}, Logger: log,
+	})
+	ctx := context.Background()
+	// Let the one real room settle: led, caught up from its start a minute
+	// ago, writing a segment a second.
+	waitUntil(t, func() bool { return st.slicer.RoomsRunning() == 1 && st.written() > 63 }) // caught up from the event's start
+	keys := func() int64 { n, _ := rdb.DBSize(ctx).Result(); return n }
+	goroutines := runtime.NumGoroutine()
+	keysBefore, roomsBefore := keys(), st.slicer.RoomsRunning()
+	perSecond := func() int64 {
+		a := st.written()
+		time.Sleep(2 * time.Second)
+		return st.written() - a
+	}
+	putsBefore := perSecond()
+
+	tk, err := auth.MintTicket([]byte("room-hog-ticket-key-0123456789"), "hog", auth.Ticket{}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 200 {
+		req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("%s/v1/entry?room=hog-%d", st.URLs[RoleGSLB], i), nil)
+		req.Header.Set("Authorization", "Bearer "+tk)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound {
+			t.Fatalf("room hog-%d: status %d, want 404", i, resp.StatusCode)
+		}
+	}
+	time.Sleep(2 * time.Second) // the slicer's discovery runs every second
+	putsAfter := perSecond()
+	if rooms := st.slicer.RoomsRunning(); rooms != roomsBefore {
+		t.Errorf("slicer rooms %d → %d", roomsBefore, rooms)
+	}
+	if k := keys(); k != keysBefore {
+		t.Errorf("Redis keys %d → %d", keysBefore, k)
+	}
+	// One segment a second for the one real room, before and after (±1
+	// for where the two-second windows fall).
+	if putsAfter > putsBefore+1 {
+		t.Errorf("segment writes per 2 s: %d → %d", putsBefore, putsAfter)
+	}
+	if g := runtime.NumGoroutine(); g > goroutines+20 {
+		t.Errorf("goroutines %d → %d", goroutines, g)
+	}
+	t.Logf("slicer rooms %d, Redis keys %d, segments per 2 s %d → %d, goroutines %d → %d", roomsBefore, keysBefore, putsBefore, putsAfter, goroutines, runtime.NumGoroutine())
+}
+
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// written is the slicer's count of segments written.
+func (s *Stack) written() int64 {
+	mfs, _ := s.registry.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() == "danmaku_slicer_segments_total" {
+			var n float64
+			for _, m := range mf.GetMetric() {
+				n += m.GetCounter().GetValue()
+			}
+			return int64(n)
+		}
+	}
+	return 0
+}

@@ -20,7 +20,7 @@ GOBIN_DIR := $(firstword $(subst :, ,$(shell $(GO) env GOPATH)))/bin
 endif
 export PATH := $(GOBIN_DIR):$(PATH):/usr/sbin:/usr/local/sbin
 
-.PHONY: help deps fmt-check vet test bench bench-latency bench-web local-up local-down
+.PHONY: help deps fmt-check vet test bench bench-latency bench-web bench-rooms local-up local-down
 
 help: ## list the targets
 	@echo "Targets:"
@@ -51,6 +51,9 @@ bench-latency: deps ## barrage latency through Varnish, 1,000 pollers, 60 s, 100
 		DANMAKU_REQUIRE_SERVERS=1 DANMAKU_LATENCY_POLLERS=1000 DANMAKU_LATENCY_SECONDS=60 DANMAKU_LATENCY_RATE=10 \
 		DANMAKU_LATENCY_SEGMENT_MS=$$ms $(GO) test -run '^$$' -bench PollLatency -benchtime 1x -timeout 10m ./internal/stack; \
 	done; done
+
+bench-rooms: deps ## what idle live rooms cost a leader and its standby (Redis calls, CPU, heap) at 10, 100 and 1,000 rooms (docs/benchmarks.md)
+	DANMAKU_REQUIRE_SERVERS=1 DANMAKU_ROOMS=10,100,1000 $(GO) test -run '^$$' -bench IdleRooms -benchtime 1x -count 3 -timeout 20m ./slicer
 
 bench-web: deps ## demo page frames per second, CPU throttled 4x, 60 comments/s, 5 runs (docs/benchmarks.md)
 	DANMAKU_REQUIRE_SERVERS=1 $(GO) test -run '^$$' -bench BrowserFPS -benchtime 1x -count 5 -timeout 10m ./sdk/web

@@ -70,7 +70,7 @@ func benchSeconds(b *testing.B, streams stream.Store, clk *clock.Fake, perSecond
 		}
 		b.StartTimer()
 		now, _ := streams.Now(ctx)
-		if _, err := s.read(ctx, st); err != nil {
+		if _, _, err := s.read(ctx, st); err != nil {
 			b.Fatal(err)
 		}
 		st.readUpTo = now

@@ -24,7 +24,7 @@ func TestReclaimOfManyPendingTerminates(t *testing.T) {
 		in = append(in, wire.Message{Kind: wire.KindBarrage, User: fmt.Sprintf("u%d", i), Text: "x"})
 	}
 	r.append(stream.Barrage, in...)
-	if _, err := r.s.read(ctx, r.st); err != nil { // pending under "a"
+	if _, _, err := r.s.read(ctx, r.st); err != nil { // pending under "a"
 		t.Fatal(err)
 	}
 	b, _ := New(Config{NodeID: "b", Streams: r.streams, Objects: r.objects, Clock: r.clk})
@@ -53,7 +53,7 @@ func TestTrimNeverPassesUnreadEntries(t *testing.T) {
 	s0 := r.st.next
 	r.at(s0, 100)
 	g1 := r.append(stream.Live, wire.Message{Kind: wire.KindGift, User: "a", Gift: "rose", Value: 1})
-	if _, err := r.s.read(ctx, r.st); err != nil {
+	if _, _, err := r.s.read(ctx, r.st); err != nil {
 		t.Fatal(err)
 	}
 	// g2 lands in second s0 after the read; s0 is written without it.
@@ -95,7 +95,7 @@ func TestDeposedLeadersLateReadsAreClaimed(t *testing.T) {
 	}
 	r.at(s0, 100)
 	gs := r.append(stream.Live, wire.Message{Kind: wire.KindGift, User: "x", Gift: "rose", Value: 1})
-	if _, err := r.s.read(ctx, r.st); err != nil { // A steals it, then dies
+	if _, _, err := r.s.read(ctx, r.st); err != nil { // A steals it, then dies
 		t.Fatal(err)
 	}
 	r.s, r.st = b, st

@@ -18,11 +18,15 @@ import (
 // to settle redelivered messages without reading their segments back.
 const recentSpan = 16 * time.Second
 
-// Boundary wake-ups. A leader sleeps until its next slot ends (by the store
+// Boundary wake-ups. A leader waits until its next slot ends (by the store
 // clock, as estimated from its last read of it) plus wakeGuard, so that a
-// segment is written within milliseconds of its end rather than up to a
-// tick later; when it wakes a hair early it retries after wakeGuard.
+// segment is written within milliseconds of its end.
 const wakeGuard = 2 * time.Millisecond
+
+// reclaimEvery is how often a leader claims what a deposed leader left
+// pending: rare (a deposed leader is rare), and cheap enough that an idle
+// room stays within its few calls a second.
+const reclaimEvery = 10 * time.Second
 
 // runRoom contends for room's lease and leads it while held, until the
 // room has ended (its manifest says so) or ctx is done.
@@ -44,9 +48,11 @@ func (s *Slicer) runRoom(ctx context.Context, room string, opened time.Time, h *
 				s.cfg.Logger.Warn("slicer: lost room", "room", room, "err", err)
 			}
 		}
+		// A standby asks every third of a TTL: an idle room's leader and
+		// standby together stay within a few calls a second.
 		select {
 		case <-ctx.Done():
-		case <-time.After(s.cfg.LeaseTTL / 4):
+		case <-time.After(s.cfg.LeaseTTL / 3):
 		}
 	}
 }
@@ -108,8 +114,8 @@ type roomState struct {
 	// recent are the identities of the last written segments, by start ms.
 	recent map[int64]map[string]bool
 
-	renewed time.Time // when the last successful lease request was sent
-	rng     *rand.Rand
+	lease *heldLease // this term's lease, shared with the process renewer
+	rng   *rand.Rand
 
 	// last is the newest segment written (or found written) this term;
 	// resumed is the manifest the term started from.
@@ -183,25 +189,43 @@ func (st *roomState) noteRead(lane int, id string) {
 	}
 }
 
-// renew keeps the lease when a quarter of its TTL has passed since the last
-// renewal. Leaders call it between every step that can take long (each read
-// batch, each write), so a term never outlives its lease.
+// renew keeps the lease when half its TTL has passed since the last
+// renewal (by this loop or the process's renewer, whichever came first).
+// Leaders call it between every step that can take long (each read batch,
+// each write), so a term never outlives its lease; the renewer keeps it
+// while the loop itself is starved of CPU.
 func (s *Slicer) renew(ctx context.Context, st *roomState) error {
+	if st.lease.lost.Load() {
+		return errLostLease
+	}
 	now := s.cfg.Clock.Now()
-	if now.Sub(st.renewed) < s.cfg.LeaseTTL/4 {
+	if now.Sub(st.lease.at()) < s.cfg.LeaseTTL/2 {
 		return nil
 	}
-	ok, err := s.cfg.Lease.Acquire(ctx, st.room, s.holder, s.cfg.LeaseTTL)
+	return s.renewLease(ctx, st.room, st.lease, now)
+}
+
+// renewLease renews one held lease, asked at local time asked.
+func (s *Slicer) renewLease(ctx context.Context, room string, l *heldLease, asked time.Time) error {
+	ok, err := s.cfg.Lease.Acquire(ctx, room, s.holder, s.cfg.LeaseTTL)
 	if err != nil || !ok {
+		if err == nil {
+			l.lost.Store(true) // someone else holds it now
+		}
 		return errors.Join(errLostLease, err)
 	}
-	st.renewed = now
+	l.renewed.Store(asked.UnixNano())
 	return nil
 }
 
 // lead writes room's segments while the lease is held; once the room's
 // event has ended (h) and everything up to its end is written, it finishes
 // the room.
+//
+// An idle room costs its leader two store calls per slot: DrainRoom (the
+// store time and whatever is new, in one step: what makes a slot complete)
+// and AwaitRoom, a blocking read that sleeps until the next slot ends or
+// something arrives. A busy room drains at most every Tick.
 func (s *Slicer) lead(ctx context.Context, room string, opened, acquired time.Time, h *roomHandle) error {
 	st, err := s.resume(ctx, room, opened)
 	if err != nil {
@@ -210,56 +234,56 @@ func (s *Slicer) lead(ctx context.Context, room string, opened, acquired time.Ti
 	if st.ended {
 		return errRoomEnded // a predecessor finished it
 	}
-	st.renewed = acquired
+	st.lease = &heldLease{}
+	st.lease.renewed.Store(acquired.UnixNano())
+	s.hold(room, st.lease)
+	defer s.unhold(room)
 	if err := s.reclaim(ctx, st, 0); err != nil {
 		return err
 	}
 	s.cfg.Logger.Info("slicer: leading room", "room", room, "from_slot", st.next, "segment_ms", st.dur, "seq", st.seq)
-	wake := time.NewTimer(0)
-	defer wake.Stop()
 	var (
-		failures     int
-		retryAt      time.Time
-		lastReclaim  = s.cfg.Clock.Now()
-		reclaimEvery = s.cfg.LeaseTTL
+		failures    int
+		retryAt     time.Time
+		lastReclaim = s.cfg.Clock.Now()
+		lastDrain   time.Time
 	)
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-wake.C:
-		}
+	for ctx.Err() == nil {
 		if err := s.renew(ctx, st); err != nil {
 			return err
 		}
-		now := s.cfg.Clock.Now()
-		// The store time is taken before reading: every entry stamped before
-		// it is in the stream when the read starts, so a drain makes every
-		// slot that ended by it complete.
-		storeNow, err := s.cfg.Streams.Now(ctx)
-		if err != nil {
-			wake.Reset(s.cfg.Tick)
-			continue
+		// A busy room's drains are spaced by Tick, so a burst is read in
+		// batches rather than a call per message.
+		if wait := s.cfg.Tick - s.cfg.Clock.Now().Sub(lastDrain); wait > 0 && !lastDrain.IsZero() {
+			if !sleepCtx(ctx, wait) {
+				return nil
+			}
 		}
-		after := s.cfg.Clock.Now()
-		st.offset = storeNow.Sub(now.Add(after.Sub(now) / 2))
-		st.offsetKnown = true
+		now := s.cfg.Clock.Now()
+		lastDrain = now
 		// While object storage is down, due slots wait as their read
 		// messages. Past maxPending the slicer stops reading, so the rest
 		// waits in the stream (unread, never lost), and slots past what
 		// was read are not written.
 		if st.npending < maxPending {
-			drained, err := s.read(ctx, st)
+			storeNow, drained, err := s.read(ctx, st)
 			if errors.Is(err, errLostLease) {
 				return err
 			}
 			if err != nil {
 				s.cfg.Logger.Warn("slicer: read failed", "room", room, "err", err)
-				wake.Reset(s.cfg.Tick)
+				if !sleepCtx(ctx, s.cfg.Tick) {
+					return nil
+				}
 				continue
 			}
+			after := s.cfg.Clock.Now()
+			st.offset = storeNow.Sub(now.Add(after.Sub(now) / 2))
+			st.offsetKnown = true
 			if drained {
 				st.readUpTo = storeNow
+			} else {
+				continue // more to read at once
 			}
 		}
 		// Entries a deposed leader read after this one took over sit
@@ -279,7 +303,7 @@ func (s *Slicer) lead(ctx context.Context, room string, opened, acquired time.Ti
 				if err := s.renew(ctx, st); err != nil {
 					return err
 				}
-				if err := s.writeSlot(ctx, st, storeNow, now); err != nil {
+				if err := s.writeSlot(ctx, st, st.readUpTo, now); err != nil {
 					failures++
 					retryAt = now.Add(backoff(failures))
 					s.m.writeErrors.Inc()
@@ -297,13 +321,83 @@ func (s *Slicer) lead(ctx context.Context, room string, opened, acquired time.Ti
 		if end := h.endMs.Load(); end != 0 && s.finished(st, end) {
 			return s.finish(ctx, st)
 		}
-		if behind := storeNow.Sub(time.UnixMilli(s.timing(st).Due(st.next))); behind > 0 {
+		if behind := st.readUpTo.Sub(time.UnixMilli(s.timing(st).Due(st.next))); behind > 0 {
 			s.m.behind.Set(behind.Seconds())
 		} else {
 			s.m.behind.Set(0)
 		}
-		wake.Reset(s.nextWake(st, retryAt))
+		if err := s.await(ctx, st, s.nextWake(st, retryAt)); err != nil && ctx.Err() == nil {
+			s.cfg.Logger.Warn("slicer: wait failed", "room", room, "err", err)
+			if !sleepCtx(ctx, s.cfg.Tick) {
+				return nil
+			}
+		}
 	}
+	return nil
+}
+
+// await blocks up to d until the room's streams have something new, and
+// holds what arrives; the next drain says what is complete.
+func (s *Slicer) await(ctx context.Context, st *roomState, d time.Duration) error {
+	if d <= 0 || st.npending >= maxPending {
+		return nil
+	}
+	b, l, err := s.cfg.Streams.AwaitRoom(ctx, st.room, s.cfg.Group, s.cfg.NodeID, readBatch, d)
+	if err != nil {
+		return err
+	}
+	late := map[int64][]wire.Message{}
+	st.holdAll(b, l, late)
+	if len(late) > 0 {
+		return s.settleLate(ctx, st, late)
+	}
+	return nil
+}
+
+// holdAll files freshly read entries of both lanes; those of written slots
+// go into late, by the start of the segment that holds them.
+func (st *roomState) holdAll(barrage, live []wire.Message, late map[int64][]wire.Message) {
+	for li, es := range [2][]wire.Message{barrage, live} {
+		for _, e := range es {
+			st.noteRead(li, e.ID)
+			if start, isLate, skip := st.hold(e); isLate && !skip {
+				late[start] = append(late[start], e)
+			}
+		}
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// nextWake is how long to wait for new entries: until the next slot ends
+// by the store clock (plus wakeGuard), at most a second, so that an ended
+// event and a failed write's retry are noticed.
+func (s *Slicer) nextWake(st *roomState, retryAt time.Time) time.Duration {
+	now := s.cfg.Clock.Now()
+	wait := time.Second
+	if now.Before(retryAt) {
+		return min(wait, retryAt.Sub(now))
+	}
+	if !st.offsetKnown {
+		return s.cfg.Tick
+	}
+	d := time.UnixMilli(s.timing(st).End(st.next)).Sub(now.Add(st.offset)) + wakeGuard
+	switch {
+	case d > 0:
+		return min(d, wait)
+	case d > -time.Second:
+		return 0 // its end has just passed: drain now
+	}
+	return s.cfg.Tick // far past (a fake clock in tests): poll
 }
 
 // finished reports whether an ended room is written to its end: every slot
@@ -339,31 +433,6 @@ func (s *Slicer) finish(ctx context.Context, st *roomState) error {
 	return errRoomEnded
 }
 
-// nextWake is how long to sleep: until the next slot ends by the store
-// clock (plus wakeGuard), or a tick, whichever is sooner. Reading every
-// tick spreads the decoding over the slot, so that little is left to read
-// when it ends. A slot whose end has just passed (the last wake was a hair
-// early) is retried after wakeGuard; one long past (a failing write, a fake
-// clock in tests) waits for the tick.
-func (s *Slicer) nextWake(st *roomState, retryAt time.Time) time.Duration {
-	now := s.cfg.Clock.Now()
-	wait := s.cfg.Tick
-	if now.Before(retryAt) {
-		return min(wait, retryAt.Sub(now))
-	}
-	if !st.offsetKnown {
-		return wait
-	}
-	d := time.UnixMilli(s.timing(st).End(st.next)).Sub(now.Add(st.offset)) + wakeGuard
-	switch {
-	case d > 0 && d < wait:
-		return d
-	case d <= 0 && d > -wait:
-		return wakeGuard
-	}
-	return wait
-}
-
 // complete reports whether the next slot has ended by the store time before
 // the last complete drain: every entry it can ever hold has been read.
 func (s *Slicer) complete(st *roomState) bool {
@@ -397,10 +466,13 @@ func (s *Slicer) maybeSwitch(ctx context.Context, st *roomState) {
 	}
 }
 
-// read drains what the group has for both lanes into pending. drained is
-// true when both lanes were read to their end (not cut short by maxPending).
-// Messages of seconds already written go through settleLate.
-func (s *Slicer) read(ctx context.Context, st *roomState) (drained bool, err error) {
+// read drains what the group has for both lanes into pending, in store
+// calls that each read the store time first (DrainRoom). It returns the
+// time of the last call; drained is true when that call found both lanes
+// read to their end (not cut short by a full batch or maxPending), so every
+// entry stamped before it is held. Messages of slots already written go
+// through settleLate.
+func (s *Slicer) read(ctx context.Context, st *roomState) (now time.Time, drained bool, err error) {
 	late := map[int64][]wire.Message{}
 	defer func() {
 		if len(late) > 0 {
@@ -409,31 +481,23 @@ func (s *Slicer) read(ctx context.Context, st *roomState) (drained bool, err err
 			}
 		}
 	}()
-	for li, lane := range lanes {
-		key := stream.Key{Room: st.room, Lane: lane}
-		for {
-			if st.npending >= maxPending {
-				return false, nil
-			}
-			if err := s.renew(ctx, st); err != nil {
-				return false, err
-			}
-			es, err := s.cfg.Streams.ReadGroup(ctx, key, s.cfg.Group, s.cfg.NodeID, readBatch, 0)
-			if err != nil {
-				return false, err
-			}
-			for _, e := range es {
-				st.noteRead(li, e.ID)
-				if start, isLate, skip := st.hold(e); isLate && !skip {
-					late[start] = append(late[start], e)
-				}
-			}
-			if len(es) < readBatch {
-				break
-			}
+	for {
+		if st.npending >= maxPending {
+			return now, false, nil
+		}
+		if err := s.renew(ctx, st); err != nil {
+			return now, false, err
+		}
+		var b, l []wire.Message
+		now, b, l, err = s.cfg.Streams.DrainRoom(ctx, st.room, s.cfg.Group, s.cfg.NodeID, readBatch)
+		if err != nil {
+			return now, false, err
+		}
+		st.holdAll(b, l, late)
+		if len(b) < readBatch && len(l) < readBatch {
+			return now, true, nil
 		}
 	}
-	return true, nil
 }
 
 // reclaim takes over the messages pending in the group for longer than
@@ -819,7 +883,8 @@ func identities(seg *wire.Segment) map[string]bool {
 // resume picks up where the manifest says the room stands; a room without
 // one starts at the slot it was opened in.
 func (s *Slicer) resume(ctx context.Context, room string, opened time.Time) (*roomState, error) {
-	st := &roomState{room: room, pending: map[int64][]wire.Message{}, held: map[heldKey]struct{}{}, recent: map[int64]map[string]bool{}, rng: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))}
+	st := &roomState{room: room, pending: map[int64][]wire.Message{}, held: map[heldKey]struct{}{}, recent: map[int64]map[string]bool{},
+		lease: &heldLease{}, rng: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))}
 	now, err := s.cfg.Streams.Now(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("slicer: store time: %w", err)

@@ -88,9 +88,10 @@ type Config struct {
 	Retention time.Duration
 	// Tick is how often rooms are read and checked for a due second. Zero: 50 ms.
 	Tick time.Duration
-	// LeaseTTL is the lease's lifetime; it is renewed every TTL/4, and a
-	// standby retries every TTL/4, so a takeover needs at most 1.25 TTL.
-	// Zero: 2 s.
+	// LeaseTTL is the lease's lifetime; it is renewed every TTL/2 (by the
+	// room's loop or, when that is starved, the process's renewer), and a
+	// standby retries every TTL/3, so a takeover needs at most 1.33 TTL
+	// after the lease lapses. Zero: 2 s.
 	LeaseTTL time.Duration
 	// Discover is how often the room list is re-read. Zero: 1 s.
 	Discover time.Duration
@@ -119,6 +120,9 @@ type Slicer struct {
 	mu    sync.Mutex
 	rooms map[string]*roomHandle
 	wg    sync.WaitGroup
+
+	leasesMu sync.Mutex
+	leases   map[string]*heldLease // rooms this process leads
 }
 
 type metrics struct {
@@ -195,7 +199,7 @@ func New(cfg Config) (*Slicer, error) {
 	if _, err := rand.Read(nonce); err != nil {
 		return nil, err
 	}
-	s := &Slicer{cfg: cfg, holder: cfg.NodeID + "#" + hex.EncodeToString(nonce), rooms: map[string]*roomHandle{}}
+	s := &Slicer{cfg: cfg, holder: cfg.NodeID + "#" + hex.EncodeToString(nonce), rooms: map[string]*roomHandle{}, leases: map[string]*heldLease{}}
 	if err := s.SetBudget(cfg.Budget, cfg.Shares); err != nil {
 		return nil, err
 	}
@@ -265,6 +269,11 @@ func (s *Slicer) Run(ctx context.Context) error {
 	t := time.NewTicker(s.cfg.Discover)
 	defer t.Stop()
 	defer s.wg.Wait()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.renewLoop(ctx)
+	}()
 	for {
 		s.syncSettings(ctx)
 		s.discover(ctx)
@@ -272,6 +281,60 @@ func (s *Slicer) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+		}
+	}
+}
+
+// heldLease is a lease this process holds: when it was last renewed (unix
+// ns of the request) and whether another holder took it.
+type heldLease struct {
+	renewed atomic.Int64
+	lost    atomic.Bool
+}
+
+func (l *heldLease) at() time.Time { return time.Unix(0, l.renewed.Load()) }
+
+func (s *Slicer) hold(room string, l *heldLease) {
+	s.leasesMu.Lock()
+	s.leases[room] = l
+	s.leasesMu.Unlock()
+}
+
+func (s *Slicer) unhold(room string) {
+	s.leasesMu.Lock()
+	delete(s.leases, room)
+	s.leasesMu.Unlock()
+}
+
+// renewLoop renews, every quarter TTL, each lease whose room loop has not
+// renewed it for half a TTL. Renewal lives here, apart from the rooms'
+// work, so that a process too busy to run its rooms' loops on time still
+// keeps its leases: its segments fall behind, but no standby flip-flops
+// the rooms back and forth.
+func (s *Slicer) renewLoop(ctx context.Context) {
+	t := time.NewTicker(s.cfg.LeaseTTL / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		s.leasesMu.Lock()
+		due := make(map[string]*heldLease, len(s.leases))
+		now := s.cfg.Clock.Now()
+		for room, l := range s.leases {
+			if !l.lost.Load() && now.Sub(l.at()) >= s.cfg.LeaseTTL/2 {
+				due[room] = l
+			}
+		}
+		s.leasesMu.Unlock()
+		for room, l := range due {
+			rctx, cancel := context.WithTimeout(ctx, s.cfg.LeaseTTL/4)
+			if err := s.renewLease(rctx, room, l, s.cfg.Clock.Now()); err != nil && ctx.Err() == nil {
+				s.cfg.Logger.Warn("slicer: lease renewal failed", "room", room, "err", err)
+			}
+			cancel()
 		}
 	}
 }

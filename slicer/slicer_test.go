@@ -58,7 +58,7 @@ func (r *rig) flush() {
 	r.t.Helper()
 	ctx := context.Background()
 	now := r.clk.Now()
-	drained, err := r.s.read(ctx, r.st)
+	_, drained, err := r.s.read(ctx, r.st)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -304,7 +304,7 @@ func TestTakeoverReclaimsWithoutLossOrRepeat(t *testing.T) {
 	// Leader "a" read everything, wrote second s0 holding only the first
 	// gift (as if the second arrived after the write), moved the manifest,
 	// and died before acknowledging anything.
-	if _, err := r.s.read(ctx, r.st); err != nil {
+	if _, _, err := r.s.read(ctx, r.st); err != nil {
 		t.Fatal(err)
 	}
 	r.putSegment(s0, 1, gs[0])
@@ -361,7 +361,7 @@ func TestFailedWritesRetryInOrder(t *testing.T) {
 	failing.down = true
 	r.at(s0+4, 300)
 	ctx := context.Background()
-	if _, err := r.s.read(ctx, r.st); err != nil {
+	if _, _, err := r.s.read(ctx, r.st); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.s.writeSlot(ctx, r.st, r.clk.Now(), r.clk.Now()); err == nil {

@@ -26,6 +26,10 @@ type BackendConfig struct {
 	S3 objstore.S3Config
 }
 
+// defaultRedisPool bounds the connections of a process to each Redis node:
+// enough for a blocking read per room of a large event plus the rest.
+const defaultRedisPool = 2048
+
 // OpenBackends connects the backends cfg names. The returned close function
 // releases them; call it after the stack has stopped.
 func OpenBackends(ctx context.Context, cfg BackendConfig, log *slog.Logger) (Backends, func() error, error) {
@@ -39,7 +43,13 @@ func OpenBackends(ctx context.Context, cfg BackendConfig, log *slog.Logger) (Bac
 		return errors.Join(errs...)
 	}
 	if cfg.Redis.URL != "" {
-		rdb, err := redisx.Connect(ctx, cfg.Redis)
+		// Every idle room's slicer waits in a blocking read, which holds a
+		// connection for up to a second: the pool must cover the rooms.
+		rc := cfg.Redis
+		if rc.PoolSize == 0 {
+			rc.PoolSize = defaultRedisPool
+		}
+		rdb, err := redisx.Connect(ctx, rc)
 		if err != nil {
 			return Backends{}, nil, err
 		}
@@ -52,7 +62,15 @@ func OpenBackends(ctx context.Context, cfg BackendConfig, log *slog.Logger) (Bac
 		b.Streams = streams
 		b.Load = gslb.NewRedisLoadTable(rdb)
 		b.Secrets = auth.NewRedisSecrets(rdb)
-		b.Lease = slicer.NewRedisLease(rdb)
+		// Leases get a client of their own: a renewal must never queue for
+		// a connection behind rooms' blocking reads.
+		leaseRDB, err := redisx.Connect(ctx, cfg.Redis)
+		if err != nil {
+			_ = closeAll()
+			return Backends{}, nil, err
+		}
+		closers = append(closers, leaseRDB.Close)
+		b.Lease = slicer.NewRedisLease(leaseRDB)
 		b.Settings = slicer.NewRedisSettings(rdb)
 		b.RoomLimiter = ingest.NewRedisRoomLimiter(rdb)
 		b.Events = event.NewRedisStore(rdb)

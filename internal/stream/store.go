@@ -111,6 +111,19 @@ type Store interface {
 	// Now returns the store's clock, the one that stamps entry ids.
 	Now(ctx context.Context) (time.Time, error)
 
+	// DrainRoom reads, in one atomic step, the store's clock and up to
+	// count entries of each of room's two lanes not yet delivered to group.
+	// Every entry stamped before the returned time has then been delivered
+	// to group (by this call or an earlier one): it is the one round trip a
+	// slicer needs to know a segment complete.
+	DrainRoom(ctx context.Context, room, group, consumer string, count int) (now time.Time, barrage, live []Entry, err error)
+
+	// AwaitRoom blocks up to block until either of room's lanes has an
+	// entry not yet delivered to group, and returns what is there (up to
+	// count per lane), delivered. It is how an idle room costs one call per
+	// wait instead of a poll per tick.
+	AwaitRoom(ctx context.Context, room, group, consumer string, count int, block time.Duration) (barrage, live []Entry, err error)
+
 	// CloseRoom forgets a room whose event has ended: it leaves the
 	// registry at once, and its streams (both lanes) are removed after
 	// retention (0: at once), kept until then for moderation and replay of

@@ -378,3 +378,72 @@ func (s *MemoryStore) CloseRoom(ctx context.Context, room string, retention time
 	time.AfterFunc(retention, drop)
 	return nil
 }
+
+// readGroupOnce delivers up to count entries of key not yet delivered to
+// group and returns them with the channel that wakes a waiter on the next
+// append. The caller holds s.mu.
+func (s *MemoryStore) readGroupOnce(key Key, group, consumer string, count int, now time.Time) ([]Entry, chan struct{}) {
+	st := s.stream(key)
+	g, ok := st.groups[group]
+	if !ok {
+		g = &memGroup{pending: map[string]memPending{}}
+		st.groups[group] = g
+	}
+	i := st.after(g.next, g.nextSeq)
+	if !g.started {
+		i = 0
+	}
+	var out []Entry
+	for ; i < len(st.entries) && (count <= 0 || len(out) < count); i++ {
+		e := st.entries[i]
+		out = append(out, owned(e.msg))
+		g.pending[e.msg.ID] = memPending{consumer: consumer, delivered: now}
+		g.next, g.nextSeq, g.started = e.ms, e.seq, true
+	}
+	return out, st.notify
+}
+
+// DrainRoom implements Store: under the store's lock, so the clock read
+// and the reads are one step.
+func (s *MemoryStore) DrainRoom(ctx context.Context, room, group, consumer string, count int) (time.Time, []Entry, []Entry, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return time.Time{}, nil, nil, ErrClosed
+	}
+	now := s.clock.Now()
+	b, _ := s.readGroupOnce(Key{Room: room, Lane: Barrage}, group, consumer, count, now)
+	l, _ := s.readGroupOnce(Key{Room: room, Lane: Live}, group, consumer, count, now)
+	return now, b, l, ctx.Err()
+}
+
+// AwaitRoom implements Store.
+func (s *MemoryStore) AwaitRoom(ctx context.Context, room, group, consumer string, count int, block time.Duration) ([]Entry, []Entry, error) {
+	var timer *time.Timer
+	for {
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			return nil, nil, ErrClosed
+		}
+		now := s.clock.Now()
+		b, nb := s.readGroupOnce(Key{Room: room, Lane: Barrage}, group, consumer, count, now)
+		l, nl := s.readGroupOnce(Key{Room: room, Lane: Live}, group, consumer, count, now)
+		s.mu.Unlock()
+		if len(b)+len(l) > 0 || block <= 0 {
+			return b, l, ctx.Err()
+		}
+		if timer == nil {
+			timer = time.NewTimer(block)
+			defer timer.Stop()
+		}
+		select {
+		case <-nb:
+		case <-nl:
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		case <-timer.C:
+			return nil, nil, nil
+		}
+	}
+}

@@ -720,3 +720,140 @@ func (s *RedisStore) CloseRoom(ctx context.Context, room string, retention time.
 	}
 	return nil
 }
+
+// drainRoomScript reads the clock and both lanes in one atomic step (TIME
+// then XREADGROUP without BLOCK, which scripts may run): every entry
+// stamped before the time it returns is delivered. NOGROUP comes back as an
+// error reply the caller answers by creating the groups.
+var drainRoomScript = redis.NewScript(`
+local t = redis.call('TIME')
+local r = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', ARGV[3], 'STREAMS', KEYS[1], KEYS[2], '>', '>')
+return {t[1], t[2], r}`)
+
+// DrainRoom implements Store with one script call.
+func (s *RedisStore) DrainRoom(ctx context.Context, room, group, consumer string, count int) (time.Time, []Entry, []Entry, error) {
+	keys := []string{s.StreamKey(Key{Room: room, Lane: Barrage}), s.StreamKey(Key{Room: room, Lane: Live})}
+	if count <= 0 {
+		count = 1 << 20
+	}
+	for creates := 0; ; creates++ {
+		if err := s.live(ctx); err != nil {
+			return time.Time{}, nil, nil, fmt.Errorf("stream: redis drain %s: %w", room, err)
+		}
+		res, err := drainRoomScript.Run(ctx, s.client, keys, group, consumer, count).Slice()
+		if err != nil && redis.HasErrorPrefix(err, "NOGROUP") && creates < maxGroupCreates {
+			for _, k := range keys {
+				if cerr := s.createGroup(ctx, k, group); cerr != nil {
+					return time.Time{}, nil, nil, fmt.Errorf("stream: redis drain %s: %w", room, cerr)
+				}
+			}
+			continue
+		}
+		if err != nil {
+			return time.Time{}, nil, nil, fmt.Errorf("stream: redis drain %s: %w", room, err)
+		}
+		if len(res) < 2 {
+			return time.Time{}, nil, nil, fmt.Errorf("stream: redis drain %s: short reply", room)
+		}
+		sec, _ := strconv.ParseInt(fmt.Sprint(res[0]), 10, 64)
+		usec, _ := strconv.ParseInt(fmt.Sprint(res[1]), 10, 64)
+		now := time.Unix(sec, usec*1000)
+		var lanes [2][]redis.XMessage
+		if len(res) > 2 {
+			lanes = parseStreamsReply(keys, res[2])
+		}
+		b, badB := s.decodeAll(keys[0], lanes[0])
+		l, badL := s.decodeAll(keys[1], lanes[1])
+		s.ackBad(ctx, keys[0], group, badB)
+		s.ackBad(ctx, keys[1], group, badL)
+		return now, b, l, nil
+	}
+}
+
+// parseStreamsReply reads an XREADGROUP reply as a script returns it —
+// {{key, {{id, {field, value, ...}}, ...}}, ...} — into one message list
+// per key of keys.
+func parseStreamsReply(keys []string, v any) (out [2][]redis.XMessage) {
+	streams, _ := v.([]any)
+	for _, st := range streams {
+		pair, _ := st.([]any)
+		if len(pair) != 2 {
+			continue
+		}
+		name := fmt.Sprint(pair[0])
+		idx := -1
+		for i, k := range keys {
+			if k == name {
+				idx = i
+			}
+		}
+		if idx < 0 {
+			continue
+		}
+		entries, _ := pair[1].([]any)
+		for _, e := range entries {
+			ev, _ := e.([]any)
+			if len(ev) != 2 {
+				continue
+			}
+			m := redis.XMessage{ID: fmt.Sprint(ev[0]), Values: map[string]any{}}
+			fields, _ := ev[1].([]any)
+			for i := 0; i+1 < len(fields); i += 2 {
+				m.Values[fmt.Sprint(fields[i])] = fields[i+1]
+			}
+			out[idx] = append(out[idx], m)
+		}
+	}
+	return out
+}
+
+// AwaitRoom implements Store: one XREADGROUP BLOCK over both lanes (in
+// steps that notice cancellation).
+func (s *RedisStore) AwaitRoom(ctx context.Context, room, group, consumer string, count int, block time.Duration) ([]Entry, []Entry, error) {
+	keys := []string{s.StreamKey(Key{Room: room, Lane: Barrage}), s.StreamKey(Key{Room: room, Lane: Live})}
+	deadline := blockDeadline(block)
+	creates := 0
+	for {
+		if err := s.live(ctx); err != nil {
+			return nil, nil, fmt.Errorf("stream: redis await %s: %w", room, err)
+		}
+		step := s.step(ctx, deadline)
+		res, err := s.client.XReadGroup(ctx, &redis.XReadGroupArgs{
+			Group: group, Consumer: consumer, Streams: []string{keys[0], keys[1], ">", ">"},
+			Count: int64(max(count, 0)), Block: step,
+		}).Result()
+		switch {
+		case err == nil, errors.Is(err, redis.Nil):
+		case redis.HasErrorPrefix(err, "UNBLOCKED"):
+			continue
+		case redis.HasErrorPrefix(err, "NOGROUP") && creates < maxGroupCreates:
+			creates++
+			for _, k := range keys {
+				if cerr := s.createGroup(ctx, k, group); cerr != nil {
+					return nil, nil, fmt.Errorf("stream: redis await %s: %w", room, cerr)
+				}
+			}
+			continue
+		default:
+			if cerr := s.live(ctx); cerr != nil {
+				err = cerr
+			}
+			return nil, nil, fmt.Errorf("stream: redis await %s: %w", room, err)
+		}
+		var lanes [2][]redis.XMessage
+		for _, st := range res {
+			for i, k := range keys {
+				if st.Stream == k {
+					lanes[i] = append(lanes[i], st.Messages...)
+				}
+			}
+		}
+		b, badB := s.decodeAll(keys[0], lanes[0])
+		l, badL := s.decodeAll(keys[1], lanes[1])
+		s.ackBad(ctx, keys[0], group, badB)
+		s.ackBad(ctx, keys[1], group, badL)
+		if len(b)+len(l) > 0 || len(lanes[0])+len(lanes[1]) > 0 || step < 0 || !time.Now().Before(deadline) {
+			return b, l, nil
+		}
+	}
+}

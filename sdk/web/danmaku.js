@@ -12,8 +12,9 @@ export const MAX_VERSION = 2; // of segments, frames and manifests
 
 // Edge close codes (contract: edge WebSocket).
 export const CLOSE = Object.freeze({
-  RESUME: 4001, DRAINING: 4003, POLICY: 1008, TOO_BIG: 1009, TRY_LATER: 1013,
+  RESUME: 4001, DRAINING: 4003, ROOM_ENDED: 4004, POLICY: 1008, TOO_BIG: 1009, TRY_LATER: 1013,
   BAD_HELLO: 4400, TOKEN_REJECTED: 4401, WRONG_NODE: 4403, HELLO_TIMEOUT: 4408,
+  NO_SUCH_ROOM: 4404, ROOM_NOT_LIVE: 4409,
 });
 
 export const DEFAULTS = Object.freeze({
@@ -692,11 +693,18 @@ export class DanmakuClient extends EventTarget {
     this._stats.segmentMs = D;
   }
 
-  // A due slot still missing long after its due time: if the manifest names
-  // another segment duration, the room changed it; follow.
+  // A due slot still missing long after its due time: if the manifest says
+  // the room has ended and this slot is past its last segment, the client is
+  // done ('ended' event, start() resolves); if it names another segment
+  // duration, the room changed it; follow.
   async _followDuration(p) {
     if (this.serverNow() - dueMs(p.slot, this._timing(p)) < Math.max(1000, 4 * p.D)) return false;
     const m = await this._manifest(p);
+    if (m && m.ended && p.slot * p.D > startMs(m)) {
+      this._emit('ended', { room: this.cfg.room });
+      this.stop();
+      return true;
+    }
     if (!m || m.dur === p.D) return false;
     this._regrid(p, m.dur);
     return true;
@@ -783,6 +791,13 @@ export class DanmakuClient extends EventTarget {
       backoff = 0;
       if (r.frames > 0) policy = 0;
       switch (r.code) {
+        case CLOSE.ROOM_ENDED:
+        case CLOSE.NO_SUCH_ROOM:
+        case CLOSE.ROOM_NOT_LIVE:
+          // The room's event is over (or not on): the segments carry the
+          // rest, and the poller ends the client after the last one.
+          this._stats.edgeState = 'ended';
+          return;
         case CLOSE.RESUME:
           // At once, with last. A resume before any frame means the edge
           // cannot catch this client up: back off instead of looping.

@@ -58,6 +58,9 @@ const (
 	// ErrCodeNetwork: a server could not be reached or did not answer in
 	// time.
 	ErrCodeNetwork = "network"
+	// ErrCodeRoomEnded: the room's event has ended and its last segment was
+	// delivered; the client has stopped. Show the end of the show.
+	ErrCodeRoomEnded = "room_ended"
 	// ErrCodeUnknown: anything else; the error's text says what.
 	ErrCodeUnknown = "unknown"
 )
@@ -516,6 +519,8 @@ func codeOf(err error) string {
 	// Before APIError: a refused join wraps the entry endpoint's answer.
 	case errors.Is(err, sdk.ErrJoin):
 		return ErrCodeJoinRefused
+	case errors.Is(err, sdk.ErrRoomEnded):
+		return ErrCodeRoomEnded
 	case errors.Is(err, sdk.ErrConfig):
 		return ErrCodeConfig
 	case errors.Is(err, sdk.ErrClosed), errors.Is(err, context.Canceled):

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"danmaku/internal/stack"
 )
@@ -21,6 +22,7 @@ type serveFlags struct {
 	ingestURL, edgeURL, nodeID         string
 	budget                             int
 	segmentMs                          int64
+	retention                          time.Duration
 	minGift                            int64
 	logLevel                           string
 	logJSON                            bool
@@ -44,6 +46,7 @@ func (f *serveFlags) register(fs interface {
 	IntVar(*int, string, int, string)
 	Int64Var(*int64, string, int64, string)
 	BoolVar(*bool, string, bool, string)
+	DurationVar(*time.Duration, string, time.Duration, string)
 }) {
 	fs.StringVar(&f.gslb, "gslb", stack.DefaultGSLBAddr, "gslb listen address")
 	fs.StringVar(&f.ingest, "ingest", stack.DefaultIngestAddr, "ingest listen address")
@@ -54,6 +57,7 @@ func (f *serveFlags) register(fs interface {
 	fs.StringVar(&f.data, "data", "", "directory to keep segments in (default: memory)")
 	fs.IntVar(&f.budget, "budget", 0, "messages per second per room (default 60)")
 	fs.Int64Var(&f.segmentMs, "segment-ms", 0, "segment duration of rooms without their own setting: 1000, 500 or 250 (default 1000)")
+	fs.DurationVar(&f.retention, "room-retention", 0, "how long an ended room's streams are kept, for moderation (default 1h)")
 	fs.Int64Var(&f.minGift, "min-gift-value", 0, "lowest gift value the edge pushes (default: all)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&f.logJSON, "log-json", false, "log JSON lines instead of text")
@@ -76,7 +80,7 @@ func (f *serveFlags) stackConfig(roles []string) (stack.Config, stack.BackendCon
 	cfg := stack.Config{
 		Roles:    roles,
 		GSLBAddr: f.gslb, IngestAddr: f.ingest, EdgeAddr: f.edge, OriginAddr: f.origin, SlicerAddr: f.slicer,
-		PublicCDN: f.cdn, DataDir: f.data, Budget: f.budget, SegmentMs: f.segmentMs, MinGiftValue: f.minGift,
+		PublicCDN: f.cdn, DataDir: f.data, Budget: f.budget, SegmentMs: f.segmentMs, Retention: f.retention, MinGiftValue: f.minGift,
 		IngestURL: f.ingestURL, EdgeURL: f.edgeURL, NodeID: f.nodeID,
 		Dev: f.dev,
 	}

@@ -476,17 +476,8 @@ func TestEntryOnlyLiveRooms(t *testing.T) {
 
 func directoryOf(t *testing.T, clk clock.Clock, events ...event.Event) *event.Directory {
 	t.Helper()
-	store := event.NewMemoryStore()
-	for _, e := range events {
-		if err := store.Create(context.Background(), e); err != nil {
-			t.Fatal(err)
-		}
-	}
-	dir, err := event.NewDirectory(event.DirectoryConfig{Store: store, Clock: clk})
+	dir, err := event.DirectoryOf(clk, events...)
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := dir.Refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	return dir

@@ -1107,23 +1107,11 @@ func TestEntryThenBarrage(t *testing.T) {
 // TestOnlyLiveRooms: barrage, announcements and gifts reach only rooms of a
 // live event; the others get a code, and nothing is stored.
 func TestOnlyLiveRooms(t *testing.T) {
-	var dir *event.Directory
 	f := newFixture(t, func(c *Config) {
-		now := t0
-		store := event.NewMemoryStore()
-		for _, e := range []event.Event{
-			{ID: "live", Start: now.Add(-time.Minute), End: now.Add(time.Hour), Rooms: []event.Room{{ID: room}}},
-			{ID: "later", Start: now.Add(time.Hour), End: now.Add(2 * time.Hour), Rooms: []event.Room{{ID: "encore"}}},
-		} {
-			if err := store.Create(context.Background(), e); err != nil {
-				t.Fatal(err)
-			}
-		}
-		var err error
-		if dir, err = event.NewDirectory(event.DirectoryConfig{Store: store, Clock: c.Clock}); err != nil {
-			t.Fatal(err)
-		}
-		if err := dir.Refresh(context.Background()); err != nil {
+		dir, err := event.DirectoryOf(c.Clock,
+			event.Event{ID: "live", Start: t0.Add(-time.Minute), End: t0.Add(time.Hour), Rooms: []event.Room{{ID: room}}},
+			event.Event{ID: "later", Start: t0.Add(time.Hour), End: t0.Add(2 * time.Hour), Rooms: []event.Room{{ID: "encore"}}})
+		if err != nil {
 			t.Fatal(err)
 		}
 		c.Events = dir
@@ -1159,12 +1147,12 @@ func TestOnlyLiveRooms(t *testing.T) {
 // TestEventLimits: a room's event may set its own upload limits; the
 // per-user bucket of this room then holds its burst, not the node's.
 func TestEventLimits(t *testing.T) {
-	store := event.NewMemoryStore()
-	_ = store.Create(context.Background(), event.Event{ID: "ev", Start: t0.Add(-time.Minute), End: t0.Add(time.Hour),
-		Rooms: []event.Room{{ID: room, Limits: &event.Limits{UserBurst: 1, UserEveryMs: 60_000}}}})
 	f := newFixture(t, func(c *Config) {
-		dir, _ := event.NewDirectory(event.DirectoryConfig{Store: store, Clock: c.Clock})
-		_ = dir.Refresh(context.Background())
+		dir, err := event.DirectoryOf(c.Clock, event.Event{ID: "ev", Start: t0.Add(-time.Minute), End: t0.Add(time.Hour),
+			Rooms: []event.Room{{ID: room, Limits: &event.Limits{UserBurst: 1, UserEveryMs: 60_000}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
 		c.Events = dir
 	})
 	tok := f.token(t, room, "u1", auth.RoleViewer)

@@ -63,6 +63,22 @@ func NewDirectory(cfg DirectoryConfig) (*Directory, error) {
 	return &Directory{store: cfg.Store, clk: clock.Or(cfg.Clock), every: cfg.Reload, log: cfg.Logger}, nil
 }
 
+// DirectoryOf returns a loaded Directory of exactly events, on an in-memory
+// Store: a fixed set of events for embedded use and tests.
+func DirectoryOf(clk clock.Clock, events ...Event) (*Directory, error) {
+	store := NewMemoryStore()
+	for _, e := range events {
+		if err := store.Create(context.Background(), e); err != nil {
+			return nil, err
+		}
+	}
+	d, err := NewDirectory(DirectoryConfig{Store: store, Clock: clk})
+	if err != nil {
+		return nil, err
+	}
+	return d, d.Refresh(context.Background())
+}
+
 // Refresh reloads the snapshot once.
 func (d *Directory) Refresh(ctx context.Context) error {
 	events, err := d.store.List(ctx)

@@ -143,25 +143,7 @@ func (s *MemoryStore) ReadGroup(ctx context.Context, key Key, group, consumer st
 			s.mu.Unlock()
 			return nil, ErrClosed
 		}
-		st := s.stream(key)
-		g, ok := st.groups[group]
-		if !ok {
-			g = &memGroup{pending: map[string]memPending{}}
-			st.groups[group] = g
-		}
-		i := st.after(g.next, g.nextSeq)
-		if !g.started {
-			i = 0
-		}
-		var out []Entry
-		now := s.clock.Now()
-		for ; i < len(st.entries) && (count <= 0 || len(out) < count); i++ {
-			e := st.entries[i]
-			out = append(out, owned(e.msg))
-			g.pending[e.msg.ID] = memPending{consumer: consumer, delivered: now}
-			g.next, g.nextSeq, g.started = e.ms, e.seq, true
-		}
-		notify := st.notify
+		out, notify := s.readGroupOnce(key, group, consumer, count, s.clock.Now())
 		s.mu.Unlock()
 		if len(out) > 0 || block <= 0 {
 			return out, ctx.Err()

@@ -225,6 +225,7 @@ func BenchmarkIdleRooms(b *testing.B) {
 				runtime.GC()
 				var before runtime.MemStats
 				runtime.ReadMemStats(&before)
+				rss0 := rssBytes()
 				objects := manifestsOnly{objstore.NewMemoryStore()}
 				la := r.start(b, "a", objects)
 				waitUntil(b, fmt.Sprintf("a to lead every room (%d/%d)", led(la), n), func() bool { return led(la) == n })
@@ -242,6 +243,7 @@ func BenchmarkIdleRooms(b *testing.B) {
 				var after runtime.MemStats
 				runtime.ReadMemStats(&after)
 				heap := float64(int64(after.HeapInuse)-int64(before.HeapInuse)) / float64(n)
+				rss := float64(rssBytes()-rss0) / float64(n)
 				if led(lb) != 0 {
 					b.Fatalf("the standby leads %d rooms", led(lb))
 				}
@@ -249,10 +251,26 @@ func BenchmarkIdleRooms(b *testing.B) {
 				b.ReportMetric(cmds, "redis-cmds/room/s")
 				b.ReportMetric(cpu*1e3, "cpu-ms/room/s")
 				b.ReportMetric(heap/1024, "heap-KiB/room")
+				b.ReportMetric(rss/1024, "rss-KiB/room")
 				b.ReportMetric(puts, "segments/room/s")
 			}
 		})
 	}
+}
+
+// rssBytes is the process's resident set (Linux), 0 where unknown.
+func rssBytes() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb * 1024
+		}
+	}
+	return 0
 }
 
 func cpuTime() time.Duration {

@@ -36,6 +36,12 @@ var _ SecretStore = (*RedisSecrets)(nil)
 // their own (redisx.Config Username and Password), and the auth center as
 // auth-center, which can overwrite secrets but not read them. The default
 // user must be disabled or given a password, or it reads everything.
+//
+// On Redis Cluster every node keeps its own users, so both are set on every
+// node (replicas too: one may be promoted), and both also get
+// +cluster|slots, without which a cluster client cannot learn which node
+// serves which slot, and +command, which go-redis reads command metadata
+// with (without it, it logs a refusal on every new connection).
 type RedisSecrets struct {
 	rdb redis.UniversalClient
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -31,6 +32,10 @@ func secretsBackends() []secretsBackend {
 		}},
 		{"redis", func(t *testing.T) (auth.SecretStore, redis.UniversalClient) {
 			rdb := redistest.Client(t)
+			return auth.NewRedisSecrets(rdb), rdb
+		}},
+		{"redis-cluster", func(t *testing.T) (auth.SecretStore, redis.UniversalClient) {
+			rdb := redistest.Cluster(t)
 			return auth.NewRedisSecrets(rdb), rdb
 		}},
 	}
@@ -91,25 +96,61 @@ func TestSecretStoreConformance(t *testing.T) {
 }
 
 // TestRedisSecretsACL sets up the ACL users RedisSecrets documents and checks
-// that each role can do its part and nothing else.
+// that each role can do its part and nothing else, on one server and on a
+// cluster. ACL users are per node (a cluster does not share them), and a
+// cluster client must learn the slot map: on a cluster the users are set on
+// every node and also get +cluster|slots.
 func TestRedisSecretsACL(t *testing.T) {
-	addr := testenv.Redis(t)
-	admin := redistest.Dial(t, redisx.Config{URL: addr})
-	ctx := context.Background()
-	users := map[string][]string{
+	rules := map[string][]string{
 		"auth-center":   {"on", ">center-pw", "resetkeys", "~danmaku:{auth}:*", "resetchannels", "-@all", "+set", "+ping"},
 		"auth-verifier": {"on", ">verifier-pw", "resetkeys", "~danmaku:{auth}:*", "resetchannels", "-@all", "+get", "+mget", "+ping"},
 	}
+	t.Run("redis", func(t *testing.T) {
+		addr := testenv.Redis(t)
+		admin := redistest.Dial(t, redisx.Config{URL: addr})
+		testSecretsACL(t, admin, addr, rules)
+	})
+	t.Run("redis-cluster", func(t *testing.T) {
+		url := testenv.SharedRedisCluster(t).URL()
+		admin := redistest.Dial(t, redisx.Config{URL: url}).(*redis.ClusterClient)
+		ctx := context.Background()
+		t.Cleanup(func() {
+			_ = admin.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error {
+				return c.Do(ctx, "ACL", "DELUSER", "auth-center", "auth-verifier").Err()
+			})
+		})
+		cluster := map[string][]string{}
+		for name, r := range rules {
+			cluster[name] = append(slices.Clone(r), "+cluster|slots", "+command")
+		}
+		testSecretsACL(t, admin, url, cluster)
+	})
+}
+
+func testSecretsACL(t *testing.T, admin redis.UniversalClient, url string, users map[string][]string) {
+	ctx := context.Background()
 	for name, rules := range users {
-		if err := admin.ACLSetUser(ctx, name, rules...).Err(); err != nil {
+		setUser := func(ctx context.Context, c *redis.Client) error { return c.ACLSetUser(ctx, name, rules...).Err() }
+		var err error
+		if cc, ok := admin.(*redis.ClusterClient); ok {
+			err = cc.ForEachShard(ctx, setUser)
+		} else {
+			err = setUser(ctx, admin.(*redis.Client))
+		}
+		if err != nil {
 			t.Fatalf("ACL SETUSER %s: %v", name, err)
 		}
 	}
 	if err := admin.Set(ctx, "danmaku:load", "other data", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	center := auth.NewRedisSecrets(redistest.Dial(t, redisx.Config{URL: addr, Username: "auth-center", Password: "center-pw"}))
-	vrdb := redistest.Dial(t, redisx.Config{URL: "redis://auth-verifier:verifier-pw@" + addr})
+	center := auth.NewRedisSecrets(redistest.Dial(t, redisx.Config{URL: url, Username: "auth-center", Password: "center-pw"}))
+	var vrdb redis.UniversalClient
+	if strings.Contains(url, ",") {
+		vrdb = redistest.Dial(t, redisx.Config{URL: url, Username: "auth-verifier", Password: "verifier-pw"})
+	} else {
+		vrdb = redistest.Dial(t, redisx.Config{URL: "redis://auth-verifier:verifier-pw@" + url})
+	}
 	verifier := auth.NewRedisSecrets(vrdb)
 
 	mustPublish(t, center, 5, []byte("five"))
@@ -129,7 +170,7 @@ func TestRedisSecretsACL(t *testing.T) {
 	denied("verifier deletes a secret", vrdb.Del(ctx, "danmaku:{auth}:epoch:5").Err())
 	wantFetch(t, verifier, []int64{5}, map[int64][]byte{5: []byte("five")}) // unchanged
 
-	_, err = redisx.Connect(ctx, redisx.Config{URL: addr, Username: "auth-verifier", Password: "wrong"})
+	_, err = redisx.Connect(ctx, redisx.Config{URL: url, Username: "auth-verifier", Password: "wrong"})
 	if err == nil || strings.Contains(err.Error(), "wrong") {
 		t.Errorf("connect with a wrong password: err = %v, want an error that does not echo the password", err)
 	}

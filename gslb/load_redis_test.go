@@ -30,6 +30,10 @@ func loadBackends() []loadBackend {
 			rdb := redistest.Client(t)
 			return gslb.NewRedisLoadTable(rdb), rdb
 		}},
+		{"redis-cluster", func(t *testing.T) (gslb.LoadTable, redis.UniversalClient) {
+			rdb := redistest.Cluster(t)
+			return gslb.NewRedisLoadTable(rdb), rdb
+		}},
 	}
 }
 

@@ -24,6 +24,25 @@ var _ GiftLog = (*RedisGiftLog)(nil)
 // it appends to, as the stream store's RegisterEvery default.
 const defaultGiftRegisterEvery = time.Minute
 
+// defaultWaitTimeout bounds WAIT when RedisGiftLogConfig.WaitTimeout is
+// zero. A replica in the same region acknowledges within a millisecond or
+// two; half a second means it is gone or far behind. It must stay well
+// below the client's read timeout (redisx: 1 s), which bounds the script
+// and the WAIT together (they are one pipeline).
+const defaultWaitTimeout = 500 * time.Millisecond
+
+// maxGiftAttempts bounds how often AppendGift sends its script again after
+// an answer that says it did not run it (MOVED while the slot map is being
+// re-read, NOSCRIPT on a node that never ran it).
+const maxGiftAttempts = 4
+
+// ErrNotReplicated is returned (wrapped) by AppendGift when the gift is
+// stored on the master but fewer than WaitReplicas replicas acknowledged it
+// within WaitTimeout. Like every AppendGift error it is ambiguous: the
+// gift may be stored, and a retry with the same order id answers its one
+// id once a replica has it.
+var ErrNotReplicated = errors.New("ingest: gift not acknowledged by enough replicas")
+
 // RedisGiftLogConfig configures a RedisGiftLog.
 type RedisGiftLogConfig struct {
 	// Client talks to the Redis that holds Streams. Required. The gift log
@@ -45,6 +64,21 @@ type RedisGiftLogConfig struct {
 	Clock clock.Clock
 	// Logger receives registration warnings. Nil: slog.Default().
 	Logger *slog.Logger
+	// WaitReplicas, when positive, makes AppendGift confirm a gift only
+	// once that many replicas of the room's master have it (Redis WAIT
+	// after the script, on the same connection), and fail with
+	// ErrNotReplicated when fewer do within WaitTimeout. Redis replicates
+	// asynchronously: a master killed right after answering a gift can
+	// take it along when its replica is promoted, and the business server,
+	// answered 200, never retries it. With WaitReplicas 1 an answered gift
+	// survives the loss of its master. The price: one replica round trip
+	// per gift, and a master without a live replica refuses (503) every
+	// gift until one is back — run two replicas per master, so that one
+	// is left after a failover. Needs a *redis.Client or
+	// *redis.ClusterClient. Zero: answer as soon as the master has it.
+	WaitReplicas int
+	// WaitTimeout bounds the wait for replicas. Zero: 500 ms.
+	WaitTimeout time.Duration
 }
 
 // RedisGiftLog is the GiftLog shared by every ingest node. One Lua script
@@ -63,6 +97,10 @@ type RedisGiftLogConfig struct {
 // first gift in each RegisterEvery of this process, as the stream store does
 // after its own appends.
 //
+// With WaitReplicas, a gift is confirmed only once replicas have it: an
+// acknowledged gift then survives a master that dies before replicating
+// (see RedisGiftLogConfig.WaitReplicas for the price).
+//
 // RedisGiftLog is safe for concurrent use. It starts no goroutines.
 type RedisGiftLog struct {
 	client        redis.UniversalClient
@@ -71,6 +109,8 @@ type RedisGiftLog struct {
 	registerEvery time.Duration
 	clock         clock.Clock
 	log           *slog.Logger
+	waitReplicas  int
+	waitTimeout   time.Duration
 
 	registered sync.Map // room → time.Time (clock) of this process's last registration
 }
@@ -97,6 +137,19 @@ func NewRedisGiftLog(cfg RedisGiftLogConfig) (*RedisGiftLog, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.WaitReplicas < 0 || cfg.WaitTimeout < 0 {
+		return nil, fmt.Errorf("ingest: redis gift log: WaitReplicas %d and WaitTimeout %v must not be negative", cfg.WaitReplicas, cfg.WaitTimeout)
+	}
+	if cfg.WaitReplicas > 0 {
+		switch cfg.Client.(type) {
+		case *redis.Client, *redis.ClusterClient:
+		default:
+			return nil, fmt.Errorf("ingest: redis gift log: WaitReplicas needs a *redis.Client or *redis.ClusterClient, not %T", cfg.Client)
+		}
+	}
+	if cfg.WaitTimeout == 0 {
+		cfg.WaitTimeout = defaultWaitTimeout
+	}
 	return &RedisGiftLog{
 		client:        cfg.Client,
 		streams:       cfg.Streams,
@@ -104,6 +157,8 @@ func NewRedisGiftLog(cfg RedisGiftLogConfig) (*RedisGiftLog, error) {
 		registerEvery: cfg.RegisterEvery,
 		clock:         clock.Or(cfg.Clock),
 		log:           cfg.Logger,
+		waitReplicas:  cfg.WaitReplicas,
+		waitTimeout:   cfg.WaitTimeout,
 	}, nil
 }
 
@@ -118,21 +173,34 @@ func orderKey(room, orderID string) string {
 //
 // KEYS[1] the room's Live stream; KEYS[2] the room's order key. ARGV[1] the
 // msgpack message (entry field "m"); ARGV[2] the order id (entry field "o");
-// ARGV[3] the order TTL in ms. Returns {entry id, 1} for an order already
-// appended, {entry id, 0} for one appended now.
+// ARGV[3] the order TTL in ms; ARGV[4] "1" when a WAIT follows. Returns
+// {entry id, 1} for an order already appended, {entry id, 0} for one
+// appended now.
+//
+// With a WAIT following, a duplicate rewrites its order record unchanged
+// (KEEPTTL): WAIT counts replicas that have this connection's last write,
+// and without a write of its own a retry's WAIT would vouch for nothing —
+// not for the first append, which an earlier, failed WAIT left in doubt.
+// The rewrite comes after that append in the replication stream, so a
+// replica that has it has the gift.
 //
 // An empty record is not an entry id: it is a reservation left by the
 // Reserve/Commit order book this replaced (a rolling upgrade), treated as
 // absent rather than answered as a duplicate with no id.
-var appendGiftScript = redis.NewScript(`
+var appendGiftScript = redis.NewScript(appendGiftScriptSource)
+
+const appendGiftScriptSource = `
 local id = redis.call('GET', KEYS[2])
 if id and id ~= '' then
+	if ARGV[4] == '1' then
+		redis.call('SET', KEYS[2], id, 'KEEPTTL')
+	end
 	return {id, 1}
 end
 id = redis.call('XADD', KEYS[1], '*', 'm', ARGV[1], 'o', ARGV[2])
 redis.call('SET', KEYS[2], id, 'PX', ARGV[3])
 return {id, 0}
-`)
+`
 
 // AppendGift implements GiftLog.
 func (l *RedisGiftLog) AppendGift(ctx context.Context, room, orderID string, m wire.Message) (string, bool, error) {
@@ -147,7 +215,12 @@ func (l *RedisGiftLog) AppendGift(ctx context.Context, room, orderID string, m w
 		return fail(err)
 	}
 	keys := []string{l.streams.StreamKey(stream.Key{Room: room, Lane: stream.Live}), orderKey(room, orderID)}
-	res, err := appendGiftScript.Run(ctx, l.client, keys, b, orderID, l.ttlMs).Slice()
+	var res []any
+	if l.waitReplicas > 0 {
+		res, err = l.runAndWait(ctx, keys, b, orderID, l.ttlMs, "1")
+	} else {
+		res, err = appendGiftScript.Run(ctx, l.client, keys, b, orderID, l.ttlMs, "0").Slice()
+	}
 	if err != nil {
 		return fail(err)
 	}
@@ -157,6 +230,85 @@ func (l *RedisGiftLog) AppendGift(ctx context.Context, room, orderID string, m w
 	}
 	l.register(ctx, room)
 	return id, dup, nil
+}
+
+// runAndWait runs the gift script and WAIT in one pipeline on the one server
+// that holds the room: WAIT counts the replicas that acknowledged its own
+// connection's writes, so it must follow the script on the same connection
+// — which a Cluster client's routing does not give (WAIT has no key). A
+// script that did not run (MOVED: the slot map is being re-read; NOSCRIPT:
+// a node that has not cached it) is sent again; the script is safe to run
+// twice anyway, by its order key.
+func (l *RedisGiftLog) runAndWait(ctx context.Context, keys []string, args ...any) ([]any, error) {
+	cc, cluster := l.client.(*redis.ClusterClient)
+	evalsha := true
+	var err error
+	for attempt := 1; ; attempt++ {
+		node := l.client
+		if cluster {
+			if node, err = cc.MasterForKey(ctx, keys[0]); err != nil {
+				return nil, err
+			}
+		}
+		pipe := node.Pipeline()
+		var run *redis.Cmd
+		if evalsha {
+			run = pipe.EvalSha(ctx, appendGiftScript.Hash(), keys, args...)
+		} else {
+			run = pipe.Eval(ctx, appendGiftScriptSource, keys, args...)
+		}
+		wait := pipe.Do(ctx, "wait", l.waitReplicas, l.waitTimeout.Milliseconds())
+		_, _ = pipe.Exec(ctx) // errors are read per command
+		res, err := run.Slice()
+		switch {
+		case err == nil:
+			n, werr := wait.Int64()
+			if werr != nil {
+				return nil, fmt.Errorf("WAIT: %w", werr)
+			}
+			if n < int64(l.waitReplicas) {
+				return nil, fmt.Errorf("%w (%d of %d within %v)", ErrNotReplicated, n, l.waitReplicas, l.waitTimeout)
+			}
+			return res, nil
+		case attempt >= maxGiftAttempts:
+			return nil, err
+		case redis.HasErrorPrefix(err, "NOSCRIPT"):
+			evalsha = false
+		case cluster && (redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK")):
+			// The node that answered is not (or no longer) the slot's
+			// master: re-read the map and try where it says now. (ASK,
+			// a slot in migration, is answered again until the
+			// migration ends; then the caller's retry succeeds.)
+			cc.ReloadState(ctx)
+			select {
+			case <-ctx.Done():
+				return nil, err
+			case <-time.After(time.Duration(attempt) * 50 * time.Millisecond):
+			}
+		default:
+			if cluster && staleMap(err) {
+				// The pipeline went to a node client, past the cluster
+				// client's own hooks (redisx re-reads the map after such
+				// failures): without this, a killed master's rooms would
+				// wait for go-redis's periodic refresh, a minute.
+				cc.ReloadState(ctx)
+			}
+			return nil, err
+		}
+	}
+}
+
+// staleMap reports whether err may mean that the slot map is stale: no
+// answer from the node (dead, unreachable, a timeout) or CLUSTERDOWN.
+func staleMap(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		return redis.HasErrorPrefix(err, "CLUSTERDOWN")
+	}
+	return true
 }
 
 // encodeEntry encodes m as stream.RedisStore stores it in an entry's "m"

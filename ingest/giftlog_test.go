@@ -51,10 +51,30 @@ func giftBackends() []giftBackend {
 				return newRedisGiftLog(t, rdb, store, ttl)
 			}, time.Sleep, rdb
 		}},
+		{"redis-cluster", func(t *testing.T) (stream.Store, func(*testing.T, time.Duration) ingest.GiftLog, func(time.Duration), redis.UniversalClient) {
+			rdb := redistest.Cluster(t)
+			store := newRedisStore(t, rdb)
+			return store, func(t *testing.T, ttl time.Duration) ingest.GiftLog {
+				return newRedisGiftLog(t, rdb, store, ttl)
+			}, time.Sleep, rdb
+		}},
+		// As above, confirming every gift only once a replica has it
+		// (WAIT 1 after the script, on the master's connection).
+		{"redis-cluster-wait", func(t *testing.T) (stream.Store, func(*testing.T, time.Duration) ingest.GiftLog, func(time.Duration), redis.UniversalClient) {
+			rdb := redistest.Cluster(t)
+			store := newRedisStore(t, rdb)
+			return store, func(t *testing.T, ttl time.Duration) ingest.GiftLog {
+				l, err := ingest.NewRedisGiftLog(ingest.RedisGiftLogConfig{Client: rdb, Streams: store, OrderTTL: ttl, Logger: quiet, WaitReplicas: 1})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return l
+			}, time.Sleep, rdb
+		}},
 	}
 }
 
-func newRedisStore(t *testing.T, rdb redis.UniversalClient) *stream.RedisStore {
+func newRedisStore(t testing.TB, rdb redis.UniversalClient) *stream.RedisStore {
 	t.Helper()
 	s, err := stream.NewRedisStore(stream.RedisConfig{Client: rdb, Logger: quiet})
 	if err != nil {
@@ -245,24 +265,28 @@ func TestGiftLogConformance(t *testing.T) {
 // reader of the stream (slicer, edge, audit tools) sees gifts as before.
 func TestRedisGiftLogEntryMatchesStore(t *testing.T) {
 	ctx := context.Background()
-	rdb := redistest.Client(t)
-	store := newRedisStore(t, rdb)
-	m := testGift(100)
-	m.Order = "o-1"
-	if _, err := store.Append(ctx, stream.Key{Room: "by-store", Lane: stream.Live}, []wire.Message{m}); err != nil {
-		t.Fatal(err)
-	}
-	mustAppendGift(t, newRedisGiftLog(t, rdb, store, 0), "by-log", "o-1", testGift(100), false)
-	var got [2]map[string]any
-	for i, room := range []string{"by-store", "by-log"} {
-		xs, err := rdb.XRange(ctx, store.StreamKey(stream.Key{Room: room, Lane: stream.Live}), "-", "+").Result()
-		if err != nil || len(xs) != 1 {
-			t.Fatalf("XRANGE %s: %v, %v", room, xs, err)
-		}
-		got[i] = xs[0].Values
-	}
-	if !reflect.DeepEqual(got[0], got[1]) {
-		t.Fatalf("gift log entry %q, stream store entry %q", got[1], got[0])
+	for _, k := range redistest.Kinds() {
+		t.Run(k.Name, func(t *testing.T) {
+			rdb := k.Client(t)
+			store := newRedisStore(t, rdb)
+			m := testGift(100)
+			m.Order = "o-1"
+			if _, err := store.Append(ctx, stream.Key{Room: "by-store", Lane: stream.Live}, []wire.Message{m}); err != nil {
+				t.Fatal(err)
+			}
+			mustAppendGift(t, newRedisGiftLog(t, rdb, store, 0), "by-log", "o-1", testGift(100), false)
+			var got [2]map[string]any
+			for i, room := range []string{"by-store", "by-log"} {
+				xs, err := rdb.XRange(ctx, store.StreamKey(stream.Key{Room: room, Lane: stream.Live}), "-", "+").Result()
+				if err != nil || len(xs) != 1 {
+					t.Fatalf("XRANGE %s: %v, %v", room, xs, err)
+				}
+				got[i] = xs[0].Values
+			}
+			if !reflect.DeepEqual(got[0], got[1]) {
+				t.Fatalf("gift log entry %q, stream store entry %q", got[1], got[0])
+			}
+		})
 	}
 }
 
@@ -271,15 +295,19 @@ func TestRedisGiftLogEntryMatchesStore(t *testing.T) {
 // a rolling upgrade, it is no id to answer: the gift is appended.
 func TestRedisGiftLogReservationLeftByOldNodes(t *testing.T) {
 	ctx := context.Background()
-	rdb := redistest.Client(t)
-	store := newRedisStore(t, rdb)
-	if err := rdb.Set(ctx, "danmaku:{room:old}:order:o1", "", time.Minute).Err(); err != nil {
-		t.Fatal(err)
-	}
-	l := newRedisGiftLog(t, rdb, store, 0)
-	id := mustAppendGift(t, l, "old", "o1", testGift(1), false)
-	if again := mustAppendGift(t, l, "old", "o1", testGift(1), true); again != id {
-		t.Fatalf("duplicate answered %s, want %s", again, id)
+	for _, k := range redistest.Kinds() {
+		t.Run(k.Name, func(t *testing.T) {
+			rdb := k.Client(t)
+			store := newRedisStore(t, rdb)
+			if err := rdb.Set(ctx, "danmaku:{room:old}:order:o1", "", time.Minute).Err(); err != nil {
+				t.Fatal(err)
+			}
+			l := newRedisGiftLog(t, rdb, store, 0)
+			id := mustAppendGift(t, l, "old", "o1", testGift(1), false)
+			if again := mustAppendGift(t, l, "old", "o1", testGift(1), true); again != id {
+				t.Fatalf("duplicate answered %s, want %s", again, id)
+			}
+		})
 	}
 }
 
@@ -297,6 +325,10 @@ func TestGiftLogConfig(t *testing.T) {
 		{"no streams", ingest.RedisGiftLogConfig{Client: rdb}, false},
 		{"negative TTL", ingest.RedisGiftLogConfig{Client: rdb, Streams: store, OrderTTL: -time.Second}, false},
 		{"negative RegisterEvery", ingest.RedisGiftLogConfig{Client: rdb, Streams: store, RegisterEvery: -time.Second}, false},
+		{"wait", ingest.RedisGiftLogConfig{Client: rdb, Streams: store, WaitReplicas: 1, WaitTimeout: time.Second}, true},
+		{"negative WaitReplicas", ingest.RedisGiftLogConfig{Client: rdb, Streams: store, WaitReplicas: -1}, false},
+		{"negative WaitTimeout", ingest.RedisGiftLogConfig{Client: rdb, Streams: store, WaitReplicas: 1, WaitTimeout: -time.Second}, false},
+		{"wait on a ring", ingest.RedisGiftLogConfig{Client: redis.NewRing(&redis.RingOptions{}), Streams: store, WaitReplicas: 1}, false},
 	} {
 		if _, err := ingest.NewRedisGiftLog(c.cfg); (err == nil) != c.ok {
 			t.Errorf("redis %s: err = %v, want ok=%v", c.name, err, c.ok)
@@ -315,6 +347,29 @@ func TestGiftLogConfig(t *testing.T) {
 		if _, err := ingest.NewMemoryGiftLog(c.cfg); (err == nil) != c.ok {
 			t.Errorf("memory %s: err = %v, want ok=%v", c.name, err, c.ok)
 		}
+	}
+}
+
+// TestRedisGiftLogWaitWithoutReplica: a master with no replica to
+// acknowledge cannot confirm a gift under WaitReplicas. The gift is stored
+// on the master (the error is ambiguous, as every AppendGift error) and a
+// retry stores nothing more: it answers the same error until a replica has
+// the gift, then the first id.
+func TestRedisGiftLogWaitWithoutReplica(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Client(t) // one server, no replica
+	store := newRedisStore(t, rdb)
+	l, err := ingest.NewRedisGiftLog(ingest.RedisGiftLogConfig{Client: rdb, Streams: store, Logger: quiet, WaitReplicas: 1, WaitTimeout: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, _, err := l.AppendGift(ctx, "alone", "o1", testGift(1)); !errors.Is(err, ingest.ErrNotReplicated) {
+			t.Fatalf("AppendGift without a replica: err = %v, want ErrNotReplicated", err)
+		}
+	}
+	if es := liveEntries(t, store, "alone"); len(es) != 1 {
+		t.Fatalf("live lane holds %d entries, want the gift once", len(es))
 	}
 }
 

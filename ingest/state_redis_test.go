@@ -34,6 +34,10 @@ func stateBackends() []stateBackend {
 			rdb := redistest.Client(t)
 			return ingest.NewRedisRoomLimiter(rdb), time.Sleep, rdb
 		}},
+		{"redis-cluster", func(t *testing.T) (ingest.RoomLimiter, func(time.Duration), redis.UniversalClient) {
+			rdb := redistest.Cluster(t)
+			return ingest.NewRedisRoomLimiter(rdb), time.Sleep, rdb
+		}},
 	}
 }
 

@@ -27,6 +27,9 @@ func leaseBackends() []leaseBackend {
 		{"redis", func(t *testing.T) (slicer.Lease, func(time.Duration)) {
 			return slicer.NewRedisLease(redistest.Client(t)), time.Sleep
 		}},
+		{"redis-cluster", func(t *testing.T) (slicer.Lease, func(time.Duration)) {
+			return slicer.NewRedisLease(redistest.Cluster(t)), time.Sleep
+		}},
 	}
 }
 

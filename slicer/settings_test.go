@@ -15,6 +15,9 @@ func TestSettingsStores(t *testing.T) {
 	for name, newStore := range map[string]func(t *testing.T) SettingsStore{
 		"memory": func(*testing.T) SettingsStore { return &MemorySettings{} },
 		"redis":  func(t *testing.T) SettingsStore { return NewRedisSettings(redistest.Client(t)) },
+		"redis-cluster": func(t *testing.T) SettingsStore {
+			return NewRedisSettings(redistest.Cluster(t))
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()

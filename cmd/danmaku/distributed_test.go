@@ -21,13 +21,29 @@ import (
 // TestDistributedPipeline runs every role as its own process on the real
 // backends — Redis, versitygw, and Varnish as the CDN the viewers poll — and
 // checks that a viewer gets a comment (through the CDN) and a gift (through
-// the edge, then de-duplicated against its segment) exactly once.
+// the edge, then de-duplicated against its segment) exactly once: once on
+// one Redis server, once on a Redis Cluster (three masters, three
+// replicas), whose seeds every role gets as DANMAKU_REDIS, a comma list.
 func TestDistributedPipeline(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs four processes against real servers")
 	}
+	for _, d := range []struct {
+		name  string
+		redis func(t *testing.T) string // DANMAKU_REDIS
+	}{
+		{"redis", func(t *testing.T) string { return testenv.Redis(t) }},
+		{"redis-cluster", func(t *testing.T) string { return testenv.RedisCluster(t).URL() }},
+	} {
+		t.Run(d.name, func(t *testing.T) {
+			t.Parallel()
+			testDistributedPipeline(t, d.redis(t))
+		})
+	}
+}
+
+func testDistributedPipeline(t *testing.T, redisAddr string) {
 	bin := binary(t)
-	redisAddr := testenv.Redis(t)
 	env := testenv.S3(t)
 	cdn := testenv.Varnish(t, env.BucketURL()) + "/dist/"
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/hex"
 	"errors"
+	"strconv"
 	"strings"
 
 	"context"
@@ -30,7 +31,16 @@ type serveFlags struct {
 	dev                                bool // `danmaku dev`: dev keys, the demo page
 
 	redisURL, redisUser string
+	redisCluster        bool
+	giftWaitReplicas    int
 	s3                  objstore.S3Config
+}
+
+// envInt returns the environment variable name as an integer, 0 when it is
+// unset or not one (the flag's parse then says nothing; the default is 0).
+func envInt(name string) int {
+	n, _ := strconv.Atoi(os.Getenv(name))
+	return n
 }
 
 // env returns the environment variable name, or def when it is unset.
@@ -66,6 +76,8 @@ func (f *serveFlags) register(fs interface {
 	fs.StringVar(&f.nodeID, "node-id", env("DANMAKU_NODE_ID", ""), "node id for leases and load reports (default: hostname-pid) [DANMAKU_NODE_ID]")
 	fs.StringVar(&f.corsOrigins, "cors-origins", env("DANMAKU_CORS_ORIGINS", ""), "comma-separated web origins whose pages may call the gslb and ingest and connect to the edge, or * (dev adds its demo page's) [DANMAKU_CORS_ORIGINS]")
 	fs.StringVar(&f.redisURL, "redis", env("DANMAKU_REDIS", ""), "Redis URL or host:port; enables the Redis backends [DANMAKU_REDIS]")
+	fs.BoolVar(&f.redisCluster, "redis-cluster", env("DANMAKU_REDIS_CLUSTER", "") == "true", "-redis is one seed (or a rediss:// configuration endpoint) of a Redis Cluster; a comma list of addresses always is [DANMAKU_REDIS_CLUSTER=true]")
+	fs.IntVar(&f.giftWaitReplicas, "gift-wait-replicas", envInt("DANMAKU_GIFT_WAIT_REPLICAS"), "answer a gift only once this many Redis replicas hold it, so it survives its master's loss (0: the master's acknowledgement) [DANMAKU_GIFT_WAIT_REPLICAS]")
 	fs.StringVar(&f.redisUser, "redis-user", env("DANMAKU_REDIS_USER", ""), "Redis ACL user (password from DANMAKU_REDIS_PASSWORD) [DANMAKU_REDIS_USER]")
 	fs.StringVar(&f.s3.Bucket, "s3-bucket", env("DANMAKU_S3_BUCKET", ""), "S3 bucket; enables the S3 object store [DANMAKU_S3_BUCKET]")
 	fs.StringVar(&f.s3.Endpoint, "s3-endpoint", env("DANMAKU_S3_ENDPOINT", ""), "S3-compatible endpoint URL (default: AWS) [DANMAKU_S3_ENDPOINT]")
@@ -97,6 +109,14 @@ func (f *serveFlags) stackConfig(roles []string) (stack.Config, stack.BackendCon
 	if v := os.Getenv("DANMAKU_TICKET_KEY"); v != "" {
 		cfg.TicketKey = []byte(v)
 	}
+	if v := os.Getenv("DANMAKU_GIFT_WAIT_REPLICAS"); v != "" {
+		if n, err := strconv.Atoi(v); err != nil || n < 0 || n > 5 {
+			return cfg, stack.BackendConfig{}, usageError{fmt.Errorf("DANMAKU_GIFT_WAIT_REPLICAS=%q: want 0-5", v)}
+		}
+	}
+	if f.giftWaitReplicas < 0 || f.giftWaitReplicas > 5 {
+		return cfg, stack.BackendConfig{}, usageError{fmt.Errorf("-gift-wait-replicas %d: want 0-5", f.giftWaitReplicas)}
+	}
 	if os.Getenv("DANMAKU_SERVICE_KEYS") != "" {
 		return cfg, stack.BackendConfig{}, usageError{errors.New("DANMAKU_SERVICE_KEYS was split by scope: DANMAKU_GIFT_KEYS, DANMAKU_ANNOUNCE_KEYS, DANMAKU_OPERATOR_KEYS")}
 	}
@@ -115,8 +135,9 @@ func (f *serveFlags) stackConfig(roles []string) (stack.Config, stack.BackendCon
 	f.s3.AccessKey = os.Getenv("DANMAKU_S3_ACCESS_KEY")
 	f.s3.SecretKey = os.Getenv("DANMAKU_S3_SECRET_KEY")
 	b := stack.BackendConfig{
-		Redis: redisx.Config{URL: f.redisURL, Username: f.redisUser, Password: os.Getenv("DANMAKU_REDIS_PASSWORD")},
-		S3:    f.s3,
+		Redis:            redisx.Config{URL: f.redisURL, Username: f.redisUser, Password: os.Getenv("DANMAKU_REDIS_PASSWORD"), Cluster: f.redisCluster},
+		GiftWaitReplicas: f.giftWaitReplicas,
+		S3:               f.s3,
 	}
 	return cfg, b, nil
 }

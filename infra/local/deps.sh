@@ -2,6 +2,9 @@
 # Installs what the integration tests and the local stack need, only where it
 # is missing, and says what it did:
 #   redis-server  Debian package redis-server (apt-get)
+#   redis-cli     Debian package redis-tools (a dependency of redis-server;
+#                 the Redis Cluster tests and cluster.sh create clusters
+#                 with redis-cli --cluster create)
 #   varnishd      Debian package varnish      (apt-get; brings gcc, which
 #                 varnishd uses to compile its VCL)
 #   gcc           Debian packages gcc, libc6-dev (go test -race needs cgo)
@@ -22,6 +25,7 @@ have() { command -v "$1" >/dev/null 2>&1; }
 
 packages=()
 have redis-server || packages+=(redis-server)
+have redis-server && ! have redis-cli && packages+=(redis-tools)
 have varnishd || packages+=(varnish)
 # go test -race needs cgo, so a C compiler (the varnish package brings one too).
 have gcc || packages+=(gcc libc6-dev)

@@ -57,8 +57,12 @@ locals {
   # public URL) are added by the machine at boot; secrets come from
   # local.role_secret_env.
   common_env = {
-    DANMAKU_REDIS        = local.redis_url
-    DANMAKU_CORS_ORIGINS = join(",", var.cors_origins)
+    DANMAKU_REDIS         = local.redis_url
+    DANMAKU_REDIS_CLUSTER = "true" # the URL is one seed: the configuration endpoint
+    # An answered gift must survive its shard's primary failing over: wait
+    # for one replica (the default of two per shard leaves one to spare).
+    DANMAKU_GIFT_WAIT_REPLICAS = var.redis_replicas_per_shard > 0 ? "1" : "0"
+    DANMAKU_CORS_ORIGINS       = join(",", var.cors_origins)
   }
   role_env = {
     for r in local.roles : r => merge(

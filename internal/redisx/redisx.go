@@ -169,7 +169,9 @@ func newClient(cfg Config) (c redis.UniversalClient, where string, err error) {
 		o.MaxRetries = noRetries
 		o.DialerRetries = dialAttempts
 		o.ContextTimeoutEnabled = true
-		return redis.NewClusterClient(o), "cluster " + strings.Join(o.Addrs, ","), nil
+		cc := redis.NewClusterClient(o)
+		cc.AddHook(reloadOnFailure{cc})
+		return cc, "cluster " + strings.Join(o.Addrs, ","), nil
 	}
 	var o *redis.Options
 	if addrs != nil {
@@ -189,6 +191,60 @@ func newClient(cfg Config) (c redis.UniversalClient, where string, err error) {
 	o.DialerRetries = dialAttempts
 	o.ContextTimeoutEnabled = true
 	return redis.NewClient(o), o.Addr, nil
+}
+
+// reloadOnFailure makes a Cluster client re-read the slot map (CLUSTER
+// SLOTS, from any node that answers) when a command fails in a way that may
+// mean the map is stale: the node did not answer (dead, unreachable) or
+// the cluster said it is down. go-redis re-reads the map on a MOVED, which
+// only a live node can answer; a master killed outright answers nothing,
+// and the client kept sending its slots' commands to the dead address
+// until its periodic refresh (every 60 s) — a minute without the rooms of
+// a shard although its replica had taken over within two seconds (measured
+// with cluster-node-timeout 1 s). go-redis coalesces these reloads (one at
+// a time, at most one every 200 ms), so a burst of failures costs a few
+// CLUSTER SLOTS, not one per command.
+type reloadOnFailure struct{ c *redis.ClusterClient }
+
+func (h reloadOnFailure) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h reloadOnFailure) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if staleMapErr(err) {
+			h.c.ReloadState(ctx)
+		}
+		return err
+	}
+}
+
+func (h reloadOnFailure) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, c := range cmds {
+			if staleMapErr(c.Err()) {
+				h.c.ReloadState(ctx)
+				break
+			}
+		}
+		return err
+	}
+}
+
+// staleMapErr reports whether err may come from a stale slot map: any
+// failure that is not an answer of Redis (a refused or broken connection,
+// a timeout), or CLUSTERDOWN (a master failed and its replica is not
+// promoted yet). A cancelled or expired context says nothing about the
+// map, and neither does a Redis error about the command itself.
+func staleMapErr(err error) bool {
+	if err == nil || errors.Is(err, redis.Nil) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		return redis.HasErrorPrefix(err, "CLUSTERDOWN")
+	}
+	return true
 }
 
 func setString(dst *string, v string) {

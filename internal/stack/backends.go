@@ -24,6 +24,11 @@ type BackendConfig struct {
 	Redis redisx.Config
 	// S3, when its Bucket is set, backs the object store.
 	S3 objstore.S3Config
+	// GiftWaitReplicas, when positive, makes the gift log answer a gift
+	// only once that many replicas of its Redis master hold it (WAIT): an
+	// answered gift then survives the master's loss (docs/architecture.md,
+	// "Redis Cluster"). Zero: the master's own acknowledgement.
+	GiftWaitReplicas int
 }
 
 // defaultRedisPool bounds the connections of a process to each Redis node:
@@ -74,7 +79,7 @@ func OpenBackends(ctx context.Context, cfg BackendConfig, log *slog.Logger) (Bac
 		b.Settings = slicer.NewRedisSettings(rdb)
 		b.RoomLimiter = ingest.NewRedisRoomLimiter(rdb)
 		b.Events = event.NewRedisStore(rdb)
-		if b.Gifts, err = ingest.NewRedisGiftLog(ingest.RedisGiftLogConfig{Client: rdb, Streams: streams, Logger: log}); err != nil {
+		if b.Gifts, err = ingest.NewRedisGiftLog(ingest.RedisGiftLogConfig{Client: rdb, Streams: streams, WaitReplicas: cfg.GiftWaitReplicas, Logger: log}); err != nil {
 			_ = closeAll()
 			return Backends{}, nil, err
 		}

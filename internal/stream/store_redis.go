@@ -222,6 +222,14 @@ func opErr(op string, key Key, err error) error {
 // Append implements Store. The XADDs of a batch (and, once per RegisterEvery,
 // the room's registration) go in one pipeline: one round trip. On error, a
 // prefix of the batch may have been stored.
+//
+// The XADDs are sent at most once (xaddOnce): go-redis never resends them
+// after an error that leaves open whether Redis ran them (a timeout, a
+// broken connection), which a Cluster client otherwise does. It still
+// follows MOVED and ASK, which a node answers instead of running the
+// command. So an Append stores each message once or, after an error, at
+// most once; only a caller that retries after an error (a client resending
+// after a 503) can store a message twice.
 func (s *RedisStore) Append(ctx context.Context, key Key, msgs []wire.Message) ([]wire.Message, error) {
 	if err := s.live(ctx); err != nil {
 		return nil, opErr("append", key, err)
@@ -258,11 +266,12 @@ func (s *RedisStore) Append(ctx context.Context, key Key, msgs []wire.Message) (
 	adds := make([]*redis.StringCmd, len(msgs))
 	start := 0
 	for i := range msgs {
-		vals := []any{fieldMsg, b[start:ends[i]]}
+		args := []any{"xadd", sk, "*", fieldMsg, b[start:ends[i]]}
 		if msgs[i].Order != "" {
-			vals = append(vals, fieldOrder, msgs[i].Order)
+			args = append(args, fieldOrder, msgs[i].Order)
 		}
-		adds[i] = pipe.XAdd(ctx, &redis.XAddArgs{Stream: sk, ID: "*", Values: vals})
+		adds[i] = redis.NewStringCmd(ctx, args...)
+		_ = pipe.Process(ctx, xaddOnce{adds[i]})
 		start = ends[i]
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command below
@@ -288,6 +297,21 @@ func (s *RedisStore) Append(ctx context.Context, key Key, msgs []wire.Message) (
 	}
 	return out, nil
 }
+
+// xaddOnce is an XADD that go-redis must not send again once it may have
+// reached Redis: NoRetry keeps it (and the rest of its node's share of a
+// pipeline) out of go-redis's retries after network errors and timeouts.
+// An XADD is not idempotent — each run appends an entry with a new id — so
+// a resend after a timeout whose XADD had in fact run stores the message
+// twice. MaxRetries -1 (redisx) turns those retries off on a single-server
+// client, but a ClusterClient resends in its redirect loop (MaxRedirects)
+// after a timeout or a broken connection too; turning that loop off would
+// also lose MOVED/ASK, which NoRetry keeps: a node answers MOVED or ASK
+// instead of running the command, so following it runs the XADD once.
+type xaddOnce struct{ *redis.StringCmd }
+
+// NoRetry implements redis.Cmder.
+func (xaddOnce) NoRetry() bool { return true }
 
 func (s *RedisStore) needsRegister(room string, now time.Time) bool {
 	v, ok := s.registered.Load(room)

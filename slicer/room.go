@@ -253,8 +253,9 @@ func (s *Slicer) lead(ctx context.Context, room string, opened, acquired time.Ti
 			return err
 		}
 		// A busy room's drains are spaced by Tick, so a burst is read in
-		// batches rather than a call per message.
-		if wait := s.cfg.Tick - s.cfg.Clock.Now().Sub(lastDrain); wait > 0 && !lastDrain.IsZero() {
+		// batches rather than a call per message — except the drain that
+		// completes a slot, which goes at once: its segment is due soon.
+		if wait := s.cfg.Tick - s.cfg.Clock.Now().Sub(lastDrain); wait > 0 && !lastDrain.IsZero() && !s.slotEnded(st) {
 			if !sleepCtx(ctx, wait) {
 				return nil
 			}
@@ -431,6 +432,12 @@ func (s *Slicer) finish(ctx context.Context, st *roomState) error {
 	}
 	s.cfg.Logger.Info("slicer: room ended", "room", st.room, "last_seq", st.seq-1)
 	return errRoomEnded
+}
+
+// slotEnded reports whether the next slot has ended by the store clock as
+// estimated: the next drain would complete it.
+func (s *Slicer) slotEnded(st *roomState) bool {
+	return st.offsetKnown && !s.cfg.Clock.Now().Add(st.offset).Before(time.UnixMilli(s.timing(st).End(st.next)))
 }
 
 // complete reports whether the next slot has ended by the store time before

@@ -222,10 +222,12 @@ func (s *Slicer) renewLease(ctx context.Context, room string, l *heldLease, aske
 // event has ended (h) and everything up to its end is written, it finishes
 // the room.
 //
-// An idle room costs its leader two store calls per slot: DrainRoom (the
-// store time and whatever is new, in one step: what makes a slot complete)
-// and AwaitRoom, a blocking read that sleeps until the next slot ends or
-// something arrives. A busy room drains at most every Tick.
+// A room costs its leader one store call per slot, busy or idle: it sleeps
+// until the slot ends and then drains it with DrainRoom (the store time and
+// whatever is new, in one step: what makes the slot complete), in batches of
+// readBatch per lane. Reading at the boundary only keeps the calls per
+// comment low however busy the room; decoding a slot's worth at once costs
+// milliseconds.
 func (s *Slicer) lead(ctx context.Context, room string, opened, acquired time.Time, h *roomHandle) error {
 	st, err := s.resume(ctx, room, opened)
 	if err != nil {
@@ -246,22 +248,12 @@ func (s *Slicer) lead(ctx context.Context, room string, opened, acquired time.Ti
 		failures    int
 		retryAt     time.Time
 		lastReclaim = s.cfg.Clock.Now()
-		lastDrain   time.Time
 	)
 	for ctx.Err() == nil {
 		if err := s.renew(ctx, st); err != nil {
 			return err
 		}
-		// A busy room's drains are spaced by Tick, so a burst is read in
-		// batches rather than a call per message — except the drain that
-		// completes a slot, which goes at once: its segment is due soon.
-		if wait := s.cfg.Tick - s.cfg.Clock.Now().Sub(lastDrain); wait > 0 && !lastDrain.IsZero() && !s.slotEnded(st) {
-			if !sleepCtx(ctx, wait) {
-				return nil
-			}
-		}
 		now := s.cfg.Clock.Now()
-		lastDrain = now
 		// While object storage is down, due slots wait as their read
 		// messages. Past maxPending the slicer stops reading, so the rest
 		// waits in the stream (unread, never lost), and slots past what
@@ -327,30 +319,9 @@ func (s *Slicer) lead(ctx context.Context, room string, opened, acquired time.Ti
 		} else {
 			s.m.behind.Set(0)
 		}
-		if err := s.await(ctx, st, s.nextWake(st, retryAt)); err != nil && ctx.Err() == nil {
-			s.cfg.Logger.Warn("slicer: wait failed", "room", room, "err", err)
-			if !sleepCtx(ctx, s.cfg.Tick) {
-				return nil
-			}
+		if !sleepCtx(ctx, s.nextWake(st, retryAt)) {
+			return nil
 		}
-	}
-	return nil
-}
-
-// await blocks up to d until the room's streams have something new, and
-// holds what arrives; the next drain says what is complete.
-func (s *Slicer) await(ctx context.Context, st *roomState, d time.Duration) error {
-	if d <= 0 || st.npending >= maxPending {
-		return nil
-	}
-	b, l, err := s.cfg.Streams.AwaitRoom(ctx, st.room, s.cfg.Group, s.cfg.NodeID, readBatch, d)
-	if err != nil {
-		return err
-	}
-	late := map[int64][]wire.Message{}
-	st.holdAll(b, l, late)
-	if len(late) > 0 {
-		return s.settleLate(ctx, st, late)
 	}
 	return nil
 }
@@ -379,9 +350,9 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// nextWake is how long to wait for new entries: until the next slot ends
-// by the store clock (plus wakeGuard), at most a second, so that an ended
-// event and a failed write's retry are noticed.
+// nextWake is how long to sleep: until the next slot ends by the store
+// clock (plus wakeGuard), at most a second, so that an ended event and a
+// failed write's retry are noticed.
 func (s *Slicer) nextWake(st *roomState, retryAt time.Time) time.Duration {
 	now := s.cfg.Clock.Now()
 	wait := time.Second
@@ -432,12 +403,6 @@ func (s *Slicer) finish(ctx context.Context, st *roomState) error {
 	}
 	s.cfg.Logger.Info("slicer: room ended", "room", st.room, "last_seq", st.seq-1)
 	return errRoomEnded
-}
-
-// slotEnded reports whether the next slot has ended by the store clock as
-// estimated: the next drain would complete it.
-func (s *Slicer) slotEnded(st *roomState) bool {
-	return st.offsetKnown && !s.cfg.Clock.Now().Add(st.offset).Before(time.UnixMilli(s.timing(st).End(st.next)))
 }
 
 // complete reports whether the next slot has ended by the store time before

@@ -32,7 +32,8 @@ type BackendConfig struct {
 }
 
 // defaultRedisPool bounds the connections of a process to each Redis node:
-// enough for a blocking read per room of a large event plus the rest.
+// enough for the edge's blocking read per room of a large event plus the
+// rest.
 const defaultRedisPool = 2048
 
 // OpenBackends connects the backends cfg names. The returned close function
@@ -48,8 +49,9 @@ func OpenBackends(ctx context.Context, cfg BackendConfig, log *slog.Logger) (Bac
 		return errors.Join(errs...)
 	}
 	if cfg.Redis.URL != "" {
-		// Every idle room's slicer waits in a blocking read, which holds a
-		// connection for up to a second: the pool must cover the rooms.
+		// An edge waits on every room it serves in a blocking read of the
+		// live lane, which holds a connection for up to a second: the pool
+		// must cover the rooms.
 		rc := cfg.Redis
 		if rc.PoolSize == 0 {
 			rc.PoolSize = defaultRedisPool
@@ -68,7 +70,7 @@ func OpenBackends(ctx context.Context, cfg BackendConfig, log *slog.Logger) (Bac
 		b.Load = gslb.NewRedisLoadTable(rdb)
 		b.Secrets = auth.NewRedisSecrets(rdb)
 		// Leases get a client of their own: a renewal must never queue for
-		// a connection behind rooms' blocking reads.
+		// a connection behind the edge's blocking reads.
 		leaseRDB, err := redisx.Connect(ctx, cfg.Redis)
 		if err != nil {
 			_ = closeAll()

@@ -118,12 +118,6 @@ type Store interface {
 	// slicer needs to know a segment complete.
 	DrainRoom(ctx context.Context, room, group, consumer string, count int) (now time.Time, barrage, live []Entry, err error)
 
-	// AwaitRoom blocks up to block until either of room's lanes has an
-	// entry not yet delivered to group, and returns what is there (up to
-	// count per lane), delivered. It is how an idle room costs one call per
-	// wait instead of a poll per tick.
-	AwaitRoom(ctx context.Context, room, group, consumer string, count int, block time.Duration) (barrage, live []Entry, err error)
-
 	// CloseRoom forgets a room whose event has ended: it leaves the
 	// registry at once, and its streams (both lanes) are removed after
 	// retention (0: at once), kept until then for moderation and replay of

@@ -398,34 +398,3 @@ func (s *MemoryStore) DrainRoom(ctx context.Context, room, group, consumer strin
 	l, _ := s.readGroupOnce(Key{Room: room, Lane: Live}, group, consumer, count, now)
 	return now, b, l, ctx.Err()
 }
-
-// AwaitRoom implements Store.
-func (s *MemoryStore) AwaitRoom(ctx context.Context, room, group, consumer string, count int, block time.Duration) ([]Entry, []Entry, error) {
-	var timer *time.Timer
-	for {
-		s.mu.Lock()
-		if s.closed {
-			s.mu.Unlock()
-			return nil, nil, ErrClosed
-		}
-		now := s.clock.Now()
-		b, nb := s.readGroupOnce(Key{Room: room, Lane: Barrage}, group, consumer, count, now)
-		l, nl := s.readGroupOnce(Key{Room: room, Lane: Live}, group, consumer, count, now)
-		s.mu.Unlock()
-		if len(b)+len(l) > 0 || block <= 0 {
-			return b, l, ctx.Err()
-		}
-		if timer == nil {
-			timer = time.NewTimer(block)
-			defer timer.Stop()
-		}
-		select {
-		case <-nb:
-		case <-nl:
-		case <-ctx.Done():
-			return nil, nil, ctx.Err()
-		case <-timer.C:
-			return nil, nil, nil
-		}
-	}
-}

@@ -57,8 +57,16 @@ type Config struct {
 	// edges' per-room online counts from it. Nil: no reports, and rooms are
 	// sized as if empty.
 	Load gslb.LoadTable
-	// RoomLimiter is the per-room bucket shared across ingest nodes. Nil: in memory.
-	RoomLimiter RoomLimiter
+	// Gate is the room bucket shared across ingest nodes and the barrage
+	// append behind it, taken once per room and write-behind window. Nil:
+	// a MemoryRoomGate over Streams.
+	Gate RoomGate
+	// FlushWindow is how long a room's comments gather before one Flush
+	// takes them to the Gate. Zero: 150 ms.
+	FlushWindow time.Duration
+	// Hold is how long a comment admitted while the Gate is unreachable
+	// waits for it before it is answered 503. Zero: 15 s.
+	Hold time.Duration
 	// Gifts appends gifts exactly once per order id. Nil: a MemoryGiftLog
 	// over Streams (which must then be a *stream.MemoryStore) with its
 	// default order TTL of 24 h.
@@ -105,6 +113,10 @@ type Server struct {
 
 	online   atomic.Pointer[map[string]int]
 	inflight atomic.Int64
+	// ingestNodes is how many ingest nodes reported live in the last load
+	// snapshot (0 before the first): they share each room's limit.
+	ingestNodes atomic.Int64
+	writer      *writer
 
 	rejected  *prometheus.CounterVec
 	accepted  *prometheus.CounterVec
@@ -122,8 +134,17 @@ func New(cfg Config) (*Server, error) {
 	if cfg.NodeID == "" {
 		cfg.NodeID = cfg.Addr
 	}
-	if cfg.RoomLimiter == nil {
-		cfg.RoomLimiter = NewMemoryRoomLimiter(cfg.Clock)
+	if cfg.Gate == nil {
+		cfg.Gate = NewMemoryRoomGate(cfg.Streams, cfg.Clock)
+	}
+	if cfg.FlushWindow == 0 {
+		cfg.FlushWindow = defaultWindow
+	}
+	if cfg.Hold == 0 {
+		cfg.Hold = defaultHold
+	}
+	if cfg.FlushWindow < 0 || cfg.Hold < 0 {
+		return nil, errors.New("ingest: FlushWindow and Hold must not be negative")
 	}
 	if cfg.Gifts == nil {
 		// Gifts must land in the stream the slicer and edge read; only an
@@ -165,6 +186,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.Logger = slog.Default()
 	}
 	s := &Server{cfg: cfg, users: bucket.NewKeyed(cfg.UserCapacity, cfg.UserRefill)}
+	s.writer = newWriter(cfg.Gate, cfg.NodeID, cfg.FlushWindow, cfg.Hold, cfg.Clock, cfg.Logger, s.liveIngestNodes)
 	empty := map[string]int{}
 	s.online.Store(&empty)
 	s.rejected = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -179,7 +201,7 @@ func New(cfg Config) (*Server, error) {
 		Name: "danmaku_ingest_bucket_overflow_total",
 		Help: "Token bucket overflows (requests finding the bucket empty), by bucket.",
 	}, []string{"bucket"})
-	for _, c := range []prometheus.Collector{s.rejected, s.accepted, s.overflows} {
+	for _, c := range append([]prometheus.Collector{s.rejected, s.accepted, s.overflows}, s.writer.m.collectors()...) {
 		if err := cfg.Registerer.Register(c); err != nil {
 			return nil, fmt.Errorf("ingest: metrics: %w", err)
 		}
@@ -234,7 +256,11 @@ func (s *Server) syncOnline(ctx context.Context) {
 	}
 	m := map[string]int{}
 	now := s.cfg.Clock.Now()
+	ingests := 0
 	for _, l := range loads {
+		if l.Kind == gslb.KindIngest && now.Sub(l.At) <= onlineStale {
+			ingests++
+		}
 		// An edge that stopped reporting (crashed without removing itself)
 		// no longer counts its viewers.
 		if l.Kind == gslb.KindEdge && now.Sub(l.At) <= onlineStale {
@@ -244,6 +270,13 @@ func (s *Server) syncOnline(ctx context.Context) {
 		}
 	}
 	s.online.Store(&m)
+	s.ingestNodes.Store(int64(ingests))
+}
+
+// liveIngestNodes is how many ingest nodes share a room's limit: those live
+// in the last load snapshot, at least this one.
+func (s *Server) liveIngestNodes() int {
+	return max(1, int(s.ingestNodes.Load()))
 }
 
 // roomCapacity is the room bucket's capacity for the room's online count.
@@ -383,25 +416,24 @@ func (s *Server) barrage(c *gin.Context) {
 		return
 	}
 	room := claims.Room
-	allowed, err := s.cfg.RoomLimiter.Take(c.Request.Context(), room, s.roomCapacity(room, lim.roomCeiling), lim.roomRefill, 1)
-	if err != nil {
-		// The shared bucket is unreachable: fail open for barrage, which the
-		// slicer's budget still bounds, rather than silence every room.
-		s.cfg.Logger.Warn("ingest: room limiter failed; admitting", "room", room, "err", err)
-		allowed = true
-	}
-	if !allowed {
+	m := wire.Message{Kind: wire.KindBarrage, User: claims.User(), Nick: claims.Nick, Avatar: claims.Avatar, Text: text}
+	switch s.writer.submit(c.Request.Context(), room, m, roomLimit{s.roomCapacity(room, lim.roomCeiling), lim.roomRefill}) {
+	case outStored:
+		s.accepted.WithLabelValues("barrage").Inc()
+	case outRoomBucket:
 		s.overflows.WithLabelValues("room").Inc()
 		s.rejected.WithLabelValues("gateway", "room_bucket").Inc()
-		c.JSON(http.StatusOK, ok)
+	case outRoomShare:
+		// The room bucket is unreachable: this node's share of it said no.
+		s.overflows.WithLabelValues("room_share").Inc()
+		s.rejected.WithLabelValues("gateway", "room_share").Inc()
+	case outUnavailable:
+		s.backendError(c, "append barrage", errors.New("room gate unreachable past the hold time, or the room's queue is full"))
+		return
+	case outGone:
+		s.rejected.WithLabelValues("client", "gone").Inc()
 		return
 	}
-	m := wire.Message{Kind: wire.KindBarrage, User: claims.User(), Nick: claims.Nick, Avatar: claims.Avatar, Text: text}
-	if _, err := s.cfg.Streams.Append(c.Request.Context(), stream.Key{Room: room, Lane: stream.Barrage}, []wire.Message{m}); err != nil {
-		s.backendError(c, "append barrage", err)
-		return
-	}
-	s.accepted.WithLabelValues("barrage").Inc()
 	c.JSON(http.StatusOK, ok)
 }
 

@@ -38,6 +38,22 @@ func (b *Bucket) Take(now time.Time, capacity, perSec, n float64) bool {
 	return true
 }
 
+// TakeUpTo refills the bucket as Take does and takes as many whole tokens
+// as are there, up to n, returning how many it took. A caller that must
+// charge for what it already let through (force) takes those tokens first,
+// down to an empty bucket but never below: the debt is not carried, since
+// what was let through is bounded by its own rule.
+func (b *Bucket) TakeUpTo(now time.Time, capacity, perSec float64, force, n int) int {
+	b.Take(now, capacity, perSec, 0)
+	b.tokens = max(0, b.tokens-float64(force))
+	got := min(n, int(b.tokens))
+	if got < 0 {
+		got = 0
+	}
+	b.tokens -= float64(got)
+	return got
+}
+
 // Full reports whether the bucket would be full at now, i.e. forgetting it
 // changes nothing.
 func (b *Bucket) Full(now time.Time, capacity, perSec float64) bool {
@@ -53,10 +69,12 @@ type Keyed struct {
 	PerSec   float64
 
 	seed   maphash.Seed
-	shards [shards]struct {
-		mu sync.Mutex
-		m  map[string]*keyedBucket
-	}
+	shards [shards]shard
+}
+
+type shard struct {
+	mu sync.Mutex
+	m  map[string]*keyedBucket
 }
 
 // keyedBucket remembers the capacity and rate of its last take, so that
@@ -83,6 +101,15 @@ func (k *Keyed) Take(key string, now time.Time, n float64) bool {
 // TakeWith is Take with a per-call capacity and rate (a room's capacity
 // follows its online count).
 func (k *Keyed) TakeWith(key string, now time.Time, capacity, perSec, n float64) bool {
+	b, s := k.lock(key, capacity, perSec)
+	r := b.Take(now, capacity, perSec, n)
+	s.mu.Unlock()
+	return r
+}
+
+// lock returns key's bucket (created empty-handed, i.e. full) with its
+// shard locked, remembering capacity and rate for Sweep.
+func (k *Keyed) lock(key string, capacity, perSec float64) (*keyedBucket, *shard) {
 	s := &k.shards[maphash.String(k.seed, key)%shards]
 	s.mu.Lock()
 	b, ok := s.m[key]
@@ -91,7 +118,13 @@ func (k *Keyed) TakeWith(key string, now time.Time, capacity, perSec, n float64)
 		s.m[key] = b
 	}
 	b.capacity, b.perSec = capacity, perSec
-	r := b.Take(now, capacity, perSec, n)
+	return b, s
+}
+
+// TakeUpTo is Bucket.TakeUpTo on key's bucket.
+func (k *Keyed) TakeUpTo(key string, now time.Time, capacity, perSec float64, force, n int) int {
+	b, s := k.lock(key, capacity, perSec)
+	r := b.TakeUpTo(now, capacity, perSec, force, n)
 	s.mu.Unlock()
 	return r
 }

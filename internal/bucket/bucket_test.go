@@ -263,3 +263,32 @@ func BenchmarkKeyedTake(b *testing.B) {
 		}
 	})
 }
+
+func TestTakeUpTo(t *testing.T) {
+	k := bucket.NewKeyed(0, 0)
+	// A full bucket of 10 gives 10 of 25 asked, then nothing.
+	if got := k.TakeUpTo("r", t0, 10, 100, 0, 25); got != 10 {
+		t.Fatalf("took %d of a full 10, want 10", got)
+	}
+	if got := k.TakeUpTo("r", t0, 10, 100, 0, 5); got != 0 {
+		t.Fatalf("took %d of an empty bucket", got)
+	}
+	// 55 ms at 100/s: 5.5 tokens, of which whole ones are given.
+	if got := k.TakeUpTo("r", at(55*time.Millisecond), 10, 100, 0, 8); got != 5 {
+		t.Fatalf("took %d after 55 ms at 100/s, want 5", got)
+	}
+	// What was already let through is charged first, never below empty:
+	// 0.5 left + 1 s (100, capped at 10) = 10; 4 forced, 6 left.
+	if got := k.TakeUpTo("r", at(time.Second+55*time.Millisecond), 10, 100, 4, 8); got != 6 {
+		t.Fatalf("took %d after 4 forced of 10, want 6", got)
+	}
+	if got := k.TakeUpTo("r", at(2*time.Second), 10, 100, 50, 8); got != 0 {
+		t.Fatalf("took %d after forcing 50 into a bucket of 10", got)
+	}
+	if got := k.TakeUpTo("r", at(2*time.Second+50*time.Millisecond), 10, 100, 0, 8); got != 5 {
+		t.Fatalf("took %d: a forced debt was carried (want 5 of the 50 ms refill)", got)
+	}
+	if got := k.TakeUpTo("r", at(3*time.Second), 10, 100, 0, -1); got != 0 {
+		t.Fatalf("negative n took %d", got)
+	}
+}

@@ -79,7 +79,10 @@ func OpenBackends(ctx context.Context, cfg BackendConfig, log *slog.Logger) (Bac
 		closers = append(closers, leaseRDB.Close)
 		b.Lease = slicer.NewRedisLease(leaseRDB)
 		b.Settings = slicer.NewRedisSettings(rdb)
-		b.RoomLimiter = ingest.NewRedisRoomLimiter(rdb)
+		if b.Gate, err = ingest.NewRedisRoomGate(ingest.RedisRoomGateConfig{Client: rdb, Streams: streams, Logger: log}); err != nil {
+			_ = closeAll()
+			return Backends{}, nil, err
+		}
 		b.Events = event.NewRedisStore(rdb)
 		if b.Gifts, err = ingest.NewRedisGiftLog(ingest.RedisGiftLogConfig{Client: rdb, Streams: streams, WaitReplicas: cfg.GiftWaitReplicas, Logger: log}); err != nil {
 			_ = closeAll()

@@ -68,14 +68,14 @@ const (
 
 // Backends are the stores the roles share. Nil fields get in-memory ones.
 type Backends struct {
-	Streams     stream.Store
-	Objects     objstore.Store
-	Load        gslb.LoadTable
-	Secrets     auth.SecretStore
-	Lease       slicer.Lease
-	Settings    slicer.SettingsStore
-	RoomLimiter ingest.RoomLimiter
-	Gifts       ingest.GiftLog
+	Streams  stream.Store
+	Objects  objstore.Store
+	Load     gslb.LoadTable
+	Secrets  auth.SecretStore
+	Lease    slicer.Lease
+	Settings slicer.SettingsStore
+	Gate     ingest.RoomGate
+	Gifts    ingest.GiftLog
 	// Events keeps the events: which rooms exist, when, with what settings.
 	Events event.Store
 }
@@ -460,7 +460,7 @@ func New(cfg Config) (*Stack, error) {
 	if rs := byRole[RoleIngest]; rs != nil {
 		s.ingest, err = ingest.New(ingest.Config{
 			Streams: b.Streams, Keyring: s.keyring, Addr: s.URLs[RoleIngest], Load: b.Load,
-			RoomLimiter: b.RoomLimiter, Gifts: b.Gifts,
+			Gate: b.Gate, Gifts: b.Gifts,
 			GiftKeys: cfg.GiftKeys, AnnounceKeys: cfg.AnnounceKeys, Events: s.events, Registerer: s.registry, Logger: s.log,
 		})
 		if err != nil {

@@ -1,0 +1,221 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"danmaku/internal/clock"
+	"danmaku/internal/stream"
+	"danmaku/internal/wire"
+)
+
+// switchGate is a RoomGate that fails while down is set: before reaching
+// the gate, or with landed also set, after it (the answer lost on the way
+// back, as with a Redis timeout after the script ran). It counts Flushes.
+type switchGate struct {
+	RoomGate
+	down, landed atomic.Bool
+	flushes      atomic.Int64
+}
+
+func (g *switchGate) Flush(ctx context.Context, room string, b Batch) (FlushResult, error) {
+	g.flushes.Add(1)
+	if !g.down.Load() {
+		return g.RoomGate.Flush(ctx, room, b)
+	}
+	if g.landed.Load() {
+		if _, err := g.RoomGate.Flush(ctx, room, b); err != nil {
+			return FlushResult{}, err
+		}
+	}
+	return FlushResult{}, errors.New("gate down")
+}
+
+type writerRig struct {
+	clk   *clock.Fake
+	store *stream.MemoryStore
+	gate  *switchGate
+	w     *writer
+	nodes atomic.Int64
+}
+
+func newWriterRig(t *testing.T, window, hold time.Duration) *writerRig {
+	t.Helper()
+	r := &writerRig{clk: clock.NewFake(t0)}
+	r.store = stream.NewMemoryStore(r.clk)
+	r.gate = &switchGate{RoomGate: NewMemoryRoomGate(r.store, r.clk)}
+	r.nodes.Store(1)
+	r.w = newWriter(r.gate, "n1", window, hold, r.clk, discard, func() int { return int(r.nodes.Load()) })
+	return r
+}
+
+func (r *writerRig) stored(t *testing.T, room string) int {
+	t.Helper()
+	es, err := r.store.Read(context.Background(), stream.Key{Room: room, Lane: stream.Barrage}, "0", 1<<20, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(es)
+}
+
+// submitAll submits n comments to room at once and returns their outcomes
+// by kind, once every one is answered.
+func (r *writerRig) submitAll(ctx context.Context, room string, n int, lim roomLimit) map[outcome]int {
+	var (
+		mu  sync.Mutex
+		out = map[outcome]int{}
+		wg  sync.WaitGroup
+	)
+	for i := range n {
+		wg.Go(func() {
+			o := r.w.submit(ctx, room, wire.Message{Kind: wire.KindBarrage, User: fmt.Sprintf("u%d", i), Text: "hi"}, lim)
+			mu.Lock()
+			out[o]++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// TestWriterBatches: comments arriving together go to the gate in a few
+// flushes, not one each, and every one is stored.
+func TestWriterBatches(t *testing.T) {
+	r := newWriterRig(t, 200*time.Millisecond, time.Minute)
+	out := r.submitAll(context.Background(), room, 300, roomLimit{1000, 1000})
+	if out[outStored] != 300 || r.stored(t, room) != 300 {
+		t.Fatalf("outcomes %v, stored %d; want 300 stored", out, r.stored(t, room))
+	}
+	// 64, 128, then the rest (the offer doubles while the bucket has
+	// tokens): a handful, however the goroutines were scheduled.
+	if n := r.gate.flushes.Load(); n > 10 {
+		t.Fatalf("%d flushes for 300 comments", n)
+	}
+}
+
+// TestWriterDryBucket: past the room bucket, comments are dropped (answered,
+// not stored) by the gate's word, and the dry bucket drops the comments
+// that waited with them.
+func TestWriterDryBucket(t *testing.T) {
+	r := newWriterRig(t, time.Millisecond, time.Minute)
+	out := r.submitAll(context.Background(), room, 100, roomLimit{40, 1e-6})
+	if out[outStored] != 40 || out[outRoomBucket] != 60 || r.stored(t, room) != 40 {
+		t.Fatalf("outcomes %v, stored %d; want 40 stored, 60 dropped", out, r.stored(t, room))
+	}
+}
+
+// TestWriterGateDown: while the gate is unreachable the node admits by its
+// share of the room's limit (never open, never closed); what it admitted is
+// stored once the gate is back, and the batch in flight when it failed is
+// stored once although it reached the gate.
+func TestWriterGateDown(t *testing.T) {
+	r := newWriterRig(t, time.Millisecond, time.Minute)
+	r.nodes.Store(4)
+	lim := roomLimit{capacity: 40, perSec: 1e-6} // share: 10
+	// One comment goes through, then the gate fails after storing its
+	// batch: the batch is resent (and answered once).
+	r.gate.down.Store(true)
+	r.gate.landed.Store(true)
+	var first outcome
+	done := make(chan struct{})
+	go func() {
+		first = r.w.submit(context.Background(), room, wire.Message{Kind: wire.KindBarrage, User: "first", Text: "hi"}, lim)
+		close(done)
+	}()
+	for r.stored(t, room) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	r.gate.landed.Store(false)
+	// 30 more while it is down: the node's share (40/4 = 10) admits 10.
+	var out map[outcome]int
+	all := make(chan struct{})
+	go func() {
+		out = r.submitAll(context.Background(), room, 30, lim)
+		close(all)
+	}()
+	waitQueued(t, r.w, room, 10)
+	r.gate.down.Store(false)
+	<-done
+	<-all
+	if first != outStored || out[outStored] != 10 || out[outRoomShare] != 20 {
+		t.Fatalf("first %v, outcomes %v; want stored, then 10 stored and 20 dropped by the share", first, out)
+	}
+	if n := r.stored(t, room); n != 11 {
+		t.Fatalf("stored %d, want 11 (the first once)", n)
+	}
+}
+
+// waitQueued waits until room's queue holds n comments.
+func waitQueued(t *testing.T, w *writer, room string, n int) {
+	t.Helper()
+	q := w.queueOf(room)
+	for range 10_000 {
+		q.mu.Lock()
+		got := len(q.queue)
+		q.mu.Unlock()
+		if got == n {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatalf("queue never held %d", n)
+}
+
+// TestWriterHold: a comment waits at most hold for a failing gate, then is
+// answered unavailable. A queued one is never stored; one whose batch was
+// in flight when the gate failed may have been stored, so that batch is
+// still resent (never half-kept) and lands once the gate is back.
+func TestWriterHold(t *testing.T) {
+	r := newWriterRig(t, time.Millisecond, 50*time.Millisecond)
+	r.gate.down.Store(true)
+	lim := roomLimit{100, 100}
+	var wg sync.WaitGroup
+	outs := make([]outcome, 2)
+	wg.Go(func() {
+		outs[0] = r.w.submit(context.Background(), room, wire.Message{Kind: wire.KindBarrage, User: "a", Text: "a"}, lim)
+	})
+	for r.gate.flushes.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	outs[1] = r.w.submit(context.Background(), room, wire.Message{Kind: wire.KindBarrage, User: "b", Text: "b"}, lim)
+	wg.Wait()
+	if outs[0] != outUnavailable || outs[1] != outUnavailable {
+		t.Fatalf("outcomes %v, want both unavailable after hold", outs)
+	}
+	r.gate.down.Store(false)
+	for i := 0; r.stored(t, room) != 1; i++ {
+		if i > 5000 {
+			t.Fatalf("stored %d, want the in-flight batch once", r.stored(t, room))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if n := r.stored(t, room); n != 1 {
+		t.Fatalf("stored %d, want 1", n)
+	}
+}
+
+// TestWriterClientGone: a comment whose client goes away before its flush
+// is withdrawn, not stored.
+func TestWriterClientGone(t *testing.T) {
+	r := newWriterRig(t, time.Hour, time.Minute)
+	ctx, cancel := context.WithCancel(context.Background())
+	res := make(chan outcome)
+	go func() {
+		res <- r.w.submit(ctx, room, wire.Message{Kind: wire.KindBarrage, User: "a", Text: "a"}, roomLimit{10, 10})
+	}()
+	waitQueued(t, r.w, room, 1)
+	cancel()
+	if o := <-res; o != outGone {
+		t.Fatalf("outcome %v, want gone", o)
+	}
+	waitQueued(t, r.w, room, 0)
+	if n := r.stored(t, room); n != 0 {
+		t.Fatalf("stored %d", n)
+	}
+}

@@ -17,11 +17,11 @@ import (
 
 // Write-behind defaults (docs/architecture.md, "Room limits").
 const (
-	// defaultWindow is how long a room's comments gather on a node before
-	// one Flush takes them to the gate. It sets the round trips: three
+	// defaultWindow is the least time between two Flushes of a room on a
+	// node (comments gather meanwhile). It sets the round trips: three
 	// nodes sharing a room flush at most 3/window times a second, 20 at
 	// 150 ms, however many comments arrive; and it adds up to that much to
-	// a comment's answer and display.
+	// a comment's answer and display (nothing to one into a quiet room).
 	defaultWindow = 150 * time.Millisecond
 	// defaultHold is how long a comment admitted while the gate is
 	// unreachable waits on the node for it to come back before it is
@@ -294,12 +294,12 @@ func (q *roomQueue) due(now time.Time) (time.Time, bool) {
 	case q.queue[0].admitted, q.full():
 		// Admitted comments (of an outage just over) go at once.
 		return time.Time{}, true
-	case q.dry:
-		// Give the bucket a window to refill since the last Flush, which
-		// found it dry.
-		return later(q.lastFlush.Add(q.w.window), q.queue[0].at), true
 	}
-	return q.queue[0].at.Add(q.w.window), true
+	// One Flush per window, on the leading edge: a comment into a quiet
+	// room goes at once, and under load each waits at most a window (the
+	// round trips are the same; the latency is not). After a dry Flush
+	// this also gives the bucket a window to refill.
+	return later(q.lastFlush.Add(q.w.window), q.queue[0].at), true
 }
 
 func later(a, b time.Time) time.Time {

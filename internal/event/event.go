@@ -62,6 +62,24 @@ type Limits struct {
 	// comments, one more every UserEveryMs. Zero: 3 and 1500.
 	UserBurst   float64 `json:"user_burst,omitempty" yaml:"user_burst,omitempty"`
 	UserEveryMs int64   `json:"user_every_ms,omitempty" yaml:"user_every_ms,omitempty"`
+	// EventRefill is the global limit: comments per second the whole
+	// event admits over all its rooms and ingest nodes (a bucket in
+	// Redis), taken from the first room that sets it. Zero: none.
+	EventRefill float64 `json:"event_refill,omitempty" yaml:"event_refill,omitempty"`
+	// DuplicateWindowMs is how long the same text in a room is suppressed
+	// after it was first seen (from any user). Zero: 10,000.
+	DuplicateWindowMs int64 `json:"duplicate_window_ms,omitempty" yaml:"duplicate_window_ms,omitempty"`
+	// Words is what a sensitive word does to a comment: "mask" (stars,
+	// stored) or "reject" (refused, 422 filtered). Empty: mask.
+	Words string `json:"words,omitempty" yaml:"words,omitempty"`
+	// FastLanePerSec caps what the fast lane displays per second in the
+	// room: announcements (over it: 429) and lottery entries (over it: not
+	// shown, still entered). Zero: 30.
+	FastLanePerSec float64 `json:"fast_lane_per_s,omitempty" yaml:"fast_lane_per_s,omitempty"`
+	// GiftBacklogS bounds the room's gift backlog, in seconds of the gift
+	// budget; new gifts over it get 429 until the slicer catches up.
+	// Zero: 30.
+	GiftBacklogS float64 `json:"gift_backlog_s,omitempty" yaml:"gift_backlog_s,omitempty"`
 }
 
 // State is where an event stands at a given time.
@@ -172,10 +190,19 @@ func (r *Room) validate(at string) error {
 		}
 	}
 	if l := r.Limits; l != nil {
-		for name, v := range map[string]float64{"room_refill": l.RoomRefill, "room_ceiling": l.RoomCeiling, "user_burst": l.UserBurst, "user_every_ms": float64(l.UserEveryMs)} {
+		for name, v := range map[string]float64{
+			"room_refill": l.RoomRefill, "room_ceiling": l.RoomCeiling, "user_burst": l.UserBurst, "user_every_ms": float64(l.UserEveryMs),
+			"event_refill": l.EventRefill, "duplicate_window_ms": float64(l.DuplicateWindowMs), "fast_lane_per_s": l.FastLanePerSec, "gift_backlog_s": l.GiftBacklogS,
+		} {
 			if !(v >= 0) || math.IsInf(v, 0) || v > 1e9 {
 				return invalid(at+".limits."+name, "must be a number from 0 (the default) to 1e9 (got %v)", v)
 			}
+		}
+		if l.DuplicateWindowMs > 10*60*1000 {
+			return invalid(at+".limits.duplicate_window_ms", "must be at most 600000 (10 min) (got %d)", l.DuplicateWindowMs)
+		}
+		if l.Words != "" && l.Words != "mask" && l.Words != "reject" {
+			return invalid(at+".limits.words", `must be "mask" or "reject" (got %q)`, l.Words)
 		}
 	}
 	return nil

@@ -46,6 +46,11 @@ func TestValidate(t *testing.T) {
 		{"budget too big", func(e *event.Event) { e.Rooms[0].Budget = 1e6 }, "rooms[0].budget"},
 		{"negative gift minimum", func(e *event.Event) { e.Rooms[0].MinGiftValue = -1 }, "min_gift_value"},
 		{"negative limit", func(e *event.Event) { e.Rooms[0].Limits = &event.Limits{RoomRefill: -1} }, "limits.room_refill"},
+		{"negative event refill", func(e *event.Event) { e.Rooms[0].Limits = &event.Limits{EventRefill: -5} }, "limits.event_refill"},
+		{"duplicate window too long", func(e *event.Event) { e.Rooms[0].Limits = &event.Limits{DuplicateWindowMs: 3_600_000} }, "limits.duplicate_window_ms"},
+		{"unknown word policy", func(e *event.Event) { e.Rooms[0].Limits = &event.Limits{Words: "block"} }, "limits.words"},
+		{"fast lane cap not a number", func(e *event.Event) { e.Rooms[0].Limits = &event.Limits{FastLanePerSec: math.NaN()} }, "limits.fast_lane_per_s"},
+		{"infinite gift backlog", func(e *event.Event) { e.Rooms[0].Limits = &event.Limits{GiftBacklogS: math.Inf(1)} }, "limits.gift_backlog_s"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

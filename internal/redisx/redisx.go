@@ -15,6 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -171,6 +173,7 @@ func newClient(cfg Config) (c redis.UniversalClient, where string, err error) {
 		o.ContextTimeoutEnabled = true
 		cc := redis.NewClusterClient(o)
 		cc.AddHook(reloadOnFailure{cc})
+		cc.AddHook(countTrips{})
 		return cc, "cluster " + strings.Join(o.Addrs, ","), nil
 	}
 	var o *redis.Options
@@ -190,7 +193,55 @@ func newClient(cfg Config) (c redis.UniversalClient, where string, err error) {
 	o.MaxRetries = noRetries
 	o.DialerRetries = dialAttempts
 	o.ContextTimeoutEnabled = true
-	return redis.NewClient(o), o.Addr, nil
+	rc := redis.NewClient(o)
+	rc.AddHook(countTrips{})
+	return rc, o.Addr, nil
+}
+
+// roundTrips counts the round trips of every client Connect made, by
+// command (a pipeline counts once, as "pipeline"; a script call is its
+// EVALSHA, and EVAL when the script had to be loaded).
+var roundTrips = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "danmaku_redis_round_trips_total",
+	Help: "Round trips to Redis by this process, by command (a pipeline counts once as \"pipeline\").",
+}, []string{"cmd"})
+
+// Collectors returns the metrics of the clients Connect makes, for the
+// process's registry (register them once).
+func Collectors() []prometheus.Collector { return []prometheus.Collector{roundTrips} }
+
+// RoundTrips returns how many round trips the clients of this process
+// made so far, all commands together.
+func RoundTrips() float64 {
+	ch := make(chan prometheus.Metric, 64)
+	go func() { roundTrips.Collect(ch); close(ch) }()
+	var n float64
+	for m := range ch {
+		var pb dto.Metric
+		if m.Write(&pb) == nil && pb.Counter != nil {
+			n += pb.Counter.GetValue()
+		}
+	}
+	return n
+}
+
+// countTrips feeds roundTrips.
+type countTrips struct{}
+
+func (countTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (countTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		roundTrips.WithLabelValues(cmd.Name()).Inc()
+		return next(ctx, cmd)
+	}
+}
+
+func (countTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		roundTrips.WithLabelValues("pipeline").Inc()
+		return next(ctx, cmds)
+	}
 }
 
 // reloadOnFailure makes a Cluster client re-read the slot map (CLUSTER

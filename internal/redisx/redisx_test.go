@@ -180,3 +180,34 @@ func TestConnect(t *testing.T) {
 		t.Fatal("connect to a closed port succeeded")
 	}
 }
+
+// TestRoundTrips: every client Connect makes counts its round trips, a
+// pipeline as one.
+func TestRoundTrips(t *testing.T) {
+	addr := testenv.Redis(t)
+	ctx := context.Background()
+	c, err := Connect(ctx, Config{URL: addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ops := func() {
+		if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for range 10 {
+				p.Incr(ctx, "n")
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ops() // the connection's handshake counts too: not in what is measured
+	before := RoundTrips()
+	ops()
+	if got := RoundTrips() - before; got != 2 {
+		t.Fatalf("%v round trips for a SET and a pipeline of 10, want 2", got)
+	}
+}

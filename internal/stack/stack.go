@@ -37,6 +37,7 @@ import (
 	"danmaku/internal/httpx"
 	"danmaku/internal/objstore"
 	"danmaku/internal/origin"
+	"danmaku/internal/redisx"
 	"danmaku/internal/stream"
 	"danmaku/sdk/web"
 	"danmaku/slicer"
@@ -350,6 +351,9 @@ func New(cfg Config) (*Stack, error) {
 		}
 	}
 	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// Redis round trips of the clients this process made (none in embedded
+	// mode).
+	s.registry.MustRegister(redisx.Collectors()...)
 	ok := false
 	defer func() {
 		if !ok {

@@ -35,6 +35,7 @@ var commands = map[string]command{
 	"announce": {"send a host announcement", runAnnounce},
 	"replay":   {"print a room's messages of a past time range from its segments", runReplay},
 	"event":    {"create, list, change and end events (the operator API)", runEvent},
+	"loadgen":  {"load a deployment: commenters, gifts and CDN pollers; rates, latencies, drops", runLoadgen},
 }
 
 func usage(w io.Writer) {

@@ -1,0 +1,376 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"danmaku/internal/loadgen"
+	"danmaku/internal/stack"
+)
+
+// rateFlag is a rate flag ("1000/s", "600/m", "2.5k"); 0 turns the part
+// off, which loadgen.Config spells negative.
+type rateFlag struct{ v float64 }
+
+func (r *rateFlag) String() string { return loadgen.FormatRate(r.v) }
+func (r *rateFlag) Set(s string) error {
+	v, err := loadgen.ParseRate(s)
+	if err != nil {
+		return err
+	}
+	r.v = v
+	return nil
+}
+
+// off maps a flag's 0 ("none") to the Config's negative.
+func off(v float64) float64 {
+	if v == 0 {
+		return -1
+	}
+	return v
+}
+
+// loadgenOpts are the flags that are not the generator's Config.
+type loadgenOpts struct {
+	jsonPath string
+	quiet    bool
+	logLevel string
+	// procs > 1 runs the load in that many child processes (-shard i/procs
+	// each) and merges their reports; childArgs are the flags they get.
+	procs     int
+	childArgs []string
+	// merge: the arguments are report files to merge, nothing is run.
+	merge      bool
+	mergeFiles []string
+}
+
+// parseLoadgen reads the flags and the environment (getenv) into a
+// Config. Secrets come from the environment only: a flag shows in the
+// process list.
+func parseLoadgen(args []string, getenv func(string) string, stderr io.Writer) (loadgen.Config, loadgenOpts, error) {
+	fs := newFlags("loadgen", stderr)
+	var (
+		cfg   loadgen.Config
+		o     loadgenOpts
+		rate  = rateFlag{1000}
+		peak  = rateFlag{38000}
+		gifts = rateFlag{10}
+		shard string
+		slcr  string
+		kwShr float64
+	)
+	fs.StringVar(&cfg.GSLB, "gslb", "http://"+stack.DefaultGSLBAddr, "entry endpoint (gslb) base URL")
+	fs.StringVar(&cfg.Room, "room", stack.DemoRoom, "room to load (must belong to a live event)")
+	fs.IntVar(&cfg.Users, "users", 10_000, "distinct simulated viewers who comment (all shards together)")
+	fs.StringVar(&shard, "shard", "0/1", "i/n: play the users whose index mod n is i, and 1/n of every rate and of the pollers (run n processes, i = 0..n-1)")
+	fs.Var(&rate, "rate", "comments per second: the steady rate, or after a pulse's hold (0: none)")
+	fs.StringVar(&cfg.Pattern, "pattern", loadgen.PatternSteady, "steady, or pulse: 0 → -pulse-peak over -pulse-ramp, held -pulse-hold, then -rate")
+	fs.Var(&peak, "pulse-peak", "peak comments per second of a pulse")
+	fs.DurationVar(&cfg.PulseRamp, "pulse-ramp", 10*time.Second, "how long a pulse climbs from 0 to its peak")
+	fs.DurationVar(&cfg.PulseHold, "pulse-hold", 0, "how long a pulse holds its peak (0: to the end)")
+	fs.DurationVar(&cfg.Duration, "duration", 60*time.Second, "how long comments and gifts are offered")
+	fs.BoolVar(&cfg.Unthrottled, "unthrottled", false, "let users post faster than the SDK's send throttle (one comment per 1.2 s)")
+	fs.StringVar(&cfg.Keyword, "keyword", "", "lottery entries: comments say exactly this text, as viewers typing the host's keyword do (not traced end to end)")
+	fs.Float64Var(&kwShr, "keyword-share", 1, "fraction of the comments that are -keyword entries, the rest traced phrases (0 < f ≤ 1)")
+	fs.Var(&gifts, "gifts", "gift orders per second through the gift API (0: none)")
+	fs.IntVar(&cfg.GiftConcurrency, "gift-concurrency", 16, "gift POSTs in flight at most (raise it for a gift flood)")
+	fs.StringVar(&cfg.GiftIngest, "gift-ingest", "", "ingest base URL for gifts (default: the ingests the entries name, in turn)")
+	fs.IntVar(&cfg.Pollers, "pollers", 100, "SDK viewers polling the CDN to time delivery (0: none)")
+	fs.BoolVar(&cfg.PollerEdge, "poller-edge", false, "pollers also hold the edge WebSocket, as apps do")
+	fs.BoolVar(&cfg.DevTickets, "dev-tickets", false, "fetch tickets from danmaku dev's GET /v1/dev/ticket (default: mint them, with DANMAKU_TICKET_KEY or the dev key)")
+	fs.StringVar(&slcr, "slicer-metrics", "", "comma-separated slicer base URLs to read segment counters from (default: the ingests', which in dev hold them)")
+	fs.IntVar(&cfg.Concurrency, "concurrency", 0, "comment POSTs in flight at most (workers and pooled connections; default: the peak rate × 250 ms, 256 to 8192)")
+	fs.IntVar(&cfg.EntryConcurrency, "entry-concurrency", 64, "entry fetches in flight at most while users join")
+	fs.DurationVar(&cfg.HTTPTimeout, "http-timeout", 10*time.Second, "bound of every request")
+	fs.IntVar(&o.procs, "procs", 1, "run the load in this many child processes (each -shard i/procs, with its own descriptor limit) and merge their reports")
+	fs.BoolVar(&o.merge, "merge", false, "merge the JSON reports named as arguments (one run's shards) instead of running: danmaku loadgen -merge [-json out] a.json b.json")
+	fs.DurationVar(&cfg.Drain, "drain", 0, "longest wait after the offer for the pollers to decode (default: 2 segments + publish delay + 2s)")
+	fs.StringVar(&cfg.UserPrefix, "user-prefix", "lg", "prefix of the simulated user ids (users PREFIXn, pollers PREFIXpn)")
+	fs.StringVar(&cfg.RunID, "run-id", "", "tag of this run's comments and order ids (default: random)")
+	fs.StringVar(&o.jsonPath, "json", "", "write the report as JSON to this file (-: stdout, and the summary to stderr)")
+	fs.BoolVar(&o.quiet, "quiet", false, "no progress line")
+	fs.StringVar(&o.logLevel, "log-level", "error", "level of the pollers' SDK logs on stderr")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, `usage: danmaku loadgen [flags]
+
+Plays an audience against a deployment through its public API: users with
+their own tickets and entries post comments, a business server posts gifts,
+SDK pollers read the CDN and time delivery. Prints a progress line a second
+on stderr and a summary on stdout. See docs/loadgen.md.
+
+Environment: DANMAKU_TICKET_KEY signs the users' tickets (default: the dev
+key, which only danmaku dev accepts); DANMAKU_GIFT_KEY is the gift API's
+service key (default: dev-service-key).
+
+`)
+		fs.PrintDefaults()
+	}
+	if err := parse(fs, args); err != nil {
+		return cfg, o, err
+	}
+	if o.merge {
+		if fs.NArg() == 0 {
+			return cfg, o, usageError{errors.New("-merge needs the report files to merge")}
+		}
+		o.mergeFiles = fs.Args()
+		return cfg, o, nil
+	}
+	if fs.NArg() > 0 {
+		return cfg, o, usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+	}
+	if o.procs < 1 {
+		return cfg, o, usageError{errors.New("-procs must be at least 1")}
+	}
+	if o.procs > 1 {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if set["shard"] {
+			return cfg, o, usageError{errors.New("-procs splits the run itself: leave out -shard")}
+		}
+		if cfg.RunID == "" {
+			// One tag for every child, so that their comments and orders
+			// read as one run.
+			cfg.RunID = fmt.Sprintf("%05x", time.Now().UnixNano()&0xfffff)
+		}
+		fs.Visit(func(f *flag.Flag) {
+			switch f.Name {
+			case "procs", "json", "quiet", "run-id":
+				return
+			}
+			o.childArgs = append(o.childArgs, "-"+f.Name+"="+f.Value.String())
+		})
+		o.childArgs = append(o.childArgs, "-run-id="+cfg.RunID)
+	}
+	if cfg.Users <= 0 {
+		return cfg, o, usageError{errors.New("-users must be positive")}
+	}
+	if cfg.Pollers == 0 {
+		cfg.Pollers = -1
+	} else if cfg.Pollers < 0 {
+		return cfg, o, usageError{errors.New("-pollers must not be negative")}
+	}
+	i, n, ok := strings.Cut(shard, "/")
+	var err1, err2 error
+	cfg.Shard, err1 = strconv.Atoi(i)
+	cfg.Shards, err2 = strconv.Atoi(n)
+	if !ok || err1 != nil || err2 != nil || cfg.Shards < 1 || cfg.Shard < 0 || cfg.Shard >= cfg.Shards {
+		return cfg, o, usageError{fmt.Errorf("-shard %q: i/n with 0 ≤ i < n", shard)}
+	}
+	cfg.Rate, cfg.PulsePeak, cfg.GiftRate = off(rate.v), off(peak.v), off(gifts.v)
+	if cfg.Keyword != "" {
+		cfg.KeywordShare = kwShr
+	}
+	if cfg.Pattern == loadgen.PatternPulse && peak.v == 0 {
+		return cfg, o, usageError{errors.New("-pattern pulse needs a -pulse-peak above 0")}
+	}
+	if slcr != "" {
+		cfg.SlicerMetrics = strings.Split(slcr, ",")
+	}
+	if k := getenv("DANMAKU_TICKET_KEY"); k != "" {
+		if cfg.DevTickets {
+			return cfg, o, usageError{errors.New("-dev-tickets and DANMAKU_TICKET_KEY exclude each other")}
+		}
+		cfg.TicketKey = []byte(k)
+	}
+	cfg.GiftKey = getenv("DANMAKU_GIFT_KEY")
+	return cfg, o, nil
+}
+
+func runLoadgen(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg, o, err := parseLoadgen(args, os.Getenv, stderr)
+	if err != nil {
+		return err
+	}
+	if o.merge {
+		return mergeReports(o, stdout, stderr)
+	}
+	if o.procs > 1 {
+		rep, err := runChildren(ctx, o, stderr)
+		if err != nil {
+			return err
+		}
+		return writeReport(rep, o, stdout, stderr)
+	}
+	log, err := newLogger(stderr, o.logLevel, false)
+	if err != nil {
+		return err
+	}
+	cfg.Logger = log
+	if !o.quiet {
+		cfg.Progress = stderr
+		cfg.ProgressInPlace = isTerminal(stderr)
+	}
+	g, err := loadgen.New(cfg)
+	if err != nil {
+		return usageError{err}
+	}
+	if need, limit := g.Config().OpenFiles(), openFileLimit(); limit > 0 && need > limit {
+		return usageError{fmt.Errorf("this run may hold %d descriptors and the process may open %d (ulimit -n): lower -concurrency or -pollers, or split the run over processes with -shard i/n", need, limit)}
+	}
+	rep, err := g.Run(ctx)
+	if err != nil {
+		return err
+	}
+	return writeReport(rep, o, stdout, stderr)
+}
+
+// writeReport writes the summary (stdout, or stderr when the JSON goes to
+// stdout) and the JSON report when asked.
+func writeReport(rep *loadgen.Report, o loadgenOpts, stdout, stderr io.Writer) error {
+	text := stdout
+	if o.jsonPath == "-" {
+		text = stderr
+	}
+	if err := rep.WriteText(text); err != nil {
+		return err
+	}
+	if o.jsonPath == "" {
+		return nil
+	}
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	b = append(b, '\n')
+	if o.jsonPath == "-" {
+		_, err = stdout.Write(b)
+		return err
+	}
+	return os.WriteFile(o.jsonPath, b, 0o644)
+}
+
+// openFileLimit is the process's descriptor limit, 0 if unknown.
+func openFileLimit() int {
+	var r syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &r); err != nil || r.Cur > 1<<30 {
+		return 0
+	}
+	return int(r.Cur)
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// mergeReports reads one run's shard reports and writes the merged one.
+func mergeReports(o loadgenOpts, stdout, stderr io.Writer) error {
+	var rs []*loadgen.Report
+	for _, f := range o.mergeFiles {
+		r, err := readReport(f)
+		if err != nil {
+			return err
+		}
+		rs = append(rs, r)
+	}
+	rep, err := loadgen.Merge(rs)
+	if err != nil {
+		return err
+	}
+	return writeReport(rep, o, stdout, stderr)
+}
+
+func readReport(path string) (*loadgen.Report, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("report: %w", err)
+	}
+	var r loadgen.Report
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("report %s: %w", path, err)
+	}
+	return &r, nil
+}
+
+// runChildren runs the load as o.procs processes of this binary, each one
+// shard (-shard i/procs: its users, 1/procs of every rate and of the
+// pollers, its own descriptor limit), relays their progress lines with the
+// shard in front, and merges their reports. An interrupt reaches every
+// child (same process group on a terminal; forwarded otherwise), and each
+// still reports what it sent.
+func runChildren(ctx context.Context, o loadgenOpts, stderr io.Writer) (*loadgen.Report, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("-procs: cannot find this program to start it again: %w", err)
+	}
+	dir, err := os.MkdirTemp("", "danmaku-loadgen-")
+	if err != nil {
+		return nil, fmt.Errorf("-procs: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	type child struct {
+		cmd  *exec.Cmd
+		json string
+		done chan struct{}
+	}
+	var (
+		children []*child
+		outMu    sync.Mutex
+	)
+	for i := range o.procs {
+		c := &child{json: filepath.Join(dir, fmt.Sprintf("shard-%d.json", i)), done: make(chan struct{})}
+		args := append([]string{"loadgen"}, o.childArgs...)
+		args = append(args, fmt.Sprintf("-shard=%d/%d", i, o.procs), "-json="+c.json)
+		if o.quiet {
+			args = append(args, "-quiet")
+		}
+		c.cmd = exec.CommandContext(ctx, exe, args...)
+		c.cmd.Cancel = func() error { return c.cmd.Process.Signal(os.Interrupt) }
+		c.cmd.WaitDelay = 2 * time.Minute // an interrupted child still drains and reports
+		c.cmd.Stdout = io.Discard         // its summary; the merged one is printed
+		pr, err := c.cmd.StderrPipe()
+		if err != nil {
+			return nil, err
+		}
+		if err := c.cmd.Start(); err != nil {
+			return nil, fmt.Errorf("-procs: starting shard %d: %w", i, err)
+		}
+		children = append(children, c)
+		prefix := fmt.Sprintf("[%d/%d] ", i, o.procs)
+		go func() {
+			defer close(c.done)
+			sc := bufio.NewScanner(pr)
+			for sc.Scan() {
+				outMu.Lock()
+				fmt.Fprintln(stderr, prefix+sc.Text())
+				outMu.Unlock()
+			}
+		}()
+	}
+	var failed []string
+	for i, c := range children {
+		<-c.done // all output read before Wait closes the pipe
+		if err := c.cmd.Wait(); err != nil {
+			failed = append(failed, fmt.Sprintf("shard %d: %v", i, err))
+		}
+	}
+	if len(failed) > 0 {
+		return nil, fmt.Errorf("-procs: %s", strings.Join(failed, "; "))
+	}
+	var rs []*loadgen.Report
+	for _, c := range children {
+		r, err := readReport(c.json)
+		if err != nil {
+			return nil, err
+		}
+		rs = append(rs, r)
+	}
+	return loadgen.Merge(rs)
+}

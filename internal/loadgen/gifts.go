@@ -1,0 +1,160 @@
+package loadgen
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// giftAttempts bounds the tries of one order. The gift API asks a business
+// server to retry a failed call with the same order id (never stored
+// twice), so the generator does, and counts what each try was answered.
+const giftAttempts = 4
+
+// giftSample is one gift the API accepted: when it was due to be sent,
+// and how many pollers have decoded it.
+type giftSample struct {
+	sentNs int64
+	seenBy int
+}
+
+type giftRequest struct {
+	OrderID string `json:"order_id"`
+	Room    string `json:"room"`
+	User    string `json:"user"`
+	Nick    string `json:"nick,omitempty"`
+	Gift    string `json:"gift"`
+	Value   int64  `json:"value"`
+	Count   int    `json:"count"`
+}
+
+type giftAnswer struct {
+	ID        string `json:"id"`
+	Duplicate bool   `json:"duplicate"`
+}
+
+// giftJob is one order: its number (from 0) and when it was due.
+type giftJob struct {
+	n  int64
+	at time.Time
+}
+
+// paceGifts issues the due gift orders, numbered from 0.
+func (g *Generator) paceGifts(ctx context.Context, start time.Time, jobs chan<- giftJob) {
+	var n int64
+	g.pace(ctx, g.gifts, start, func(at time.Time) {
+		select {
+		case jobs <- giftJob{n: n, at: at}:
+			n++
+		default:
+			g.giftOverrun.Add(1)
+		}
+	})
+}
+
+// giftTarget is where order n goes: the configured endpoint, or the
+// handed-out ingests in turn.
+func (g *Generator) giftTarget(n int64) string {
+	if g.cfg.GiftIngest != "" {
+		return g.cfg.GiftIngest
+	}
+	l := g.ingestList()
+	return l[int(n%int64(len(l)))]
+}
+
+func (g *Generator) giftWorker(ctx context.Context, jobs <-chan giftJob) {
+	for j := range jobs {
+		n := j.n
+		g.giftOrders.Add(1)
+		u := g.users[int(n%int64(len(g.users)))]
+		// One in five is a high-value gift: the slicer queues high- and
+		// low-value gifts apart, and the edge pushes by value.
+		gift, value := "rose", int64(100)
+		if n%5 == 4 {
+			gift, value = "rocket", 5000
+		}
+		body, _ := json.Marshal(giftRequest{
+			OrderID: "lg-" + g.cfg.RunID + "-" + strconv.Itoa(g.cfg.Shard) + "-" + strconv.FormatInt(n, 10),
+			Room:    g.cfg.Room, User: u.id, Nick: u.nick, Gift: gift, Value: value, Count: 1,
+		})
+		ok, answered := g.postGift(ctx, g.giftTarget(n)+"/v1/gifts", body, j.at)
+		if answered {
+			// From when the order was due to its last answer, retries
+			// included: what the business server waited.
+			g.lat.gift.Observe(time.Since(j.at))
+		}
+		if !ok {
+			g.giftFailed.Add(1)
+		}
+	}
+}
+
+// postGift sends one order until it is answered 200 or a try fails for
+// good, and reports whether it was accepted and whether its last try got
+// an HTTP answer at all.
+func (g *Generator) postGift(ctx context.Context, u string, body []byte, due time.Time) (ok, answered bool) {
+	authz := []string{"Bearer " + g.cfg.GiftKey}
+	backoff := 200 * time.Millisecond
+	for attempt := 1; attempt <= giftAttempts; attempt++ {
+		g.giftAttempts.Add(1)
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
+		if err != nil {
+			g.giftStatus.add("bad_request", 1)
+			return false, false
+		}
+		req.Header = http.Header{"Authorization": authz, "Content-Type": jsonCT}
+		resp, err := g.hc.Do(req)
+		var e *apiError
+		switch {
+		case err != nil:
+			e = netError(err)
+		case resp.StatusCode == http.StatusOK:
+			var a giftAnswer
+			derr := json.NewDecoder(io.LimitReader(resp.Body, 4<<10)).Decode(&a)
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if derr != nil {
+				g.giftStatus.add("200 undecodable", 1)
+				return false, true
+			}
+			g.giftStatus.add("200", 1)
+			switch {
+			case !a.Duplicate:
+				g.giftAccepted.Add(1)
+			case attempt == 1:
+				// A first try answered duplicate: the order id was used
+				// before — never by this generator, whose ids are unique.
+				g.giftDupFirst.Add(1)
+			default:
+				// An earlier try was stored though its answer was lost:
+				// the API's idempotency at work; accepted once.
+				g.giftDupRetry.Add(1)
+			}
+			g.giftMu.Lock()
+			if _, ok := g.giftIDs[a.ID]; !ok {
+				g.giftIDs[a.ID] = &giftSample{sentNs: due.UnixNano()}
+			}
+			g.giftMu.Unlock()
+			return true, true
+		default:
+			e = readError(resp)
+			resp.Body.Close()
+		}
+		g.giftStatus.add(e.Error(), 1)
+		if !e.temporary() || attempt == giftAttempts {
+			return false, e.status != 0
+		}
+		wait := min(max(backoff, e.retryAfter), 10*time.Second)
+		backoff = min(2*backoff, 2*time.Second)
+		select {
+		case <-ctx.Done():
+			return false, e.status != 0
+		case <-time.After(wait):
+		}
+	}
+	return false, false
+}

@@ -1,0 +1,261 @@
+package loadgen
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"danmaku/sdk"
+)
+
+// pollerState is one SDK viewer timing delivery.
+type pollerState struct {
+	id     string
+	c      *sdk.Client
+	done   chan struct{} // closed when Run has returned
+	runErr error         // valid once done is closed
+}
+
+// decodeEvent is a decode whose send was not yet answered when it was
+// decoded (the POST's answer and the segment raced): it is timed at the end.
+type decodeEvent struct {
+	gift bool
+	seq  int64
+	id   string
+	at   time.Time
+}
+
+// maxPending bounds the decodes kept for later: gifts of other senders in
+// the room are not the generator's and would otherwise pile up.
+const maxPending = 100_000
+
+// pollerCounters are what the generator counts of the pollers' decodes.
+type pollerCounters struct {
+	pairs, giftPairs atomic.Int64 // (poller, own comment) and (poller, own gift) decodes
+	joinErrors       counterMap
+	wg               sync.WaitGroup
+}
+
+func (g *Generator) startPollers(ctx context.Context) {
+	n := g.cfg.share(g.cfg.Pollers)
+	for i := range n {
+		idx := g.cfg.Shard + i*g.cfg.Shards
+		id := g.cfg.UserPrefix + "p" + strconv.Itoa(idx)
+		ticket, err := g.ticketFor(ctx, id, "p"+strconv.Itoa(idx%10_000))
+		if err != nil {
+			g.pc.joinErrors.add(err.Error(), 1)
+			continue
+		}
+		c, err := sdk.New(sdk.Config{
+			EntryURL: g.cfg.GSLB, Room: g.cfg.Room, Ticket: ticket,
+			HTTPClient: g.pollHC, Logger: g.cfg.Logger,
+			// Every poller must be polling before the first comment; the
+			// join storm of a hundred is nothing to a gslb.
+			FirstJoinJitter: -1,
+			NoEdge:          !g.cfg.PollerEdge,
+		})
+		if err != nil {
+			g.pc.joinErrors.add(err.Error(), 1)
+			continue
+		}
+		p := &pollerState{id: id, c: c, done: make(chan struct{})}
+		g.pollers = append(g.pollers, p)
+		g.pc.wg.Go(func() {
+			p.runErr = c.Run(ctx)
+			close(p.done)
+		})
+		g.pc.wg.Go(func() { g.consume(c) })
+	}
+}
+
+// consume reads a poller's merged stream (it must be read, or the SDK drops
+// barrage) and times the generator's own comments and gifts.
+func (g *Generator) consume(c *sdk.Client) {
+	for m := range c.Messages() {
+		now := time.Now()
+		switch m.Kind {
+		case sdk.KindBarrage:
+			if seq, ok := g.ownSeq(m.Text); ok {
+				g.barrageDecoded(seq, now)
+			}
+		case sdk.KindGift:
+			if len(m.Merged) == 0 {
+				g.giftDecoded(m.ID, now)
+			}
+			for _, id := range m.Merged {
+				g.giftDecoded(id, now)
+			}
+		}
+	}
+}
+
+func (g *Generator) barrageDecoded(seq int64, at time.Time) {
+	g.seqs.decoded(seq)
+	g.pc.pairs.Add(1)
+	if acc := g.seqs.acceptedAt(seq); acc != 0 {
+		g.lat.e2e.Observe(at.Sub(time.Unix(0, acc)))
+		return
+	}
+	g.addPending(decodeEvent{seq: seq, at: at})
+}
+
+func (g *Generator) giftDecoded(id string, at time.Time) {
+	g.giftMu.Lock()
+	s := g.giftIDs[id]
+	if s != nil {
+		s.seenBy++
+	}
+	g.giftMu.Unlock()
+	if s == nil {
+		g.addPending(decodeEvent{gift: true, id: id, at: at})
+		return
+	}
+	g.pc.giftPairs.Add(1)
+	g.lat.giftE2E.Observe(at.Sub(time.Unix(0, s.sentNs)))
+}
+
+func (g *Generator) addPending(e decodeEvent) {
+	g.pendingMu.Lock()
+	defer g.pendingMu.Unlock()
+	if len(g.pending) < maxPending {
+		g.pending = append(g.pending, e)
+	}
+}
+
+// resolvePending times the decodes that beat their answers. A comment
+// decoded but never answered 200 is counted: the ingest stored it and the
+// answer was lost (a timeout), which the report should show.
+func (g *Generator) resolvePending() {
+	g.pendingMu.Lock()
+	pending := g.pending
+	g.pending = nil
+	g.pendingMu.Unlock()
+	for _, e := range pending {
+		if !e.gift {
+			if acc := g.seqs.acceptedAt(e.seq); acc != 0 {
+				g.lat.e2e.Observe(e.at.Sub(time.Unix(0, acc)))
+			} else {
+				g.decodeUnacc.Add(1)
+			}
+			continue
+		}
+		g.giftMu.Lock()
+		s := g.giftIDs[e.id]
+		if s != nil {
+			s.seenBy++
+		}
+		g.giftMu.Unlock()
+		if s != nil {
+			g.pc.giftPairs.Add(1)
+			g.lat.giftE2E.Observe(e.at.Sub(time.Unix(0, s.sentNs)))
+		}
+	}
+}
+
+// awaitPollers waits until every poller has joined (or failed to).
+func (g *Generator) awaitPollers(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, g.cfg.JoinTimeout)
+	defer cancel()
+	for {
+		waiting := 0
+		for _, p := range g.pollers {
+			select {
+			case <-p.done:
+			default:
+				if p.c.Entry().Token == "" {
+					waiting++
+				}
+			}
+		}
+		if waiting == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return nil // the report says how many joined
+			}
+			return fmt.Errorf("loadgen: joining pollers: %w", ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func (g *Generator) waitPollers() { g.pc.wg.Wait() }
+
+// joinedPollers are the pollers polling now.
+func (g *Generator) joinedPollers() int {
+	n := 0
+	for _, p := range g.pollers {
+		select {
+		case <-p.done:
+		default:
+			if p.c.Entry().Token != "" {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// pollerStats sums the pollers' SDK counters (maxima for the gauges).
+func (g *Generator) pollerStats() sdk.Stats {
+	var t sdk.Stats
+	for _, p := range g.pollers {
+		s := p.c.Stats()
+		t.SegmentsFetched += s.SegmentsFetched
+		t.FirstPollHits += s.FirstPollHits
+		t.NotFoundRetries += s.NotFoundRetries
+		t.MismatchRetries += s.MismatchRetries
+		t.FetchErrors += s.FetchErrors
+		t.DecodeErrors += s.DecodeErrors
+		t.SeqGaps += s.SeqGaps
+		t.JumpsToLive += s.JumpsToLive
+		t.SkippedSeconds += s.SkippedSeconds
+		t.EdgeConnects += s.EdgeConnects
+		t.EdgeReconnects += s.EdgeReconnects
+		t.EdgeFrames += s.EdgeFrames
+		t.Delivered += s.Delivered
+		t.Duplicates += s.Duplicates
+		t.DroppedBarrage += s.DroppedBarrage
+		t.EntryFetches += s.EntryFetches
+		t.LastSegmentLagMs = max(t.LastSegmentLagMs, s.LastSegmentLagMs)
+		t.ClockMarginMs = max(t.ClockMarginMs, s.ClockMarginMs)
+	}
+	return t
+}
+
+// drain waits for the pollers to decode what was sent: until every
+// accepted comment and gift has reached every poller, or the drain time is
+// up (comments the ingest dropped silently or the slicer sampled away
+// never arrive, so under load the whole drain is spent).
+func (g *Generator) drain(ctx context.Context) {
+	seg := time.Duration(max(g.segmentMs.Load(), 250)) * time.Millisecond
+	pub := time.Duration(g.publishDelayMs.Load()) * time.Millisecond
+	d := g.cfg.Drain
+	if d == 0 {
+		d = 2*seg + pub + 2*time.Second
+	}
+	if len(g.pollers) == 0 {
+		// Nothing to decode; but the slicer counts what it sampled away
+		// when it writes the segment, after the last comment's slot.
+		d = min(d, seg+pub+500*time.Millisecond)
+	}
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		if n := int64(g.joinedPollers()); n > 0 {
+			g.giftMu.Lock()
+			gifts := int64(len(g.giftIDs))
+			g.giftMu.Unlock()
+			traced := g.answeredOK.Load() - g.keywordOK.Load()
+			if g.pc.pairs.Load() >= traced*n && g.pc.giftPairs.Load() >= gifts*n {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -35,6 +35,8 @@ const (
 	defaultTokenTTL = 10 * time.Minute
 	// maxTokenBytes bounds what Verify parses; a real token is ~500 bytes.
 	maxTokenBytes = 4096
+	// leeway is the clock skew allowed on exp and nbf.
+	leeway = 2 * time.Second
 )
 
 // Roles a ticket and token may carry.
@@ -73,7 +75,11 @@ type Claims struct {
 	Avatar string   `json:"av,omitempty"`
 	Role   string   `json:"role"`
 	Addrs  []string `json:"addrs"`
-	Login  int64    `json:"login"`
+	// Ingests is how many of Addrs, from the first, are ingest addresses
+	// (the rest are edges'). Zero in tokens signed before it existed: any
+	// address may then be an ingest's.
+	Ingests int   `json:"ni,omitempty"`
+	Login   int64 `json:"login"`
 	jwt.RegisteredClaims
 }
 
@@ -82,6 +88,16 @@ func (c *Claims) User() string { return c.Subject }
 
 // HasAddr reports whether addr is one of the addresses the token was issued for.
 func (c *Claims) HasAddr(addr string) bool { return slices.Contains(c.Addrs, addr) }
+
+// IngestAddrs returns the token's ingest addresses, best first: the first is
+// the user's own node (the allocator's rendezvous choice), the rest its
+// fallbacks.
+func (c *Claims) IngestAddrs() []string {
+	if c.Ingests > 0 && c.Ingests <= len(c.Addrs) {
+		return c.Addrs[:c.Ingests]
+	}
+	return c.Addrs
+}
 
 // EpochOf returns the epoch number that contains t.
 func EpochOf(t time.Time, epoch time.Duration) int64 { return t.UnixNano() / int64(epoch) }
@@ -227,7 +243,7 @@ func NewKeyring(cfg KeyringConfig) (*Keyring, error) {
 		jwt.WithIssuer(cfg.Issuer),
 		jwt.WithExpirationRequired(),
 		jwt.WithTimeFunc(func() time.Time { return k.cfg.Clock.Now() }),
-		jwt.WithLeeway(2*time.Second),
+		jwt.WithLeeway(leeway),
 	)
 	return k, nil
 }
@@ -302,11 +318,19 @@ func (k *Keyring) Sign(c Claims) (string, time.Time, error) {
 
 // Verify checks a token locally and returns its claims.
 func (k *Keyring) Verify(token string) (*Claims, error) {
+	c, _, err := k.verify(token)
+	return c, err
+}
+
+// verify is Verify, also returning the epoch and the secret that verified
+// the token, so that a TokenCache can tell later whether it still would.
+func (k *Keyring) verify(token string) (*Claims, signedBy, error) {
+	var by signedBy
 	if token == "" {
-		return nil, ErrNoToken
+		return nil, by, ErrNoToken
 	}
 	if len(token) > maxTokenBytes {
-		return nil, fmt.Errorf("%w: too long", ErrBadToken)
+		return nil, by, fmt.Errorf("%w: too long", ErrBadToken)
 	}
 	var c Claims
 	_, err := k.parser.ParseWithClaims(token, &c, func(t *jwt.Token) (any, error) {
@@ -319,16 +343,17 @@ func (k *Keyring) Verify(token string) (*Claims, error) {
 		if sec == nil {
 			return nil, ErrUnknownEpoch
 		}
+		by = signedBy{epoch, sec}
 		return sec, nil
 	})
 	if err != nil {
 		if errors.Is(err, ErrUnknownEpoch) {
-			return nil, ErrUnknownEpoch
+			return nil, signedBy{}, ErrUnknownEpoch
 		}
-		return nil, fmt.Errorf("%w: %v", ErrBadToken, err)
+		return nil, signedBy{}, fmt.Errorf("%w: %v", ErrBadToken, err)
 	}
 	if c.Subject == "" || c.Room == "" || !ValidRole(c.Role) {
-		return nil, fmt.Errorf("%w: missing claims", ErrBadToken)
+		return nil, signedBy{}, fmt.Errorf("%w: missing claims", ErrBadToken)
 	}
-	return &c, nil
+	return &c, by, nil
 }

@@ -649,3 +649,48 @@ func FuzzVerifyToken(f *testing.F) {
 		}
 	})
 }
+
+// Ingests travels in the token as "ni" and says which addresses are
+// ingests, the user's own first; a token without it (signed before it
+// existed) names no split, and IngestAddrs is then every address.
+func TestIngestAddrs(t *testing.T) {
+	e := newEnv(t)
+	for _, tc := range []struct {
+		name    string
+		addrs   []string
+		ingests int
+		want    []string
+	}{
+		{"ingests then edges", []string{"http://i1", "http://i2", "ws://e1"}, 2, []string{"http://i1", "http://i2"}},
+		{"all ingests", []string{"http://i1"}, 1, []string{"http://i1"}},
+		{"old token", []string{"http://i1", "ws://e1"}, 0, []string{"http://i1", "ws://e1"}},
+		{"count beyond the addresses", []string{"http://i1"}, 3, []string{"http://i1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := validClaims()
+			c.Addrs, c.Ingests = tc.addrs, tc.ingests
+			got, err := e.ring.Verify(e.sign(t, c))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Ingests != tc.ingests || !slices.Equal(got.IngestAddrs(), tc.want) {
+				t.Fatalf("Ingests %d, IngestAddrs %v; want %d, %v", got.Ingests, got.IngestAddrs(), tc.ingests, tc.want)
+			}
+		})
+	}
+	// The claim is "ni", absent when zero.
+	c := validClaims()
+	tok := e.sign(t, c)
+	payload, err := base64.RawURLEncoding.DecodeString(strings.Split(tok, ".")[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(payload), `"ni"`) {
+		t.Errorf("a token without ingests carries ni: %s", payload)
+	}
+	c.Ingests = 1
+	payload, _ = base64.RawURLEncoding.DecodeString(strings.Split(e.sign(t, c), ".")[1])
+	if !strings.Contains(string(payload), `"ni":1`) {
+		t.Errorf("payload %s lacks ni", payload)
+	}
+}

@@ -204,10 +204,22 @@ func (a *Allocator) SyncOnce(ctx context.Context) error {
 	return nil
 }
 
-// Allocation is the addresses chosen for one client, best first.
+// Allocation is the addresses chosen for one client, best first. Ingest[0]
+// is the user's own ingest node (the rendezvous choice): the one that keeps
+// the user's bucket, and the only one that takes the user's barrage while
+// it is live; the rest are fallbacks for when it is not.
 type Allocation struct {
 	Ingest []string
 	Edge   []string
+}
+
+// Addrs returns the addresses a token binds the client to — the ingests in
+// order, then the edges — and how many of them, from the first, are
+// ingests: auth.Claims.Addrs and auth.Claims.Ingests.
+func (a Allocation) Addrs() (addrs []string, ingests int) {
+	addrs = make([]string, 0, len(a.Ingest)+len(a.Edge))
+	addrs = append(append(addrs, a.Ingest...), a.Edge...)
+	return addrs, len(a.Ingest)
 }
 
 // candidates returns the nodes serving line: the line's own, then BGP.

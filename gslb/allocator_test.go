@@ -361,6 +361,25 @@ func TestFallbacks(t *testing.T) {
 	}
 }
 
+// Addrs is what a token binds: ingests first, primary first, then edges,
+// and the number of ingests, so a node can tell the user's primary apart.
+func TestAllocationAddrs(t *testing.T) {
+	f := newFixture(t, gslb.AllocatorConfig{},
+		edge("e1", 0, 100), edge("e2", 0, 100), ingest("i1", 0, 100), ingest("i2", 0, 100), ingest("i3", 0, 100))
+	a := f.allocate(t, "u1")
+	addrs, n := a.Addrs()
+	if n != len(a.Ingest) || !slices.Equal(addrs[:n], a.Ingest) || !slices.Equal(addrs[n:], a.Edge) {
+		t.Fatalf("Addrs() = %v, %d for %+v", addrs, n, a)
+	}
+	addrs[0] = "changed"
+	if a.Ingest[0] == "changed" {
+		t.Fatal("Addrs shares the allocation's slices")
+	}
+	if addrs, n := (gslb.Allocation{}).Addrs(); len(addrs) != 0 || n != 0 {
+		t.Fatalf("empty allocation: %v, %d", addrs, n)
+	}
+}
+
 func distinct(s []string) bool {
 	c := slices.Clone(s)
 	slices.Sort(c)

@@ -163,14 +163,17 @@ func (s *Server) entry(c *gin.Context) {
 		return
 	}
 	now := s.cfg.Clock.Now()
-	addrs := make([]string, 0, len(alloc.Ingest)+len(alloc.Edge))
-	addrs = append(append(addrs, alloc.Ingest...), alloc.Edge...)
+	// Ingests tells the ingest nodes which addresses are theirs, primary
+	// first: a fallback takes the user's barrage only while the primary is
+	// not live (ingest.Binding), so the user has one bucket.
+	addrs, ingests := alloc.Addrs()
 	tok, exp, err := s.cfg.Keyring.Sign(auth.Claims{
 		Room:             room,
 		Nick:             wire.TruncateRunes(t.Nick, wire.MaxNickRunes),
 		Avatar:           t.Avatar,
 		Role:             t.Role,
 		Addrs:            addrs,
+		Ingests:          ingests,
 		Login:            now.UnixMilli(),
 		RegisteredClaims: jwt.RegisteredClaims{Subject: t.Subject},
 	})

@@ -210,6 +210,13 @@ func TestEntryOK(t *testing.T) {
 			if want := append(slices.Clone(got.Ingest), got.Edge...); !slices.Equal(claims.Addrs, want) {
 				t.Errorf("token addrs = %v, want %v", claims.Addrs, want)
 			}
+			if claims.Ingests != len(got.Ingest) || !slices.Equal(claims.IngestAddrs(), got.Ingest) {
+				t.Errorf("token ingests = %d %v, want %v", claims.Ingests, claims.IngestAddrs(), got.Ingest)
+			}
+			// The primary is the allocator's rendezvous choice for the user.
+			if a, err := f.alloc.Allocate("user-7", netip.Addr{}); err != nil || claims.IngestAddrs()[0] != a.Ingest[0] {
+				t.Errorf("token primary %s, allocator's choice %v (%v)", claims.IngestAddrs()[0], a.Ingest, err)
+			}
 			if claims.Login != now.UnixMilli() {
 				t.Errorf("login = %d, want %d", claims.Login, now.UnixMilli())
 			}

@@ -46,9 +46,18 @@ type Config struct {
 	Streams stream.Store
 	// Keyring verifies dynamic tokens. Required.
 	Keyring *auth.Keyring
+	// TokenCache is how many verified tokens the node keeps, so that a
+	// user's comments do not decode the same token again (most of what
+	// verifying costs). Zero: auth.DefaultTokenCacheSize; negative: none.
+	TokenCache int
 	// Addr is this node's advertised address; tokens not issued for it are
 	// refused. Empty: the address binding is not checked (single node).
 	Addr string
+	// BindingStale is how long after its newest load report a user's
+	// primary ingest node (the token's first ingest address) counts as
+	// live; while it does, this node refuses the user's barrage as a
+	// fallback (421 not_primary), so the user has one bucket. Zero: 3 s.
+	BindingStale time.Duration
 	// NodeID identifies this node in the load table. Empty: Addr.
 	NodeID string
 	// Line is the ISP line this node serves ("" = BGP).
@@ -67,6 +76,15 @@ type Config struct {
 	// Hold is how long a comment admitted while the Gate is unreachable
 	// waits for it before it is answered 503. Zero: 15 s.
 	Hold time.Duration
+	// FastLane displays announcements and lottery entries under a per-room
+	// cap, global across ingest nodes. Nil: a MemoryFastLane over Streams.
+	FastLane FastLane
+	// FastLaneCap is how many fast-lane messages a room displays per
+	// second, unless its event's limits say otherwise. Zero: 30.
+	FastLaneCap int
+	// Lotteries keeps the lotteries viewers enter by typing a keyword. Nil:
+	// none (keywords are ordinary comments).
+	Lotteries LotteryStore
 	// Gifts appends gifts exactly once per order id. Nil: a MemoryGiftLog
 	// over Streams (which must then be a *stream.MemoryStore) with its
 	// default order TTL of 24 h.
@@ -110,6 +128,11 @@ type Config struct {
 type Server struct {
 	cfg   Config
 	users *bucket.Keyed
+	// tokens verifies dynamic tokens: the Keyring, behind a TokenCache
+	// unless Config.TokenCache is negative.
+	tokens auth.Verifier
+	// binding keeps a user's barrage on the user's primary ingest node.
+	binding *Binding
 
 	online   atomic.Pointer[map[string]int]
 	inflight atomic.Int64
@@ -117,6 +140,7 @@ type Server struct {
 	// snapshot (0 before the first): they share each room's limit.
 	ingestNodes atomic.Int64
 	writer      *writer
+	lotteries   *Lotteries
 
 	rejected  *prometheus.CounterVec
 	accepted  *prometheus.CounterVec
@@ -145,6 +169,15 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.FlushWindow < 0 || cfg.Hold < 0 {
 		return nil, errors.New("ingest: FlushWindow and Hold must not be negative")
+	}
+	if cfg.FastLane == nil {
+		cfg.FastLane = NewMemoryFastLane(cfg.Streams, cfg.Clock)
+	}
+	if cfg.FastLaneCap == 0 {
+		cfg.FastLaneCap = defaultFastLaneCap
+	}
+	if cfg.FastLaneCap < 1 || cfg.FastLaneCap > maxFastLaneCap {
+		return nil, fmt.Errorf("ingest: FastLaneCap must be 1-%d", maxFastLaneCap)
 	}
 	if cfg.Gifts == nil {
 		// Gifts must land in the stream the slicer and edge read; only an
@@ -185,8 +218,40 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Server{cfg: cfg, users: bucket.NewKeyed(cfg.UserCapacity, cfg.UserRefill)}
+	s := &Server{cfg: cfg, users: bucket.NewKeyed(cfg.UserCapacity, cfg.UserRefill), tokens: cfg.Keyring, binding: NewBinding(cfg.Addr, cfg.BindingStale)}
+	var tokenMetrics []prometheus.Collector
+	if cfg.TokenCache >= 0 {
+		tc, err := auth.NewTokenCache(auth.TokenCacheConfig{Keyring: cfg.Keyring, Capacity: cfg.TokenCache})
+		if err != nil {
+			return nil, fmt.Errorf("ingest: %w", err)
+		}
+		s.tokens = tc
+		tokenMetrics = []prometheus.Collector{
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "danmaku_ingest_token_cache_hits_total",
+				Help: "Dynamic tokens answered from the verified-token cache.",
+			}, func() float64 { return float64(tc.Stats().Hits) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "danmaku_ingest_token_cache_misses_total",
+				Help: "Dynamic tokens the verified-token cache did not hold (verified by the keyring).",
+			}, func() float64 { return float64(tc.Stats().Misses) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "danmaku_ingest_token_cache_evictions_total",
+				Help: "Verified tokens evicted from the full cache.",
+			}, func() float64 { return float64(tc.Stats().Evictions) }),
+		}
+	}
 	s.writer = newWriter(cfg.Gate, cfg.NodeID, cfg.FlushWindow, cfg.Hold, cfg.Clock, cfg.Logger, s.liveIngestNodes)
+	if cfg.Lotteries != nil {
+		var err error
+		s.lotteries, err = NewLotteries(LotteriesConfig{
+			Store: cfg.Lotteries, FastLane: cfg.FastLane, DisplayCap: cfg.FastLaneCap, CapOf: s.fastLaneCap,
+			Clock: cfg.Clock, Registerer: cfg.Registerer, Logger: cfg.Logger,
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
 	empty := map[string]int{}
 	s.online.Store(&empty)
 	s.rejected = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -201,7 +266,7 @@ func New(cfg Config) (*Server, error) {
 		Name: "danmaku_ingest_bucket_overflow_total",
 		Help: "Token bucket overflows (requests finding the bucket empty), by bucket.",
 	}, []string{"bucket"})
-	for _, c := range append([]prometheus.Collector{s.rejected, s.accepted, s.overflows}, s.writer.m.collectors()...) {
+	for _, c := range append(append([]prometheus.Collector{s.rejected, s.accepted, s.overflows}, s.writer.m.collectors()...), tokenMetrics...) {
 		if err := cfg.Registerer.Register(c); err != nil {
 			return nil, fmt.Errorf("ingest: metrics: %w", err)
 		}
@@ -219,6 +284,9 @@ func (s *Server) Register(r gin.IRoutes) {
 // Run reports load and syncs per-room online counts until ctx is done.
 func (s *Server) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
+	if s.lotteries != nil {
+		wg.Go(func() { _ = s.lotteries.Run(ctx) })
+	}
 	if s.cfg.Load != nil {
 		wg.Add(1)
 		go func() {
@@ -254,6 +322,7 @@ func (s *Server) syncOnline(ctx context.Context) {
 	if err != nil {
 		return // keep the last counts
 	}
+	s.binding.Update(loads)
 	m := map[string]int{}
 	now := s.cfg.Clock.Now()
 	ingests := 0
@@ -331,7 +400,7 @@ func (s *Server) reject(c *gin.Context, layer string, e *httpx.Error) {
 
 // authorize verifies the token and its binding to this node and the room.
 func (s *Server) authorize(c *gin.Context) (*auth.Claims, bool) {
-	claims, err := s.cfg.Keyring.Verify(httpx.BearerToken(c, ""))
+	claims, err := s.tokens.Verify(httpx.BearerToken(c, ""))
 	if err != nil {
 		code := "bad_token"
 		switch {
@@ -400,12 +469,35 @@ func (s *Server) live(c *gin.Context, room string) bool {
 
 func (s *Server) barrage(c *gin.Context) {
 	claims, good := s.authorize(c)
-	if !good || !s.live(c, claims.Room) {
+	if !good {
+		return
+	}
+	// The user's bucket is kept on the user's primary node only.
+	if v := s.binding.Check(claims, s.cfg.Clock.Now()); !v.Allowed() {
+		s.reject(c, "auth", v.refusal())
+		return
+	}
+	if !s.live(c, claims.Room) {
 		return
 	}
 	text, good := s.text(c)
 	if !good {
 		return
+	}
+	if s.lotteries != nil {
+		// A lottery keyword is an entry, not a comment: it skips the
+		// buckets (recorded once per user; shown under the fast-lane cap).
+		lm := wire.Message{Kind: wire.KindBarrage, User: claims.User(), Nick: claims.Nick, Avatar: claims.Avatar, Text: text}
+		entry, err := s.lotteries.Match(c.Request.Context(), claims.Room, lm)
+		if err != nil {
+			s.backendError(c, "enter lottery", err) // a retry is safe: entries are recorded once
+			return
+		}
+		if entry.Lottery != "" {
+			s.accepted.WithLabelValues("lottery").Inc()
+			c.JSON(http.StatusOK, gin.H{"ok": true, "lottery": entry.Lottery})
+			return
+		}
 	}
 	now := s.cfg.Clock.Now()
 	lim := s.limits(claims.Room)
@@ -477,14 +569,38 @@ func (s *Server) announce(c *gin.Context) {
 		return
 	}
 	m.Text = text
-	out, err := s.cfg.Streams.Append(c.Request.Context(), stream.Key{Room: room, Lane: stream.Live}, []wire.Message{m})
+	// Announcements skip the buckets, but the room displays at most its
+	// fast-lane cap a second (shared with lottery entries, across nodes).
+	limit := s.fastLaneCap(room)
+	shown, err := s.cfg.FastLane.Show(c.Request.Context(), room, stream.Live, m, limit)
 	if err != nil {
 		s.backendError(c, "append announcement", err)
 		return
 	}
+	if !shown.OK() {
+		s.overflows.WithLabelValues("fast_lane").Inc()
+		e := httpx.Errorf(http.StatusTooManyRequests, "fast_lane_full", "the room displays at most %d announcements and lottery entries a second; retry later", limit)
+		e.RetryAfter = shown.RetryAfter
+		s.reject(c, "fast_lane", e)
+		return
+	}
 	s.accepted.WithLabelValues("system").Inc()
-	c.JSON(http.StatusOK, gin.H{"ok": true, "id": out[0].ID})
+	c.JSON(http.StatusOK, gin.H{"ok": true, "id": shown.ID})
 }
+
+// fastLaneCap is the room's fast-lane cap: its event's, else this node's.
+func (s *Server) fastLaneCap(room string) int {
+	if s.cfg.Events != nil {
+		if v, ok := s.cfg.Events.Lookup(room); ok && v.Room.Limits != nil && v.Room.Limits.FastLanePerSec >= 1 {
+			return min(int(v.Room.Limits.FastLanePerSec), maxFastLaneCap)
+		}
+	}
+	return s.cfg.FastLaneCap
+}
+
+// Lotteries returns the node's lottery matcher (nil without a
+// LotteryStore), for the operator API to refresh after a change.
+func (s *Server) Lotteries() *Lotteries { return s.lotteries }
 
 // GiftRequest is the body of POST /v1/gifts.
 type GiftRequest struct {

@@ -411,6 +411,60 @@ func TestAnnounceSkipsBuckets(t *testing.T) {
 	}
 }
 
+// TestAnnounceFastLaneCap: announcements skip the buckets but not the
+// room's fast-lane cap: over it, 429 fast_lane_full with Retry-After, and
+// the next second takes them again.
+func TestAnnounceFastLaneCap(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.FastLaneCap = 5 })
+	host := f.token(t, room, "h1", auth.RoleHost)
+	for i := range 5 {
+		if rec := f.do(http.MethodPost, announcePath(room), host, fmt.Sprintf(`{"text":"a%d"}`, i)); rec.Code != http.StatusOK {
+			t.Fatalf("%d %s", rec.Code, rec.Body)
+		}
+	}
+	rec := f.do(http.MethodPost, announcePath(room), host, `{"text":"one too many"}`)
+	if rec.Code != http.StatusTooManyRequests || errorCode(t, rec) != "fast_lane_full" || rec.Header().Get("Retry-After") == "" {
+		t.Fatalf("%d %s %v, want 429 fast_lane_full with Retry-After", rec.Code, rec.Body, rec.Header())
+	}
+	f.clk.Advance(time.Second)
+	if rec := f.do(http.MethodPost, announcePath(room), host, `{"text":"next second"}`); rec.Code != http.StatusOK {
+		t.Fatalf("next second: %d %s", rec.Code, rec.Body)
+	}
+	if n := len(f.entries(t, room, stream.Live)); n != 6 {
+		t.Fatalf("stored %d announcements, want 6", n)
+	}
+}
+
+// TestLotteryEntryThroughBarrage: a viewer typing a running lottery's
+// keyword enters it (once, however often typed) instead of commenting, and
+// skips the buckets.
+func TestLotteryEntryThroughBarrage(t *testing.T) {
+	clk := clock.NewFake(t0)
+	lotteries := NewMemoryLotteryStore(clk)
+	f := newFixtureOn(t, clk, stream.NewMemoryStore(clk), func(c *Config) { c.Lotteries = lotteries; c.UserCapacity = 1 })
+	if _, err := lotteries.Start(context.Background(), Lottery{ID: "l1", Room: room, Keyword: "抽奖", Until: t0.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.srv.Lotteries().Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	tok := f.token(t, room, "u1", auth.RoleViewer)
+	for range 3 {
+		rec := f.do(http.MethodPost, barragePath(room), tok, `{"text":"抽奖"}`)
+		if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"lottery":"l1"`) {
+			t.Fatalf("%d %s, want an entry of l1", rec.Code, rec.Body)
+		}
+	}
+	if n, err := lotteries.Count(context.Background(), room, "l1"); err != nil || n != 1 {
+		t.Fatalf("count %d, %v; want 1", n, err)
+	}
+	// The user's bucket (1) was not spent by the entries.
+	f.barrage(t, tok, "an ordinary comment")
+	if n := len(f.entries(t, room, stream.Barrage)); n != 2 {
+		t.Fatalf("barrage lane holds %d, want the one shown entry and the comment", n)
+	}
+}
+
 func TestUserBucket(t *testing.T) {
 	f := newFixture(t, nil)
 	tok := f.token(t, room, "u1", auth.RoleViewer)

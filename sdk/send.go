@@ -221,9 +221,33 @@ func (c *Client) Announce(ctx context.Context, text string) (string, error) {
 	return out.ID, nil
 }
 
+// Answers of an ingest that post acts on.
+const (
+	// codeWrongNode: the node says the token is not its own; the next
+	// address the entry named may take it.
+	codeWrongNode = "wrong_node"
+	// codeNotPrimary (421): a fallback ingest says the user's own node, the
+	// entry's first ingest address, is live: the barrage belongs there.
+	codeNotPrimary = "not_primary"
+)
+
+// Going back to the first ingest address on not_primary: at most
+// maxNotPrimary times per post (a primary that fails for this client while
+// the fallbacks still see it live must not hold the send loop for long; the
+// fallbacks let it go a few seconds after it stops reporting), after the
+// answer's Retry-After, at most maxNotPrimaryWait, defaultNotPrimaryWait
+// when it names none.
+const (
+	maxNotPrimary         = 3
+	defaultNotPrimaryWait = time.Second
+	maxNotPrimaryWait     = 10 * time.Second
+)
+
 // post sends {"text": text} to the room's ingest endpoint path, trying the
-// ingest addresses in order on network and server errors, and re-joining
-// once if the token is refused. out, when not nil, receives the JSON answer.
+// ingest addresses in order on network and server errors, going back to the
+// first one (the user's own node) when a fallback answers 421 not_primary,
+// and re-joining once if the token is refused. out, when not nil, receives
+// the JSON answer.
 func (c *Client) post(ctx context.Context, path, text string, out any) error {
 	body, err := json.Marshal(struct {
 		Text string `json:"text"`
@@ -233,27 +257,48 @@ func (c *Client) post(ctx context.Context, path, text string, out any) error {
 	}
 	s := c.sess.Load()
 	rejoined := false
+	notPrimary := 0
 	for {
 		if len(s.entry.Ingest) == 0 {
 			return ErrNoIngest
 		}
 		var lastErr error
-		for _, base := range s.entry.Ingest {
-			u := strings.TrimRight(base, "/") + "/v1/rooms/" + c.cfg.Room + "/" + path
+		for i := 0; i < len(s.entry.Ingest); i++ {
+			u := strings.TrimRight(s.entry.Ingest[i], "/") + "/v1/rooms/" + c.cfg.Room + "/" + path
 			err := c.postOnce(ctx, u, s.entry.Token, body, out)
 			if err == nil {
 				return nil
 			}
 			lastErr = fmt.Errorf("sdk: %s: %w", path, err)
-			var ae *APIError
-			// A node that says the token is not its own (wrong_node) is one
-			// the entry should not have named: the next address may take
-			// it. Any other refusal is the same everywhere.
-			if errors.As(err, &ae) && !ae.temporary() && ae.Code != "wrong_node" {
-				break
-			}
 			if ctx.Err() != nil {
 				return ctx.Err()
+			}
+			var ae *APIError
+			if !errors.As(err, &ae) || ae.temporary() {
+				continue // network or server error: the next address
+			}
+			if ae.Code == codeNotPrimary && i > 0 && notPrimary < maxNotPrimary {
+				// The first address failed for this client, yet the
+				// fallback sees it live: its failure was passing, or the
+				// fallback has not seen it die yet. Back to it, after the
+				// pause the fallback asks for.
+				notPrimary++
+				wait := ae.RetryAfter
+				if wait <= 0 {
+					wait = defaultNotPrimaryWait
+				}
+				if err := c.sleep(ctx, min(wait, maxNotPrimaryWait)); err != nil {
+					return err
+				}
+				i = -1
+				continue
+			}
+			// A node that says the token is not its own (wrong_node) is one
+			// the entry should not have named, and one that keeps saying
+			// not_primary may be alone in thinking so: the next address may
+			// take it. Any other refusal is the same everywhere.
+			if ae.Code != codeWrongNode && ae.Code != codeNotPrimary {
+				break
 			}
 		}
 		var ae *APIError

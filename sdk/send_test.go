@@ -2,9 +2,15 @@ package sdk
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -241,5 +247,212 @@ func TestDroppedTextIsNotDeduped(t *testing.T) {
 	}
 	if r := q.push("a", now); r.deduped {
 		t.Fatal(`"a" was dropped unsent, yet answered as a duplicate`)
+	}
+}
+
+// ingestNodes are ingest servers of their own that the entry names in
+// order, the user's own node first; each answers through answer(node, n),
+// n counting that node's posts from 0 (status 0: {"ok":true}).
+type ingestNodes struct {
+	mu   sync.Mutex
+	hits []int       // node of each post, in order
+	at   []time.Time // client-local fake time of each post
+}
+
+type nodeAnswer struct {
+	status     int
+	code       string
+	retryAfter string
+}
+
+func newIngestNodes(t *testing.T, w *world, n int, answer func(node, n int) nodeAnswer) *ingestNodes {
+	t.Helper()
+	in := &ingestNodes{}
+	var urls []string
+	counts := make([]int, n)
+	for node := range n {
+		srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			in.mu.Lock()
+			k := counts[node]
+			counts[node]++
+			in.hits = append(in.hits, node)
+			in.at = append(in.at, w.clk.Now())
+			in.mu.Unlock()
+			a := answer(node, k)
+			if a.status == 0 {
+				_, _ = io.WriteString(rw, `{"ok":true}`)
+				return
+			}
+			if a.retryAfter != "" {
+				rw.Header().Set("Retry-After", a.retryAfter)
+			}
+			rw.WriteHeader(a.status)
+			_, _ = io.WriteString(rw, `{"error":{"code":"`+a.code+`","message":"test"}}`)
+		}))
+		t.Cleanup(srv.Close)
+		urls = append(urls, srv.URL)
+	}
+	w.lock(func() {
+		w.entryAnswer = func(n int) (int, http.Header, string) {
+			now := w.serverNow()
+			b, _ := json.Marshal(map[string]any{
+				"room": testRoom, "user": "alice", "role": "viewer",
+				"ingest": urls, "cdn": w.cdn.URL, "token": "tok-" + strconv.Itoa(n+1),
+				"token_expires_ms": now.Add(w.tokenTTL).UnixMilli(), "server_time_ms": now.UnixMilli(),
+				"segment_ms": 1000, "publish_delay_ms": testDelay,
+			})
+			return http.StatusOK, nil, string(b)
+		}
+	})
+	return in
+}
+
+func (in *ingestNodes) posts() (hits []int, at []time.Time) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return slices.Clone(in.hits), slices.Clone(in.at)
+}
+
+var (
+	notPrimary  = nodeAnswer{421, "not_primary", "1"}
+	unavailable = nodeAnswer{503, "backend_unavailable", ""}
+)
+
+// A fallback that answers 421 not_primary sends the client back to the
+// first ingest address (the user's own node) after its Retry-After.
+func TestSendNotPrimaryGoesBack(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name       string
+		retryAfter string
+		wait       time.Duration
+	}{
+		{"retry after 1 s", "1", time.Second},
+		{"retry after 2 s", "2", 2 * time.Second},
+		{"no retry-after", "", defaultNotPrimaryWait},
+		{"retry-after capped", "3600", maxNotPrimaryWait},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			w := newWorld(t)
+			in := newIngestNodes(t, w, 3, func(node, n int) nodeAnswer {
+				switch {
+				case node == 0 && n == 0:
+					return unavailable // a passing failure of the primary
+				case node == 1:
+					return nodeAnswer{421, "not_primary", tc.retryAfter}
+				}
+				return nodeAnswer{}
+			})
+			c := w.newClient(func(cfg *Config) { cfg.NoEdge = true })
+			w.run()
+			if err := c.Send(context.Background(), "hello"); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, "the post", func() bool { return c.Stats().SendsPosted == 1 })
+			hits, at := in.posts()
+			if !slices.Equal(hits, []int{0, 1, 0}) {
+				t.Fatalf("posts went to nodes %v, want primary, fallback, primary", hits)
+			}
+			if d := at[2].Sub(at[1]); d < tc.wait {
+				t.Errorf("back to the primary %v after the 421, want at least %v", d, tc.wait)
+			}
+			if st := c.Stats(); st.SendsFailed != 0 {
+				t.Errorf("SendsFailed = %d", st.SendsFailed)
+			}
+		})
+	}
+}
+
+// Going back is bounded: a primary that keeps failing for this client while
+// its fallback keeps saying not_primary costs one comment, not the send loop.
+func TestSendNotPrimaryBounded(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	in := newIngestNodes(t, w, 2, func(node, n int) nodeAnswer {
+		if node == 0 {
+			return unavailable
+		}
+		return notPrimary
+	})
+	c := w.newClient(func(cfg *Config) { cfg.NoEdge = true })
+	w.run()
+	if err := c.Send(context.Background(), "hello"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the failure", func() bool { return c.Stats().SendsFailed == 1 })
+	hits, _ := in.posts()
+	want := slices.Repeat([]int{0, 1}, maxNotPrimary+1)
+	if !slices.Equal(hits, want) {
+		t.Fatalf("posts went to nodes %v, want %v", hits, want)
+	}
+	// The next comment starts over at the primary, which is back.
+	if err := c.Send(context.Background(), "again"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the second comment", func() bool {
+		hits, _ := in.posts()
+		return len(hits) > len(want)
+	})
+	if hits, _ := in.posts(); hits[len(want)] != 0 {
+		t.Fatalf("the next comment went to node %d first", hits[len(want)])
+	}
+}
+
+// The failover that was there before stays: a network or server error at
+// one address tries the next at once; not_primary from the first address
+// itself (it cannot be the user's node and not) moves on too; any other
+// refusal is final.
+func TestSendFailover(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		answer func(node, n int) nodeAnswer
+		hits   []int
+		posted bool
+	}{
+		{"server error, next address", func(node, n int) nodeAnswer {
+			if node == 0 {
+				return unavailable
+			}
+			return nodeAnswer{}
+		}, []int{0, 1}, true},
+		{"two failing, the third takes it", func(node, n int) nodeAnswer {
+			if node < 2 {
+				return unavailable
+			}
+			return nodeAnswer{}
+		}, []int{0, 1, 2}, true},
+		{"not_primary from the first address", func(node, n int) nodeAnswer {
+			if node == 0 {
+				return notPrimary
+			}
+			return nodeAnswer{}
+		}, []int{0, 1}, true},
+		{"other refusal is final", func(node, n int) nodeAnswer {
+			return nodeAnswer{400, "text_too_long", ""}
+		}, []int{0}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			w := newWorld(t)
+			in := newIngestNodes(t, w, 3, tc.answer)
+			c := w.newClient(func(cfg *Config) { cfg.NoEdge = true })
+			if err := c.Send(context.Background(), "hello"); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, "the answer", func() bool { st := c.Stats(); return st.SendsPosted+st.SendsFailed == 1 })
+			hits, at := in.posts()
+			if !slices.Equal(hits, tc.hits) {
+				t.Fatalf("posts went to nodes %v, want %v", hits, tc.hits)
+			}
+			if !at[len(at)-1].Equal(at[0]) {
+				t.Errorf("failover waited %v", at[len(at)-1].Sub(at[0]))
+			}
+			if st := c.Stats(); (st.SendsPosted == 1) != tc.posted {
+				t.Errorf("stats %+v, posted want %v", st, tc.posted)
+			}
+		})
 	}
 }

@@ -84,6 +84,11 @@ func OpenBackends(ctx context.Context, cfg BackendConfig, log *slog.Logger) (Bac
 			return Backends{}, nil, err
 		}
 		b.Events = event.NewRedisStore(rdb)
+		if b.FastLane, err = ingest.NewRedisFastLane(ingest.RedisFastLaneConfig{Client: rdb, Streams: streams, Logger: log}); err != nil {
+			_ = closeAll()
+			return Backends{}, nil, err
+		}
+		b.Lotteries = ingest.NewRedisLotteryStore(rdb, nil)
 		if b.Gifts, err = ingest.NewRedisGiftLog(ingest.RedisGiftLogConfig{Client: rdb, Streams: streams, WaitReplicas: cfg.GiftWaitReplicas, Logger: log}); err != nil {
 			_ = closeAll()
 			return Backends{}, nil, err

@@ -77,6 +77,11 @@ type Backends struct {
 	Settings slicer.SettingsStore
 	Gate     ingest.RoomGate
 	Gifts    ingest.GiftLog
+	// FastLane caps what a room displays of announcements and lottery
+	// entries. Nil: in memory over Streams.
+	FastLane ingest.FastLane
+	// Lotteries keeps the lotteries and their entrants.
+	Lotteries ingest.LotteryStore
 	// Events keeps the events: which rooms exist, when, with what settings.
 	Events event.Store
 }
@@ -341,6 +346,9 @@ func New(cfg Config) (*Stack, error) {
 	if b.Events == nil {
 		b.Events = event.NewMemoryStore()
 	}
+	if b.Lotteries == nil {
+		b.Lotteries = ingest.NewMemoryLotteryStore(nil)
+	}
 
 	s := &Stack{cfg: cfg, log: cfg.Logger, registry: prometheus.NewRegistry(), URLs: map[string]string{}}
 	if cfg.has(RoleGSLB) || cfg.has(RoleIngest) || cfg.has(RoleEdge) || cfg.has(RoleSlicer) {
@@ -464,7 +472,7 @@ func New(cfg Config) (*Stack, error) {
 	if rs := byRole[RoleIngest]; rs != nil {
 		s.ingest, err = ingest.New(ingest.Config{
 			Streams: b.Streams, Keyring: s.keyring, Addr: s.URLs[RoleIngest], Load: b.Load,
-			Gate: b.Gate, Gifts: b.Gifts,
+			Gate: b.Gate, Gifts: b.Gifts, FastLane: b.FastLane, Lotteries: b.Lotteries,
 			GiftKeys: cfg.GiftKeys, AnnounceKeys: cfg.AnnounceKeys, Events: s.events, Registerer: s.registry, Logger: s.log,
 		})
 		if err != nil {
@@ -472,6 +480,12 @@ func New(cfg Config) (*Stack, error) {
 		}
 		e := engine(RoleIngest)
 		s.ingest.Register(e)
+		lotteries := s.ingest.Lotteries()
+		(&ingest.LotteryAPI{Store: b.Lotteries, Keys: cfg.OperatorKeys, Hosts: s.keyring, Changed: func(ctx context.Context) {
+			if lotteries != nil {
+				_ = lotteries.Refresh(ctx)
+			}
+		}}).Register(e)
 		rs.srv = httpx.NewServer(e, 10*time.Second)
 	}
 	if rs := byRole[RoleEdge]; rs != nil {

@@ -33,6 +33,10 @@ const MIN_TOKEN_REFRESH_MS = 5000;
 const CLOCK_GOOD_MS = 5, CLOCK_SAMPLES = 4, CLOCK_SAMPLE_GAP_MS = 2000, CLOCK_DRIFT = 20e-6;
 const MAX_REPORT_DELTA = 1000000; // the edge refuses more per counter and report
 const MAX_RECENT_TEXTS = 64;
+// A fallback ingest answering 421 not_primary (the user's own node, the
+// first address, is live): back to the first address after Retry-After
+// (1 s when absent, 10 s at most), at most 3 times a post (sdk/send.go).
+const NOT_PRIMARY_MAX = 3, NOT_PRIMARY_WAIT_MS = 1000, NOT_PRIMARY_MAX_WAIT_MS = 10000;
 const ROOM_RE = /^[A-Za-z0-9_-]{1,64}$/;
 
 /** An error with a stable code: the server's (bad_token, ...) or the SDK's. */
@@ -929,16 +933,18 @@ export class DanmakuClient extends EventTarget {
   }
 
   // Posts {"text"} to the room's ingest path: the next address on network and
-  // server errors and on wrong_node; one re-join when the token is refused.
+  // server errors and on wrong_node; back to the first address (the user's
+  // own node) after Retry-After when a fallback answers 421 not_primary, at
+  // most NOT_PRIMARY_MAX times a post; one re-join when the token is refused.
   async _post(path, text) {
     const body = JSON.stringify({ text });
-    let s = this._session, rejoined = false;
+    let s = this._session, rejoined = false, notPrimary = 0;
     for (;;) {
       const ingest = s.entry.ingest ?? [];
       if (ingest.length === 0) throw new DanmakuError('no_ingest', 'danmaku: the entry named no ingest address');
       let lastErr;
-      for (const base of ingest) {
-        const url = `${base.replace(/\/+$/, '')}/v1/rooms/${this.cfg.room}/${path}`;
+      for (let i = 0; i < ingest.length; i++) {
+        const url = `${ingest[i].replace(/\/+$/, '')}/v1/rooms/${this.cfg.room}/${path}`;
         try {
           const resp = await this._fetch(url, {
             method: 'POST', body, signal: this._signal(),
@@ -949,7 +955,17 @@ export class DanmakuClient extends EventTarget {
         } catch (err) {
           if (this._stopped) throw err;
           lastErr = err instanceof DanmakuError ? err : new DanmakuError('network', String(err?.message ?? err));
-          if (!lastErr.temporary && lastErr.code !== 'wrong_node') break;
+          if (lastErr.temporary) continue;
+          if (lastErr.code === 'not_primary' && i > 0 && notPrimary < NOT_PRIMARY_MAX) {
+            // The first address failed for this client, yet the fallback
+            // sees it live: back to it, after the pause the fallback asks for.
+            notPrimary++;
+            await sleep(Math.min(lastErr.retryAfterMs || NOT_PRIMARY_WAIT_MS, NOT_PRIMARY_MAX_WAIT_MS), this._abort.signal);
+            if (this._stopped) throw lastErr;
+            i = -1;
+            continue;
+          }
+          if (lastErr.code !== 'wrong_node' && lastErr.code !== 'not_primary') break;
         }
       }
       if (rejoined || lastErr.status !== 401) throw lastErr;

@@ -406,3 +406,82 @@ test('client: follows a change of the room\'s segment duration that the manifest
   assert.deepEqual(slots.slice(1).map((s, i) => s - slots[i]), [1, 1], 'then every 500 ms slot in order');
   assert.equal(st.seqGaps, 0);
 });
+
+// ---------------------------------------------------------------- ingest addresses
+
+// An entry naming three ingest nodes (the user's own first) and no edge; each
+// node answers through answer(node, n), n counting that node's posts from 0
+// (null: {"ok":true}). The CDN answers 404: only the posts matter here.
+const NODES = ['http://primary.test', 'http://fallback-1.test', 'http://fallback-2.test'];
+const UNAVAILABLE = { status: 503, code: 'backend_unavailable' };
+const NOT_PRIMARY = { status: 421, code: 'not_primary', retryAfter: '1' };
+
+function ingestStack(answer, nodes = NODES) {
+  const log = [];
+  const fetch = async (url) => {
+    const now = Date.now();
+    if (url.includes('/v1/entry')) {
+      return new Response(JSON.stringify({ room: 'demo', token: 'tok', cdn: 'http://cdn.test/', server_time_ms: now, token_expires_ms: now + 600e3, segment_ms: 1000, publish_delay_ms: 50, edge: [], ingest: nodes }));
+    }
+    const node = nodes.findIndex((b) => url.startsWith(`${b}/v1/rooms/demo/`));
+    if (node < 0) return new Response(null, { status: 404 });
+    const n = log.filter((p) => p.node === node).length;
+    log.push({ node, at: performance.now() });
+    const a = answer(node, n);
+    if (!a) return new Response(JSON.stringify({ ok: true }));
+    const headers = a.retryAfter ? { 'Retry-After': a.retryAfter } : {};
+    return new Response(JSON.stringify({ error: { code: a.code, message: 'test' } }), { status: a.status, headers });
+  };
+  return { fetch, log };
+}
+
+// Sends one comment through a client on st and returns its 'sent' event.
+async function sendOne(st) {
+  const c = new DanmakuClient({ entryURL: 'http://gslb.test', room: 'demo', ticket: 't', firstJoinJitterMs: 0, fetch: st.fetch, noEdge: true });
+  const sent = [];
+  c.addEventListener('sent', (e) => sent.push(e.detail));
+  const run = c.start();
+  await new Promise((r) => c.addEventListener('entry', r, { once: true }));
+  c.send('hello');
+  while (sent.length === 0) await new Promise((r) => setTimeout(r, 20));
+  c.stop();
+  await run;
+  return { sent: sent[0], stats: c.stats() };
+}
+
+test('send: a fallback\'s 421 not_primary sends the comment back to the first ingest address after Retry-After', async () => {
+  const st = ingestStack((node, n) => {
+    if (node === 0 && n === 0) return UNAVAILABLE; // a passing failure of the primary
+    return node === 1 ? NOT_PRIMARY : null;
+  });
+  const { sent, stats } = await sendOne(st);
+  assert.equal(sent.ok, true);
+  assert.deepEqual(st.log.map((p) => p.node), [0, 1, 0], 'primary, fallback, primary');
+  assert.ok(st.log[2].at - st.log[1].at >= 999, 'back to the primary only after Retry-After');
+  assert.equal(stats.sendsPosted, 1);
+});
+
+test('send: going back to the primary is bounded, and the comment then fails with not_primary', async () => {
+  const st = ingestStack((node) => (node === 0 ? UNAVAILABLE : NOT_PRIMARY), NODES.slice(0, 2));
+  const { sent, stats } = await sendOne(st);
+  assert.equal(sent.ok, false);
+  assert.equal(sent.error.code, 'not_primary');
+  assert.deepEqual(st.log.map((p) => p.node), [0, 1, 0, 1, 0, 1, 0, 1], 'three returns to the primary');
+  assert.equal(stats.sendsFailed, 1);
+});
+
+test('send: failover to the next address on errors and wrong_node stays; other refusals are final', async () => {
+  const cases = [
+    { name: 'server error', answer: (node) => (node === 0 ? UNAVAILABLE : null), nodes: [0, 1], ok: true },
+    { name: 'two failing', answer: (node) => (node < 2 ? { status: 502, code: 'http_502' } : null), nodes: [0, 1, 2], ok: true },
+    { name: 'wrong_node', answer: (node) => (node === 0 ? { status: 403, code: 'wrong_node' } : null), nodes: [0, 1], ok: true },
+    { name: 'not_primary from the first address', answer: (node) => (node === 0 ? NOT_PRIMARY : null), nodes: [0, 1], ok: true },
+    { name: 'other refusal', answer: () => ({ status: 400, code: 'text_too_long' }), nodes: [0], ok: false },
+  ];
+  for (const tc of cases) {
+    const st = ingestStack(tc.answer);
+    const { sent } = await sendOne(st);
+    assert.equal(sent.ok, tc.ok, tc.name);
+    assert.deepEqual(st.log.map((p) => p.node), tc.nodes, tc.name);
+  }
+});

@@ -1,11 +1,17 @@
 package auth
 
 import (
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"danmaku/internal/ident"
 )
 
 // ErrBadTicket is returned for a business ticket that does not verify.
@@ -63,7 +69,47 @@ func NewTicketVerifier(key []byte, now func() time.Time) (*TicketVerifier, error
 	return &TicketVerifier{key: key, parser: jwt.NewParser(opts...)}, nil
 }
 
-// Verify checks a ticket and returns its claims with Role defaulted.
+// maxIdentityTokenBytes bounds what a ticket's identity claims (sub, nick,
+// av) take in a dynamic token once JSON-encoded (encoding/json writes & < >
+// as six bytes each). The token is refused by every node beyond
+// maxTokenBytes (4096): base64 leaves ~2,980 bytes of payload, and the rest
+// of the claims — room (64), role, login and times (~150), and the node
+// addresses (a dozen of 40 bytes, ~500) — need well under 1,500 of them.
+// Refusing the ticket at entry is better than handing out a token that
+// every node then refuses. Ordinary identities take well under 200 bytes.
+const maxIdentityTokenBytes = 1200
+
+// ClaimError is returned by Verify for a ticket that verifies but whose
+// identity claim breaks the identity rules (package internal/ident): the
+// business's login service must fix its ticket, so the caller may say
+// which claim and why. It wraps ErrBadTicket.
+type ClaimError struct {
+	// Claim is the ticket's claim name: "sub", "nick" or "av"; "payload"
+	// for a payload that is not UTF-8.
+	Claim  string
+	Reason string
+}
+
+func (e *ClaimError) Error() string {
+	return fmt.Sprintf("%v: claim %q: %s", ErrBadTicket, e.Claim, e.Reason)
+}
+
+func (e *ClaimError) Unwrap() error { return ErrBadTicket }
+
+// claimError renames an ident error's field to the ticket's claim name.
+func claimError(claim string, err error) *ClaimError {
+	var ie *ident.Error
+	if errors.As(err, &ie) {
+		return &ClaimError{Claim: claim, Reason: ie.Reason}
+	}
+	return &ClaimError{Claim: claim, Reason: err.Error()}
+}
+
+// Verify checks a ticket and returns its claims with Role defaulted, the
+// nickname cleaned and cut to what the wire carries (ident.CleanNick), the
+// subject and avatar checked (ident.CheckUser, ident.CheckAvatar). A ticket
+// that does not verify wraps ErrBadTicket; one that verifies but breaks an
+// identity rule is a *ClaimError.
 func (v *TicketVerifier) Verify(ticket string) (*Ticket, error) {
 	if ticket == "" || len(ticket) > maxTokenBytes {
 		return nil, fmt.Errorf("%w: empty or too long", ErrBadTicket)
@@ -75,8 +121,43 @@ func (v *TicketVerifier) Verify(ticket string) (*Ticket, error) {
 	if t.Role == "" {
 		t.Role = RoleViewer
 	}
-	if t.Subject == "" || len(t.Subject) > 64 || !ValidRole(t.Role) {
-		return nil, fmt.Errorf("%w: bad subject or role", ErrBadTicket)
+	if !payloadUTF8(ticket) {
+		// encoding/json would have turned the bad bytes into U+FFFD, which
+		// a nickname would then show.
+		return nil, &ClaimError{Claim: "payload", Reason: "not valid UTF-8"}
+	}
+	// A missing subject or an unknown role is no ticket of ours at all, as
+	// before the identity rules: 401 at entry, not a claim to fix.
+	if t.Subject == "" || !ValidRole(t.Role) {
+		return nil, fmt.Errorf("%w: no subject or unknown role", ErrBadTicket)
+	}
+	if err := ident.CheckUser(t.Subject); err != nil {
+		return nil, claimError("sub", err)
+	}
+	nick, err := ident.CleanNick(t.Nick)
+	if err != nil {
+		return nil, claimError("nick", err)
+	}
+	t.Nick = nick
+	if err := ident.CheckAvatar(t.Avatar); err != nil {
+		return nil, claimError("av", err)
+	}
+	if n := jsonLen(t.Subject) + jsonLen(t.Nick) + jsonLen(t.Avatar); n > maxIdentityTokenBytes {
+		return nil, &ClaimError{Claim: "av", Reason: fmt.Sprintf("sub, nick and av would take %d bytes of the token, more than %d", n, maxIdentityTokenBytes)}
 	}
 	return &t, nil
+}
+
+// payloadUTF8 reports whether a parsed ticket's payload is valid UTF-8.
+func payloadUTF8(ticket string) bool {
+	_, rest, _ := strings.Cut(ticket, ".")
+	payload, _, _ := strings.Cut(rest, ".")
+	b, err := base64.RawURLEncoding.DecodeString(payload)
+	return err == nil && utf8.Valid(b)
+}
+
+// jsonLen is the length of s as a JSON string in a token.
+func jsonLen(s string) int {
+	b, _ := json.Marshal(s) // a string always marshals
+	return len(b)
 }

@@ -1,7 +1,11 @@
 package auth_test
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -101,6 +105,110 @@ func TestTicketVerify(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Identity claims: the subject and avatar are refused when they break the
+// identity rules, naming the claim; the nickname is cleaned and cut.
+func TestTicketIdentityClaims(t *testing.T) {
+	v, _ := newTicketVerifier(t, ticketKey)
+	ampURL := "https://img.example/a?" + strings.Repeat("&", 256-len("https://img.example/a?"))
+	for _, tc := range []struct {
+		name      string
+		sub       string
+		tk        auth.Ticket
+		wantClaim string // "" = accepted
+		wantNick  string
+	}{
+		{"plain", "u-1", auth.Ticket{Nick: "小明", Avatar: "a7"}, "", "小明"},
+		{"non-ASCII user", "用户42", auth.Ticket{}, "", ""},
+		{"avatar URL", "u1", auth.Ticket{Avatar: "https://img.example/a/7.png?s=64&v=2"}, "", ""},
+		{"nick cut to six characters", "u1", auth.Ticket{Nick: "abcdefghij"}, "", "abcdef"},
+		{"nick without bidi and zero-width", "u1", auth.Ticket{Nick: "ad\u200bmin\u202e"}, "", "admin"},
+		{"nick with a newline", "u1", auth.Ticket{Nick: "a\nb"}, "", "a b"},
+		{"nick too long as given", "u1", auth.Ticket{Nick: strings.Repeat("n", 129)}, "nick", ""},
+		{"user with NUL", "u\x001", auth.Ticket{}, "sub", ""},
+		{"user with newline", "u1\n", auth.Ticket{}, "sub", ""},
+		{"user with bidi override", "u1\u202e", auth.Ticket{}, "sub", ""},
+		{"user with zero-width space", "u\u200b1", auth.Ticket{}, "sub", ""},
+		{"user with space", "u 1", auth.Ticket{}, "sub", ""},
+		{"user not NFC", "e\u0301", auth.Ticket{}, "sub", ""},
+		{"user not UTF-8", "u\xff", auth.Ticket{}, "sub", ""},
+		{"2,500-byte avatar", "u1", auth.Ticket{Avatar: "https://img.example/" + strings.Repeat("a", 2480)}, "av", ""},
+		{"avatar neither code nor https", "u1", auth.Ticket{Avatar: "javascript:alert(1)"}, "av", ""},
+		{"avatar with a quote", "u1", auth.Ticket{Avatar: `https://img.example/a"onerror=x`}, "av", ""},
+		{"avatar URL at the bound, all escapes", "u1", auth.Ticket{Avatar: ampURL}, "av", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := v.Verify(mint(t, ticketKey, tc.sub, tc.tk, time.Hour))
+			if tc.wantClaim == "" {
+				if err != nil {
+					t.Fatalf("Verify: %v", err)
+				}
+				if got.Nick != tc.wantNick {
+					t.Errorf("nick = %q, want %q", got.Nick, tc.wantNick)
+				}
+				return
+			}
+			var ce *auth.ClaimError
+			if !errors.As(err, &ce) || ce.Claim != tc.wantClaim || !errors.Is(err, auth.ErrBadTicket) {
+				t.Fatalf("err = %v, want a ClaimError on %q wrapping ErrBadTicket", err, tc.wantClaim)
+			}
+			if strings.ContainsAny(ce.Reason, "\x00\n\u202e\u200b\xff") {
+				t.Errorf("reason %q echoes the value", ce.Reason)
+			}
+		})
+	}
+}
+
+// A payload that is not UTF-8 is refused, not shown with U+FFFD: encoding/json
+// would replace the bad bytes silently (MintTicket cannot even write them).
+func TestTicketPayloadNotUTF8(t *testing.T) {
+	v, _ := newTicketVerifier(t, ticketKey)
+	enc := base64.RawURLEncoding
+	head := enc.EncodeToString([]byte(`{"alg":"HS256","typ":"JWT"}`))
+	body := enc.EncodeToString(fmt.Appendf(nil, `{"sub":"u1","nick":"a`+"\xff"+`b","exp":%d}`, time.Now().Add(time.Hour).Unix()))
+	mac := hmac.New(sha256.New, ticketKey)
+	mac.Write([]byte(head + "." + body))
+	_, err := v.Verify(head + "." + body + "." + enc.EncodeToString(mac.Sum(nil)))
+	var ce *auth.ClaimError
+	if !errors.As(err, &ce) || ce.Claim != "payload" {
+		t.Fatalf("err = %v, want a ClaimError on the payload", err)
+	}
+}
+
+// The largest identity a ticket may carry still makes a token every node
+// accepts, with room to spare for a long list of node addresses.
+func TestTicketIdentityFitsAToken(t *testing.T) {
+	v, _ := newTicketVerifier(t, ticketKey)
+	// Escaped characters are what make an identity long in a token: & < >
+	// take six bytes each. Find the longest avatar the budget lets through.
+	sub := strings.Repeat("<", 64)
+	nick := "\U0001F389\U0001F389\U0001F389\U0001F389\U0001F389\U0001F389"
+	var best *auth.Ticket
+	for n := 256 - len("https://h/?"); n >= 0; n-- {
+		tk, err := v.Verify(mint(t, ticketKey, sub, auth.Ticket{Nick: nick, Avatar: "https://h/?" + strings.Repeat("&", n)}, time.Hour))
+		if err == nil {
+			best = tk
+			break
+		}
+	}
+	if best == nil {
+		t.Fatal("no avatar fits")
+	}
+	e := newEnv(t)
+	c := validClaims()
+	c.Subject, c.Nick, c.Avatar, c.Role = best.Subject, best.Nick, best.Avatar, best.Role
+	c.Room = strings.Repeat("r", 64)
+	c.Addrs = nil
+	for i := range 12 {
+		c.Addrs = append(c.Addrs, fmt.Sprintf("wss://edge-%02d.eu-west.danmaku.example:443", i))
+	}
+	c.Ingests = 6
+	tok := e.sign(t, c)
+	if _, err := e.ring.Verify(tok); err != nil {
+		t.Fatalf("token of %d bytes for the largest identity refused: %v", len(tok), err)
+	}
+	t.Logf("largest identity: token of %d bytes", len(tok))
 }
 
 func TestTicketExpiresOnTheVerifiersClock(t *testing.T) {

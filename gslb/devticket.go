@@ -2,14 +2,13 @@ package gslb
 
 import (
 	"net/http"
-	"regexp"
 	"time"
-	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
 
 	"danmaku/auth"
 	"danmaku/internal/httpx"
+	"danmaku/internal/ident"
 )
 
 // DevTicketPath mints business tickets in embedded mode, so that the demo
@@ -20,26 +19,32 @@ const DevTicketPath = "/v1/dev/ticket"
 // entry, not its ticket.
 const devTicketTTL = 12 * time.Hour
 
-var devUserRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
-
-// RegisterDevTickets serves GET DevTicketPath?user=U[&nick=N][&role=R],
+// RegisterDevTickets serves GET DevTicketPath?user=U[&nick=N][&av=A][&role=R],
 // answering {"ticket": "..."} signed with key. Register it only where key is
-// the public auth.DevTicketKey (embedded mode): anyone may call it.
+// the public auth.DevTicketKey (embedded mode): anyone may call it. The
+// fields follow the identity rules tickets are verified by (internal/ident),
+// so a dev ticket never fails at entry; the nickname is minted cleaned.
 func RegisterDevTickets(r gin.IRoutes, key []byte) {
 	r.GET(DevTicketPath, func(c *gin.Context) {
-		user, nick, role := c.Query("user"), c.Query("nick"), c.DefaultQuery("role", auth.RoleViewer)
-		switch {
-		case !devUserRE.MatchString(user):
-			httpx.Abort(c, httpx.Errorf(http.StatusBadRequest, "bad_user", "user must be 1-64 characters of A-Z a-z 0-9 _ -"))
+		user, av, role := c.Query("user"), c.Query("av"), c.DefaultQuery("role", auth.RoleViewer)
+		if err := ident.CheckUser(user); err != nil {
+			httpx.Abort(c, identError("bad_user", err))
 			return
-		case !utf8.ValidString(nick) || utf8.RuneCountInString(nick) > 32:
-			httpx.Abort(c, httpx.Errorf(http.StatusBadRequest, "bad_nick", "nick must be at most 32 characters of valid UTF-8"))
+		}
+		nick, err := ident.CleanNick(c.Query("nick"))
+		if err != nil {
+			httpx.Abort(c, identError("bad_nick", err))
 			return
-		case !auth.ValidRole(role):
+		}
+		if err := ident.CheckAvatar(av); err != nil {
+			httpx.Abort(c, identError("bad_avatar", err))
+			return
+		}
+		if !auth.ValidRole(role) {
 			httpx.Abort(c, httpx.Errorf(http.StatusBadRequest, "bad_role", "role must be viewer, host or admin"))
 			return
 		}
-		t, err := auth.MintTicket(key, user, auth.Ticket{Nick: nick, Role: role}, devTicketTTL)
+		t, err := auth.MintTicket(key, user, auth.Ticket{Nick: nick, Avatar: av, Role: role}, devTicketTTL)
 		if err != nil {
 			httpx.Abort(c, httpx.Errorf(http.StatusInternalServerError, httpx.CodeInternal, "cannot mint a ticket"))
 			return
@@ -47,4 +52,9 @@ func RegisterDevTickets(r gin.IRoutes, key []byte) {
 		c.Header("Cache-Control", "no-store")
 		c.JSON(http.StatusOK, gin.H{"ticket": t})
 	})
+}
+
+// identError answers an identity rule broken, naming the query parameter.
+func identError(code string, err error) *httpx.Error {
+	return httpx.Errorf(http.StatusBadRequest, code, "%v", err)
 }

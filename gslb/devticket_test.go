@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"danmaku/auth"
@@ -17,6 +18,13 @@ func TestDevTickets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The subtest names are the queries: cut the long ones.
+	name := func(q string) string {
+		if len(q) > 60 {
+			return q[:60]
+		}
+		return q
+	}
 	tests := []struct {
 		query  string
 		status int
@@ -29,9 +37,18 @@ func TestDevTickets(t *testing.T) {
 		{"user=a%20b", http.StatusBadRequest, "bad_user", ""},
 		{"user=alice&role=god", http.StatusBadRequest, "bad_role", ""},
 		{"user=alice&nick=%ff", http.StatusBadRequest, "bad_nick", ""},
+		{"user=%E7%94%A8%E6%88%B742&nick=%E5%B0%8F%E6%98%8E%E2%80%AE&av=a7", http.StatusOK, "", auth.RoleViewer},
+		{"user=alice&av=https%3A%2F%2Fimg.example%2Fa.png", http.StatusOK, "", auth.RoleViewer},
+		{"user=u%001", http.StatusBadRequest, "bad_user", ""},
+		{"user=u1%0A", http.StatusBadRequest, "bad_user", ""},
+		{"user=u1%E2%80%AE", http.StatusBadRequest, "bad_user", ""},
+		{"user=" + strings.Repeat("u", 65), http.StatusBadRequest, "bad_user", ""},
+		{"user=alice&nick=" + strings.Repeat("n", 129), http.StatusBadRequest, "bad_nick", ""},
+		{"user=alice&av=" + strings.Repeat("a", 2500), http.StatusBadRequest, "bad_avatar", ""},
+		{"user=alice&av=http%3A%2F%2Fimg.example%2Fa.png", http.StatusBadRequest, "bad_avatar", ""},
 	}
 	for _, tt := range tests {
-		t.Run(tt.query, func(t *testing.T) {
+		t.Run(name(tt.query), func(t *testing.T) {
 			rec := httptest.NewRecorder()
 			e.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, DevTicketPath+"?"+tt.query, nil))
 			if rec.Code != tt.status {
@@ -53,6 +70,9 @@ func TestDevTickets(t *testing.T) {
 			tk, err := v.Verify(body.Ticket)
 			if err != nil || tk.Role != tt.role {
 				t.Fatalf("ticket %+v, %v", tk, err)
+			}
+			if strings.ContainsRune(tk.Nick, '\u202e') {
+				t.Fatalf("nick %q keeps a bidi override", tk.Nick)
 			}
 		})
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"sync/atomic"
 	"time"
 
 	"danmaku/internal/wire"
@@ -28,6 +30,10 @@ type GiftLog interface {
 	// retry with the same room and orderID is always safe: it stores the
 	// gift at most once and answers the one id. Order ids are per room:
 	// the same id in another room is another order.
+	//
+	// A new order is refused with a *GiftBacklogError (ErrGiftBacklog)
+	// while the room's gift backlog is over its bound; a repeat of an
+	// appended order never is.
 	AppendGift(ctx context.Context, room, orderID string, m wire.Message) (id string, duplicate bool, err error)
 }
 
@@ -41,4 +47,79 @@ func checkGift(room, orderID string) error {
 		return fmt.Errorf("%w (room %q, order %q)", ErrBadGift, room, orderID)
 	}
 	return nil
+}
+
+// defaultGiftBacklogBound is the gift backlog, in seconds of the room's
+// gift budget, past which new gifts are refused: half a minute of gifts
+// waiting is already late for a viewer, and the business server can hold a
+// paid order that long and retry.
+const defaultGiftBacklogBound = 30.0
+
+// ErrGiftBacklog is returned (as a *GiftBacklogError) by AppendGift for a
+// new order while the room's gift backlog — published by the room's
+// slicer leader — is over its bound: nothing is appended, and the caller
+// retries the same order id after RetryAfter (HTTP 429 gift_backlog). A
+// repeat of an order already appended is never refused: it gets its
+// original answer.
+var ErrGiftBacklog = errors.New("ingest: the room's gift backlog is over its bound")
+
+// GiftBacklogError is ErrGiftBacklog with what the refusal was based on.
+type GiftBacklogError struct {
+	Room string
+	// Backlog and Bound are in seconds of the room's gift budget.
+	Backlog, Bound float64
+	// RetryAfter is when the backlog is expected back under the bound: the
+	// excess, since a backlog drains by about a second a second; at least
+	// a second.
+	RetryAfter time.Duration
+}
+
+func (e *GiftBacklogError) Error() string {
+	return fmt.Sprintf("%v: room %s has %.1f s of gifts waiting (bound %.1f s); retry after %v", ErrGiftBacklog, e.Room, e.Backlog, e.Bound, e.RetryAfter)
+}
+
+// Is makes errors.Is(err, ErrGiftBacklog) true.
+func (e *GiftBacklogError) Is(target error) bool { return target == ErrGiftBacklog }
+
+// backlogRefusal is the error for a new order of room with the given
+// backlog and bound.
+func backlogRefusal(room string, backlog, bound float64) error {
+	excess := time.Duration(math.Ceil(backlog-bound)) * time.Second
+	return &GiftBacklogError{Room: room, Backlog: backlog, Bound: bound, RetryAfter: max(excess, time.Second)}
+}
+
+// GiftBacklog decides on a new gift of a room against the room's gift
+// backlog as its slicer leader publishes it: slicer.MemoryBacklog, shared
+// with the slicer in embedded mode. Admit refuses (ok false) while the
+// backlog is over bound, and otherwise counts the gift into the backlog
+// until the leader publishes again, so that a burst within one slot cannot
+// outrun the bound. backlog is the value the decision was made on; an
+// unpublished or lapsed backlog is 0.
+type GiftBacklog interface {
+	Admit(ctx context.Context, room string, bound float64) (backlog float64, ok bool, err error)
+}
+
+// backlogBound is a gift log's per-room bound: the function its config
+// gave, or a later SetBacklogBound's. Safe for concurrent use.
+type backlogBound struct {
+	f atomic.Pointer[func(room string) float64]
+}
+
+func (b *backlogBound) set(f func(room string) float64) {
+	if f == nil {
+		b.f.Store(nil)
+		return
+	}
+	b.f.Store(&f)
+}
+
+// of returns room's bound: the function's answer, or, without a function
+// or for an answer that is not positive, defaultGiftBacklogBound.
+func (b *backlogBound) of(room string) float64 {
+	if p := b.f.Load(); p != nil {
+		if v := (*p)(room); v > 0 {
+			return v
+		}
+	}
+	return defaultGiftBacklogBound
 }

@@ -23,6 +23,14 @@ type MemoryGiftLogConfig struct {
 	OrderTTL time.Duration
 	// Clock times OrderTTL. Nil: the real clock.
 	Clock clock.Clock
+	// Backlog is where the slicer of this process publishes each room's
+	// gift backlog (the slicer.MemoryBacklog given to slicer.Config.Backlog
+	// too). Nil: no backlog is known and no gift is refused.
+	Backlog GiftBacklog
+	// BacklogBound is room's backlog bound in seconds of its gift budget
+	// (the event's gift_backlog_s): a new order is refused while the
+	// backlog is over it. Nil, or an answer that is not positive: 30 s.
+	BacklogBound func(room string) float64
 }
 
 // MemoryGiftLog is the GiftLog of embedded mode, where one process holds
@@ -32,6 +40,8 @@ type MemoryGiftLog struct {
 	streams *stream.MemoryStore
 	ttl     time.Duration
 	clock   clock.Clock
+	backlog GiftBacklog
+	bound   backlogBound
 
 	mu     sync.Mutex
 	orders map[giftOrder]giftRecord
@@ -65,13 +75,21 @@ func NewMemoryGiftLog(cfg MemoryGiftLogConfig) (*MemoryGiftLog, error) {
 	if cfg.OrderTTL == 0 {
 		cfg.OrderTTL = defaultOrderTTL
 	}
-	return &MemoryGiftLog{
+	l := &MemoryGiftLog{
 		streams: cfg.Streams,
 		ttl:     cfg.OrderTTL,
 		clock:   clock.Or(cfg.Clock),
+		backlog: cfg.Backlog,
 		orders:  map[giftOrder]giftRecord{},
-	}, nil
+	}
+	l.bound.set(cfg.BacklogBound)
+	return l, nil
 }
+
+// SetBacklogBound replaces MemoryGiftLogConfig.BacklogBound, for a gift log
+// built before what knows the rooms' settings (the event directory). Safe
+// to call while gifts are appended.
+func (l *MemoryGiftLog) SetBacklogBound(f func(room string) float64) { l.bound.set(f) }
 
 // AppendGift implements GiftLog.
 func (l *MemoryGiftLog) AppendGift(ctx context.Context, room, orderID string, m wire.Message) (string, bool, error) {
@@ -85,6 +103,19 @@ func (l *MemoryGiftLog) AppendGift(ctx context.Context, room, orderID string, m 
 	l.forgetLocked(now)
 	if r, ok := l.orders[key]; ok && now.Before(r.expires) {
 		return r.id, true, nil
+	}
+	if l.backlog != nil {
+		// Admitted, the gift counts into the backlog even if the append
+		// below fails: an overcount that lasts until the leader's next
+		// publication, never a gift let past the bound.
+		bound := l.bound.of(room)
+		backlog, ok, err := l.backlog.Admit(ctx, room, bound)
+		if err != nil {
+			return "", false, fmt.Errorf("ingest: append gift %s/%s: gift backlog: %w", room, orderID, err)
+		}
+		if !ok {
+			return "", false, backlogRefusal(room, backlog, bound)
+		}
 	}
 	m.Order = orderID
 	out, err := l.streams.Append(ctx, stream.Key{Room: room, Lane: stream.Live}, []wire.Message{m})

@@ -6,7 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
+	"math"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -79,6 +80,12 @@ type RedisGiftLogConfig struct {
 	WaitReplicas int
 	// WaitTimeout bounds the wait for replicas. Zero: 500 ms.
 	WaitTimeout time.Duration
+	// BacklogBound is room's gift backlog bound in seconds of its gift
+	// budget (the event's gift_backlog_s): a new order is refused
+	// (ErrGiftBacklog) while the backlog the room's slicer leader publishes
+	// (slicer.RedisBacklog, beside the room's streams) is over it. Nil, or
+	// an answer that is not positive: 30 s.
+	BacklogBound func(room string) float64
 }
 
 // RedisGiftLog is the GiftLog shared by every ingest node. One Lua script
@@ -91,8 +98,10 @@ type RedisGiftLogConfig struct {
 //
 //	danmaku:{room:ID}:live          the room's Live lane (stream.RedisStore's key)
 //	danmaku:{room:ID}:order:ORDER   the entry id of ORDER, expiring after OrderTTL
+//	danmaku:{room:ID}:giftbacklog   the room's gift backlog in seconds (slicer.RedisBacklog)
 //
-// so the script's two keys share a Redis Cluster slot. The rooms registry
+// so the script's keys share a Redis Cluster slot, and a new order is
+// checked against the room's backlog in the same atomic step. The rooms registry
 // lives in another slot; a room is registered (Streams.OpenRoom) after its
 // first gift in each RegisterEvery of this process, as the stream store does
 // after its own appends.
@@ -103,16 +112,13 @@ type RedisGiftLogConfig struct {
 //
 // RedisGiftLog is safe for concurrent use. It starts no goroutines.
 type RedisGiftLog struct {
-	client        redis.UniversalClient
-	streams       *stream.RedisStore
-	ttlMs         int64
-	registerEvery time.Duration
-	clock         clock.Clock
-	log           *slog.Logger
-	waitReplicas  int
-	waitTimeout   time.Duration
-
-	registered sync.Map // room → time.Time (clock) of this process's last registration
+	client       redis.UniversalClient
+	streams      *stream.RedisStore
+	ttlMs        int64
+	rooms        registrar
+	waitReplicas int
+	waitTimeout  time.Duration
+	bound        backlogBound
 }
 
 // NewRedisGiftLog checks cfg, applies its defaults and returns the gift log.
@@ -150,16 +156,16 @@ func NewRedisGiftLog(cfg RedisGiftLogConfig) (*RedisGiftLog, error) {
 	if cfg.WaitTimeout == 0 {
 		cfg.WaitTimeout = defaultWaitTimeout
 	}
-	return &RedisGiftLog{
-		client:        cfg.Client,
-		streams:       cfg.Streams,
-		ttlMs:         px,
-		registerEvery: cfg.RegisterEvery,
-		clock:         clock.Or(cfg.Clock),
-		log:           cfg.Logger,
-		waitReplicas:  cfg.WaitReplicas,
-		waitTimeout:   cfg.WaitTimeout,
-	}, nil
+	l := &RedisGiftLog{
+		client:       cfg.Client,
+		streams:      cfg.Streams,
+		ttlMs:        px,
+		rooms:        registrar{streams: cfg.Streams, every: cfg.RegisterEvery, clock: clock.Or(cfg.Clock), log: cfg.Logger},
+		waitReplicas: cfg.WaitReplicas,
+		waitTimeout:  cfg.WaitTimeout,
+	}
+	l.bound.set(cfg.BacklogBound)
+	return l, nil
 }
 
 // orderKey returns the key of room's record of orderID. The order id comes
@@ -169,13 +175,29 @@ func orderKey(room, orderID string) string {
 	return redisx.RoomKey(room, "order:"+orderID)
 }
 
+// giftBacklogKey is the key where the room's slicer leader publishes its
+// gift backlog: slicer.RedisBacklog's key (ingest does not import the
+// slicer; a test of both checks that they agree).
+func giftBacklogKey(room string) string { return redisx.RoomKey(room, "giftbacklog") }
+
 // appendGiftScript appends a gift once per order.
 //
-// KEYS[1] the room's Live stream; KEYS[2] the room's order key. ARGV[1] the
-// msgpack message (entry field "m"); ARGV[2] the order id (entry field "o");
-// ARGV[3] the order TTL in ms; ARGV[4] "1" when a WAIT follows. Returns
-// {entry id, 1} for an order already appended, {entry id, 0} for one
-// appended now.
+// KEYS[1] the room's Live stream; KEYS[2] the room's order key; KEYS[3] the
+// room's gift backlog key. ARGV[1] the msgpack message (entry field "m");
+// ARGV[2] the order id (entry field "o"); ARGV[3] the order TTL in ms;
+// ARGV[4] "1" when a WAIT follows; ARGV[5] the backlog bound in seconds.
+// Returns {entry id, 1} for an order already appended, {entry id, 0} for
+// one appended now, and {"", 2, backlog} for a new order refused because
+// the backlog is over the bound (nothing written). The order check comes
+// first: a repeat of an appended order gets its answer whatever the
+// backlog.
+//
+// The backlog key holds "SECONDS PERGIFT" (slicer.RedisBacklog; a bare
+// number is read as SECONDS). A gift appended adds PERGIFT to SECONDS,
+// keeping the key's TTL, so that gifts accepted between two publications
+// of the leader count against the bound at once; the leader's next
+// publication replaces the sum with its own count. An absent key (nothing
+// backed up, or its leader gone) is 0 and is not created.
 //
 // With a WAIT following, a duplicate rewrites its order record unchanged
 // (KEEPTTL): WAIT counts replicas that have this connection's last write,
@@ -197,10 +219,28 @@ if id and id ~= '' then
 	end
 	return {id, 1}
 end
+local raw = redis.call('GET', KEYS[3])
+local sec, per, perText = 0, 0, nil
+if raw then
+	local secText
+	secText, perText = string.match(raw, '^(%S+) (%S+)$')
+	sec, per = tonumber(secText or raw) or 0, perText and tonumber(perText) or 0
+	if sec > tonumber(ARGV[5]) then
+		return {'', 2, string.format('%.6f', sec)}
+	end
+end
 id = redis.call('XADD', KEYS[1], '*', 'm', ARGV[1], 'o', ARGV[2])
 redis.call('SET', KEYS[2], id, 'PX', ARGV[3])
+if per > 0 then
+	redis.call('SET', KEYS[3], string.format('%.6f %s', sec + per, perText), 'KEEPTTL')
+end
 return {id, 0}
 `
+
+// SetBacklogBound replaces RedisGiftLogConfig.BacklogBound, for a gift log
+// built before what knows the rooms' settings (the event directory). Safe
+// to call while gifts are appended.
+func (l *RedisGiftLog) SetBacklogBound(f func(room string) float64) { l.bound.set(f) }
 
 // AppendGift implements GiftLog.
 func (l *RedisGiftLog) AppendGift(ctx context.Context, room, orderID string, m wire.Message) (string, bool, error) {
@@ -214,22 +254,29 @@ func (l *RedisGiftLog) AppendGift(ctx context.Context, room, orderID string, m w
 	if err != nil {
 		return fail(err)
 	}
-	keys := []string{l.streams.StreamKey(stream.Key{Room: room, Lane: stream.Live}), orderKey(room, orderID)}
+	keys := []string{l.streams.StreamKey(stream.Key{Room: room, Lane: stream.Live}), orderKey(room, orderID), giftBacklogKey(room)}
+	bound := l.bound.of(room)
+	// Lua reads the bound with tonumber, which knows no infinity: an
+	// unbounded room gets the largest finite bound instead.
+	boundArg := strconv.FormatFloat(min(bound, math.MaxFloat64), 'g', -1, 64)
 	var res []any
 	if l.waitReplicas > 0 {
-		res, err = l.runAndWait(ctx, keys, b, orderID, l.ttlMs, "1")
+		res, err = l.runAndWait(ctx, keys, b, orderID, l.ttlMs, "1", boundArg)
 	} else {
-		res, err = appendGiftScript.Run(ctx, l.client, keys, b, orderID, l.ttlMs, "0").Slice()
+		res, err = appendGiftScript.Run(ctx, l.client, keys, b, orderID, l.ttlMs, "0", boundArg).Slice()
 	}
 	if err != nil {
 		return fail(err)
 	}
-	id, dup, err := parseAppendGift(res)
+	a, err := parseAppendGift(res)
 	if err != nil {
 		return fail(err)
 	}
-	l.register(ctx, room)
-	return id, dup, nil
+	if a.refused {
+		return "", false, backlogRefusal(room, a.backlog, bound)
+	}
+	l.rooms.register(ctx, room)
+	return a.id, a.dup, nil
 }
 
 // runAndWait runs the gift script and WAIT in one pipeline on the one server
@@ -261,6 +308,10 @@ func (l *RedisGiftLog) runAndWait(ctx context.Context, keys []string, args ...an
 		_, _ = pipe.Exec(ctx) // errors are read per command
 		res, err := run.Slice()
 		switch {
+		case err == nil && refused(res):
+			// Nothing was written: there is nothing for WAIT to vouch
+			// for, and a refusal must not turn into a 503.
+			return res, nil
 		case err == nil:
 			n, werr := wait.Int64()
 			if werr != nil {
@@ -326,28 +377,39 @@ func encodeEntry(m wire.Message) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-func parseAppendGift(res []any) (id string, dup bool, err error) {
-	if len(res) == 2 {
-		id, ok1 := res[0].(string)
-		flag, ok2 := res[1].(int64)
-		if ok1 && ok2 && id != "" {
-			return id, flag == 1, nil
-		}
-	}
-	return "", false, fmt.Errorf("unexpected script answer %v", res)
+// giftAnswer is the gift script's answer: an entry id (dup: of an earlier
+// append), or a refusal with the backlog that caused it.
+type giftAnswer struct {
+	id      string
+	dup     bool
+	refused bool
+	backlog float64
 }
 
-// register opens room in the registry once per registerEvery. The gift is
-// stored by then: a failure is logged and retried by the room's next gift,
-// never returned (the caller would retry a stored gift for nothing).
-func (l *RedisGiftLog) register(ctx context.Context, room string) {
-	now := l.clock.Now()
-	if v, ok := l.registered.Load(room); ok && now.Sub(v.(time.Time)) < l.registerEvery {
-		return
+// refused reports whether res is the script's backlog refusal.
+func refused(res []any) bool {
+	if len(res) != 3 {
+		return false
 	}
-	if err := l.streams.OpenRoom(ctx, room); err != nil {
-		l.log.Warn("ingest: register gift room", "room", room, "err", err)
-		return
+	flag, ok := res[1].(int64)
+	return ok && flag == 2
+}
+
+func parseAppendGift(res []any) (giftAnswer, error) {
+	switch len(res) {
+	case 2:
+		id, ok1 := res[0].(string)
+		flag, ok2 := res[1].(int64)
+		if ok1 && ok2 && id != "" && (flag == 0 || flag == 1) {
+			return giftAnswer{id: id, dup: flag == 1}, nil
+		}
+	case 3:
+		raw, ok := res[2].(string)
+		if refused(res) && ok {
+			if b, err := strconv.ParseFloat(raw, 64); err == nil {
+				return giftAnswer{refused: true, backlog: b}, nil
+			}
+		}
 	}
-	l.registered.Store(room, now)
+	return giftAnswer{}, fmt.Errorf("unexpected script answer %v", res)
 }

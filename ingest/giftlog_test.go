@@ -18,6 +18,7 @@ import (
 	"danmaku/internal/redisx/redistest"
 	"danmaku/internal/stream"
 	"danmaku/internal/wire"
+	"danmaku/slicer"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -390,4 +391,142 @@ func liveEntries(t *testing.T, s stream.Store, room string) []wire.Message {
 		t.Fatal(err)
 	}
 	return es
+}
+
+// backlogBackend is a GiftLog over a room backlog the test publishes to as
+// the room's slicer leader would (slicer.MemoryBacklog, slicer.RedisBacklog),
+// with a bound of 5 s in room "tight" and the default (30 s) elsewhere.
+// lapse waits until a value published with ttl has lapsed.
+type backlogBackend struct {
+	name string
+	open func(t *testing.T) (streams stream.Store, log ingest.GiftLog, backlog slicer.Backlog, lapse func(t *testing.T, room string, ttl time.Duration))
+}
+
+func tightBound(room string) float64 {
+	if room == "tight" {
+		return 5
+	}
+	return 0
+}
+
+func backlogBackends() []backlogBackend {
+	redisBackend := func(name string, client func(testing.TB) redis.UniversalClient, wait int) backlogBackend {
+		return backlogBackend{name, func(t *testing.T) (stream.Store, ingest.GiftLog, slicer.Backlog, func(*testing.T, string, time.Duration)) {
+			rdb := client(t)
+			store := newRedisStore(t, rdb)
+			l, err := ingest.NewRedisGiftLog(ingest.RedisGiftLogConfig{Client: rdb, Streams: store, Logger: quiet, WaitReplicas: wait, BacklogBound: tightBound})
+			if err != nil {
+				t.Fatal(err)
+			}
+			backlog := slicer.NewRedisBacklog(rdb)
+			lapse := func(t *testing.T, room string, ttl time.Duration) {
+				// Redis expires the key on its own clock: poll for it.
+				for deadline := time.Now().Add(10 * time.Second); ; {
+					v, err := backlog.Get(context.Background(), room)
+					if err == nil && v == 0 {
+						return
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("backlog of %s still %v, %v long after its ttl %v", room, v, err, ttl)
+					}
+					time.Sleep(ttl / 4)
+				}
+			}
+			return store, l, backlog, lapse
+		}}
+	}
+	return []backlogBackend{
+		{"memory", func(t *testing.T) (stream.Store, ingest.GiftLog, slicer.Backlog, func(*testing.T, string, time.Duration)) {
+			c := clock.NewFake(time.Unix(1_700_000_000, 0))
+			store := stream.NewMemoryStore(c)
+			backlog := slicer.NewMemoryBacklog(c)
+			l, err := ingest.NewMemoryGiftLog(ingest.MemoryGiftLogConfig{Streams: store, Clock: c, Backlog: backlog, BacklogBound: tightBound})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return store, l, backlog, func(_ *testing.T, _ string, ttl time.Duration) { c.Advance(ttl) }
+		}},
+		redisBackend("redis", func(t testing.TB) redis.UniversalClient { return redistest.Client(t) }, 0),
+		redisBackend("redis-cluster", func(t testing.TB) redis.UniversalClient { return redistest.Cluster(t) }, 0),
+		redisBackend("redis-cluster-wait", func(t testing.TB) redis.UniversalClient { return redistest.Cluster(t) }, 1),
+	}
+}
+
+// TestGiftLogBacklog: over its room's bound, a new order is refused with
+// ErrGiftBacklog and a Retry-After of the excess, and nothing is appended;
+// a repeat of an appended order still gets its original answer; once the
+// backlog is back under the bound (or its publisher's value lapses), the
+// refused order is accepted like any new one.
+func TestGiftLogBacklog(t *testing.T) {
+	ctx := context.Background()
+	for _, b := range backlogBackends() {
+		t.Run(b.name, func(t *testing.T) {
+			streams, l, backlog, lapse := b.open(t)
+			set := func(room string, sec float64, ttl time.Duration) {
+				t.Helper()
+				if err := backlog.Set(ctx, room, sec, 0, ttl); err != nil {
+					t.Fatal(err)
+				}
+			}
+			refuse := func(room, order string, backlog, bound float64, retry time.Duration) {
+				t.Helper()
+				before := len(liveEntries(t, streams, room))
+				id, dup, err := l.AppendGift(ctx, room, order, testGift(1))
+				var be *ingest.GiftBacklogError
+				if !errors.Is(err, ingest.ErrGiftBacklog) || !errors.As(err, &be) || id != "" || dup {
+					t.Fatalf("AppendGift(%s, %s) over the bound = %q, %v, %v; want ErrGiftBacklog", room, order, id, dup, err)
+				}
+				if be.Room != room || be.Backlog != backlog || be.Bound != bound || be.RetryAfter != retry {
+					t.Fatalf("refusal %+v, want backlog %v, bound %v, retry after %v", be, backlog, bound, retry)
+				}
+				if after := len(liveEntries(t, streams, room)); after != before {
+					t.Fatalf("a refused gift was appended: %d entries, was %d", after, before)
+				}
+			}
+
+			first := mustAppendGift(t, l, "tight", "o1", testGift(1), false)
+			set("tight", 5, time.Minute) // at the bound, not over it
+			mustAppendGift(t, l, "tight", "o2", testGift(1), false)
+			set("tight", 7.5, time.Minute)
+			refuse("tight", "o3", 7.5, 5, 3*time.Second)
+			set("tight", 5.001, time.Minute)
+			refuse("tight", "o3", 5.001, 5, time.Second) // at least a second
+			if again := mustAppendGift(t, l, "tight", "o1", testGift(1), true); again != first {
+				t.Fatalf("repeat over the bound answered %s, want the original %s", again, first)
+			}
+			// Other rooms have their own backlog and the default bound.
+			mustAppendGift(t, l, "loose", "o3", testGift(1), false)
+			set("loose", 30.5, time.Minute)
+			refuse("loose", "o4", 30.5, 30, time.Second)
+			set("loose", 29, time.Minute)
+			mustAppendGift(t, l, "loose", "o4", testGift(1), false)
+			// Back under the bound: the refused order goes in, once.
+			set("tight", 1, time.Minute)
+			id := mustAppendGift(t, l, "tight", "o3", testGift(1), false)
+			if again := mustAppendGift(t, l, "tight", "o3", testGift(1), true); again != id {
+				t.Fatalf("repeat answered %s, want %s", again, id)
+			}
+			// Each gift accepted adds the published seconds per gift, until
+			// the next publication: a burst cannot outrun the bound.
+			if err := backlog.Set(ctx, "tight", 4, 0.5, time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			for _, o := range []string{"b1", "b2", "b3"} { // at 4, 4.5, 5
+				mustAppendGift(t, l, "tight", o, testGift(1), false)
+			}
+			refuse("tight", "b4", 5.5, 5, time.Second)
+			if v, err := backlog.Get(ctx, "tight"); err != nil || v != 5.5 {
+				t.Fatalf("backlog after three gifts = %v, %v; want 5.5", v, err)
+			}
+			// A published value lapses with its publisher.
+			ttl := 200 * time.Millisecond
+			set("tight", 100, ttl)
+			refuse("tight", "o5", 100, 5, 95*time.Second)
+			lapse(t, "tight", ttl)
+			mustAppendGift(t, l, "tight", "o5", testGift(1), false)
+			if es := liveEntries(t, streams, "tight"); len(es) != 7 {
+				t.Fatalf("room holds %d gifts, want the 7 accepted", len(es))
+			}
+		})
+	}
 }

@@ -85,6 +85,11 @@ type Config struct {
 	// Lotteries keeps the lotteries viewers enter by typing a keyword. Nil:
 	// none (keywords are ordinary comments).
 	Lotteries LotteryStore
+	// GiftBacklog is where the slicer of this process publishes each
+	// room's gift backlog, for the default memory gift log to refuse new
+	// gifts over the room's bound. Nil: no bound (a gift log given in
+	// Gifts reads its own).
+	GiftBacklog GiftBacklog
 	// Gifts appends gifts exactly once per order id. Nil: a MemoryGiftLog
 	// over Streams (which must then be a *stream.MemoryStore) with its
 	// default order TTL of 24 h.
@@ -186,7 +191,7 @@ func New(cfg Config) (*Server, error) {
 		if !ok {
 			return nil, fmt.Errorf("ingest: Gifts is required with a %T stream store", cfg.Streams)
 		}
-		g, err := NewMemoryGiftLog(MemoryGiftLogConfig{Streams: mem, Clock: cfg.Clock})
+		g, err := NewMemoryGiftLog(MemoryGiftLogConfig{Streams: mem, Backlog: cfg.GiftBacklog, Clock: cfg.Clock})
 		if err != nil {
 			return nil, err
 		}
@@ -240,6 +245,10 @@ func New(cfg Config) (*Server, error) {
 				Help: "Verified tokens evicted from the full cache.",
 			}, func() float64 { return float64(tc.Stats().Evictions) }),
 		}
+	}
+	if b, ok := cfg.Gifts.(interface{ SetBacklogBound(func(string) float64) }); ok {
+		// The bound follows the event's room limits, changed at run time.
+		b.SetBacklogBound(s.giftBacklogBound)
 	}
 	s.writer = newWriter(cfg.Gate, cfg.NodeID, cfg.FlushWindow, cfg.Hold, cfg.Clock, cfg.Logger, s.liveIngestNodes)
 	if cfg.Lotteries != nil {
@@ -598,6 +607,17 @@ func (s *Server) fastLaneCap(room string) int {
 	return s.cfg.FastLaneCap
 }
 
+// giftBacklogBound is the room's gift backlog bound in seconds: its
+// event's, else 0 (the gift log's default).
+func (s *Server) giftBacklogBound(room string) float64 {
+	if s.cfg.Events != nil {
+		if v, ok := s.cfg.Events.Lookup(room); ok && v.Room.Limits != nil {
+			return v.Room.Limits.GiftBacklogS
+		}
+	}
+	return 0
+}
+
 // Lotteries returns the node's lottery matcher (nil without a
 // LotteryStore), for the operator API to refresh after a change.
 func (s *Server) Lotteries() *Lotteries { return s.lotteries }
@@ -614,29 +634,6 @@ type GiftRequest struct {
 	Count   uint32 `json:"count"`
 }
 
-func (g *GiftRequest) validate() *httpx.Error {
-	bad := func(field, rule string) *httpx.Error {
-		return httpx.Errorf(http.StatusBadRequest, "bad_field", "%s: %s", field, rule)
-	}
-	switch {
-	case g.OrderID == "" || len(g.OrderID) > 64:
-		return bad("order_id", "required, at most 64 bytes")
-	case !wire.ValidRoom(g.Room):
-		return bad("room", "required, 1-64 of A-Z a-z 0-9 _ -")
-	case g.User == "" || len(g.User) > 64:
-		return bad("user", "required, at most 64 bytes")
-	case g.Gift == "" || len(g.Gift) > 32:
-		return bad("gift", "required, at most 32 bytes")
-	case g.Value == nil || *g.Value < 0:
-		return bad("value", "required, >= 0")
-	case g.Count > 100000:
-		return bad("count", "at most 100000")
-	case len(g.Nick) > 64 || len(g.Avatar) > 32:
-		return bad("nick/avatar", "too long")
-	}
-	return nil
-}
-
 func (s *Server) gift(c *gin.Context) {
 	if !httpx.KeyMatches(c, s.cfg.GiftKeys) {
 		s.reject(c, "auth", httpx.Errorf(http.StatusUnauthorized, "bad_service_key", "gift API needs a service key"))
@@ -647,7 +644,7 @@ func (s *Server) gift(c *gin.Context) {
 		s.reject(c, "input", e)
 		return
 	}
-	if e := g.validate(); e != nil {
+	if e := g.check(); e != nil {
 		s.reject(c, "input", e)
 		return
 	}
@@ -660,6 +657,15 @@ func (s *Server) gift(c *gin.Context) {
 	}
 	m := wire.Message{Kind: wire.KindGift, User: g.User, Nick: g.Nick, Avatar: g.Avatar, Gift: g.Gift, Value: *g.Value, Count: count, Order: g.OrderID}
 	id, dup, err := s.cfg.Gifts.AppendGift(c.Request.Context(), g.Room, g.OrderID, m)
+	if be, ok := errors.AsType[*GiftBacklogError](err); ok {
+		// Not stored: the room's slicer is behind on gifts. The business
+		// server retries the same order id later; nothing is lost.
+		s.overflows.WithLabelValues("gift_backlog").Inc()
+		e := httpx.Errorf(http.StatusTooManyRequests, "gift_backlog", "room %s has %.0f s of gifts waiting to be shown (bound %.0f s); retry the same order later", g.Room, be.Backlog, be.Bound)
+		e.RetryAfter = be.RetryAfter
+		s.reject(c, "gift", e)
+		return
+	}
 	if err != nil {
 		// The gift may or may not be stored (a timeout after Redis ran the
 		// append); either way the business server's retry with the same

@@ -776,7 +776,13 @@ func TestGiftBadInput(t *testing.T) {
 		{name: "value null", body: giftBody(set("value", nil)), status: 400, code: "bad_field"},
 		{name: "value negative", body: giftBody(set("value", -1)), status: 400, code: "bad_field"},
 		{name: "count too large", body: giftBody(set("count", 100001)), status: 400, code: "bad_field"},
-		{name: "nick too long", body: giftBody(set("nick", long(65))), status: 400, code: "bad_field"},
+		{name: "user with NUL", body: giftBody(set("user", "fan\x00x")), status: 400, code: "bad_field"},
+		{name: "user with newline", body: giftBody(set("user", "fan\nx")), status: 400, code: "bad_field"},
+		{name: "user with bidi override", body: giftBody(set("user", "fan\u202ex")), status: 400, code: "bad_field"},
+		{name: "user with zero-width space", body: giftBody(set("user", "fan\u200bx")), status: 400, code: "bad_field"},
+		{name: "order_id with control", body: giftBody(set("order_id", "o\x01")), status: 400, code: "bad_field"},
+		{name: "gift with bidi override", body: giftBody(set("gift", "rock\u202eet")), status: 400, code: "bad_field"},
+		{name: "avatar with space", body: giftBody(set("avatar", "a b")), status: 400, code: "bad_field"},
 		{name: "avatar too long", body: giftBody(set("avatar", long(33))), status: 400, code: "bad_field"},
 	})
 	if n := len(f.entries(t, room, stream.Live)); n != 0 {
@@ -1213,5 +1219,26 @@ func TestEventLimits(t *testing.T) {
 	}
 	if l := f.srv.limits(room); l.userCap != 1 || l.userPerSec != 1.0/60 || l.roomRefill != f.srv.cfg.RoomRefill {
 		t.Fatalf("limits %+v", l)
+	}
+}
+
+// fullBacklog is a GiftBacklog whose rooms are all over their bound.
+type fullBacklog struct{}
+
+func (fullBacklog) Admit(context.Context, string, float64) (float64, bool, error) {
+	return 95, false, nil
+}
+
+// TestGiftBacklog: over the room's gift backlog bound a new order gets 429
+// gift_backlog with Retry-After and is not stored; the business server
+// retries it later with the same order id.
+func TestGiftBacklog(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.GiftBacklog = fullBacklog{} })
+	rec := f.do(http.MethodPost, "/v1/gifts", serviceKey, giftBody(nil))
+	if rec.Code != http.StatusTooManyRequests || errorCode(t, rec) != "gift_backlog" || rec.Header().Get("Retry-After") == "" {
+		t.Fatalf("%d %s %v, want 429 gift_backlog with Retry-After", rec.Code, rec.Body, rec.Header())
+	}
+	if n := len(f.entries(t, room, stream.Live)); n != 0 {
+		t.Fatalf("live lane holds %d, want nothing", n)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"unicode/utf8"
 
 	"golang.org/x/text/unicode/norm"
+
+	"danmaku/internal/stream"
 )
 
 func TestNormalize(t *testing.T) {
@@ -79,5 +81,22 @@ func checkNormalized(t *testing.T, in, out string) {
 	}
 	if again := normalize(out); again != out {
 		t.Fatalf("normalize is not idempotent: %+q -> %+q -> %+q", in, out, again)
+	}
+}
+
+// A comment body's text is refused, not shown with U+FFFD, when it is not
+// UTF-8 (encoding/json would replace the bad bytes before normalize could
+// see them), and a body that two readers could read two ways is refused.
+func TestBarrageTextStrictBody(t *testing.T) {
+	f := newFixture(t, nil)
+	f.runBad(t, barragePath(room), f.token(t, room, "u1", "viewer"), []badCase{
+		{name: "invalid byte", body: "{\"text\":\"a\xffb\"}", status: 400, code: "bad_utf8"},
+		{name: "truncated sequence", body: "{\"text\":\"ok\xe4\xbd\"}", status: 400, code: "bad_utf8"},
+		{name: "lone surrogate escape", body: `{"text":"a\ud800"}`, status: 400, code: "bad_utf8"},
+		{name: "duplicate text", body: `{"text":"hi","text":"spam"}`, status: 400, code: "bad_json"},
+		{name: "text in another case", body: `{"Text":"hi"}`, status: 400, code: "bad_json"},
+	})
+	if n := len(f.entries(t, room, stream.Live)); n != 0 {
+		t.Errorf("refused comments stored %d messages", n)
 	}
 }

@@ -412,6 +412,7 @@ func (q *roomQueue) flush() {
 
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	since := sent.Sub(q.lastFlush)
 	q.lastFlush = sent
 	if err != nil {
 		q.w.m.flushes.WithLabelValues("error").Inc()
@@ -467,7 +468,13 @@ func (q *roomQueue) flush() {
 		q.offer = min(2*q.offer, maxBatch)
 		return
 	}
-	q.offer = min(max(2*res.Granted, minUndecided), maxBatch)
+	// Dry: offer twice what the bucket gave, but never less than twice
+	// what the whole room refills between two of this node's flushes —
+	// else, when flushes come late (a busy node), the offers fall below
+	// the refill, the bucket fills up unasked and wastes its tokens, and
+	// the admitted rate swings instead of holding the refill rate.
+	refill := 2 * b.PerSec * min(max(since, q.w.window), time.Second).Seconds()
+	q.offer = min(max(2*res.Granted, minUndecided, int(min(refill, maxBatch))), maxBatch)
 	// The bucket was dry when this batch reached it: the undecided
 	// comments that were waiting then would get nothing either.
 	kept := q.queue[:0]

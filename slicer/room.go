@@ -99,6 +99,12 @@ type roomState struct {
 	npending int
 	carry    []wire.Message
 	held     map[heldKey]struct{}
+	// pendingGifts and carryGifts count the gifts among pending and carry:
+	// the room's gift backlog (giftBacklog). backlogShown is set while the
+	// last backlog published this term was not 0.
+	pendingGifts int
+	carryGifts   int
+	backlogShown bool
 
 	// lastRead is, per lane, the newest id delivered to this leader this
 	// term; a trim never passes it, so nothing unread is trimmed.
@@ -167,6 +173,9 @@ func (st *roomState) hold(m wire.Message) (lateStart int64, late, skip bool) {
 	st.held[k] = struct{}{}
 	st.pending[slot] = append(st.pending[slot], m)
 	st.npending++
+	if m.Kind == wire.KindGift {
+		st.pendingGifts++
+	}
 	return 0, false, false
 }
 
@@ -180,6 +189,24 @@ func (st *roomState) holdNext(m wire.Message) {
 	st.held[k] = struct{}{}
 	st.pending[st.next] = append(st.pending[st.next], m)
 	st.npending++
+	if m.Kind == wire.KindGift {
+		st.pendingGifts++
+	}
+}
+
+// holding is how many messages the leader holds read and unwritten:
+// pending and carried. At maxPending it stops reading.
+func (st *roomState) holding() int { return st.npending + len(st.carry) }
+
+// countGifts is the number of gifts among msgs.
+func countGifts(msgs []wire.Message) int {
+	n := 0
+	for i := range msgs {
+		if msgs[i].Kind == wire.KindGift {
+			n++
+		}
+	}
+	return n
 }
 
 // noteRead advances lane's lastRead to id.
@@ -240,6 +267,7 @@ func (s *Slicer) lead(ctx context.Context, room string, opened, acquired time.Ti
 	st.lease.renewed.Store(acquired.UnixNano())
 	s.hold(room, st.lease)
 	defer s.unhold(room)
+	defer s.forgetBacklog(room)
 	if err := s.reclaim(ctx, st, 0); err != nil {
 		return err
 	}
@@ -254,30 +282,19 @@ func (s *Slicer) lead(ctx context.Context, room string, opened, acquired time.Ti
 			return err
 		}
 		now := s.cfg.Clock.Now()
-		// While object storage is down, due slots wait as their read
-		// messages. Past maxPending the slicer stops reading, so the rest
-		// waits in the stream (unread, never lost), and slots past what
-		// was read are not written.
-		if st.npending < maxPending {
-			storeNow, drained, err := s.read(ctx, st)
-			if errors.Is(err, errLostLease) {
-				return err
+		again, err := s.advance(ctx, st, now)
+		if errors.Is(err, errLostLease) {
+			return err
+		}
+		if err != nil {
+			s.cfg.Logger.Warn("slicer: read failed", "room", room, "err", err)
+			if !sleepCtx(ctx, s.cfg.Tick) {
+				return nil
 			}
-			if err != nil {
-				s.cfg.Logger.Warn("slicer: read failed", "room", room, "err", err)
-				if !sleepCtx(ctx, s.cfg.Tick) {
-					return nil
-				}
-				continue
-			}
-			after := s.cfg.Clock.Now()
-			st.offset = storeNow.Sub(now.Add(after.Sub(now) / 2))
-			st.offsetKnown = true
-			if drained {
-				st.readUpTo = storeNow
-			} else {
-				continue // more to read at once
-			}
+			continue
+		}
+		if again {
+			continue // more to read at once
 		}
 		// Entries a deposed leader read after this one took over sit
 		// pending under its name; claim them once they idle past two
@@ -311,6 +328,7 @@ func (s *Slicer) lead(ctx context.Context, room string, opened, acquired time.Ti
 				failures = 0
 			}
 		}
+		s.publishBacklog(ctx, st)
 		if end := h.endMs.Load(); end != 0 && s.finished(st, end) {
 			return s.finish(ctx, st)
 		}
@@ -326,17 +344,66 @@ func (s *Slicer) lead(ctx context.Context, room string, opened, acquired time.Ti
 	return nil
 }
 
+// advance brings st up to the store: it reads what is new (again: a batch
+// came back full, read on at once) and, when all is read, moves readUpTo to
+// the store time of that read, which makes the slots that ended by it
+// complete. While object storage is down, due slots wait as their read
+// messages. Past maxPending — pending and carried together — it stops
+// reading, so the rest waits in the stream (unread, never lost), and the
+// slots go on by the clock instead (passStopped). now is the local time
+// the turn began.
+func (s *Slicer) advance(ctx context.Context, st *roomState, now time.Time) (again bool, err error) {
+	if st.holding() >= s.maxPending {
+		s.passStopped(st, now)
+		return false, nil
+	}
+	storeNow, drained, err := s.read(ctx, st)
+	if err != nil {
+		return false, err
+	}
+	after := s.cfg.Clock.Now()
+	st.offset = storeNow.Sub(now.Add(after.Sub(now) / 2))
+	st.offsetKnown = true
+	if !drained {
+		// Cut short by a full batch (read on) or by maxPending (the
+		// next call passes the slots on).
+		return true, nil
+	}
+	st.readUpTo = storeNow
+	return false, nil
+}
+
+// passStopped keeps slots coming while reading is stopped at maxPending
+// and every slot read is written. What is held then — mostly carried
+// gifts — leaves only in written slots, and reading resumes only once it
+// has, so the slots go on by the store clock (estimated from the last
+// read), each taking its budget out of the carry. An unread entry of a
+// slot written this way is read later as a late message and goes into the
+// next slot (settleLate): late, never lost, never twice. While written
+// slots remain (object storage down), nothing changes: they go first.
+func (s *Slicer) passStopped(st *roomState, now time.Time) {
+	if s.complete(st) || !st.offsetKnown {
+		return
+	}
+	if t := now.Add(st.offset); t.After(st.readUpTo) {
+		st.readUpTo = t
+	}
+}
+
 // holdAll files freshly read entries of both lanes; those of written slots
-// go into late, by the start of the segment that holds them.
-func (st *roomState) holdAll(barrage, live []wire.Message, late map[int64][]wire.Message) {
+// go into late, by the start of the segment that holds them. It returns how
+// many went into late.
+func (st *roomState) holdAll(barrage, live []wire.Message, late map[int64][]wire.Message) (nlate int) {
 	for li, es := range [2][]wire.Message{barrage, live} {
 		for _, e := range es {
 			st.noteRead(li, e.ID)
 			if start, isLate, skip := st.hold(e); isLate && !skip {
 				late[start] = append(late[start], e)
+				nlate++
 			}
 		}
 	}
+	return nlate
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {
@@ -453,8 +520,9 @@ func (s *Slicer) read(ctx context.Context, st *roomState) (now time.Time, draine
 			}
 		}
 	}()
+	nlate := 0 // held once settleLate has run: they count against maxPending too
 	for {
-		if st.npending >= maxPending {
+		if st.holding()+nlate >= s.maxPending {
 			return now, false, nil
 		}
 		if err := s.renew(ctx, st); err != nil {
@@ -465,7 +533,7 @@ func (s *Slicer) read(ctx context.Context, st *roomState) (now time.Time, draine
 		if err != nil {
 			return now, false, err
 		}
-		st.holdAll(b, l, late)
+		nlate += st.holdAll(b, l, late)
 		if len(b) < readBatch && len(l) < readBatch {
 			return now, true, nil
 		}
@@ -696,7 +764,9 @@ func (s *Slicer) writeSlot(ctx context.Context, st *roomState, storeNow, localNo
 		delete(st.held, keyOf(&settled[i]))
 	}
 	st.carry = carry
+	st.carryGifts = countGifts(carry)
 	st.npending -= len(fresh)
+	st.pendingGifts -= countGifts(fresh)
 	delete(st.pending, slot)
 	st.seq = seg.Seq + 1
 	st.next = slot + 1

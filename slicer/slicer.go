@@ -34,8 +34,9 @@ const (
 	// what it accepted meanwhile still reaches a segment.
 	endGrace  = 2 * time.Second
 	readBatch = 1024
-	// maxPending bounds the messages a leader holds read but unwritten
-	// (S3 down); beyond it the stream holds them.
+	// maxPending bounds the messages a leader holds read but unwritten —
+	// pending (S3 down) and carried (a gift flood) alike; beyond it the
+	// stream holds them.
 	maxPending = 200_000
 	// maxCatchUp bounds how far behind (in time) a leader that starts late
 	// (slicer down for a while) writes the missed slots; beyond it the room
@@ -95,6 +96,11 @@ type Config struct {
 	LeaseTTL time.Duration
 	// Discover is how often the room list is re-read. Zero: 1 s.
 	Discover time.Duration
+	// Backlog is where each room's leader publishes the room's gift
+	// backlog (seconds of budget), which the ingest nodes read to refuse
+	// new gifts over their bound. Nil: in memory, seen by this process
+	// only.
+	Backlog Backlog
 	// Registerer receives the metrics. Nil: a private registry.
 	Registerer prometheus.Registerer
 	// Clock tells local time. Nil: real clock.
@@ -123,6 +129,13 @@ type Slicer struct {
 
 	leasesMu sync.Mutex
 	leases   map[string]*heldLease // rooms this process leads
+
+	// maxPending is the read stop (the maxPending constant; tests lower it).
+	maxPending int
+	// backlogs is the gift backlog last published per room led, for the
+	// gauge.
+	backlogMu sync.Mutex
+	backlogs  map[string]float64
 }
 
 type metrics struct {
@@ -189,6 +202,9 @@ func New(cfg Config) (*Slicer, error) {
 	if cfg.Discover == 0 {
 		cfg.Discover = defaultDiscover
 	}
+	if cfg.Backlog == nil {
+		cfg.Backlog = NewMemoryBacklog(cfg.Clock)
+	}
 	if cfg.Registerer == nil {
 		cfg.Registerer = prometheus.NewRegistry()
 	}
@@ -199,7 +215,8 @@ func New(cfg Config) (*Slicer, error) {
 	if _, err := rand.Read(nonce); err != nil {
 		return nil, err
 	}
-	s := &Slicer{cfg: cfg, holder: cfg.NodeID + "#" + hex.EncodeToString(nonce), rooms: map[string]*roomHandle{}, leases: map[string]*heldLease{}}
+	s := &Slicer{cfg: cfg, holder: cfg.NodeID + "#" + hex.EncodeToString(nonce), rooms: map[string]*roomHandle{}, leases: map[string]*heldLease{},
+		maxPending: maxPending, backlogs: map[string]float64{}}
 	if err := s.SetBudget(cfg.Budget, cfg.Shares); err != nil {
 		return nil, err
 	}
@@ -209,6 +226,11 @@ func New(cfg Config) (*Slicer, error) {
 	running := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "danmaku_slicer_rooms", Help: "Rooms this slicer runs a loop for, leading or standing by: the rooms of live events."},
 		func() float64 { return float64(s.RoomsRunning()) })
 	if err := cfg.Registerer.Register(running); err != nil {
+		return nil, fmt.Errorf("slicer: metrics: %w", err)
+	}
+	backlog := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "danmaku_slicer_gift_backlog_seconds", Help: "The largest gift backlog (carried + read and unwritten gifts, in seconds of the budget gifts can use) published for the rooms this slicer leads."},
+		s.maxBacklog)
+	if err := cfg.Registerer.Register(backlog); err != nil {
 		return nil, fmt.Errorf("slicer: metrics: %w", err)
 	}
 	return s, nil

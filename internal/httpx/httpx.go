@@ -5,6 +5,7 @@
 package httpx
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -14,8 +15,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"reflect"
 	"strconv"
+	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
@@ -42,6 +46,7 @@ func Errorf(status int, code, format string, args ...any) *Error {
 // Common codes shared by every role.
 const (
 	CodeBadJSON      = "bad_json"
+	CodeBadUTF8      = "bad_utf8"
 	CodeBadRequest   = "bad_request"
 	CodeTooLarge     = "body_too_large"
 	CodeUnauthorized = "unauthorized"
@@ -63,44 +68,106 @@ func Abort(c *gin.Context, e *Error) {
 }
 
 // BindJSON decodes the request body into v, reading at most limit bytes.
-// Unknown fields are rejected so that a misspelt field is a clear error, not a
-// silently missing value.
+// Every role reads its JSON bodies through it, so it is strict once for all:
+// the body must be valid UTF-8 (400 bad_utf8, before encoding/json could
+// replace a bad byte or an unpaired surrogate escape with a visible U+FFFD);
+// keys must be the exact field names — unknown fields, keys that differ from
+// a field only in case, and duplicate keys are refused (400 bad_json), so a
+// misspelt field is a clear error and no two readers of one body can see
+// different values; one JSON value, nothing after it. Messages speak of
+// fields by their JSON path and of JSON types, never of Go types.
 func BindJSON(c *gin.Context, limit int64, v any) *Error {
-	body := http.MaxBytesReader(c.Writer, c.Request.Body, limit)
-	dec := json.NewDecoder(body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	bp := bodyPool.Get().(*[]byte)
+	defer func() {
+		// A rare large body (the event API's) is not kept for every
+		// comment after it.
+		if cap(*bp) <= maxPooledBody {
+			bodyPool.Put(bp)
+		}
+	}()
+	data, err := readAll(http.MaxBytesReader(c.Writer, c.Request.Body, limit), (*bp)[:0])
+	*bp = data
+	if err != nil {
 		return jsonError(err, limit)
 	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return jsonError(err, limit)
+	if len(bytes.TrimLeft(data, " \t\r\n")) == 0 {
+		return Errorf(http.StatusBadRequest, CodeBadJSON, "empty body")
+	}
+	if !utf8.Valid(data) {
+		return Errorf(http.StatusBadRequest, CodeBadUTF8, "body is not valid UTF-8 (byte %d)", firstInvalidUTF8(data))
+	}
+	sc := schemaOf(reflect.TypeOf(v))
+	if f := checkJSON(data, sc); f != nil {
+		return f.httpError()
+	}
+	// The scan has refused every key encoding/json would not match exactly,
+	// so Unmarshal (which does not copy the body again, unlike a Decoder)
+	// is left with type errors only.
+	if err := json.Unmarshal(data, v); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return typeError(te, data, sc)
 		}
-		return Errorf(http.StatusBadRequest, CodeBadJSON, "body holds more than one JSON value")
+		return jsonError(err, limit)
 	}
 	return nil
+}
+
+// maxPooledBody is the largest body buffer kept for reuse: a few comment or
+// gift bodies' worth.
+const maxPooledBody = 16 << 10
+
+// bodyPool holds body buffers: the ingest binds a body per comment.
+var bodyPool = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10+512); return &b }}
+
+// readAll is io.ReadAll into b's spare capacity.
+func readAll(r io.Reader, b []byte) ([]byte, error) {
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if errors.Is(err, io.EOF) {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+	}
+}
+
+// firstInvalidUTF8 is the offset of the first byte that is not UTF-8.
+func firstInvalidUTF8(b []byte) int {
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n <= 1 {
+			return i
+		}
+		i += n
+	}
+	return len(b)
 }
 
 func jsonError(err error, limit int64) *Error {
 	var (
 		mbe *http.MaxBytesError
 		se  *json.SyntaxError
-		te  *json.UnmarshalTypeError
+		ie  *json.InvalidUnmarshalError
 	)
 	switch {
 	case errors.As(err, &mbe):
 		return Errorf(http.StatusRequestEntityTooLarge, CodeTooLarge, "body exceeds %d bytes", limit)
-	case errors.As(err, &te):
-		return Errorf(http.StatusBadRequest, CodeBadJSON, "field %q must be %s", te.Field, te.Type)
+	case errors.As(err, &ie):
+		// A handler passed something that is not a pointer: our bug.
+		return Errorf(http.StatusInternalServerError, CodeInternal, "internal error")
 	case errors.As(err, &se):
 		return Errorf(http.StatusBadRequest, CodeBadJSON, "malformed JSON at byte %d", se.Offset)
-	case errors.Is(err, io.EOF):
-		return Errorf(http.StatusBadRequest, CodeBadJSON, "empty body")
 	case errors.Is(err, io.ErrUnexpectedEOF):
-		return Errorf(http.StatusBadRequest, CodeBadJSON, "truncated JSON")
+		return Errorf(http.StatusBadRequest, CodeBadJSON, "truncated body")
 	}
-	return Errorf(http.StatusBadRequest, CodeBadJSON, "%v", err)
+	// A field's own decoder (json.Unmarshaler) refused its value.
+	return Errorf(http.StatusBadRequest, CodeBadJSON, "a field's value does not parse: %v", err)
 }
 
 // EngineConfig configures NewEngine.

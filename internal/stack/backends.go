@@ -79,6 +79,7 @@ func OpenBackends(ctx context.Context, cfg BackendConfig, log *slog.Logger) (Bac
 		closers = append(closers, leaseRDB.Close)
 		b.Lease = slicer.NewRedisLease(leaseRDB)
 		b.Settings = slicer.NewRedisSettings(rdb)
+		b.Backlog = slicer.NewRedisBacklog(rdb)
 		if b.Gate, err = ingest.NewRedisRoomGate(ingest.RedisRoomGateConfig{Client: rdb, Streams: streams, Logger: log}); err != nil {
 			_ = closeAll()
 			return Backends{}, nil, err

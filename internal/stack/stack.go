@@ -82,6 +82,10 @@ type Backends struct {
 	FastLane ingest.FastLane
 	// Lotteries keeps the lotteries and their entrants.
 	Lotteries ingest.LotteryStore
+	// Backlog is where slicer leaders publish each room's gift backlog.
+	// Nil: in memory, shared by this process's slicer and ingest (whose
+	// gift log then refuses new gifts over a room's bound).
+	Backlog slicer.Backlog
 	// Events keeps the events: which rooms exist, when, with what settings.
 	Events event.Store
 }
@@ -346,6 +350,11 @@ func New(cfg Config) (*Stack, error) {
 	if b.Events == nil {
 		b.Events = event.NewMemoryStore()
 	}
+	var giftBacklog ingest.GiftBacklog
+	if b.Backlog == nil {
+		mb := slicer.NewMemoryBacklog(nil)
+		b.Backlog, giftBacklog = mb, mb
+	}
 	if b.Lotteries == nil {
 		b.Lotteries = ingest.NewMemoryLotteryStore(nil)
 	}
@@ -472,7 +481,7 @@ func New(cfg Config) (*Stack, error) {
 	if rs := byRole[RoleIngest]; rs != nil {
 		s.ingest, err = ingest.New(ingest.Config{
 			Streams: b.Streams, Keyring: s.keyring, Addr: s.URLs[RoleIngest], Load: b.Load,
-			Gate: b.Gate, Gifts: b.Gifts, FastLane: b.FastLane, Lotteries: b.Lotteries,
+			Gate: b.Gate, Gifts: b.Gifts, GiftBacklog: giftBacklog, FastLane: b.FastLane, Lotteries: b.Lotteries,
 			GiftKeys: cfg.GiftKeys, AnnounceKeys: cfg.AnnounceKeys, Events: s.events, Registerer: s.registry, Logger: s.log,
 		})
 		if err != nil {
@@ -503,7 +512,7 @@ func New(cfg Config) (*Stack, error) {
 	}
 	if rs := byRole[RoleSlicer]; rs != nil {
 		s.slicer, err = slicer.New(slicer.Config{
-			Streams: b.Streams, Objects: b.Objects, Lease: b.Lease, Settings: b.Settings, Events: s.events, SegmentMs: cfg.SegmentMs, Retention: cfg.Retention,
+			Streams: b.Streams, Objects: b.Objects, Lease: b.Lease, Settings: b.Settings, Backlog: b.Backlog, Events: s.events, SegmentMs: cfg.SegmentMs, Retention: cfg.Retention,
 			NodeID: cfg.NodeID, Budget: cfg.Budget, Registerer: s.registry, Logger: s.log,
 		})
 		if err != nil {

@@ -20,7 +20,7 @@ GOBIN_DIR := $(firstword $(subst :, ,$(shell $(GO) env GOPATH)))/bin
 endif
 export PATH := $(GOBIN_DIR):$(PATH):/usr/sbin:/usr/local/sbin
 
-.PHONY: help deps fmt-check vet test bench bench-latency bench-web bench-rooms local-up local-down
+.PHONY: help deps fmt-check vet test bench bench-latency bench-web bench-rooms bench-ingest local-up local-down
 
 help: ## list the targets
 	@echo "Targets:"
@@ -54,6 +54,12 @@ bench-latency: deps ## barrage latency through Varnish, 1,000 pollers, 60 s, 100
 
 bench-rooms: deps ## what idle live rooms cost a leader and its standby (Redis calls, CPU, heap) at 10, 100 and 1,000 rooms (docs/benchmarks.md)
 	DANMAKU_REQUIRE_SERVERS=1 DANMAKU_ROOMS=10,100,1000 $(GO) test -run '^$$' -bench IdleRooms -benchtime 1x -count 3 -timeout 20m ./slicer
+
+bench-ingest: deps ## upload path: loopback throughput vs a bare gin handler (5 runs); three nodes on Redis: round trips, Redis outage, 38,000/s pulse (3 runs each) (docs/benchmarks.md)
+	DANMAKU_REQUIRE_SERVERS=1 $(GO) test -run '^$$' -bench IngestHTTP -benchtime 200000x -count 5 -timeout 30m ./ingest
+	for run in 1 2 3; do \
+		DANMAKU_REQUIRE_SERVERS=1 DANMAKU_LOAD=1 $(GO) test -run 'TestLoad' -count 1 -v -timeout 20m ./ingest | grep -E '^(=== RUN|--- |    load_test)'; \
+	done
 
 bench-web: deps ## demo page frames per second, CPU throttled 4x, 60 comments/s, 5 runs (docs/benchmarks.md)
 	DANMAKU_REQUIRE_SERVERS=1 $(GO) test -run '^$$' -bench BrowserFPS -benchtime 1x -count 5 -timeout 10m ./sdk/web

@@ -89,6 +89,24 @@ func NewRedisRoomGate(cfg RedisRoomGateConfig) (*RedisRoomGate, error) {
 	}, nil
 }
 
+// luaRefill is the token bucket both scripts keep in the hash KEYS[1]
+// (fields tokens and ts, µs by Redis's clock): with capacity and rate
+// (per second) in scope, it leaves now and tokens, refilled and capped.
+const luaRefill = `local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local v = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
+local tokens = tonumber(v[1])
+local last = tonumber(v[2])
+if tokens == nil or last == nil then
+	tokens = capacity
+elseif now > last then
+	tokens = tokens + (now - last) * rate / 1000000
+end
+if tokens > capacity then
+	tokens = capacity
+end
+`
+
 // flushScript is the gate's one step.
 //
 // KEYS[1] the bucket; KEYS[2] the Barrage stream; KEYS[3] the batch record.
@@ -108,20 +126,7 @@ local rate = tonumber(ARGV[2])
 local maxIdle = tonumber(ARGV[3])
 local admitted = tonumber(ARGV[5])
 local undecided = #ARGV - 5 - admitted
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local v = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
-local tokens = tonumber(v[1])
-local last = tonumber(v[2])
-if tokens == nil or last == nil then
-	tokens = capacity
-elseif now > last then
-	tokens = tokens + (now - last) * rate / 1000000
-end
-if tokens > capacity then
-	tokens = capacity
-end
-tokens = math.max(0, tokens - admitted)
+` + luaRefill + `tokens = math.max(0, tokens - admitted)
 local granted = math.max(0, math.min(undecided, math.floor(tokens)))
 tokens = tokens - granted
 for i = 6, 5 + admitted + granted do

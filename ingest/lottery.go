@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"danmaku/internal/clock"
+	"danmaku/internal/reload"
 	"danmaku/internal/stream"
 	"danmaku/internal/wire"
 )
@@ -326,24 +327,7 @@ func (l *Lotteries) Refresh(ctx context.Context) error {
 
 // Run reloads every Reload until ctx is done.
 func (l *Lotteries) Run(ctx context.Context) error {
-	t := time.NewTicker(l.every)
-	defer t.Stop()
-	failing := false
-	for {
-		if err := l.Refresh(ctx); err != nil {
-			if !failing && ctx.Err() == nil {
-				l.log.Warn("ingest: lottery reload failed; keeping the last snapshot", "err", err)
-			}
-			failing = true
-		} else {
-			failing = false
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
+	return reload.Every(ctx, l.every, l.log, "ingest: lottery", l.Refresh)
 }
 
 // Active returns room's open lotteries in this node's snapshot.

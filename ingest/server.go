@@ -16,6 +16,7 @@ import (
 
 	"danmaku/auth"
 	"danmaku/gslb"
+	"danmaku/internal/audit"
 	"danmaku/internal/bucket"
 	"danmaku/internal/clock"
 	"danmaku/internal/event"
@@ -25,7 +26,7 @@ import (
 )
 
 // Defaults. The user and room bucket figures are the published "reservoir"
-// practice (DESIGN.md, layer 2).
+// practice of large live platforms (its second layer).
 const (
 	defaultUserCapacity  = 3
 	defaultUserRefill    = 1 / 1.5 // tokens per second: one per 1.5 s
@@ -85,6 +86,23 @@ type Config struct {
 	// Lotteries keeps the lotteries viewers enter by typing a keyword. Nil:
 	// none (keywords are ordinary comments).
 	Lotteries LotteryStore
+	// Bans keeps the operators' bans. Nil: in memory.
+	Bans BanStore
+	// Words is the sensitive-word list, reloaded at run time. Nil: none.
+	Words WordSource
+	// WordPolicy is what a listed word does to a comment unless the room's
+	// event says otherwise. Zero: mask.
+	WordPolicy WordPolicy
+	// DuplicateWindow is how long a text suppresses copies of itself in a
+	// room. Zero: 10 s.
+	DuplicateWindow time.Duration
+	// Global is the event-wide bucket shared by every ingest node (the
+	// rate is the event's event_refill; none without it). Nil: in memory.
+	Global GlobalLimiter
+	// Audit records every comment that passes the gateway with what became
+	// of it. Nil: a recorder keeping its objects in memory (tests); a
+	// deployment gives one writing to its audit store. Always on.
+	Audit *audit.Recorder
 	// GiftBacklog is where the slicer of this process publishes each
 	// room's gift backlog, for the default memory gift log to refuse new
 	// gifts over the room's bound. Nil: no bound (a gift log given in
@@ -146,6 +164,11 @@ type Server struct {
 	ingestNodes atomic.Int64
 	writer      *writer
 	lotteries   *Lotteries
+	bans        *BanList
+	words       *WordFilter
+	dups        *Duplicates
+	global      *GlobalGate
+	audit       *audit.Recorder
 
 	rejected  *prometheus.CounterVec
 	accepted  *prometheus.CounterVec
@@ -251,6 +274,9 @@ func New(cfg Config) (*Server, error) {
 		b.SetBacklogBound(s.giftBacklogBound)
 	}
 	s.writer = newWriter(cfg.Gate, cfg.NodeID, cfg.FlushWindow, cfg.Hold, cfg.Clock, cfg.Logger, s.liveIngestNodes)
+	if err := s.antiSpam(); err != nil {
+		return nil, err
+	}
 	if cfg.Lotteries != nil {
 		var err error
 		s.lotteries, err = NewLotteries(LotteriesConfig{
@@ -296,6 +322,10 @@ func (s *Server) Run(ctx context.Context) error {
 	if s.lotteries != nil {
 		wg.Go(func() { _ = s.lotteries.Run(ctx) })
 	}
+	wg.Go(func() { _ = s.bans.Run(ctx) })
+	wg.Go(func() { _ = s.words.Run(ctx) })
+	wg.Go(func() { _ = s.dups.Run(ctx) })
+	wg.Go(func() { _ = s.audit.Run(ctx) })
 	if s.cfg.Load != nil {
 		wg.Add(1)
 		go func() {
@@ -312,6 +342,7 @@ func (s *Server) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			wg.Wait()
+			s.shutdownAudit()
 			return nil
 		case <-t.C:
 		}
@@ -493,10 +524,17 @@ func (s *Server) barrage(c *gin.Context) {
 	if !good {
 		return
 	}
+	room := claims.Room
+	m := wire.Message{Kind: wire.KindBarrage, User: claims.User(), Nick: claims.Nick, Avatar: claims.Avatar, Text: text}
+	// A banned user neither comments nor enters lotteries.
+	if s.bans.Banned(room, m.User) {
+		s.drop(c, &m, room, text, "antispam", "banned")
+		return
+	}
 	if s.lotteries != nil {
 		// A lottery keyword is an entry, not a comment: it skips the
 		// buckets (recorded once per user; shown under the fast-lane cap).
-		lm := wire.Message{Kind: wire.KindBarrage, User: claims.User(), Nick: claims.Nick, Avatar: claims.Avatar, Text: text}
+		lm := m
 		entry, err := s.lotteries.Match(c.Request.Context(), claims.Room, lm)
 		if err != nil {
 			s.backendError(c, "enter lottery", err) // a retry is safe: entries are recorded once
@@ -504,37 +542,75 @@ func (s *Server) barrage(c *gin.Context) {
 		}
 		if entry.Lottery != "" {
 			s.accepted.WithLabelValues("lottery").Inc()
+			s.record(&lm, claims.Room, text, audit.Stored, "lottery", "")
 			c.JSON(http.StatusOK, gin.H{"ok": true, "lottery": entry.Lottery})
 			return
 		}
 	}
 	now := s.cfg.Clock.Now()
-	lim := s.limits(claims.Room)
+	lim := s.limits(room)
 	if !s.users.TakeWith(claims.User(), now, lim.userCap, lim.userPerSec, 1) {
 		s.overflows.WithLabelValues("user").Inc()
-		s.rejected.WithLabelValues("gateway", "user_bucket").Inc()
-		c.JSON(http.StatusOK, ok)
+		s.drop(c, &m, room, text, "gateway", "user_bucket")
 		return
 	}
-	room := claims.Room
-	m := wire.Message{Kind: wire.KindBarrage, User: claims.User(), Nick: claims.Nick, Avatar: claims.Avatar, Text: text}
+	sl := s.spamLimits(room)
+	if !s.global.Allow(sl.event, sl.eventRate) {
+		s.drop(c, &m, room, text, "antispam", "global_limit")
+		return
+	}
+	shown, verdict := s.words.Check(text, sl.wordPolicy)
+	switch verdict {
+	case WordsRejected:
+		if sl.wordPolicy == WordsRefuse {
+			s.record(&m, room, text, audit.Rejected, "sensitive_word", "")
+			s.reject(c, "antispam", RefusedWordError())
+			return
+		}
+		s.drop(c, &m, room, text, "antispam", "sensitive_word")
+		return
+	case WordsMasked:
+		m.Text = shown
+	}
+	if s.dups.SeenWithin(room, text, now, sl.dupWindow) {
+		s.drop(c, &m, room, text, "antispam", "duplicate")
+		return
+	}
+	decision, why := audit.Stored, ""
+	if verdict == WordsMasked {
+		decision, why = audit.Masked, "sensitive_word"
+	}
 	switch s.writer.submit(c.Request.Context(), room, m, roomLimit{s.roomCapacity(room, lim.roomCeiling), lim.roomRefill}) {
 	case outStored:
 		s.accepted.WithLabelValues("barrage").Inc()
+		s.record(&m, room, text, decision, why, "")
 	case outRoomBucket:
 		s.overflows.WithLabelValues("room").Inc()
-		s.rejected.WithLabelValues("gateway", "room_bucket").Inc()
+		s.drop(c, &m, room, text, "gateway", "room_bucket")
+		return
 	case outRoomShare:
 		// The room bucket is unreachable: this node's share of it said no.
 		s.overflows.WithLabelValues("room_share").Inc()
-		s.rejected.WithLabelValues("gateway", "room_share").Inc()
+		s.drop(c, &m, room, text, "gateway", "room_share")
+		return
 	case outUnavailable:
+		s.record(&m, room, text, audit.Rejected, "backend_unavailable", "")
 		s.backendError(c, "append barrage", errors.New("room gate unreachable past the hold time, or the room's queue is full"))
 		return
 	case outGone:
+		s.record(&m, room, text, audit.Dropped, "client_gone", "")
 		s.rejected.WithLabelValues("client", "gone").Inc()
 		return
 	}
+	c.JSON(http.StatusOK, ok)
+}
+
+// drop answers a barrage comment a layer dropped as if it were stored (an
+// error answer would only make clients retry, and tell spammers which rule
+// they met), counts it by layer and reason, and records it.
+func (s *Server) drop(c *gin.Context, m *wire.Message, room, text, layer, reason string) {
+	s.rejected.WithLabelValues(layer, reason).Inc()
+	s.record(m, room, text, audit.Dropped, reason, "")
 	c.JSON(http.StatusOK, ok)
 }
 

@@ -463,6 +463,22 @@ func TestLotteryEntryThroughBarrage(t *testing.T) {
 	if n := len(f.entries(t, room, stream.Barrage)); n != 2 {
 		t.Fatalf("barrage lane holds %d, want the one shown entry and the comment", n)
 	}
+
+	// A banned user's keyword is dropped like any comment of theirs: no
+	// entry, nothing shown.
+	if err := f.srv.BanStore().Put(context.Background(), Ban{User: "u2", At: clk.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.srv.Bans().Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	rec := f.do(http.MethodPost, barragePath(room), f.token(t, room, "u2", auth.RoleViewer), `{"text":"抽奖"}`)
+	if rec.Code != http.StatusOK || strings.Contains(rec.Body.String(), "lottery") {
+		t.Fatalf("banned entrant: %d %s, want a silent drop", rec.Code, rec.Body)
+	}
+	if n, err := lotteries.Count(context.Background(), room, "l1"); err != nil || n != 1 {
+		t.Fatalf("count after a banned entrant %d, %v; want 1", n, err)
+	}
 }
 
 func TestUserBucket(t *testing.T) {
@@ -564,7 +580,7 @@ func TestRoomBucketFollowsOnline(t *testing.T) {
 			}
 			f.srv.syncOnline(context.Background())
 			for i := range 30 {
-				f.barrage(t, f.token(t, room, fmt.Sprintf("u%d", i), auth.RoleViewer), "hi")
+				f.barrage(t, f.token(t, room, fmt.Sprintf("u%d", i), auth.RoleViewer), fmt.Sprintf("hi %d", i))
 			}
 			if n := len(f.entries(t, room, stream.Barrage)); n != tc.want {
 				t.Fatalf("stored %d of 30, want %d", n, tc.want)

@@ -34,6 +34,7 @@ var commands = map[string]command{
 	"gift":     {"send a gift through the server-to-server gift API", runGift},
 	"announce": {"send a host announcement", runAnnounce},
 	"replay":   {"print a room's messages of a past time range from its segments", runReplay},
+	"audit":    {"print a room's audit trail: every comment with its user and decision", runAudit},
 	"event":    {"create, list, change and end events (the operator API)", runEvent},
 	"loadgen":  {"load a deployment: commenters, gifts and CDN pollers; rates, latencies, drops", runLoadgen},
 }

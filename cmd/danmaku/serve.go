@@ -34,6 +34,11 @@ type serveFlags struct {
 	redisCluster        bool
 	giftWaitReplicas    int
 	s3                  objstore.S3Config
+	auditDir            string
+	auditBucket         string
+	auditPrefix         string
+	auditRetention      time.Duration
+	words, wordPolicy   string
 }
 
 // envInt returns the environment variable name as an integer, 0 when it is
@@ -41,6 +46,13 @@ type serveFlags struct {
 func envInt(name string) int {
 	n, _ := strconv.Atoi(os.Getenv(name))
 	return n
+}
+
+// envDuration returns the environment variable name as a duration, 0 when
+// it is unset or not one (as envInt).
+func envDuration(name string) time.Duration {
+	d, _ := time.ParseDuration(os.Getenv(name))
+	return d
 }
 
 // env returns the environment variable name, or def when it is unset.
@@ -83,6 +95,12 @@ func (f *serveFlags) register(fs interface {
 	fs.StringVar(&f.s3.Endpoint, "s3-endpoint", env("DANMAKU_S3_ENDPOINT", ""), "S3-compatible endpoint URL (default: AWS) [DANMAKU_S3_ENDPOINT]")
 	fs.StringVar(&f.s3.Region, "s3-region", env("DANMAKU_S3_REGION", ""), "S3 region (default us-east-1) [DANMAKU_S3_REGION]")
 	fs.StringVar(&f.s3.Prefix, "s3-prefix", env("DANMAKU_S3_PREFIX", ""), "key prefix inside the bucket, ending in / [DANMAKU_S3_PREFIX]")
+	fs.StringVar(&f.auditDir, "audit-dir", DefaultAuditDir(), "directory of the audit trail when -audit-s3-bucket is not set [DANMAKU_AUDIT_DIR]")
+	fs.StringVar(&f.auditBucket, "audit-s3-bucket", env("DANMAKU_AUDIT_S3_BUCKET", ""), "S3 bucket of the audit trail (never the segments bucket; same endpoint and credentials) [DANMAKU_AUDIT_S3_BUCKET]")
+	fs.StringVar(&f.auditPrefix, "audit-s3-prefix", env("DANMAKU_AUDIT_S3_PREFIX", ""), "key prefix inside the audit bucket, ending in / [DANMAKU_AUDIT_S3_PREFIX]")
+	fs.DurationVar(&f.auditRetention, "audit-retention", envDuration("DANMAKU_AUDIT_RETENTION"), "how long audit objects are kept before the ingest deletes them (default 720h: 30 days) [DANMAKU_AUDIT_RETENTION]")
+	fs.StringVar(&f.words, "words", env("DANMAKU_WORDS_FILE", ""), "sensitive-word list, one word a line, re-read when it changes [DANMAKU_WORDS_FILE]")
+	fs.StringVar(&f.wordPolicy, "word-policy", env("DANMAKU_WORD_POLICY", "mask"), "what a listed word does unless the room's event says: mask, reject (dropped silently), refuse (422) or off [DANMAKU_WORD_POLICY]")
 	fs.BoolVar(&f.s3.PathStyle, "s3-path-style", env("DANMAKU_S3_PATH_STYLE", "") == "true", "path-style S3 addressing (most S3-compatible servers) [DANMAKU_S3_PATH_STYLE=true]")
 }
 
@@ -94,7 +112,16 @@ func (f *serveFlags) stackConfig(roles []string) (stack.Config, stack.BackendCon
 		GSLBAddr: f.gslb, IngestAddr: f.ingest, EdgeAddr: f.edge, OriginAddr: f.origin, SlicerAddr: f.slicer,
 		PublicCDN: f.cdn, DataDir: f.data, Budget: f.budget, SegmentMs: f.segmentMs, Retention: f.retention, MinGiftValue: f.minGift,
 		IngestURL: f.ingestURL, EdgeURL: f.edgeURL, NodeID: f.nodeID,
-		Dev: f.dev,
+		Dev:      f.dev,
+		AuditDir: f.auditDir, AuditRetention: f.auditRetention, WordsFile: f.words, WordPolicy: f.wordPolicy,
+	}
+	// The audit trail cannot be switched off: with neither a directory nor
+	// a bucket it would live in memory and die with the process.
+	if f.auditDir == "" && f.auditBucket == "" {
+		return cfg, stack.BackendConfig{}, usageError{errors.New("-audit-dir and -audit-s3-bucket are both empty: the audit trail cannot be switched off; give it a directory or a bucket")}
+	}
+	if f.auditRetention < 0 || (f.auditRetention > 0 && f.auditRetention < time.Hour) {
+		return cfg, stack.BackendConfig{}, usageError{fmt.Errorf("-audit-retention %v: want at least 1h", f.auditRetention)}
 	}
 	if f.corsOrigins != "" {
 		cfg.CORSOrigins = strings.Split(f.corsOrigins, ",")
@@ -138,6 +165,10 @@ func (f *serveFlags) stackConfig(roles []string) (stack.Config, stack.BackendCon
 		Redis:            redisx.Config{URL: f.redisURL, Username: f.redisUser, Password: os.Getenv("DANMAKU_REDIS_PASSWORD"), Cluster: f.redisCluster},
 		GiftWaitReplicas: f.giftWaitReplicas,
 		S3:               f.s3,
+	}
+	if f.auditBucket != "" {
+		b.AuditS3 = f.s3
+		b.AuditS3.Bucket, b.AuditS3.Prefix = f.auditBucket, f.auditPrefix
 	}
 	return cfg, b, nil
 }

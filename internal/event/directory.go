@@ -10,6 +10,7 @@ import (
 
 	"danmaku/internal/clock"
 	"danmaku/internal/httpx"
+	"danmaku/internal/reload"
 )
 
 // defaultReload is how often a Directory re-reads the Store: a change (a
@@ -98,24 +99,7 @@ func (d *Directory) Refresh(ctx context.Context) error {
 
 // Run reloads every interval until ctx is done.
 func (d *Directory) Run(ctx context.Context) error {
-	t := time.NewTicker(d.every)
-	defer t.Stop()
-	failing := false
-	for {
-		if err := d.Refresh(ctx); err != nil {
-			if !failing && ctx.Err() == nil {
-				d.log.Warn("event: directory reload failed; keeping the last snapshot", "err", err)
-			}
-			failing = true
-		} else {
-			failing = false
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
+	return reload.Every(ctx, d.every, d.log, "event: directory", d.Refresh)
 }
 
 // Ready reports whether the Directory has loaded the Store at least once.

@@ -70,7 +70,8 @@ type Limits struct {
 	// after it was first seen (from any user). Zero: 10,000.
 	DuplicateWindowMs int64 `json:"duplicate_window_ms,omitempty" yaml:"duplicate_window_ms,omitempty"`
 	// Words is what a sensitive word does to a comment: "mask" (stars,
-	// stored) or "reject" (refused, 422 filtered). Empty: mask.
+	// stored), "reject" (dropped silently), "refuse" (422 sensitive_word)
+	// or "off". Empty: the ingest's setting (mask by default).
 	Words string `json:"words,omitempty" yaml:"words,omitempty"`
 	// FastLanePerSec caps what the fast lane displays per second in the
 	// room: announcements (over it: 429) and lottery entries (over it: not
@@ -109,6 +110,19 @@ func (e *Event) EndTime() time.Time {
 		return *e.EndedAt
 	}
 	return e.End
+}
+
+// EventRefill is the event's global limit (comments per second over all
+// its rooms): the event_refill of the first room that sets one, 0 if none
+// does. One value per event, whichever room a comment goes to, so that
+// every node charges the one bucket at the same rate.
+func (e *Event) EventRefill() float64 {
+	for i := range e.Rooms {
+		if l := e.Rooms[i].Limits; l != nil && l.EventRefill > 0 {
+			return l.EventRefill
+		}
+	}
+	return 0
 }
 
 // Bounds of what an event may hold.
@@ -201,8 +215,10 @@ func (r *Room) validate(at string) error {
 		if l.DuplicateWindowMs > 10*60*1000 {
 			return invalid(at+".limits.duplicate_window_ms", "must be at most 600000 (10 min) (got %d)", l.DuplicateWindowMs)
 		}
-		if l.Words != "" && l.Words != "mask" && l.Words != "reject" {
-			return invalid(at+".limits.words", `must be "mask" or "reject" (got %q)`, l.Words)
+		switch l.Words {
+		case "", "mask", "reject", "refuse", "off":
+		default:
+			return invalid(at+".limits.words", `must be "mask", "reject", "refuse" or "off" (got %q)`, l.Words)
 		}
 	}
 	return nil

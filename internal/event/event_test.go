@@ -259,3 +259,20 @@ func TestAPI(t *testing.T) {
 		t.Fatalf("Changed called %d times, want 5 (create, update, end, create, delete)", changed)
 	}
 }
+
+// TestEventRefill: one global rate per event, from the first room that
+// sets it, whichever room asks.
+func TestEventRefill(t *testing.T) {
+	e := &event.Event{Rooms: []event.Room{
+		{ID: "a"},
+		{ID: "b", Limits: &event.Limits{RoomRefill: 50}},
+		{ID: "c", Limits: &event.Limits{EventRefill: 3000}},
+		{ID: "d", Limits: &event.Limits{EventRefill: 9000}},
+	}}
+	if got := e.EventRefill(); got != 3000 {
+		t.Fatalf("EventRefill = %v, want 3000 (room c's)", got)
+	}
+	if got := (&event.Event{Rooms: []event.Room{{ID: "a"}}}).EventRefill(); got != 0 {
+		t.Fatalf("EventRefill without a setting = %v, want 0", got)
+	}
+}

@@ -414,7 +414,9 @@ func New(cfg Config) (*Generator, error) {
 		g.sched.hold = -1
 	}
 	g.gifts = schedule{base: cfg.rateShare(cfg.GiftRate)}
-	g.tag = " #" + cfg.RunID + "."
+	// The shard is in the tag: two shards' comments of the same number
+	// must differ, or the ingest's duplicate suppression drops one.
+	g.tag = " #" + cfg.RunID + "-" + strconv.Itoa(cfg.Shard) + "."
 	if cfg.Keyword != "" {
 		g.keywordBody, _ = json.Marshal(struct {
 			Text string `json:"text"`

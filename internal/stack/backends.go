@@ -24,6 +24,9 @@ type BackendConfig struct {
 	Redis redisx.Config
 	// S3, when its Bucket is set, backs the object store.
 	S3 objstore.S3Config
+	// AuditS3, when its Bucket is set, keeps the audit trail (a bucket the
+	// CDN does not serve: the trail names users).
+	AuditS3 objstore.S3Config
 	// GiftWaitReplicas, when positive, makes the gift log answer a gift
 	// only once that many replicas of its Redis master hold it (WAIT): an
 	// answered gift then survives the master's loss (docs/architecture.md,
@@ -90,6 +93,8 @@ func OpenBackends(ctx context.Context, cfg BackendConfig, log *slog.Logger) (Bac
 			return Backends{}, nil, err
 		}
 		b.Lotteries = ingest.NewRedisLotteryStore(rdb, nil)
+		b.Bans = ingest.NewRedisBanStore(rdb)
+		b.Global = ingest.NewRedisGlobalLimiter(rdb)
 		if b.Gifts, err = ingest.NewRedisGiftLog(ingest.RedisGiftLogConfig{Client: rdb, Streams: streams, WaitReplicas: cfg.GiftWaitReplicas, Logger: log}); err != nil {
 			_ = closeAll()
 			return Backends{}, nil, err
@@ -102,6 +107,14 @@ func OpenBackends(ctx context.Context, cfg BackendConfig, log *slog.Logger) (Bac
 			return Backends{}, nil, fmt.Errorf("stack: s3: %w", err)
 		}
 		b.Objects = s3
+	}
+	if cfg.AuditS3.Bucket != "" {
+		s3, err := objstore.NewS3Store(ctx, cfg.AuditS3)
+		if err != nil {
+			_ = closeAll()
+			return Backends{}, nil, fmt.Errorf("stack: audit s3: %w", err)
+		}
+		b.Audit = s3
 	}
 	return b, closeAll, nil
 }

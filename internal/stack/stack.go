@@ -32,6 +32,7 @@ import (
 	"danmaku/edge"
 	"danmaku/gslb"
 	"danmaku/ingest"
+	"danmaku/internal/audit"
 	"danmaku/internal/clock"
 	"danmaku/internal/event"
 	"danmaku/internal/httpx"
@@ -82,6 +83,12 @@ type Backends struct {
 	FastLane ingest.FastLane
 	// Lotteries keeps the lotteries and their entrants.
 	Lotteries ingest.LotteryStore
+	// Bans keeps the operators' bans. Nil: in memory.
+	Bans ingest.BanStore
+	// Global is the event-wide comment bucket. Nil: in memory.
+	Global ingest.GlobalLimiter
+	// Audit keeps the audit trail. Nil: Config.AuditDir, else in memory.
+	Audit objstore.Store
 	// Backlog is where slicer leaders publish each room's gift backlog.
 	// Nil: in memory, shared by this process's slicer and ingest (whose
 	// gift log then refuses new gifts over a room's bound).
@@ -102,6 +109,19 @@ type Config struct {
 	PublicCDN string
 	// DataDir keeps segments on disk. Zero: in memory.
 	DataDir string
+	// AuditDir keeps the audit trail on disk when Backends.Audit is nil.
+	// Zero: in memory (tests).
+	AuditDir string
+	// AuditRetention is how long audit objects are kept; the ingest
+	// deletes older ones hourly (each node sweeps; deletes are idempotent,
+	// and a sweep lists about what it deletes). Zero: 30 days.
+	AuditRetention time.Duration
+	// WordsFile is the sensitive-word list (one word a line, # comments),
+	// re-read when it changes. Zero: no list.
+	WordsFile string
+	// WordPolicy is what a listed word does unless a room's event says:
+	// mask (default), reject (dropped silently), refuse (422) or off.
+	WordPolicy string
 	// Backends shared by the roles. Zero fields: in memory.
 	Backends Backends
 	// MasterKey derives token secrets. When set, this process runs an auth
@@ -479,7 +499,32 @@ func New(cfg Config) (*Stack, error) {
 		rs.srv = httpx.NewServer(e, 10*time.Second)
 	}
 	if rs := byRole[RoleIngest]; rs != nil {
+		policy, err := ingest.ParseWordPolicy(cfg.WordPolicy)
+		if err != nil {
+			return nil, err
+		}
+		var words ingest.WordSource
+		if cfg.WordsFile != "" {
+			words = ingest.FileWords{Path: cfg.WordsFile}
+		}
+		auditStore := b.Audit
+		if auditStore == nil && cfg.AuditDir != "" {
+			if auditStore, err = objstore.NewDirStore(cfg.AuditDir); err != nil {
+				return nil, fmt.Errorf("stack: audit dir: %w", err)
+			}
+		}
+		var rec *audit.Recorder
+		if auditStore != nil {
+			node := cfg.NodeID
+			if node == "" {
+				node = "ingest"
+			}
+			if rec, err = audit.New(audit.Config{Store: auditStore, Node: node, Retention: cfg.AuditRetention, Registerer: s.registry, Logger: s.log}); err != nil {
+				return nil, err
+			}
+		}
 		s.ingest, err = ingest.New(ingest.Config{
+			Bans: b.Bans, Global: b.Global, Words: words, WordPolicy: policy, Audit: rec,
 			Streams: b.Streams, Keyring: s.keyring, Addr: s.URLs[RoleIngest], Load: b.Load,
 			Gate: b.Gate, Gifts: b.Gifts, GiftBacklog: giftBacklog, FastLane: b.FastLane, Lotteries: b.Lotteries,
 			GiftKeys: cfg.GiftKeys, AnnounceKeys: cfg.AnnounceKeys, Events: s.events, Registerer: s.registry, Logger: s.log,
@@ -489,6 +534,8 @@ func New(cfg Config) (*Stack, error) {
 		}
 		e := engine(RoleIngest)
 		s.ingest.Register(e)
+		bans := s.ingest.Bans()
+		(&ingest.BanAPI{Store: s.ingest.BanStore(), Keys: cfg.OperatorKeys, Changed: func(ctx context.Context) { _ = bans.Refresh(ctx) }}).Register(e)
 		lotteries := s.ingest.Lotteries()
 		(&ingest.LotteryAPI{Store: b.Lotteries, Keys: cfg.OperatorKeys, Hosts: s.keyring, Changed: func(ctx context.Context) {
 			if lotteries != nil {

@@ -242,12 +242,25 @@ func (n *ClusterNode) Alive() bool {
 // CLUSTER FAILOVER: the graceful kind, where the master stops accepting
 // writes, the replica catches up with it and only then is promoted, so no
 // acknowledged write is lost. It returns once the replica has accepted the
-// request; the promotion follows within milliseconds (WaitHealthy, or
-// MasterOf, shows it).
+// request and the node itself reports the master role. The rest of the
+// cluster learns of it a moment later (WaitHealthy waits for that): the
+// old layout is healthy too, so waiting for health alone could return
+// before the promotion, as it did on a loaded CI machine.
 func (n *ClusterNode) Failover(t testing.TB) {
 	t.Helper()
 	if _, err := redisDo(n.Addr, clusterCmdTimeout, "CLUSTER", "FAILOVER"); err != nil {
 		t.Fatalf("testenv: CLUSTER FAILOVER on %s: %v", n.Addr, err)
+	}
+	deadline := time.Now().Add(clusterReadyTimeout)
+	for {
+		r, err := n.Role()
+		if err == nil && r == "master" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("testenv: %s still %q (%v) %s after CLUSTER FAILOVER\nlog:\n%s", n.Addr, r, err, clusterReadyTimeout, n.logTail())
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

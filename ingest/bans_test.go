@@ -1,0 +1,320 @@
+package ingest_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/redis/go-redis/v9"
+
+	"danmaku/ingest"
+	"danmaku/internal/clock"
+	"danmaku/internal/redisx/redistest"
+)
+
+// banBackends are the BanStore implementations the conformance suite runs
+// against; Redis on one server and on a cluster.
+func banBackends() []struct {
+	name string
+	open func(t *testing.T) (ingest.BanStore, redis.UniversalClient)
+} {
+	out := []struct {
+		name string
+		open func(t *testing.T) (ingest.BanStore, redis.UniversalClient)
+	}{
+		{"memory", func(t *testing.T) (ingest.BanStore, redis.UniversalClient) { return ingest.NewMemoryBanStore(), nil }},
+	}
+	for _, k := range redistest.Kinds() {
+		out = append(out, struct {
+			name string
+			open func(t *testing.T) (ingest.BanStore, redis.UniversalClient)
+		}{k.Name, func(t *testing.T) (ingest.BanStore, redis.UniversalClient) {
+			rdb := k.Client(t)
+			return ingest.NewRedisBanStore(rdb), rdb
+		}})
+	}
+	return out
+}
+
+// TestBanStoreConformance runs every BanStore through the same cases, each
+// on an empty store.
+func TestBanStoreConformance(t *testing.T) {
+	ctx := context.Background()
+	t0 := time.Unix(1_700_000_000, 0).UTC()
+	ban := func(user, room string, until time.Time) ingest.Ban {
+		return ingest.Ban{User: user, Room: room, Until: until, Reason: "spam", At: t0}
+	}
+	cases := []struct {
+		name string
+		run  func(t *testing.T, s ingest.BanStore)
+	}{
+		{"put, user, list, delete", func(t *testing.T, s ingest.BanStore) {
+			v0 := mustVersion(t, s)
+			for _, b := range []ingest.Ban{ban("alice", "", time.Time{}), ban("alice", "r1", t0.Add(time.Hour)), ban("bob", "r2", time.Time{}), ban("alice/x", "", time.Time{}), ban("al*", "", time.Time{})} {
+				if err := s.Put(ctx, b); err != nil {
+					t.Fatal(err)
+				}
+			}
+			v1 := mustVersion(t, s)
+			if v1 == v0 {
+				t.Fatal("version did not move with a write")
+			}
+			got, err := s.User(ctx, "alice")
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := []ingest.Ban{ban("alice", "", time.Time{}), ban("alice", "r1", t0.Add(time.Hour))}
+			if !equalBans(got, want) {
+				t.Fatalf("User(alice) = %+v, want %+v", got, want)
+			}
+			if got, _ := s.User(ctx, "al*"); len(got) != 1 || got[0].User != "al*" {
+				t.Fatalf("User(al*) = %+v: a pattern character is a plain character", got)
+			}
+			all, v, err := s.List(ctx)
+			if err != nil || len(all) != 5 || v != v1 {
+				t.Fatalf("List = %d bans at version %d, %v; want 5 at %d", len(all), v, err, v1)
+			}
+			if err := s.Delete(ctx, "alice", "r1"); err != nil {
+				t.Fatal(err)
+			}
+			if got, _ := s.User(ctx, "alice"); !equalBans(got, want[:1]) {
+				t.Fatalf("after Delete: %+v", got)
+			}
+			v2 := mustVersion(t, s)
+			if err := s.Delete(ctx, "nobody", ""); err != nil {
+				t.Fatalf("lifting a missing ban: %v", err)
+			}
+			if mustVersion(t, s) != v2 {
+				t.Fatal("lifting a missing ban moved the version")
+			}
+		}},
+		{"put replaces", func(t *testing.T, s ingest.BanStore) {
+			_ = s.Put(ctx, ban("carol", "r1", t0.Add(time.Minute)))
+			_ = s.Put(ctx, ban("carol", "r1", time.Time{}))
+			got, _ := s.User(ctx, "carol")
+			if !equalBans(got, []ingest.Ban{ban("carol", "r1", time.Time{})}) {
+				t.Fatalf("after a second Put: %+v", got)
+			}
+		}},
+		{"purge deletes lapsed bans only", func(t *testing.T, s ingest.BanStore) {
+			_ = s.Put(ctx, ban("dave", "", t0.Add(time.Minute)))
+			_ = s.Put(ctx, ban("dave", "r1", t0.Add(time.Hour)))
+			_ = s.Put(ctx, ban("erin", "", time.Time{}))
+			// Renewed after its first expiry was set: must survive.
+			_ = s.Put(ctx, ban("frank", "", t0.Add(time.Minute)))
+			_ = s.Put(ctx, ban("frank", "", t0.Add(2*time.Hour)))
+			v := mustVersion(t, s)
+			n, err := s.Purge(ctx, t0.Add(30*time.Minute))
+			if err != nil || n != 1 {
+				t.Fatalf("Purge = %d, %v; want 1", n, err)
+			}
+			if mustVersion(t, s) == v {
+				t.Fatal("a purge that deleted did not move the version")
+			}
+			all, _, _ := s.List(ctx)
+			var left []string
+			for _, b := range all {
+				left = append(left, b.User+"/"+b.Room)
+			}
+			if !slices.Equal(left, []string{"dave/r1", "erin/", "frank/"}) {
+				t.Fatalf("left after purge: %v", left)
+			}
+			if n, _ := s.Purge(ctx, t0.Add(30*time.Minute)); n != 0 {
+				t.Fatalf("second purge deleted %d", n)
+			}
+		}},
+		{"invalid bans refused", func(t *testing.T, s ingest.BanStore) {
+			for _, b := range []ingest.Ban{{}, {User: "x", Room: "bad room"}, {User: strings.Repeat("u", 300)}} {
+				if err := s.Put(ctx, b); err == nil {
+					t.Fatalf("Put(%+v) accepted", b)
+				}
+			}
+		}},
+	}
+	for _, b := range banBackends() {
+		t.Run(b.name, func(t *testing.T) {
+			for _, c := range cases {
+				t.Run(c.name, func(t *testing.T) {
+					s, _ := b.open(t)
+					c.run(t, s)
+				})
+			}
+		})
+	}
+}
+
+func mustVersion(t *testing.T, s ingest.BanStore) int64 {
+	t.Helper()
+	v, err := s.Version(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func equalBans(a, b []ingest.Ban) bool {
+	return slices.EqualFunc(a, b, func(x, y ingest.Ban) bool {
+		return x.User == y.User && x.Room == y.Room && x.Until.Equal(y.Until) && x.Reason == y.Reason && x.At.Equal(y.At)
+	})
+}
+
+// countingBanStore counts List calls, to show the list is read only after
+// the version moved.
+type countingBanStore struct {
+	ingest.BanStore
+	lists int
+}
+
+func (c *countingBanStore) List(ctx context.Context) ([]ingest.Ban, int64, error) {
+	c.lists++
+	return c.BanStore.List(ctx)
+}
+
+func TestBanList(t *testing.T) {
+	ctx := context.Background()
+	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+	store := &countingBanStore{BanStore: ingest.NewMemoryBanStore()}
+	l, err := ingest.NewBanList(ingest.BanListConfig{Store: store, Clock: clk, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Ready() || l.Banned("r1", "alice") {
+		t.Fatal("banned before the first load")
+	}
+	_ = store.Put(ctx, ingest.Ban{User: "alice", At: clk.Now()})
+	_ = store.Put(ctx, ingest.Ban{User: "bob", Room: "r1", Until: clk.Now().Add(time.Minute), At: clk.Now()})
+	if err := l.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		room, user string
+		want       bool
+	}{{"r1", "alice", true}, {"r2", "alice", true}, {"r1", "bob", true}, {"r2", "bob", false}, {"r1", "carol", false}} {
+		if got := l.Banned(c.room, c.user); got != c.want {
+			t.Fatalf("Banned(%s, %s) = %v", c.room, c.user, got)
+		}
+	}
+	clk.Advance(time.Minute)
+	if l.Banned("r1", "bob") {
+		t.Fatal("a lapsed ban still holds before the next reload")
+	}
+	lists := store.lists
+	for range 3 {
+		_ = l.Refresh(ctx)
+	}
+	if store.lists != lists {
+		t.Fatalf("unchanged store re-listed %d times", store.lists-lists)
+	}
+	_ = store.Delete(ctx, "alice", "")
+	_ = l.Refresh(ctx)
+	if l.Banned("r1", "alice") || store.lists != lists+1 {
+		t.Fatalf("lifted ban still holds (lists %d)", store.lists-lists)
+	}
+	if _, err := ingest.NewBanList(ingest.BanListConfig{}); err == nil {
+		t.Fatal("no store accepted")
+	}
+}
+
+// BenchmarkBanned is the per-comment ban check against 10,000 bans.
+func BenchmarkBanned(b *testing.B) {
+	ctx := context.Background()
+	store := ingest.NewMemoryBanStore()
+	for i := range 10_000 {
+		_ = store.Put(ctx, ingest.Ban{User: "user" + strings.Repeat("x", i%7) + string(rune('a'+i%26)) + strings.Repeat("y", i/26%13), Room: "r1"})
+	}
+	l, _ := ingest.NewBanList(ingest.BanListConfig{Store: store, Logger: quiet})
+	if err := l.Refresh(ctx); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		l.Banned("r1", "someone-not-banned")
+	}
+}
+
+func banAPI(t *testing.T) (*gin.Engine, ingest.BanStore, *clock.Fake, *int) {
+	gin.SetMode(gin.ReleaseMode)
+	clk := clock.NewFake(time.Unix(1_700_000_000, 0).UTC())
+	store := ingest.NewMemoryBanStore()
+	changed := 0
+	api := &ingest.BanAPI{Store: store, Keys: []string{"op-key"}, Clock: clk, Changed: func(context.Context) { changed++ }}
+	e := gin.New()
+	api.Register(e)
+	return e, store, clk, &changed
+}
+
+func banCall(t *testing.T, e *gin.Engine, method, path, key, body string) (int, map[string]any) {
+	t.Helper()
+	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	w := httptest.NewRecorder()
+	e.ServeHTTP(w, req)
+	var out map[string]any
+	_ = json.Unmarshal(w.Body.Bytes(), &out)
+	return w.Code, out
+}
+
+func TestBanAPI(t *testing.T) {
+	e, store, clk, changed := banAPI(t)
+	if code, _ := banCall(t, e, "PUT", "/v1/admin/bans/alice", "", ""); code != http.StatusUnauthorized {
+		t.Fatalf("no key: %d", code)
+	}
+	if code, _ := banCall(t, e, "PUT", "/v1/admin/bans/alice", "wrong", ""); code != http.StatusUnauthorized {
+		t.Fatalf("wrong key: %d", code)
+	}
+	// Empty body: every room, for ever.
+	if code, out := banCall(t, e, "PUT", "/v1/admin/bans/alice", "op-key", ""); code != http.StatusOK || out["user"] != "alice" || out["until"] != nil {
+		t.Fatalf("ban for ever: %d %v", code, out)
+	}
+	code, out := banCall(t, e, "PUT", "/v1/admin/bans/alice", "op-key", `{"room":"r1","ttl_seconds":600,"reason":"flood"}`)
+	if code != http.StatusOK || out["until"] != clk.Now().Add(10*time.Minute).Format(time.RFC3339) || out["room"] != "r1" {
+		t.Fatalf("ban with ttl: %d %v", code, out)
+	}
+	for _, body := range []string{
+		`{"room":"bad room"}`,
+		`{"ttl_seconds":-1}`,
+		`{"ttl_seconds":5,"until":"2030-01-01T00:00:00Z"}`,
+		`{"until":"2000-01-01T00:00:00Z"}`,
+		`{"unknown":1}`,
+	} {
+		if code, out := banCall(t, e, "PUT", "/v1/admin/bans/bob", "op-key", body); code != http.StatusBadRequest {
+			t.Fatalf("PUT %s: %d %v", body, code, out)
+		}
+	}
+	code, out = banCall(t, e, "GET", "/v1/admin/bans/alice", "op-key", "")
+	if bans, _ := out["bans"].([]any); code != http.StatusOK || len(bans) != 2 {
+		t.Fatalf("GET alice: %d %v", code, out)
+	}
+	code, out = banCall(t, e, "GET", "/v1/admin/bans", "op-key", "")
+	if bans, _ := out["bans"].([]any); code != http.StatusOK || len(bans) != 2 {
+		t.Fatalf("GET all: %d %v", code, out)
+	}
+	// A lapsed ban is not shown, though it waits in the store for a purge.
+	clk.Advance(11 * time.Minute)
+	if _, out := banCall(t, e, "GET", "/v1/admin/bans/alice", "op-key", ""); len(out["bans"].([]any)) != 1 {
+		t.Fatalf("lapsed ban shown: %v", out)
+	}
+	if code, _ := banCall(t, e, "DELETE", "/v1/admin/bans/alice?room=bad%20room", "op-key", ""); code != http.StatusBadRequest {
+		t.Fatalf("DELETE bad room: %d", code)
+	}
+	if code, _ := banCall(t, e, "DELETE", "/v1/admin/bans/alice", "op-key", ""); code != http.StatusOK {
+		t.Fatalf("DELETE: %d", code)
+	}
+	if bans, _ := store.User(context.Background(), "alice"); len(bans) != 1 || bans[0].Room != "r1" {
+		t.Fatalf("after DELETE: %+v", bans)
+	}
+	if *changed != 3 {
+		t.Fatalf("Changed called %d times, want 3 (two bans, one lift)", *changed)
+	}
+}

@@ -15,6 +15,7 @@ import (
 
 	"danmaku/ingest"
 	"danmaku/internal/clock"
+	"danmaku/internal/httpx"
 	"danmaku/internal/redisx/redistest"
 )
 
@@ -238,13 +239,13 @@ func BenchmarkBanned(b *testing.B) {
 	}
 }
 
-func banAPI(t *testing.T) (*gin.Engine, ingest.BanStore, *clock.Fake, *int) {
+func banAPI(t testing.TB) (*gin.Engine, ingest.BanStore, *clock.Fake, *int) {
 	gin.SetMode(gin.ReleaseMode)
 	clk := clock.NewFake(time.Unix(1_700_000_000, 0).UTC())
 	store := ingest.NewMemoryBanStore()
 	changed := 0
 	api := &ingest.BanAPI{Store: store, Keys: []string{"op-key"}, Clock: clk, Changed: func(context.Context) { changed++ }}
-	e := gin.New()
+	e := httpx.NewEngine(httpx.EngineConfig{Role: "ingest", Logger: quiet})
 	api.Register(e)
 	return e, store, clk, &changed
 }

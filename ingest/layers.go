@@ -49,6 +49,7 @@ func (s *Server) antiSpam() error {
 		if s.audit, err = audit.New(audit.Config{Store: objstore.NewMemoryStore(), Node: node, Clock: cfg.Clock, Registerer: cfg.Registerer, Logger: cfg.Logger}); err != nil {
 			return err
 		}
+		s.ownAudit = true
 	}
 	// The first loads, so that a node normally knows the bans and words
 	// before its first comment. A failure does not stop the node (a Redis

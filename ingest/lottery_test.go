@@ -587,7 +587,7 @@ type lotteryAPIFixture struct {
 
 const lotteryOpKey = "operator-key-0123456789"
 
-func newLotteryAPIFixture(t *testing.T) *lotteryAPIFixture {
+func newLotteryAPIFixture(t testing.TB) *lotteryAPIFixture {
 	t.Helper()
 	c := clock.NewFake(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
 	secrets := auth.NewMemorySecrets()
@@ -612,7 +612,7 @@ func newLotteryAPIFixture(t *testing.T) *lotteryAPIFixture {
 	return f
 }
 
-func (f *lotteryAPIFixture) token(t *testing.T, room, user, role string) string {
+func (f *lotteryAPIFixture) token(t testing.TB, room, user, role string) string {
 	t.Helper()
 	tok, _, err := f.ring.Sign(auth.Claims{Room: room, Role: role, Addrs: []string{"http://ingest-1"}, RegisteredClaims: jwt.RegisteredClaims{Subject: user}})
 	if err != nil {

@@ -100,8 +100,10 @@ type Config struct {
 	// rate is the event's event_refill; none without it). Nil: in memory.
 	Global GlobalLimiter
 	// Audit records every comment that passes the gateway with what became
-	// of it. Nil: a recorder keeping its objects in memory (tests); a
-	// deployment gives one writing to its audit store. Always on.
+	// of it. Nil: a recorder keeping its objects in memory (tests), which
+	// the Server runs and shuts down; a deployment gives one writing to its
+	// audit store, shared with the process's slicer, and runs it itself
+	// (Run, then Shutdown once every role has stopped). Always on.
 	Audit *audit.Recorder
 	// GiftBacklog is where the slicer of this process publishes each
 	// room's gift backlog, for the default memory gift log to refuse new
@@ -162,13 +164,16 @@ type Server struct {
 	// ingestNodes is how many ingest nodes reported live in the last load
 	// snapshot (0 before the first): they share each room's limit.
 	ingestNodes atomic.Int64
-	writer      *writer
-	lotteries   *Lotteries
-	bans        *BanList
-	words       *WordFilter
-	dups        *Duplicates
-	global      *GlobalGate
-	audit       *audit.Recorder
+	// ingestRank is this node's place among them, by node id.
+	ingestRank atomic.Int64
+	writer     *writer
+	lotteries  *Lotteries
+	bans       *BanList
+	words      *WordFilter
+	dups       *Duplicates
+	global     *GlobalGate
+	audit      *audit.Recorder
+	ownAudit   bool // made here: Run runs and shuts it down
 
 	rejected  *prometheus.CounterVec
 	accepted  *prometheus.CounterVec
@@ -273,7 +278,7 @@ func New(cfg Config) (*Server, error) {
 		// The bound follows the event's room limits, changed at run time.
 		b.SetBacklogBound(s.giftBacklogBound)
 	}
-	s.writer = newWriter(cfg.Gate, cfg.NodeID, cfg.FlushWindow, cfg.Hold, cfg.Clock, cfg.Logger, s.liveIngestNodes)
+	s.writer = newWriter(cfg.Gate, cfg.NodeID, cfg.FlushWindow, cfg.Hold, cfg.Clock, cfg.Logger, s.liveIngestNodes, s.flushPhase)
 	if err := s.antiSpam(); err != nil {
 		return nil, err
 	}
@@ -325,7 +330,9 @@ func (s *Server) Run(ctx context.Context) error {
 	wg.Go(func() { _ = s.bans.Run(ctx) })
 	wg.Go(func() { _ = s.words.Run(ctx) })
 	wg.Go(func() { _ = s.dups.Run(ctx) })
-	wg.Go(func() { _ = s.audit.Run(ctx) })
+	if s.ownAudit {
+		wg.Go(func() { _ = s.audit.Run(ctx) })
+	}
 	if s.cfg.Load != nil {
 		wg.Add(1)
 		go func() {
@@ -342,7 +349,9 @@ func (s *Server) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			wg.Wait()
-			s.shutdownAudit()
+			if s.ownAudit {
+				s.shutdownAudit()
+			}
 			return nil
 		case <-t.C:
 		}
@@ -365,10 +374,13 @@ func (s *Server) syncOnline(ctx context.Context) {
 	s.binding.Update(loads)
 	m := map[string]int{}
 	now := s.cfg.Clock.Now()
-	ingests := 0
+	ingests, rank := 0, 0
 	for _, l := range loads {
 		if l.Kind == gslb.KindIngest && now.Sub(l.At) <= onlineStale {
 			ingests++
+			if l.ID < s.cfg.NodeID {
+				rank++
+			}
 		}
 		// An edge that stopped reporting (crashed without removing itself)
 		// no longer counts its viewers.
@@ -380,6 +392,14 @@ func (s *Server) syncOnline(ctx context.Context) {
 	}
 	s.online.Store(&m)
 	s.ingestNodes.Store(int64(ingests))
+	s.ingestRank.Store(int64(rank))
+}
+
+// flushPhase is this node's flush slot within the write-behind window:
+// node i of n (by id) at i·window/n (see writer.phase).
+func (s *Server) flushPhase(window time.Duration) time.Duration {
+	n := s.liveIngestNodes()
+	return window * time.Duration(s.ingestRank.Load()%int64(n)) / time.Duration(n)
 }
 
 // liveIngestNodes is how many ingest nodes share a room's limit: those live

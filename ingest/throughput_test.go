@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -33,8 +34,9 @@ const (
 // loopback HTTP, for a bare gin handler that only decodes the same body
 // ("bare") and for the full layered path with memory and Redis backends —
 // all in one run, so their ratio is what docs/benchmarks.md reports. The
-// room and user limits are set out of reach: every comment takes the whole
-// path to the stream, the costliest case.
+// room and user limits are set out of reach and every text differs: every
+// comment takes the whole path to the stream (anti-spam and audit
+// included), the costliest case.
 func BenchmarkIngestHTTP(b *testing.B) {
 	for _, kind := range []string{"bare", "memory", "redis"} {
 		b.Run(kind, func(b *testing.B) {
@@ -45,7 +47,6 @@ func BenchmarkIngestHTTP(b *testing.B) {
 			tr := &http.Transport{MaxIdleConns: throughputInFlight, MaxIdleConnsPerHost: throughputInFlight, MaxConnsPerHost: throughputInFlight}
 			defer tr.CloseIdleConnections()
 			client := &http.Client{Transport: tr}
-			body := []byte(`{"text":"好听！encore  encore"}`)
 			var (
 				next   atomic.Int64
 				failed atomic.Int64
@@ -60,6 +61,10 @@ func BenchmarkIngestHTTP(b *testing.B) {
 						if i > int64(b.N) {
 							return
 						}
+						// Distinct texts: a repeated one would stop at duplicate
+						// suppression, not reach the stream.
+						body := strconv.AppendInt([]byte(`{"text":"好听！encore  encore `), i, 10)
+						body = append(body, `"}`...)
 						req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
 						req.Header.Set("Content-Type", "application/json")
 						req.Header.Set("Authorization", "Bearer "+tokens[(int(i)*7919+w)%len(tokens)])

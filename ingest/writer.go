@@ -78,6 +78,13 @@ type writer struct {
 	// nodes returns how many ingest nodes share a room (≥ 1), for the
 	// share while the gate is unreachable.
 	nodes func() int
+	// phase returns this node's offset within the window: nodes sharing
+	// a room flush on evenly spaced slots of the wall clock (node i of n
+	// at i·window/n), so that the room bucket is drained every window/n
+	// rather than in clumps when nodes happen to flush together. The
+	// admitted rate then holds the refill rate second by second, not only
+	// on average. Nil: 0.
+	phase func(window time.Duration) time.Duration
 	m     writerMetrics
 
 	seq   atomic.Uint64
@@ -180,8 +187,8 @@ type sentBatch struct {
 	entries []*pending
 }
 
-func newWriter(gate RoomGate, node string, window, hold time.Duration, c clock.Clock, log *slog.Logger, nodes func() int) *writer {
-	return &writer{gate: gate, node: node, window: window, hold: hold, clock: c, log: log, nodes: nodes, m: newWriterMetrics(), rooms: map[string]*roomQueue{}}
+func newWriter(gate RoomGate, node string, window, hold time.Duration, c clock.Clock, log *slog.Logger, nodes func() int, phase func(time.Duration) time.Duration) *writer {
+	return &writer{gate: gate, node: node, window: window, hold: hold, clock: c, log: log, nodes: nodes, phase: phase, m: newWriterMetrics(), rooms: map[string]*roomQueue{}}
 }
 
 func (w *writer) queueOf(room string) *roomQueue {
@@ -298,8 +305,28 @@ func (q *roomQueue) due(now time.Time) (time.Time, bool) {
 	// One Flush per window, on the leading edge: a comment into a quiet
 	// room goes at once, and under load each waits at most a window (the
 	// round trips are the same; the latency is not). After a dry Flush
-	// this also gives the bucket a window to refill.
-	return later(q.lastFlush.Add(q.w.window), q.queue[0].at), true
+	// this also gives the bucket a window to refill. Under load the
+	// flushes settle on this node's slots (phase), a window apart.
+	return later(q.w.slot(q.lastFlush.Add(q.w.window/2)), q.queue[0].at), true
+}
+
+// slot returns the first of this node's flush slots at or after t: the
+// times t' with t' ≡ phase (mod window) on the wall clock (nodes' clocks
+// agree to a few ms, which is all the spacing needs).
+func (w *writer) slot(t time.Time) time.Time {
+	win := int64(w.window)
+	if win <= 0 {
+		return t
+	}
+	var off int64
+	if w.phase != nil {
+		off = int64(w.phase(w.window)) % win
+	}
+	r := ((t.UnixNano()-off)%win + win) % win
+	if r == 0 {
+		return t
+	}
+	return t.Add(time.Duration(win - r))
 }
 
 func later(a, b time.Time) time.Time {

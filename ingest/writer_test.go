@@ -50,7 +50,7 @@ func newWriterRig(t *testing.T, window, hold time.Duration) *writerRig {
 	r.store = stream.NewMemoryStore(r.clk)
 	r.gate = &switchGate{RoomGate: NewMemoryRoomGate(r.store, r.clk)}
 	r.nodes.Store(1)
-	r.w = newWriter(r.gate, "n1", window, hold, r.clk, discard, func() int { return int(r.nodes.Load()) })
+	r.w = newWriter(r.gate, "n1", window, hold, r.clk, discard, func() int { return int(r.nodes.Load()) }, nil)
 	return r
 }
 
@@ -222,5 +222,34 @@ func TestWriterClientGone(t *testing.T) {
 	waitQueued(t, r.w, room, 0)
 	if n := r.stored(t, room); n != 1 {
 		t.Fatalf("stored %d", n)
+	}
+}
+
+// TestWriterSlots: node i of n flushes at i·window/n past each multiple of
+// the window, the first such time at or after the one asked.
+func TestWriterSlots(t *testing.T) {
+	const window = 150 * time.Millisecond
+	for _, tc := range []struct {
+		rank, n int
+		phase   time.Duration
+	}{{0, 1, 0}, {0, 3, 0}, {1, 3, 50 * time.Millisecond}, {2, 3, 100 * time.Millisecond}, {4, 3, 50 * time.Millisecond}} {
+		s := &Server{}
+		s.ingestNodes.Store(int64(tc.n))
+		s.ingestRank.Store(int64(tc.rank))
+		if got := s.flushPhase(window); got != tc.phase {
+			t.Fatalf("rank %d of %d: phase %v, want %v", tc.rank, tc.n, got, tc.phase)
+		}
+		w := &writer{window: window, phase: s.flushPhase}
+		base := time.Unix(1_800_000_000, 0) // a multiple of the window
+		for _, off := range []time.Duration{0, time.Millisecond, 49 * time.Millisecond, 50 * time.Millisecond, 149 * time.Millisecond, 7 * time.Second} {
+			at := base.Add(off)
+			got := w.slot(at)
+			if got.Before(at) || !got.Before(at.Add(window)) {
+				t.Fatalf("slot(%v) = %v: not within a window after", off, got.Sub(base))
+			}
+			if r := (got.UnixNano() - int64(tc.phase)) % int64(window); r != 0 {
+				t.Fatalf("rank %d of %d: slot(+%v) = +%v, %v off its phase", tc.rank, tc.n, off, got.Sub(base), time.Duration(r))
+			}
+		}
 	}
 }

@@ -3,7 +3,6 @@ package slicer
 import (
 	"math"
 	"math/rand/v2"
-	"sort"
 
 	"danmaku/internal/wire"
 )
@@ -71,19 +70,32 @@ func allocate(budget int, shares Shares, need [numQueues]int) (got [numQueues]in
 // sample keeps k of msgs chosen uniformly at random, in their original
 // order, and returns the kept ones.
 func sample(msgs []wire.Message, k int, rng *rand.Rand) []wire.Message {
+	kept, _ := sampleOut(msgs, k, rng)
+	return kept
+}
+
+// sampleOut is sample that also returns the ones left out, in order.
+func sampleOut(msgs []wire.Message, k int, rng *rand.Rand) (kept, out []wire.Message) {
 	if k >= len(msgs) {
-		return msgs
+		return msgs, nil
 	}
 	if k <= 0 {
-		return nil
+		return nil, msgs
 	}
-	idx := rng.Perm(len(msgs))[:k]
-	sort.Ints(idx)
-	out := make([]wire.Message, k)
-	for i, j := range idx {
-		out[i] = msgs[j]
+	keep := make([]bool, len(msgs))
+	for _, j := range rng.Perm(len(msgs))[:k] {
+		keep[j] = true
 	}
-	return out
+	kept = make([]wire.Message, 0, k)
+	out = make([]wire.Message, 0, len(msgs)-k)
+	for j := range msgs {
+		if keep[j] {
+			kept = append(kept, msgs[j])
+		} else {
+			out = append(out, msgs[j])
+		}
+	}
+	return kept, out
 }
 
 // mergeGifts merges identical single gifts (same user, gift and value) within

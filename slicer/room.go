@@ -9,6 +9,7 @@ import (
 	"sort"
 	"time"
 
+	"danmaku/internal/audit"
 	"danmaku/internal/objstore"
 	"danmaku/internal/stream"
 	"danmaku/internal/wire"
@@ -677,12 +678,16 @@ func (s *Slicer) writeSlot(ctx context.Context, st *roomState, storeNow, localNo
 		carry   []wire.Message
 		settled []wire.Message
 		sampled int
+		left    []wire.Message // sampled away, for the audit trail
 	)
 	for q := range numQueues {
 		msgs := queues[q]
 		if q.droppable() {
-			kept := sample(msgs, got[q], st.rng)
-			sampled += len(msgs) - len(kept)
+			kept, out := sampleOut(msgs, got[q], st.rng)
+			sampled += len(out)
+			if s.cfg.Audit != nil {
+				left = append(left, out...)
+			}
 			settled = append(settled, msgs...)
 			msgs = kept
 		} else {
@@ -754,6 +759,7 @@ func (s *Slicer) writeSlot(ctx context.Context, st *roomState, storeNow, localNo
 		if sampled > 0 {
 			s.m.drops.WithLabelValues("sampled").Add(float64(sampled))
 		}
+		s.auditSampled(st.room, left, done)
 	}
 
 	// The segment is durable: acknowledge what it settled (written or
@@ -1017,4 +1023,18 @@ func (s *Slicer) publishManifest(ctx context.Context, st *roomState, m *wire.Man
 		}
 	}
 	return fmt.Errorf("slicer: manifest of %s moved three times under this writer", st.room)
+}
+
+// auditSampled records the comments of room that the budget left out of a
+// written segment: decision sampled, with their stream ids (the ingest
+// recorded each as stored). Text is the comment as stored — masked, if the
+// word filter masked it.
+func (s *Slicer) auditSampled(room string, msgs []wire.Message, at time.Time) {
+	if s.cfg.Audit == nil {
+		return
+	}
+	for i := range msgs {
+		m := &msgs[i]
+		s.cfg.Audit.Record(audit.Record{At: at, Room: room, User: m.User, Text: m.Text, Decision: audit.Sampled, ID: m.ID})
+	}
 }

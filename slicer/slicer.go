@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"danmaku/internal/audit"
 	"danmaku/internal/clock"
 	"danmaku/internal/event"
 	"danmaku/internal/objstore"
@@ -101,6 +102,10 @@ type Config struct {
 	// new gifts over their bound. Nil: in memory, seen by this process
 	// only.
 	Backlog Backlog
+	// Audit receives a record of every comment the budget sampled away
+	// (decision sampled, with its stream id), beside the ingest's record
+	// of it as stored. Nil: none. The caller runs and shuts it down.
+	Audit Auditor
 	// Registerer receives the metrics. Nil: a private registry.
 	Registerer prometheus.Registerer
 	// Clock tells local time. Nil: real clock.
@@ -112,6 +117,11 @@ type Config struct {
 type budgetConf struct {
 	budget int
 	shares Shares
+}
+
+// Auditor takes audit records (an *audit.Recorder).
+type Auditor interface {
+	Record(audit.Record)
 }
 
 // Slicer writes one segment per room per second.

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
+	"danmaku/internal/audit"
 	"danmaku/internal/clock"
 	"danmaku/internal/objstore"
 	"danmaku/internal/stream"
@@ -393,4 +395,51 @@ func (f *flakyStore) Put(ctx context.Context, key string, body []byte, opts objs
 		return "", errors.New("storage down")
 	}
 	return f.Store.Put(ctx, key, body, opts)
+}
+
+type auditSink struct {
+	mu   sync.Mutex
+	recs []audit.Record
+}
+
+func (a *auditSink) Record(r audit.Record) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.recs = append(a.recs, r)
+}
+
+// TestSampledAudited: every barrage comment the budget leaves out of a
+// segment is in the audit trail as sampled, with its stream id; the shown
+// ones are not.
+func TestSampledAudited(t *testing.T) {
+	sink := &auditSink{}
+	r := newRig(t, Config{Budget: 10, Audit: sink})
+	s0 := r.st.next
+	r.at(s0, 100)
+	var in []wire.Message
+	for i := range 50 {
+		in = append(in, wire.Message{Kind: wire.KindBarrage, User: fmt.Sprintf("u%d", i), Text: fmt.Sprintf("t%d", i)})
+	}
+	in = r.append(stream.Barrage, in...)
+	r.at(s0+1, 300)
+	r.flush()
+	shown := map[string]bool{}
+	for _, m := range r.segment(s0).Messages {
+		shown[m.ID] = true
+	}
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	if len(shown)+len(sink.recs) != len(in) {
+		t.Fatalf("%d shown + %d sampled records, want %d", len(shown), len(sink.recs), len(in))
+	}
+	byID := map[string]wire.Message{}
+	for _, m := range in {
+		byID[m.ID] = m
+	}
+	for _, rec := range sink.recs {
+		m, ok := byID[rec.ID]
+		if !ok || shown[rec.ID] || rec.Decision != audit.Sampled || rec.User != m.User || rec.Text != m.Text || rec.Room != room {
+			t.Fatalf("record %+v: want a sampled, unshown comment of the room", rec)
+		}
+	}
 }

@@ -200,6 +200,10 @@ func NewEngine(cfg EngineConfig) *gin.Engine {
 	}
 	e := gin.New()
 	e.HandleMethodNotAllowed = true
+	// An API answers a path it does not serve with a coded 404, not a
+	// body-less redirect a POST cannot follow (a user id of "/" in
+	// /v1/admin/bans/%2F would otherwise be sent to another path).
+	e.RedirectTrailingSlash = false
 	if err := e.SetTrustedProxies(cfg.TrustedProxies); err != nil {
 		log.Error("httpx: bad trusted proxies; trusting none", "err", err)
 		_ = e.SetTrustedProxies(nil)

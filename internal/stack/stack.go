@@ -200,6 +200,10 @@ type Stack struct {
 	ingest    *ingest.Server
 	edge      *edge.Server
 	slicer    *slicer.Slicer
+	// audit is the process's audit recorder, shared by its ingest (every
+	// comment's decision) and slicer (comments sampled away); Run runs it
+	// and writes what it holds after every role has stopped.
+	audit *audit.Recorder
 
 	servers []*roleServer
 }
@@ -498,6 +502,24 @@ func New(cfg Config) (*Stack, error) {
 		}
 		rs.srv = httpx.NewServer(e, 10*time.Second)
 	}
+	if byRole[RoleIngest] != nil || byRole[RoleSlicer] != nil {
+		auditStore := b.Audit
+		if auditStore == nil && cfg.AuditDir != "" {
+			if auditStore, err = objstore.NewDirStore(cfg.AuditDir); err != nil {
+				return nil, fmt.Errorf("stack: audit dir: %w", err)
+			}
+		}
+		if auditStore == nil {
+			auditStore = objstore.NewMemoryStore() // tests and embedders; serve refuses this
+		}
+		node := cfg.NodeID
+		if node == "" {
+			node = "node"
+		}
+		if s.audit, err = audit.New(audit.Config{Store: auditStore, Node: node, Retention: cfg.AuditRetention, Registerer: s.registry, Logger: s.log}); err != nil {
+			return nil, err
+		}
+	}
 	if rs := byRole[RoleIngest]; rs != nil {
 		policy, err := ingest.ParseWordPolicy(cfg.WordPolicy)
 		if err != nil {
@@ -507,24 +529,8 @@ func New(cfg Config) (*Stack, error) {
 		if cfg.WordsFile != "" {
 			words = ingest.FileWords{Path: cfg.WordsFile}
 		}
-		auditStore := b.Audit
-		if auditStore == nil && cfg.AuditDir != "" {
-			if auditStore, err = objstore.NewDirStore(cfg.AuditDir); err != nil {
-				return nil, fmt.Errorf("stack: audit dir: %w", err)
-			}
-		}
-		var rec *audit.Recorder
-		if auditStore != nil {
-			node := cfg.NodeID
-			if node == "" {
-				node = "ingest"
-			}
-			if rec, err = audit.New(audit.Config{Store: auditStore, Node: node, Retention: cfg.AuditRetention, Registerer: s.registry, Logger: s.log}); err != nil {
-				return nil, err
-			}
-		}
 		s.ingest, err = ingest.New(ingest.Config{
-			Bans: b.Bans, Global: b.Global, Words: words, WordPolicy: policy, Audit: rec,
+			Bans: b.Bans, Global: b.Global, Words: words, WordPolicy: policy, Audit: s.audit,
 			Streams: b.Streams, Keyring: s.keyring, Addr: s.URLs[RoleIngest], Load: b.Load,
 			Gate: b.Gate, Gifts: b.Gifts, GiftBacklog: giftBacklog, FastLane: b.FastLane, Lotteries: b.Lotteries,
 			GiftKeys: cfg.GiftKeys, AnnounceKeys: cfg.AnnounceKeys, Events: s.events, Registerer: s.registry, Logger: s.log,
@@ -560,7 +566,7 @@ func New(cfg Config) (*Stack, error) {
 	if rs := byRole[RoleSlicer]; rs != nil {
 		s.slicer, err = slicer.New(slicer.Config{
 			Streams: b.Streams, Objects: b.Objects, Lease: b.Lease, Settings: b.Settings, Backlog: b.Backlog, Events: s.events, SegmentMs: cfg.SegmentMs, Retention: cfg.Retention,
-			NodeID: cfg.NodeID, Budget: cfg.Budget, Registerer: s.registry, Logger: s.log,
+			NodeID: cfg.NodeID, Budget: cfg.Budget, Audit: s.audit, Registerer: s.registry, Logger: s.log,
 		})
 		if err != nil {
 			return nil, err
@@ -640,6 +646,26 @@ func (s *Stack) Run(ctx context.Context) error {
 	}
 	if s.slicer != nil {
 		goRun(s.slicer.Run)
+	}
+	auditDone := make(chan struct{})
+	if s.audit != nil {
+		// Not under bg: it must outlive the roles, which record until they
+		// stop; Shutdown below ends it.
+		actx, stopAudit := context.WithCancel(context.WithoutCancel(ctx))
+		defer stopAudit()
+		go func() {
+			defer close(auditDone)
+			_ = s.audit.Run(actx)
+		}()
+		defer func() {
+			stopAudit()
+			<-auditDone
+			wctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := s.audit.Shutdown(wctx); err != nil {
+				s.log.Error("stack: audit trail: records not written at shutdown", "err", err)
+			}
+		}()
 	}
 	var edgeDone chan struct{}
 	if s.edge != nil {

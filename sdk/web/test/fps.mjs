@@ -14,7 +14,8 @@ const seconds = Number(process.env.DANMAKU_FPS_SECONDS ?? 10);
 const shot = process.env.DANMAKU_SCREENSHOT;
 const room = `fps-${Math.random().toString(36).slice(2, 8)}`;
 await provision(room);
-// Comments of the lengths and scripts a real room mixes.
+// Comments of the lengths and scripts a real room mixes, each numbered:
+// the ingest drops a text repeated in the room within its duplicate window.
 const PHRASES = ['666', 'encore!!', 'this guitar solo 🔥🔥🔥', '前方高能', 'who else is watching from Berlin?',
   'hahahaha', '好听', 'the drummer is insane', 'first time live, no regrets', 'lights 😍', 'again again again',
   'sing along everyone', 'best concert of the year', '太棒了！', 'bass too loud lol', '👏👏👏'];
@@ -46,7 +47,7 @@ try {
   while (sent + failed < total) {
     const due = Math.min(total, Math.floor(((Date.now() - t0) / 1000) * rate) + 1);
     const batch = [];
-    for (; sent + failed + batch.length < due; next++) batch.push([users[next % users.length], PHRASES[next % PHRASES.length]]);
+    for (; sent + failed + batch.length < due; next++) batch.push([users[next % users.length], `${PHRASES[next % PHRASES.length]} ${next}`]);
     await Promise.all(batch.map(([u, text]) => u.comment(text).then(() => sent++, () => failed++)));
     await sleep(50);
   }

@@ -288,6 +288,17 @@ func (k *Keyring) Run(ctx context.Context) error {
 	}
 }
 
+// Ready reports whether the keyring holds the current epoch's secret, so
+// that it can verify (and sign) a token issued now. A node reports itself
+// to the gslb and healthy only once it is: a freshly started node must not
+// refuse valid tokens while its first refresh is under way.
+func (k *Keyring) Ready() bool {
+	return k.secret(EpochOf(k.cfg.Clock.Now(), k.cfg.Epoch)) != nil
+}
+
+// ErrNotReady is what a health check says before Ready.
+var ErrNotReady = errors.New("auth: token secrets not loaded yet")
+
 func (k *Keyring) secret(epoch int64) []byte {
 	k.mu.RLock()
 	defer k.mu.RUnlock()

@@ -88,9 +88,13 @@ type Config struct {
 	// LoadTable receives this node's load every ReportInterval while Run
 	// runs. Nil: Run reports nothing.
 	LoadTable gslb.LoadTable
-	// ReportInterval is how often load is reported. Zero: the gslb
-	// reporter's default (5 ms).
+	// ReportInterval is how often load is reported while it changes.
+	// Zero: the gslb reporter's default (5 ms).
 	ReportInterval time.Duration
+	// ReportMaxInterval is the longest time between two reports while the
+	// load does not change. Zero: the gslb reporter's default (250 ms);
+	// below ReportInterval: every ReportInterval, changed or not.
+	ReportMaxInterval time.Duration
 	// CPU returns the node's CPU use (0..1) for load reports. Nil: 0.
 	CPU func() float64
 
@@ -174,6 +178,7 @@ func (cfg Config) withDefaults() (Config, error) {
 		{"RingSize", cfg.RingSize < 0},
 		{"ReadBlock", cfg.ReadBlock < 0},
 		{"ReportInterval", cfg.ReportInterval < 0},
+		{"ReportMaxInterval", cfg.ReportMaxInterval < 0},
 		{"PingInterval", cfg.PingInterval < 0},
 		{"WriteTimeout", cfg.WriteTimeout < 0},
 		{"ReadLimit", cfg.ReadLimit < 0},

@@ -16,6 +16,7 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"danmaku/auth"
 	"danmaku/gslb"
 	"danmaku/internal/httpx"
 	"danmaku/internal/wire"
@@ -106,6 +107,9 @@ func New(cfg Config) (*Server, error) {
 		Healthy: func() error {
 			if s.draining.Load() {
 				return ErrDraining
+			}
+			if !s.verifierReady() {
+				return auth.ErrNotReady
 			}
 			return nil
 		},
@@ -248,10 +252,12 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	if s.cfg.LoadTable != nil {
 		rep := &gslb.Reporter{
-			Table:    s.cfg.LoadTable,
-			Interval: s.cfg.ReportInterval,
-			Load:     s.Load,
-			Now:      s.cfg.Clock.Now,
+			Table:       s.cfg.LoadTable,
+			Interval:    s.cfg.ReportInterval,
+			MaxInterval: s.cfg.ReportMaxInterval,
+			Load:        s.Load,
+			Now:         s.cfg.Clock.Now,
+			Ready:       s.verifierReady,
 		}
 		s.mu.Lock()
 		if !s.draining.Load() {
@@ -395,4 +401,14 @@ func drainBatches(n, steps int) [][2]int {
 		out = append(out, [2]int{i * n / steps, (i + 1) * n / steps})
 	}
 	return out
+}
+
+// verifierReady reports whether the token verifier can check a token
+// issued now (a Keyring after its first load); a verifier that cannot say
+// is taken as ready.
+func (s *Server) verifierReady() bool {
+	if r, ok := s.cfg.Verifier.(interface{ Ready() bool }); ok {
+		return r.Ready()
+	}
+	return true
 }

@@ -1,9 +1,11 @@
 // Package gslb is the address allocator. Ingest and edge nodes report their
-// load into a LoadTable; the Allocator syncs that table in its own goroutine
-// (every 5 ms by default, never per request), drops stale and overloaded
-// nodes, sorts each line's addresses by load and hands each edge address out a
-// fixed number of times before moving to the next, so that stale load data
-// never stampedes the least-loaded node. Ingest nodes are chosen per user by
+// load into a LoadTable (every 5 ms while it changes, at least every 250 ms);
+// the Allocator syncs that table in its own goroutine (every 5 ms by default,
+// never per request), drops stale and overloaded nodes, and hands edge
+// addresses out in proportion to each node's headroom (a golden-ratio
+// sequence over the nodes' headroom), with per-user fallbacks drawn in
+// proportion to headroom, so that stale load data never stampedes one node
+// and a dead node's viewers spread. Ingest nodes are chosen per user by
 // rendezvous hashing weighted by headroom, sticky while healthy. The entry
 // endpoint verifies the business ticket locally and returns the addresses, a
 // dynamic token, the CDN base URL, the server time and the segment timing.

@@ -4,8 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"net/netip"
+	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -50,7 +53,15 @@ type ServerConfig struct {
 	// SegmentMs is the segment duration of rooms whose event sets none.
 	// Zero: 1000.
 	SegmentMs int64
-	// Registerer receives the metrics. Nil: a private registry.
+	// MaxInFlight bounds the entry requests being answered at once; beyond
+	// it a request is answered 503 overloaded at once instead of waiting
+	// for a CPU busy with the others: under a surge a queue only makes
+	// every answer late, and late clients retry anyway. Zero: 128, sized
+	// for a 2-core gslb: an entry takes ~20 µs of CPU (BenchmarkEntry), so
+	// 128 admitted are about a millisecond of work. Negative: refused.
+	MaxInFlight int
+	// Registerer receives the metrics (the entry server's and the
+	// allocator's). Nil: a private registry.
 	Registerer prometheus.Registerer
 	// Clock tells the time. Nil: real clock.
 	Clock clock.Clock
@@ -58,10 +69,25 @@ type ServerConfig struct {
 	Logger *slog.Logger
 }
 
+// defaultMaxInFlight: see ServerConfig.MaxInFlight.
+const defaultMaxInFlight = 128
+
+// Retry-After of every 503 the entry answers is drawn from [1 s, 3 s] (whole
+// seconds, as the header carries), so that the clients a surge turned away
+// do not all come back in the same second.
+const (
+	retryAfterMin = 1
+	retryAfterMax = 3
+)
+
 // Server serves GET /v1/entry.
 type Server struct {
-	cfg     ServerConfig
-	entries *prometheus.CounterVec
+	cfg      ServerConfig
+	inflight atomic.Int64
+	entries  *prometheus.CounterVec
+	// ok and overloaded are entries' most frequent children, resolved once:
+	// a surge's refusals must stay cheap.
+	ok, overloaded prometheus.Counter
 }
 
 // NewServer checks cfg and returns a Server.
@@ -84,6 +110,12 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if !wire.ValidSegmentMs(cfg.SegmentMs) {
 		return nil, fmt.Errorf("gslb: server: SegmentMs %d is not 1000, 500 or 250", cfg.SegmentMs)
 	}
+	if cfg.MaxInFlight == 0 {
+		cfg.MaxInFlight = defaultMaxInFlight
+	}
+	if cfg.MaxInFlight < 0 {
+		return nil, fmt.Errorf("gslb: server: MaxInFlight %d is negative", cfg.MaxInFlight)
+	}
 	if cfg.Registerer == nil {
 		cfg.Registerer = prometheus.NewRegistry()
 	}
@@ -97,13 +129,29 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	s := &Server{cfg: cfg}
 	s.entries = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "danmaku_gslb_entries_total",
-		Help: "Entry requests by result code (ok or the error code).",
-	}, []string{"code"})
-	if err := cfg.Registerer.Register(s.entries); err != nil {
-		return nil, err
+		Help: "Entry requests by HTTP status and code (ok or the error code).",
+	}, []string{"status", "code"})
+	s.ok = s.entries.WithLabelValues("200", "ok")
+	s.overloaded = s.entries.WithLabelValues("503", codeOverloaded)
+	inflight := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "danmaku_gslb_entry_inflight",
+		Help: "Entry requests being answered; at MaxInFlight new ones get 503 overloaded.",
+	}, func() float64 { return float64(s.inflight.Load()) })
+	for _, c := range []prometheus.Collector{s.entries, inflight, cfg.Allocator.Collector()} {
+		if err := cfg.Registerer.Register(c); err != nil {
+			return nil, fmt.Errorf("gslb: server: metrics: %w", err)
+		}
 	}
 	return s, nil
 }
+
+// Codes of the entry's 503s that the allocator and the admission limit
+// decide (docs/api.md).
+const (
+	codeOverloaded = "overloaded"
+	codeNoNodes    = "no_nodes"
+	codeTableStale = "table_stale"
+)
 
 // TimePath answers the store clock's time, for clients refining their
 // clock offset after a join whose round trip was long (a busy gslb at show
@@ -122,12 +170,37 @@ func (s *Server) time(c *gin.Context) {
 	c.JSON(http.StatusOK, gin.H{"server_time_ms": s.cfg.ServerClock.Now().UnixMilli()})
 }
 
+// fail answers e, counted. Every 503 gets a jittered Retry-After.
 func (s *Server) fail(c *gin.Context, e *httpx.Error) {
-	s.entries.WithLabelValues(e.Code).Inc()
+	if e.Status == http.StatusServiceUnavailable {
+		jittered := *e // e may be shared (the event directory's)
+		jittered.RetryAfter = retryAfter()
+		e = &jittered
+	}
+	s.entries.WithLabelValues(strconv.Itoa(e.Status), e.Code).Inc()
 	httpx.Abort(c, e)
 }
 
+func retryAfter() time.Duration {
+	return time.Duration(retryAfterMin+rand.IntN(retryAfterMax-retryAfterMin+1)) * time.Second
+}
+
+// overloadedAnswer is the answer beyond MaxInFlight; built once, since it
+// is what a surge gets most of.
+var overloadedAnswer = httpx.Errorf(http.StatusServiceUnavailable, codeOverloaded, "too many entry requests; retry after the Retry-After delay")
+
 func (s *Server) entry(c *gin.Context) {
+	// Admission first: beyond the bound the answer costs an atomic add and
+	// a small write, whatever the request holds.
+	if s.inflight.Add(1) > int64(s.cfg.MaxInFlight) {
+		s.inflight.Add(-1)
+		s.overloaded.Inc()
+		e := *overloadedAnswer
+		e.RetryAfter = retryAfter()
+		httpx.Abort(c, &e)
+		return
+	}
+	defer s.inflight.Add(-1)
 	room := c.Query("room")
 	if !wire.ValidRoom(room) {
 		s.fail(c, httpx.Errorf(http.StatusBadRequest, "bad_room", "room must be 1-64 characters of A-Z a-z 0-9 _ -"))
@@ -151,15 +224,24 @@ func (s *Server) entry(c *gin.Context) {
 	}
 	t, err := s.cfg.Tickets.Verify(ticket)
 	if err != nil {
+		// A ticket that verifies but breaks an identity rule is the login
+		// service's to fix: say which claim, and that retrying will not help.
+		var ce *auth.ClaimError
+		if errors.As(err, &ce) {
+			s.fail(c, httpx.Errorf(http.StatusBadRequest, "bad_ticket_claim", "ticket claim %q: %s", ce.Claim, ce.Reason))
+			return
+		}
 		s.fail(c, httpx.Errorf(http.StatusUnauthorized, "bad_ticket", "ticket rejected"))
 		return
 	}
 	ip, _ := netip.ParseAddr(c.ClientIP())
 	alloc, err := s.cfg.Allocator.Allocate(t.Subject, ip)
-	if err != nil {
-		e := httpx.Errorf(http.StatusServiceUnavailable, "no_nodes", "no healthy node; retry shortly")
-		e.RetryAfter = time.Second
-		s.fail(c, e)
+	switch {
+	case errors.Is(err, ErrTableStale):
+		s.fail(c, httpx.Errorf(http.StatusServiceUnavailable, codeTableStale, "node loads are out of date; retry shortly"))
+		return
+	case err != nil:
+		s.fail(c, httpx.Errorf(http.StatusServiceUnavailable, codeNoNodes, "no healthy node; retry shortly"))
 		return
 	}
 	now := s.cfg.Clock.Now()
@@ -178,12 +260,10 @@ func (s *Server) entry(c *gin.Context) {
 		RegisteredClaims: jwt.RegisteredClaims{Subject: t.Subject},
 	})
 	if err != nil {
-		e := httpx.Errorf(http.StatusServiceUnavailable, "token_unavailable", "token secrets not loaded yet; retry shortly")
-		e.RetryAfter = time.Second
-		s.fail(c, e)
+		s.fail(c, httpx.Errorf(http.StatusServiceUnavailable, "token_unavailable", "token secrets not loaded yet; retry shortly"))
 		return
 	}
-	s.entries.WithLabelValues("ok").Inc()
+	s.ok.Inc()
 	c.JSON(http.StatusOK, Entry{
 		Room:           room,
 		User:           t.Subject,

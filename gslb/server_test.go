@@ -3,11 +3,14 @@ package gslb_test
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -38,10 +41,25 @@ type entryFixture struct {
 
 func newEntryFixture(t testing.TB, withSecrets bool, nodes ...gslb.NodeLoad) *entryFixture {
 	t.Helper()
+	return newEntryFixtureWith(t, withSecrets, gslb.AllocatorConfig{}, gslb.ServerConfig{}, nodes...)
+}
+
+// newEntryFixtureWith is newEntryFixture with the allocator's and the
+// server's other settings from acfg and scfg. acfg.Table, if set, must
+// read from the fixture's memory table (a wrapper), which it reports into.
+func newEntryFixtureWith(t testing.TB, withSecrets bool, acfg gslb.AllocatorConfig, scfg gslb.ServerConfig, nodes ...gslb.NodeLoad) *entryFixture {
+	t.Helper()
 	clk := clock.NewFake(time.Now())
 	mem := gslb.NewMemoryLoadTable()
+	if w, ok := acfg.Table.(*flakyTable); ok {
+		mem = w.LoadTable.(*gslb.MemoryLoadTable)
+	}
 	f := &fixture{clk: clk, table: mem}
-	alloc, err := gslb.NewAllocator(gslb.AllocatorConfig{Table: mem, Clock: clk, Logger: discard})
+	if acfg.Table == nil {
+		acfg.Table = mem
+	}
+	acfg.Clock, acfg.Logger = clk, discard
+	alloc, err := gslb.NewAllocator(acfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,15 +89,9 @@ func newEntryFixture(t testing.TB, withSecrets bool, nodes ...gslb.NodeLoad) *en
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	srv, err := gslb.NewServer(gslb.ServerConfig{
-		Allocator:  alloc,
-		Keyring:    ring,
-		Tickets:    tickets,
-		CDN:        "https://cdn.example",
-		Registerer: reg,
-		Clock:      clk,
-		Logger:     discard,
-	})
+	scfg.Allocator, scfg.Keyring, scfg.Tickets, scfg.CDN = alloc, ring, tickets, "https://cdn.example"
+	scfg.Registerer, scfg.Clock, scfg.Logger = reg, clk, discard
+	srv, err := gslb.NewServer(scfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -324,9 +336,7 @@ func TestEntryNoNodes(t *testing.T) {
 			if rec.Code != http.StatusServiceUnavailable || errorCode(t, rec) != "no_nodes" {
 				t.Fatalf("status %d body %s, want 503 no_nodes", rec.Code, rec.Body)
 			}
-			if ra := rec.Header().Get("Retry-After"); ra != "1" {
-				t.Errorf("Retry-After = %q, want 1", ra)
-			}
+			checkRetryAfter(t, rec)
 		})
 	}
 }
@@ -337,9 +347,7 @@ func TestEntryTokenUnavailable(t *testing.T) {
 	if rec.Code != http.StatusServiceUnavailable || errorCode(t, rec) != "token_unavailable" {
 		t.Fatalf("status %d body %s, want 503 token_unavailable", rec.Code, rec.Body)
 	}
-	if ra := rec.Header().Get("Retry-After"); ra == "" {
-		t.Error("no Retry-After")
-	}
+	checkRetryAfter(t, rec)
 	if n := entriesCounter(t, f.reg, "token_unavailable"); n != 1 {
 		t.Errorf("entries{code=token_unavailable} = %v", n)
 	}
@@ -415,6 +423,7 @@ func TestServerConfig(t *testing.T) {
 		{"no keyring", gslb.ServerConfig{Allocator: f.alloc, Tickets: tickets, CDN: "x/"}},
 		{"no tickets", gslb.ServerConfig{Allocator: f.alloc, Keyring: f.ring, CDN: "x/"}},
 		{"no cdn", gslb.ServerConfig{Allocator: f.alloc, Keyring: f.ring, Tickets: tickets}},
+		{"negative in-flight bound", gslb.ServerConfig{Allocator: f.alloc, Keyring: f.ring, Tickets: tickets, CDN: "x/", MaxInFlight: -1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := gslb.NewServer(tc.cfg); err == nil {
@@ -512,4 +521,247 @@ func getEntry(t *testing.T, e *gin.Engine, room string) *httptest.ResponseRecord
 	rec := httptest.NewRecorder()
 	e.ServeHTTP(rec, req)
 	return rec
+}
+
+// checkRetryAfter: every 503 of the entry carries a Retry-After of 1-3 s.
+func checkRetryAfter(t testing.TB, rec *httptest.ResponseRecorder) int {
+	t.Helper()
+	ra, err := strconv.Atoi(rec.Header().Get("Retry-After"))
+	if err != nil || ra < 1 || ra > 3 {
+		t.Fatalf("Retry-After = %q, want 1-3", rec.Header().Get("Retry-After"))
+	}
+	return ra
+}
+
+// The entry's 503s spread their clients' retries over 1-3 s, so that the
+// viewers a surge turned away do not come back in the same second.
+func TestEntryRetryAfterJitter(t *testing.T) {
+	f := newEntryFixture(t, true) // no nodes: 503 no_nodes
+	ticket := mintTicket(t, ticketKey, "u1", auth.Ticket{}, time.Hour)
+	seen := map[int]int{}
+	for range 300 {
+		rec := f.get("/v1/entry?room=r1", ticket)
+		if rec.Code != http.StatusServiceUnavailable || errorCode(t, rec) != "no_nodes" {
+			t.Fatalf("%d %s", rec.Code, rec.Body)
+		}
+		seen[checkRetryAfter(t, rec)]++
+	}
+	// Each of three values has a third of 300 answers; missing one has odds
+	// of 3·(2/3)^300.
+	if len(seen) != 3 {
+		t.Errorf("Retry-After values %v, want all of 1, 2 and 3", seen)
+	}
+}
+
+// Beyond MaxInFlight concurrent entries the endpoint answers 503 overloaded
+// at once rather than queueing; it serves again as soon as one finishes.
+func TestEntryOverloaded(t *testing.T) {
+	const limit = 3
+	entered := make(chan struct{}, limit)
+	release := make(chan struct{})
+	var hold atomic.Bool
+	hold.Store(true)
+	classify := func(netip.Addr) string {
+		if hold.Load() {
+			entered <- struct{}{}
+			<-release
+		}
+		return ""
+	}
+	f := newEntryFixtureWith(t, true, gslb.AllocatorConfig{Classify: classify}, gslb.ServerConfig{MaxInFlight: limit}, healthyNodes()...)
+	ticket := mintTicket(t, ticketKey, "u1", auth.Ticket{}, time.Hour)
+
+	// limit requests held inside the allocator (the classifier waits).
+	done := make(chan int, limit)
+	for range limit {
+		go func() { done <- f.get("/v1/entry?room=r1", ticket).Code }()
+	}
+	for range limit {
+		<-entered
+	}
+	for _, target := range []string{"/v1/entry?room=r1", "/v1/entry?room=bad.room", "/v1/entry"} {
+		rec := f.get(target, ticket)
+		if rec.Code != http.StatusServiceUnavailable || errorCode(t, rec) != "overloaded" {
+			t.Fatalf("%s at the bound: %d %s, want 503 overloaded", target, rec.Code, rec.Body)
+		}
+		checkRetryAfter(t, rec)
+	}
+	if rec := f.get(gslb.TimePath, ""); rec.Code != http.StatusOK {
+		t.Errorf("time at the entry bound: %d, want 200 (the bound is the entry's)", rec.Code)
+	}
+	if got := metricValues(t, f.reg, "danmaku_gslb_entry_inflight"); got[""] != limit {
+		t.Errorf("in-flight gauge = %v, want %d", got, limit)
+	}
+	hold.Store(false)
+	close(release)
+	for range limit {
+		if code := <-done; code != http.StatusOK {
+			t.Errorf("held request: %d", code)
+		}
+	}
+	if rec := f.get("/v1/entry?room=r1", ticket); rec.Code != http.StatusOK {
+		t.Errorf("after the surge: %d %s", rec.Code, rec.Body)
+	}
+	if n := metricValues(t, f.reg, "danmaku_gslb_entries_total")["code=overloaded,status=503"]; n != 3 {
+		t.Errorf("entries{overloaded} = %v, want 3", n)
+	}
+}
+
+// A table older than the allocator's MaxAge is not used: 503 table_stale,
+// until a sync succeeds.
+func TestEntryTableStale(t *testing.T) {
+	flaky := &flakyTable{LoadTable: gslb.NewMemoryLoadTable()}
+	f := newEntryFixtureWith(t, true, gslb.AllocatorConfig{Table: flaky, MaxAge: time.Second}, gslb.ServerConfig{}, healthyNodes()...)
+	ticket := mintTicket(t, ticketKey, "u1", auth.Ticket{}, time.Hour)
+	for _, step := range []struct {
+		name    string
+		advance time.Duration
+		broken  bool
+		status  int
+		code    string
+	}{
+		{"fresh", 0, false, 200, ""},
+		{"failed sync, table young", 900 * time.Millisecond, true, 200, ""},
+		{"failed sync, table too old", 200 * time.Millisecond, true, 503, "table_stale"},
+		{"table back", 0, false, 200, ""},
+	} {
+		f.clk.Advance(step.advance)
+		flaky.broken.Store(step.broken)
+		f.report(t, healthyNodes()...)
+		_ = f.alloc.SyncOnce(context.Background())
+		rec := f.get("/v1/entry?room=r1", ticket)
+		if rec.Code != step.status || (step.code != "" && errorCode(t, rec) != step.code) {
+			t.Fatalf("%s: %d %s, want %d %s", step.name, rec.Code, rec.Body, step.status, step.code)
+		}
+		if step.status == 503 {
+			checkRetryAfter(t, rec)
+		}
+	}
+	got := metricValues(t, f.reg, "danmaku_gslb_entries_total")
+	if got["code=table_stale,status=503"] != 1 || got["code=ok,status=200"] != 3 {
+		t.Errorf("entries = %v", got)
+	}
+}
+
+// The server registers the allocator's metrics next to its own.
+func TestEntryMetrics(t *testing.T) {
+	f := newEntryFixture(t, true, append(healthyNodes(), gslb.NodeLoad{ID: "gone", Kind: gslb.KindEdge, Addr: "ws://gone", At: time.Unix(0, 0)})...)
+	ticket := mintTicket(t, ticketKey, "u1", auth.Ticket{}, time.Hour)
+	for range 3 {
+		if rec := f.get("/v1/entry?room=r1", ticket); rec.Code != 200 {
+			t.Fatal(rec.Code, rec.Body)
+		}
+	}
+	f.get("/v1/entry?room=r1", "")
+	f.clk.Advance(250 * time.Millisecond)
+	for name, want := range map[string]map[string]float64{
+		// overloaded is there from the start, so that a rate() of it works.
+		"danmaku_gslb_entries_total":     {"code=ok,status=200": 3, "code=no_ticket,status=401": 1, "code=overloaded,status=503": 0},
+		"danmaku_gslb_allocations_total": {"line=bgp": 3},
+		"danmaku_gslb_table_age_seconds": {"": 0.25},
+		"danmaku_gslb_sync_errors_total": {"": 0},
+		"danmaku_gslb_entry_inflight":    {"": 0},
+	} {
+		if got := metricValues(t, f.reg, name); !maps.Equal(got, want) {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+	nodes := metricValues(t, f.reg, "danmaku_gslb_nodes")
+	if nodes["kind=edge,state=healthy"] != 3 || nodes["kind=edge,state=stale"] != 1 || nodes["kind=ingest,state=healthy"] != 3 {
+		t.Errorf("nodes = %v", nodes)
+	}
+	if got := metricValues(t, f.reg, "danmaku_gslb_sync_duration_seconds"); got[""] != 1 {
+		t.Errorf("sync duration observations = %v, want 1", got)
+	}
+	rec := f.get("/metrics", "")
+	for _, name := range []string{"danmaku_gslb_entries_total", "danmaku_gslb_allocations_total", "danmaku_gslb_table_age_seconds", "danmaku_gslb_sync_duration_seconds_bucket"} {
+		if !strings.Contains(rec.Body.String(), name) {
+			t.Errorf("/metrics lacks %s", name)
+		}
+	}
+}
+
+// A ticket that verifies but breaks an identity rule is the login service's
+// to fix: 400 bad_ticket_claim naming the claim, not a 401 to retry.
+func TestEntryBadTicketClaim(t *testing.T) {
+	f := newEntryFixture(t, true, healthyNodes()...)
+	for _, tc := range []struct {
+		name, user string
+		tk         auth.Ticket
+		claim      string
+	}{
+		{"control character in sub", "u\x00", auth.Ticket{}, `"sub"`},
+		{"avatar not a code or URL", "u1", auth.Ticket{Avatar: "javascript:alert(1)"}, `"av"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := f.get("/v1/entry?room=r1", mintTicket(t, ticketKey, tc.user, tc.tk, time.Hour))
+			if rec.Code != http.StatusBadRequest || errorCode(t, rec) != "bad_ticket_claim" {
+				t.Fatalf("%d %s, want 400 bad_ticket_claim", rec.Code, rec.Body)
+			}
+			var b errorBody
+			if err := json.Unmarshal(rec.Body.Bytes(), &b); err != nil || !strings.Contains(b.Error.Message, tc.claim) {
+				t.Errorf("message %s does not name %s", rec.Body, tc.claim)
+			}
+		})
+	}
+}
+
+// FuzzEntry: whatever the query and headers, the entry answers 200 or a
+// coded 4xx/503 — never a 500, never an uncoded body.
+func FuzzEntry(f *testing.F) {
+	fx := newEntryFixture(f, true, healthyNodes()...)
+	good := mintTicket(f, ticketKey, "u1", auth.Ticket{Nick: "Ann"}, time.Hour)
+	for _, seed := range []struct{ query, auth, xff string }{
+		{"room=r1", "Bearer " + good, ""},
+		{"room=r1&ticket=" + good, "", ""},
+		{"room=r1&room=r2", "Bearer " + good, "10.0.0.1"},
+		{"room=%zz&ticket=%", "", ""},
+		{"room=" + strings.Repeat("r", 65), "Bearer " + good, ""},
+		{"room=r1", "Bearer " + strings.Repeat("A", 64<<10), ""},
+		{"room=r1", "Bearer " + good[:len(good)/2], ""},
+		{"room=r1", "Bearer a.b.c", ""},
+		{"room=r1", "Bearer eyJhbGciOiJub25lIn0.eyJzdWIiOiJ1MSJ9.", ""},
+		{"room=r1", "bearer " + good, "not an ip, ::1, 999.1.1.1"},
+		{"room=r%00", "Basic Zm9vOmJhcg==", ""},
+		{";;&&==", "Bearer ", "\x00\xff"},
+		{"room=r1&ticket=" + strings.Repeat("x.", 3000), "", ""},
+	} {
+		f.Add(seed.query, seed.auth, seed.xff)
+	}
+	f.Fuzz(func(t *testing.T, query, authz, xff string) {
+		req := httptest.NewRequest(http.MethodGet, "/v1/entry", nil)
+		req.URL.RawQuery = query
+		req.Header["Authorization"] = []string{authz}
+		req.Header["X-Forwarded-For"] = []string{xff}
+		rec := httptest.NewRecorder()
+		fx.engine.ServeHTTP(rec, req)
+		switch rec.Code {
+		case http.StatusOK:
+			var e gslb.Entry
+			if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || e.Token == "" {
+				t.Fatalf("200 with body %q", rec.Body)
+			}
+		case http.StatusBadRequest, http.StatusUnauthorized, http.StatusServiceUnavailable:
+			errorCode(t, rec)
+		default:
+			t.Fatalf("status %d for query %q auth %q: %s", rec.Code, query, authz, rec.Body)
+		}
+	})
+}
+
+// BenchmarkEntry measures a whole entry (ticket verified, addresses chosen,
+// token signed, JSON written) through the gin engine: what one admitted
+// request costs, which sizes ServerConfig.MaxInFlight.
+func BenchmarkEntry(b *testing.B) {
+	f := newEntryFixtureWith(b, true, gslb.AllocatorConfig{}, gslb.ServerConfig{MaxInFlight: 1 << 20}, healthyNodes()...)
+	ticket := mintTicket(b, ticketKey, "u1", auth.Ticket{Nick: "Ann"}, time.Hour)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if rec := f.get("/v1/entry?room=r1", ticket); rec.Code != http.StatusOK {
+				b.Errorf("%d %s", rec.Code, rec.Body)
+				return
+			}
+		}
+	})
 }

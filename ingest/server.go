@@ -145,6 +145,13 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Clock tells the time. Nil: real clock.
 	Clock clock.Clock
+	// CPU returns the node's CPU use, 0..1, for its load reports (the
+	// allocator stops handing out a node past its CPU bound). Nil: 0.
+	CPU func() float64
+	// MaxInFlight is the in-flight requests the node is sized for, reported
+	// as its capacity so the allocator hands it out by headroom. Zero:
+	// unlimited.
+	MaxInFlight int
 	// Logger. Nil: slog.Default().
 	Logger *slog.Logger
 }
@@ -337,7 +344,7 @@ func (s *Server) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := gslb.Reporter{Table: s.cfg.Load, Interval: defaultReport, Load: s.Load, Now: s.cfg.Clock.Now}
+			r := gslb.Reporter{Table: s.cfg.Load, Interval: defaultReport, Load: s.Load, Now: s.cfg.Clock.Now, Ready: s.cfg.Keyring.Ready}
 			_ = r.Run(ctx)
 		}()
 	}
@@ -360,7 +367,11 @@ func (s *Server) Run(ctx context.Context) error {
 
 // Load is this node's load report.
 func (s *Server) Load() gslb.NodeLoad {
-	return gslb.NodeLoad{ID: s.cfg.NodeID, Kind: gslb.KindIngest, Addr: s.cfg.Addr, Line: s.cfg.Line, Conns: int(s.inflight.Load())}
+	l := gslb.NodeLoad{ID: s.cfg.NodeID, Kind: gslb.KindIngest, Addr: s.cfg.Addr, Line: s.cfg.Line, Conns: int(s.inflight.Load()), Capacity: s.cfg.MaxInFlight}
+	if s.cfg.CPU != nil {
+		l.CPU = s.cfg.CPU()
+	}
+	return l
 }
 
 func (s *Server) syncOnline(ctx context.Context) {

@@ -5,12 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/gin-gonic/gin"
@@ -19,6 +15,7 @@ import (
 	"danmaku/internal/clock"
 	"danmaku/internal/redisx/redistest"
 	"danmaku/internal/stream"
+	"danmaku/internal/testenv"
 )
 
 // Shape of BenchmarkIngestHTTP: realistic senders (one token each, signed
@@ -41,52 +38,17 @@ func BenchmarkIngestHTTP(b *testing.B) {
 	for _, kind := range []string{"bare", "memory", "redis"} {
 		b.Run(kind, func(b *testing.B) {
 			h, tokens := throughputServer(b, kind)
-			srv := httptest.NewServer(h)
-			defer srv.Close()
-			url := srv.URL + barragePath(throughputRoom)
-			tr := &http.Transport{MaxIdleConns: throughputInFlight, MaxIdleConnsPerHost: throughputInFlight, MaxConnsPerHost: throughputInFlight}
-			defer tr.CloseIdleConnections()
-			client := &http.Client{Transport: tr}
-			var (
-				next   atomic.Int64
-				failed atomic.Int64
-				wg     sync.WaitGroup
-			)
-			b.ReportAllocs()
-			b.ResetTimer()
-			for w := range throughputInFlight {
-				wg.Go(func() {
-					for {
-						i := next.Add(1)
-						if i > int64(b.N) {
-							return
-						}
-						// Distinct texts: a repeated one would stop at duplicate
-						// suppression, not reach the stream.
-						body := strconv.AppendInt([]byte(`{"text":"好听！encore  encore `), i, 10)
-						body = append(body, `"}`...)
-						req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
-						req.Header.Set("Content-Type", "application/json")
-						req.Header.Set("Authorization", "Bearer "+tokens[(int(i)*7919+w)%len(tokens)])
-						resp, err := client.Do(req)
-						if err != nil {
-							failed.Add(1)
-							continue
-						}
-						_, _ = io.Copy(io.Discard, resp.Body)
-						resp.Body.Close()
-						if resp.StatusCode != http.StatusOK {
-							failed.Add(1)
-						}
-					}
-				})
-			}
-			wg.Wait()
-			b.StopTimer()
-			if n := failed.Load(); n > 0 {
-				b.Fatalf("%d of %d requests failed", n, b.N)
-			}
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "req/s")
+			path := barragePath(throughputRoom)
+			testenv.BenchHTTP(b, h, throughputInFlight, func(base string, i int64, w int) *http.Request {
+				// Distinct texts: a repeated one would stop at duplicate
+				// suppression, not reach the stream.
+				body := strconv.AppendInt([]byte(`{"text":"好听！encore  encore `), i, 10)
+				body = append(body, `"}`...)
+				req, _ := http.NewRequest(http.MethodPost, base+path, bytes.NewReader(body))
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Authorization", "Bearer "+tokens[(int(i)*7919+w)%len(tokens)])
+				return req
+			})
 		})
 	}
 }

@@ -183,3 +183,37 @@ func TestServeAuditFlags(t *testing.T) {
 		t.Fatalf("retention %v, audit S3 %+v", cfg.AuditRetention, b.AuditS3)
 	}
 }
+
+// TestServeGSLBFlags: the gslb's and nodes' new flags reach the stack, and
+// bad values stop the role with a usage error.
+func TestServeGSLBFlags(t *testing.T) {
+	parse := func(args ...string) (stack.Config, error) {
+		t.Helper()
+		var f serveFlags
+		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+		f.register(fs)
+		if err := fs.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		cfg, _, err := f.stackConfig([]string{"gslb"})
+		return cfg, err
+	}
+	cfg, err := parse("-trusted-proxies", "10.0.0.0/8, 192.0.2.7", "-lines-cidr", "/x/lines.txt", "-lines-isp", "as4134=telecom",
+		"-edge-capacity", "50000", "-line", "telecom", "-gslb-max-inflight", "256", "-gslb-max-table-age", "5s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.TrustedProxies) != 2 || cfg.Lines.CIDR != "/x/lines.txt" || cfg.Lines.ISPLines["as4134"] != "telecom" ||
+		cfg.EdgeCapacity != 50000 || cfg.Line != "telecom" || cfg.GSLBMaxInFlight != 256 || cfg.GSLBMaxTableAge != 5*time.Second {
+		t.Fatalf("config %+v", cfg)
+	}
+	for _, bad := range [][]string{
+		{"-trusted-proxies", "10.0.0.0/8,not-an-ip"},
+		{"-lines-isp", "as4134"},
+		{"-edge-capacity", "-1"},
+	} {
+		if _, err := parse(bad...); err == nil {
+			t.Errorf("%v: no error", bad)
+		}
+	}
+}

@@ -3,10 +3,12 @@ package main
 import (
 	"encoding/hex"
 	"errors"
+	"net/netip"
 	"strconv"
 	"strings"
 
 	"context"
+	linesclass "danmaku/gslb/lines"
 	"danmaku/internal/objstore"
 	"danmaku/internal/redisx"
 	"fmt"
@@ -39,6 +41,13 @@ type serveFlags struct {
 	auditPrefix         string
 	auditRetention      time.Duration
 	words, wordPolicy   string
+	edgeCap, ingestCap  int
+	line                string
+	lines               linesclass.Config
+	linesISP, linesReg  string
+	gslbInFlight        int
+	gslbTableAge        time.Duration
+	trustedProxies      string
 }
 
 // envInt returns the environment variable name as an integer, 0 when it is
@@ -99,6 +108,16 @@ func (f *serveFlags) register(fs interface {
 	fs.StringVar(&f.auditBucket, "audit-s3-bucket", env("DANMAKU_AUDIT_S3_BUCKET", ""), "S3 bucket of the audit trail (never the segments bucket; same endpoint and credentials) [DANMAKU_AUDIT_S3_BUCKET]")
 	fs.StringVar(&f.auditPrefix, "audit-s3-prefix", env("DANMAKU_AUDIT_S3_PREFIX", ""), "key prefix inside the audit bucket, ending in / [DANMAKU_AUDIT_S3_PREFIX]")
 	fs.DurationVar(&f.auditRetention, "audit-retention", envDuration("DANMAKU_AUDIT_RETENTION"), "how long audit objects are kept before the ingest deletes them (default 720h: 30 days) [DANMAKU_AUDIT_RETENTION]")
+	fs.IntVar(&f.edgeCap, "edge-capacity", envInt("DANMAKU_EDGE_CAPACITY"), "WebSocket connections this edge is sized for, reported to the gslb (0: unlimited; headroom from CPU alone) [DANMAKU_EDGE_CAPACITY]")
+	fs.IntVar(&f.ingestCap, "ingest-capacity", envInt("DANMAKU_INGEST_CAPACITY"), "in-flight requests this ingest is sized for, reported to the gslb (0: unlimited) [DANMAKU_INGEST_CAPACITY]")
+	fs.StringVar(&f.line, "line", env("DANMAKU_LINE", ""), "ISP line this node's edge and ingest addresses serve, as the gslb's classifier names lines (empty: BGP, every line) [DANMAKU_LINE]")
+	fs.StringVar(&f.lines.MMDB, "lines-mmdb", env("DANMAKU_LINES_MMDB", ""), "gslb: MaxMind-format database classifying client IPs into lines and regions, re-read when it changes (replace by write-then-rename) [DANMAKU_LINES_MMDB]")
+	fs.StringVar(&f.lines.CIDR, "lines-cidr", env("DANMAKU_LINES_CIDR", ""), "gslb: operator file of 'PREFIX LINE [REGION]' lines, winning over -lines-mmdb, re-read when it changes [DANMAKU_LINES_CIDR]")
+	fs.StringVar(&f.linesISP, "lines-isp", env("DANMAKU_LINES_ISP", ""), "gslb: ASN or ISP name to line for a standard ISP/ASN database, e.g. 'as4134=telecom,as4837=unicom' [DANMAKU_LINES_ISP]")
+	fs.StringVar(&f.linesReg, "lines-regions", env("DANMAKU_LINES_REGIONS", ""), "gslb: country or country-subdivision code to region, e.g. 'cn-sh=cn-east' [DANMAKU_LINES_REGIONS]")
+	fs.IntVar(&f.gslbInFlight, "gslb-max-inflight", envInt("DANMAKU_GSLB_MAX_INFLIGHT"), "gslb: entry requests answered at once; beyond, 503 overloaded at once with a jittered Retry-After (default 128, about 64 per core) [DANMAKU_GSLB_MAX_INFLIGHT]")
+	fs.DurationVar(&f.gslbTableAge, "gslb-max-table-age", envDuration("DANMAKU_GSLB_MAX_TABLE_AGE"), "gslb: how long the last good load table is used while syncs fail; then 503 table_stale (default 3s) [DANMAKU_GSLB_MAX_TABLE_AGE]")
+	fs.StringVar(&f.trustedProxies, "trusted-proxies", env("DANMAKU_TRUSTED_PROXIES", ""), "comma list of addresses or CIDRs of the load balancers whose X-Forwarded-For is believed (the gslb classifies clients by address); empty: none [DANMAKU_TRUSTED_PROXIES]")
 	fs.StringVar(&f.words, "words", env("DANMAKU_WORDS_FILE", ""), "sensitive-word list, one word a line, re-read when it changes [DANMAKU_WORDS_FILE]")
 	fs.StringVar(&f.wordPolicy, "word-policy", env("DANMAKU_WORD_POLICY", "mask"), "what a listed word does unless the room's event says: mask, reject (dropped silently), refuse (422) or off [DANMAKU_WORD_POLICY]")
 	fs.BoolVar(&f.s3.PathStyle, "s3-path-style", env("DANMAKU_S3_PATH_STYLE", "") == "true", "path-style S3 addressing (most S3-compatible servers) [DANMAKU_S3_PATH_STYLE=true]")
@@ -112,7 +131,9 @@ func (f *serveFlags) stackConfig(roles []string) (stack.Config, stack.BackendCon
 		GSLBAddr: f.gslb, IngestAddr: f.ingest, EdgeAddr: f.edge, OriginAddr: f.origin, SlicerAddr: f.slicer,
 		PublicCDN: f.cdn, DataDir: f.data, Budget: f.budget, SegmentMs: f.segmentMs, Retention: f.retention, MinGiftValue: f.minGift,
 		IngestURL: f.ingestURL, EdgeURL: f.edgeURL, NodeID: f.nodeID,
-		Dev:      f.dev,
+		Dev:          f.dev,
+		EdgeCapacity: f.edgeCap, IngestCapacity: f.ingestCap, Line: f.line, Lines: f.lines,
+		GSLBMaxInFlight: f.gslbInFlight, GSLBMaxTableAge: f.gslbTableAge,
 		AuditDir: f.auditDir, AuditRetention: f.auditRetention, WordsFile: f.words, WordPolicy: f.wordPolicy,
 	}
 	// The audit trail cannot be switched off: with neither a directory nor
@@ -120,8 +141,35 @@ func (f *serveFlags) stackConfig(roles []string) (stack.Config, stack.BackendCon
 	if f.auditDir == "" && f.auditBucket == "" {
 		return cfg, stack.BackendConfig{}, usageError{errors.New("-audit-dir and -audit-s3-bucket are both empty: the audit trail cannot be switched off; give it a directory or a bucket")}
 	}
+	for _, m := range []struct {
+		flag, v string
+		into    *map[string]string
+	}{{"-lines-isp", f.linesISP, &cfg.Lines.ISPLines}, {"-lines-regions", f.linesReg, &cfg.Lines.Regions}} {
+		if m.v == "" {
+			continue
+		}
+		mp, err := linesclass.ParseMapping(m.v)
+		if err != nil {
+			return cfg, stack.BackendConfig{}, usageError{fmt.Errorf("%s: %w", m.flag, err)}
+		}
+		*m.into = mp
+	}
+	if f.edgeCap < 0 || f.ingestCap < 0 || f.gslbInFlight < 0 || f.gslbTableAge < 0 {
+		return cfg, stack.BackendConfig{}, usageError{errors.New("-edge-capacity, -ingest-capacity, -gslb-max-inflight and -gslb-max-table-age must not be negative")}
+	}
 	if f.auditRetention < 0 || (f.auditRetention > 0 && f.auditRetention < time.Hour) {
 		return cfg, stack.BackendConfig{}, usageError{fmt.Errorf("-audit-retention %v: want at least 1h", f.auditRetention)}
+	}
+	if f.trustedProxies != "" {
+		for _, p := range strings.Split(f.trustedProxies, ",") {
+			p = strings.TrimSpace(p)
+			if _, err := netip.ParsePrefix(p); err != nil {
+				if _, err := netip.ParseAddr(p); err != nil {
+					return cfg, stack.BackendConfig{}, usageError{fmt.Errorf("-trusted-proxies: %q is neither an address nor a CIDR", p)}
+				}
+			}
+			cfg.TrustedProxies = append(cfg.TrustedProxies, p)
+		}
 	}
 	if f.corsOrigins != "" {
 		cfg.CORSOrigins = strings.Split(f.corsOrigins, ",")

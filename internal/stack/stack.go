@@ -31,6 +31,7 @@ import (
 	"danmaku/auth"
 	"danmaku/edge"
 	"danmaku/gslb"
+	"danmaku/gslb/lines"
 	"danmaku/ingest"
 	"danmaku/internal/audit"
 	"danmaku/internal/clock"
@@ -40,6 +41,7 @@ import (
 	"danmaku/internal/origin"
 	"danmaku/internal/redisx"
 	"danmaku/internal/stream"
+	"danmaku/internal/sysload"
 	"danmaku/sdk/web"
 	"danmaku/slicer"
 )
@@ -112,6 +114,29 @@ type Config struct {
 	// AuditDir keeps the audit trail on disk when Backends.Audit is nil.
 	// Zero: in memory (tests).
 	AuditDir string
+	// EdgeCapacity and IngestCapacity are the connections (edge) and
+	// in-flight requests (ingest) this process's nodes are sized for,
+	// reported to the gslb as their capacity: it hands a node out by its
+	// headroom and stops at its overload bound. Zero: unlimited (headroom
+	// from CPU alone).
+	EdgeCapacity, IngestCapacity int
+	// Line is the ISP line this process's edge and ingest addresses serve
+	// ("" = BGP, reachable from every line).
+	Line string
+	// TrustedProxies are the addresses or CIDRs whose X-Forwarded-For is
+	// believed (the gslb classifies a client's line by its address). Zero:
+	// none; the peer's address is the client's.
+	TrustedProxies []string
+	// GSLBMaxInFlight bounds the entry requests the gslb answers at once
+	// (beyond: 503 overloaded at once). Zero: 128.
+	GSLBMaxInFlight int
+	// GSLBMaxTableAge is how long the gslb uses its last good load table
+	// while syncs fail (then 503 table_stale). Zero: 3 s.
+	GSLBMaxTableAge time.Duration
+	// Lines classifies clients into lines for the gslb (package
+	// gslb/lines: a MaxMind DB and/or an operator CIDR file, re-read when
+	// they change). Zero: every client is unknown and gets BGP nodes.
+	Lines lines.Config
 	// AuditRetention is how long audit objects are kept; the ingest
 	// deletes older ones hourly (each node sweeps; deletes are idempotent,
 	// and a sweep lists about what it deletes). Zero: 30 days.
@@ -200,6 +225,11 @@ type Stack struct {
 	ingest    *ingest.Server
 	edge      *edge.Server
 	slicer    *slicer.Slicer
+	// cpu samples the process's and the machine's CPU for the load
+	// reports of this process's edge and ingest.
+	cpu *sysload.Sampler
+	// lines classifies the gslb's clients (nil: none configured).
+	lines *lines.Classifier
 	// audit is the process's audit recorder, shared by its ingest (every
 	// comment's decision) and slicer (comments sampled away); Run runs it
 	// and writes what it holds after every role has stopped.
@@ -383,7 +413,7 @@ func New(cfg Config) (*Stack, error) {
 		b.Lotteries = ingest.NewMemoryLotteryStore(nil)
 	}
 
-	s := &Stack{cfg: cfg, log: cfg.Logger, registry: prometheus.NewRegistry(), URLs: map[string]string{}}
+	s := &Stack{cfg: cfg, log: cfg.Logger, registry: prometheus.NewRegistry(), URLs: map[string]string{}, cpu: sysload.New(0)}
 	if cfg.has(RoleGSLB) || cfg.has(RoleIngest) || cfg.has(RoleEdge) || cfg.has(RoleSlicer) {
 		// One view of the events per process, shared by its roles.
 		var err error
@@ -466,9 +496,19 @@ func New(cfg Config) (*Stack, error) {
 		}
 	}
 	engine := func(role string) *gin.Engine {
-		ec := httpx.EngineConfig{Role: role, Logger: s.log.With("role", role), Gatherer: s.registry}
+		ec := httpx.EngineConfig{Role: role, Logger: s.log.With("role", role), Gatherer: s.registry, TrustedProxies: cfg.TrustedProxies}
 		if role == RoleGSLB || role == RoleIngest {
 			ec.CORS = &origins
+			// Healthy once it can sign or verify a token issued now: a
+			// load balancer must not send requests it would refuse.
+			if ring := s.keyring; ring != nil {
+				ec.Healthy = func() error {
+					if !ring.Ready() {
+						return auth.ErrNotReady
+					}
+					return nil
+				}
+			}
 		}
 		return httpx.NewEngine(ec)
 	}
@@ -476,7 +516,18 @@ func New(cfg Config) (*Stack, error) {
 		if cfg.PublicCDN == "" {
 			return nil, errors.New("stack: gslb needs PublicCDN when the origin role is not here")
 		}
-		if s.allocator, err = gslb.NewAllocator(gslb.AllocatorConfig{Table: b.Load, Logger: s.log}); err != nil {
+		ac := gslb.AllocatorConfig{Table: b.Load, MaxAge: cfg.GSLBMaxTableAge, Logger: s.log}
+		if cfg.Lines.MMDB != "" || cfg.Lines.CIDR != "" {
+			lc := cfg.Lines
+			if lc.Logger == nil {
+				lc.Logger = s.log
+			}
+			if s.lines, err = lines.New(lc); err != nil {
+				return nil, fmt.Errorf("stack: lines: %w", err)
+			}
+			ac.Classify = s.lines.Line
+		}
+		if s.allocator, err = gslb.NewAllocator(ac); err != nil {
 			return nil, err
 		}
 		// Clients schedule their polls on the clock that decides segments.
@@ -488,6 +539,7 @@ func New(cfg Config) (*Stack, error) {
 		gs, err := gslb.NewServer(gslb.ServerConfig{
 			Allocator: s.allocator, Keyring: s.keyring, Tickets: tickets, CDN: cfg.PublicCDN,
 			ServerClock: s.storeTime, Events: s.events, SegmentMs: cfg.SegmentMs, Clock: cfg.EntryClock, Registerer: s.registry, Logger: s.log,
+			MaxInFlight: cfg.GSLBMaxInFlight,
 		})
 		if err != nil {
 			return nil, err
@@ -534,6 +586,7 @@ func New(cfg Config) (*Stack, error) {
 			Streams: b.Streams, Keyring: s.keyring, Addr: s.URLs[RoleIngest], Load: b.Load,
 			Gate: b.Gate, Gifts: b.Gifts, GiftBacklog: giftBacklog, FastLane: b.FastLane, Lotteries: b.Lotteries,
 			GiftKeys: cfg.GiftKeys, AnnounceKeys: cfg.AnnounceKeys, Events: s.events, Registerer: s.registry, Logger: s.log,
+			MaxInFlight: cfg.IngestCapacity, Line: cfg.Line, CPU: s.cpu.Process,
 		})
 		if err != nil {
 			return nil, err
@@ -553,6 +606,7 @@ func New(cfg Config) (*Stack, error) {
 	if rs := byRole[RoleEdge]; rs != nil {
 		s.edge, err = edge.New(edge.Config{
 			Store: b.Streams, Verifier: s.keyring, Addr: s.URLs[RoleEdge], LoadTable: b.Load,
+			MaxConns: cfg.EdgeCapacity, Line: cfg.Line, CPU: s.cpu.Process,
 			MinGiftValue: cfg.MinGiftValue, DrainPeriod: cfg.EdgeDrain, AllowOrigins: origins, Events: s.events, Registerer: s.registry, Logger: s.log,
 		})
 		if err != nil {
@@ -634,6 +688,9 @@ func (s *Stack) Run(ctx context.Context) error {
 	}
 	if s.allocator != nil {
 		goRun(s.allocator.Run)
+	}
+	if s.lines != nil {
+		goRun(s.lines.Run)
 	}
 	if s.storeTime != nil {
 		goRun(s.storeTime.Run)
@@ -717,8 +774,12 @@ func (s *Stack) Ready(ctx context.Context) error {
 		return nil
 	}
 	for {
-		if _, err := s.allocator.Allocate("ready-probe", netip.Addr{}); err == nil {
-			return nil
+		// An unknown client (BGP nodes) or a loopback one (the line a
+		// classifier may give local clients, as in tests and dev).
+		for _, ip := range []netip.Addr{{}, netip.AddrFrom4([4]byte{127, 0, 0, 1})} {
+			if _, err := s.allocator.Allocate("ready-probe", ip); err == nil {
+				return nil
+			}
 		}
 		select {
 		case <-ctx.Done():

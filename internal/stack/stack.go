@@ -586,7 +586,7 @@ func New(cfg Config) (*Stack, error) {
 			Streams: b.Streams, Keyring: s.keyring, Addr: s.URLs[RoleIngest], Load: b.Load,
 			Gate: b.Gate, Gifts: b.Gifts, GiftBacklog: giftBacklog, FastLane: b.FastLane, Lotteries: b.Lotteries,
 			GiftKeys: cfg.GiftKeys, AnnounceKeys: cfg.AnnounceKeys, Events: s.events, Registerer: s.registry, Logger: s.log,
-			MaxInFlight: cfg.IngestCapacity, Line: cfg.Line, CPU: s.cpu.Process,
+			MaxInFlight: cfg.IngestCapacity, Line: cfg.Line, CPU: s.nodeCPU(),
 		})
 		if err != nil {
 			return nil, err
@@ -606,7 +606,7 @@ func New(cfg Config) (*Stack, error) {
 	if rs := byRole[RoleEdge]; rs != nil {
 		s.edge, err = edge.New(edge.Config{
 			Store: b.Streams, Verifier: s.keyring, Addr: s.URLs[RoleEdge], LoadTable: b.Load,
-			MaxConns: cfg.EdgeCapacity, Line: cfg.Line, CPU: s.cpu.Process,
+			MaxConns: cfg.EdgeCapacity, Line: cfg.Line, CPU: s.nodeCPU(),
 			MinGiftValue: cfg.MinGiftValue, DrainPeriod: cfg.EdgeDrain, AllowOrigins: origins, Events: s.events, Registerer: s.registry, Logger: s.log,
 		})
 		if err != nil {
@@ -765,6 +765,17 @@ func (s *Stack) Run(ctx context.Context) error {
 		<-edgeDone
 	}
 	return err
+}
+
+// nodeCPU is what the process's edge and ingest report as their CPU: the
+// process's own share, except in dev, where one process runs every role
+// (and a load test against it) and its CPU would take both nodes out of
+// the allocation at once.
+func (s *Stack) nodeCPU() func() float64 {
+	if s.cfg.Dev {
+		return nil
+	}
+	return s.cpu.Process
 }
 
 // Ready waits until the gslb (if here) hands out addresses, i.e. nodes have

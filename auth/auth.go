@@ -11,7 +11,9 @@
 package auth
 
 import (
+	"bytes"
 	"context"
+	"crypto/ed25519"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/binary"
@@ -112,6 +114,13 @@ func DeriveSecret(master []byte, epoch int64) []byte {
 	return h.Sum(nil)
 }
 
+// EpochKey is an epoch's Ed25519 signing key: its seed is the epoch's
+// derived secret, so every process holding the master key derives the same
+// key and re-publishing after a store failover yields the same public key.
+func EpochKey(master []byte, epoch int64) ed25519.PrivateKey {
+	return ed25519.NewKeyFromSeed(DeriveSecret(master, epoch))
+}
+
 // CenterConfig configures the auth center.
 type CenterConfig struct {
 	// Store receives the secrets. Required.
@@ -161,8 +170,11 @@ func NewCenter(cfg CenterConfig) (*Center, error) {
 func (c *Center) Publish(ctx context.Context) error {
 	cur := EpochOf(c.cfg.Clock.Now(), c.cfg.Epoch)
 	for e := cur - 1; e <= cur+1; e++ {
-		// Kept for three epochs past its own so late verifiers still find it.
-		if err := c.cfg.Store.Publish(ctx, e, DeriveSecret(c.cfg.MasterKey, e), 4*c.cfg.Epoch); err != nil {
+		// Only the public half leaves the issuers: a verifier can check a
+		// token but never mint one. Kept for three epochs past its own so
+		// late verifiers still find it.
+		pub := EpochKey(c.cfg.MasterKey, e).Public().(ed25519.PublicKey)
+		if err := c.cfg.Store.Publish(ctx, e, pub, 4*c.cfg.Epoch); err != nil {
 			return fmt.Errorf("auth: publish epoch %d: %w", e, err)
 		}
 	}
@@ -198,6 +210,10 @@ type KeyringConfig struct {
 	TokenTTL time.Duration
 	// Issuer is written to and required in the iss claim. Zero: "danmaku".
 	Issuer string
+	// MasterKey, set on issuers only (the gslb processes), derives each
+	// epoch's private signing key; without it the keyring verifies but
+	// Sign answers ErrNotIssuer. At least 32 bytes when set.
+	MasterKey []byte
 	// Clock tells the time. Nil: real clock.
 	Clock clock.Clock
 	// Logger. Nil: slog.Default().
@@ -210,7 +226,8 @@ type Keyring struct {
 	parser *jwt.Parser
 
 	mu      sync.RWMutex
-	secrets map[int64][]byte
+	secrets map[int64][]byte // epoch → public key, as published
+	signers map[int64]ed25519.PrivateKey
 }
 
 // NewKeyring checks cfg and returns a Keyring. Call Refresh (or Run) before use.
@@ -237,9 +254,12 @@ func NewKeyring(cfg KeyringConfig) (*Keyring, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	k := &Keyring{cfg: cfg, secrets: map[int64][]byte{}}
+	if len(cfg.MasterKey) > 0 && len(cfg.MasterKey) < 32 {
+		return nil, errors.New("auth: keyring: MasterKey must be at least 32 bytes")
+	}
+	k := &Keyring{cfg: cfg, secrets: map[int64][]byte{}, signers: map[int64]ed25519.PrivateKey{}}
 	k.parser = jwt.NewParser(
-		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
+		jwt.WithValidMethods([]string{jwt.SigningMethodEdDSA.Alg()}),
 		jwt.WithIssuer(cfg.Issuer),
 		jwt.WithExpirationRequired(),
 		jwt.WithTimeFunc(func() time.Time { return k.cfg.Clock.Now() }),
@@ -266,6 +286,11 @@ func (k *Keyring) Refresh(ctx context.Context) error {
 			delete(k.secrets, e)
 		}
 	}
+	for e := range k.signers {
+		if e < cur-1 {
+			delete(k.signers, e)
+		}
+	}
 	for e, s := range got {
 		k.secrets[e] = s
 	}
@@ -288,6 +313,34 @@ func (k *Keyring) Run(ctx context.Context) error {
 	}
 }
 
+// signer returns epoch's private key: derived from the master key once per
+// epoch, and only while the store holds the matching public key (a
+// keyring whose master key is not the center's would issue tokens no node
+// accepts; it refuses instead).
+func (k *Keyring) signer(epoch int64) (ed25519.PrivateKey, error) {
+	pub := k.secret(epoch)
+	if pub == nil {
+		return nil, ErrNoSecret
+	}
+	if len(k.cfg.MasterKey) == 0 {
+		return nil, ErrNotIssuer
+	}
+	k.mu.RLock()
+	priv, ok := k.signers[epoch]
+	k.mu.RUnlock()
+	if ok {
+		return priv, nil
+	}
+	priv = EpochKey(k.cfg.MasterKey, epoch)
+	if !bytes.Equal(priv.Public().(ed25519.PublicKey), pub) {
+		return nil, fmt.Errorf("auth: epoch %d: the published public key is not this master key's", epoch)
+	}
+	k.mu.Lock()
+	k.signers[epoch] = priv
+	k.mu.Unlock()
+	return priv, nil
+}
+
 // Ready reports whether the keyring holds the current epoch's secret, so
 // that it can verify (and sign) a token issued now. A node reports itself
 // to the gslb and healthy only once it is: a freshly started node must not
@@ -295,6 +348,15 @@ func (k *Keyring) Run(ctx context.Context) error {
 func (k *Keyring) Ready() bool {
 	return k.secret(EpochOf(k.cfg.Clock.Now(), k.cfg.Epoch)) != nil
 }
+
+// ErrNotIssuer is returned by Sign on a keyring without the master key: a
+// verifier cannot mint tokens.
+var ErrNotIssuer = errors.New("auth: this keyring verifies only (no master key)")
+
+// ErrTokenTooLarge is returned by Sign for claims that make a token longer
+// than any node accepts (too many addresses, or an identity the ticket
+// checks should have refused).
+var ErrTokenTooLarge = errors.New("auth: token too large")
 
 // ErrNotReady is what a health check says before Ready.
 var ErrNotReady = errors.New("auth: token secrets not loaded yet")
@@ -310,19 +372,23 @@ func (k *Keyring) secret(epoch int64) []byte {
 func (k *Keyring) Sign(c Claims) (string, time.Time, error) {
 	now := k.cfg.Clock.Now()
 	epoch := EpochOf(now, k.cfg.Epoch)
-	sec := k.secret(epoch)
-	if sec == nil {
-		return "", time.Time{}, ErrNoSecret
+	priv, err := k.signer(epoch)
+	if err != nil {
+		return "", time.Time{}, err
 	}
 	exp := now.Add(k.cfg.TokenTTL)
 	c.Issuer = k.cfg.Issuer
 	c.IssuedAt = jwt.NewNumericDate(now)
 	c.ExpiresAt = jwt.NewNumericDate(exp)
-	tok := jwt.NewWithClaims(jwt.SigningMethodHS256, &c)
+	tok := jwt.NewWithClaims(jwt.SigningMethodEdDSA, &c)
 	tok.Header["kid"] = strconv.FormatInt(epoch, 10)
-	s, err := tok.SignedString(sec)
+	s, err := tok.SignedString(priv)
 	if err != nil {
 		return "", time.Time{}, fmt.Errorf("auth: sign: %w", err)
+	}
+	if len(s) > maxTokenBytes {
+		// Every verifier would refuse it, and a client would loop on it.
+		return "", time.Time{}, fmt.Errorf("%w: %d bytes, nodes accept %d", ErrTokenTooLarge, len(s), maxTokenBytes)
 	}
 	return s, exp, nil
 }
@@ -354,8 +420,11 @@ func (k *Keyring) verify(token string) (*Claims, signedBy, error) {
 		if sec == nil {
 			return nil, ErrUnknownEpoch
 		}
+		if len(sec) != ed25519.PublicKeySize {
+			return nil, fmt.Errorf("%w: epoch %d's published key is not an Ed25519 public key", ErrBadToken, epoch)
+		}
 		by = signedBy{epoch, sec}
-		return sec, nil
+		return ed25519.PublicKey(sec), nil
 	})
 	if err != nil {
 		if errors.Is(err, ErrUnknownEpoch) {

@@ -2,6 +2,7 @@ package auth_test
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
@@ -49,7 +50,7 @@ func newEnv(tb testing.TB) *env {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	ring, err := auth.NewKeyring(auth.KeyringConfig{Store: store, Epoch: testEpoch, Clock: clk, Logger: discard})
+	ring, err := auth.NewKeyring(auth.KeyringConfig{Store: store, MasterKey: testMaster, Epoch: testEpoch, Clock: clk, Logger: discard})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -101,7 +102,10 @@ func (e *env) sign(tb testing.TB, c auth.Claims) string {
 // rawJWT builds a token by hand so tests can forge headers the library would
 // never write. alg "none" gets an empty signature; anything else is signed
 // with HMAC-SHA256 over the signing input, whatever the header claims.
-func rawJWT(tb testing.TB, header, payload map[string]any, key []byte) string {
+// rawJWT builds a token by hand: key is an ed25519.PrivateKey (EdDSA
+// signature) or a []byte (HMAC-SHA256, for the tokens a verifier must
+// refuse), whatever the header claims.
+func rawJWT(tb testing.TB, header, payload map[string]any, key any) string {
 	tb.Helper()
 	h, err := json.Marshal(header)
 	if err != nil {
@@ -116,7 +120,10 @@ func rawJWT(tb testing.TB, header, payload map[string]any, key []byte) string {
 	if header["alg"] == "none" {
 		return in + "."
 	}
-	m := hmac.New(sha256.New, key)
+	if priv, ok := key.(ed25519.PrivateKey); ok {
+		return in + "." + enc.EncodeToString(ed25519.Sign(priv, []byte(in)))
+	}
+	m := hmac.New(sha256.New, key.([]byte))
 	m.Write([]byte(in))
 	return in + "." + enc.EncodeToString(m.Sum(nil))
 }
@@ -165,7 +172,7 @@ func TestSignVerifyRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if parsed.Header["alg"] != "HS256" {
+	if parsed.Header["alg"] != "EdDSA" {
 		t.Errorf("alg = %v", parsed.Header["alg"])
 	}
 	if parsed.Header["kid"] != strconv.FormatInt(e.epoch(), 10) {
@@ -243,7 +250,7 @@ func TestEpochNextVerifies(t *testing.T) {
 	e := newEnv(t)
 	e.advance(t, testEpoch-time.Second) // last second of epoch E
 	issuerClk := clock.NewFake(e.clk.Now().Add(2 * time.Second))
-	issuer, err := auth.NewKeyring(auth.KeyringConfig{Store: e.store, Epoch: testEpoch, Clock: issuerClk, Logger: discard})
+	issuer, err := auth.NewKeyring(auth.KeyringConfig{Store: e.store, MasterKey: testMaster, Epoch: testEpoch, Clock: issuerClk, Logger: discard})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +270,9 @@ func TestVerifyRejects(t *testing.T) {
 	e := newEnv(t)
 	ep := e.epoch()
 	kid := strconv.FormatInt(ep, 10)
-	secret := auth.DeriveSecret(testMaster, ep)
+	secret := auth.DeriveSecret(testMaster, ep) // the HMAC secret of old; now an Ed25519 seed
+	key := auth.EpochKey(testMaster, ep)
+	pub := []byte(key.Public().(ed25519.PublicKey))
 	good := e.sign(t, validClaims())
 	parts := strings.Split(good, ".")
 
@@ -295,7 +304,7 @@ func TestVerifyRejects(t *testing.T) {
 	withPayload := func(change func(map[string]any)) string {
 		p := e.payload()
 		change(p)
-		return rawJWT(t, header("alg", "HS256", "kid", kid), p, secret)
+		return rawJWT(t, header("alg", "EdDSA", "kid", kid), p, key)
 	}
 	claims := func(change func(*auth.Claims)) string {
 		c := validClaims()
@@ -331,6 +340,8 @@ func TestVerifyRejects(t *testing.T) {
 		{"two segments", parts[0] + "." + parts[1], auth.ErrBadToken},
 		{"alg none", none(), auth.ErrBadToken},
 		{"alg none hand-made", rawJWT(t, header("alg", "none", "kid", kid), e.payload(), nil), auth.ErrBadToken},
+		{"HS256 with the epoch seed", hs(jwt.SigningMethodHS256), auth.ErrBadToken},
+		{"HS256 keyed with the public key (algorithm confusion)", rawJWT(t, header("alg", "HS256", "kid", kid), e.payload(), pub), auth.ErrBadToken},
 		{"HS512", hs(jwt.SigningMethodHS512), auth.ErrBadToken},
 		{"HS384", hs(jwt.SigningMethodHS384), auth.ErrBadToken},
 		{"RS256 header, HMAC signature", rawJWT(t, header("alg", "RS256", "kid", kid), e.payload(), secret), auth.ErrBadToken},
@@ -339,12 +350,12 @@ func TestVerifyRejects(t *testing.T) {
 		{"tampered signature", parts[0] + "." + parts[1] + "." + flip(parts[2], 5), auth.ErrBadToken},
 		{"signature removed", parts[0] + "." + parts[1] + ".", auth.ErrBadToken},
 		{"tampered header", flip(parts[0], 3) + "." + parts[1] + "." + parts[2], auth.ErrBadToken},
-		{"kid missing", rawJWT(t, header("alg", "HS256"), e.payload(), secret), auth.ErrBadToken},
-		{"kid non-numeric", rawJWT(t, header("alg", "HS256", "kid", "current"), e.payload(), secret), auth.ErrBadToken},
-		{"kid a JSON number", rawJWT(t, header("alg", "HS256", "kid", ep), e.payload(), secret), auth.ErrBadToken},
-		{"kid of an unknown epoch", rawJWT(t, header("alg", "HS256", "kid", strconv.FormatInt(ep-5, 10)), e.payload(), secret), auth.ErrUnknownEpoch},
-		{"kid of another held epoch", rawJWT(t, header("alg", "HS256", "kid", strconv.FormatInt(ep+1, 10)), e.payload(), secret), auth.ErrBadToken},
-		{"wrong secret", rawJWT(t, header("alg", "HS256", "kid", kid), e.payload(), []byte("not-the-secret")), auth.ErrBadToken},
+		{"kid missing", rawJWT(t, header("alg", "EdDSA"), e.payload(), key), auth.ErrBadToken},
+		{"kid non-numeric", rawJWT(t, header("alg", "EdDSA", "kid", "current"), e.payload(), key), auth.ErrBadToken},
+		{"kid a JSON number", rawJWT(t, header("alg", "EdDSA", "kid", ep), e.payload(), key), auth.ErrBadToken},
+		{"kid of an unknown epoch", rawJWT(t, header("alg", "EdDSA", "kid", strconv.FormatInt(ep-5, 10)), e.payload(), key), auth.ErrUnknownEpoch},
+		{"kid of another held epoch", rawJWT(t, header("alg", "EdDSA", "kid", strconv.FormatInt(ep+1, 10)), e.payload(), key), auth.ErrBadToken},
+		{"wrong key", rawJWT(t, header("alg", "EdDSA", "kid", kid), e.payload(), ed25519.NewKeyFromSeed(make([]byte, 32))), auth.ErrBadToken},
 		{"wrong issuer", withPayload(func(p map[string]any) { p["iss"] = "someone-else" }), auth.ErrBadToken},
 		{"no expiry", withPayload(func(p map[string]any) { delete(p, "exp") }), auth.ErrBadToken},
 		{"not yet valid", withPayload(func(p map[string]any) { p["nbf"] = e.clk.Now().Add(time.Minute).Unix() }), auth.ErrBadToken},
@@ -370,9 +381,9 @@ func TestVerifyRejects(t *testing.T) {
 		})
 	}
 
-	// The controls: the hand-made HS256 token and a valid role all pass.
+	// The controls: the hand-made EdDSA token and a valid role all pass.
 	for name, tok := range map[string]string{
-		"hand-made HS256": rawJWT(t, header("alg", "HS256", "kid", kid), e.payload(), secret),
+		"hand-made EdDSA": rawJWT(t, header("alg", "EdDSA", "kid", kid), e.payload(), key),
 		"host":            claims(func(c *auth.Claims) { c.Role = auth.RoleHost }),
 		"admin":           claims(func(c *auth.Claims) { c.Role = auth.RoleAdmin }),
 		"no addrs":        claims(func(c *auth.Claims) { c.Addrs = nil }),
@@ -386,7 +397,7 @@ func TestVerifyRejects(t *testing.T) {
 func TestVerifyOtherIssuerKeyring(t *testing.T) {
 	e := newEnv(t)
 	tok := e.sign(t, validClaims())
-	other, err := auth.NewKeyring(auth.KeyringConfig{Store: e.store, Epoch: testEpoch, Issuer: "other", Clock: e.clk, Logger: discard})
+	other, err := auth.NewKeyring(auth.KeyringConfig{Store: e.store, MasterKey: testMaster, Epoch: testEpoch, Issuer: "other", Clock: e.clk, Logger: discard})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -421,7 +432,7 @@ func TestCenterFailoverSameSecrets(t *testing.T) {
 			if err := center.Publish(context.Background()); err != nil {
 				t.Fatal(err)
 			}
-			ring, err := auth.NewKeyring(auth.KeyringConfig{Store: fresh, Epoch: testEpoch, Clock: e.clk, Logger: discard})
+			ring, err := auth.NewKeyring(auth.KeyringConfig{Store: fresh, MasterKey: testMaster, Epoch: testEpoch, Clock: e.clk, Logger: discard})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -463,8 +474,8 @@ func TestCenterPublishesThreeEpochs(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, ep := range []int64{cur - 1, cur, cur + 1} {
-		if !slices.Equal(got[ep], auth.DeriveSecret(testMaster, ep)) {
-			t.Errorf("epoch %d: secret missing or wrong", ep)
+		if !slices.Equal(got[ep], []byte(auth.EpochKey(testMaster, ep).Public().(ed25519.PublicKey))) {
+			t.Errorf("epoch %d: public key missing or wrong", ep)
 		}
 	}
 	for _, ep := range []int64{cur - 2, cur + 2} {
@@ -503,7 +514,7 @@ func TestRefreshFailureKeepsSecrets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ring, err := auth.NewKeyring(auth.KeyringConfig{Store: store, Epoch: testEpoch, Clock: clk, Logger: discard})
+	ring, err := auth.NewKeyring(auth.KeyringConfig{Store: store, MasterKey: testMaster, Epoch: testEpoch, Clock: clk, Logger: discard})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -692,5 +703,53 @@ func TestIngestAddrs(t *testing.T) {
 	payload, _ = base64.RawURLEncoding.DecodeString(strings.Split(e.sign(t, c), ".")[1])
 	if !strings.Contains(string(payload), `"ni":1`) {
 		t.Errorf("payload %s lacks ni", payload)
+	}
+}
+
+// TestSignRefusesTooLargeToken: a token no node would accept is never
+// handed out (the client would loop on 401s); the entry answers 400.
+func TestSignRefusesTooLargeToken(t *testing.T) {
+	e := newEnv(t)
+	c := validClaims()
+	c.Avatar = "https://h/" + strings.Repeat("a", 3000)
+	if _, _, err := e.ring.Sign(c); !errors.Is(err, auth.ErrTokenTooLarge) {
+		t.Fatalf("Sign with a 3 KB avatar: err = %v, want ErrTokenTooLarge", err)
+	}
+	c = validClaims()
+	if _, _, err := e.ring.Sign(c); err != nil {
+		t.Fatalf("an ordinary token: %v", err)
+	}
+}
+
+// TestVerifierCannotMint: a keyring without the master key verifies the
+// issuers' tokens but cannot sign one; a keyring whose master key is not
+// the center's refuses to sign rather than issue tokens no node accepts.
+func TestVerifierCannotMint(t *testing.T) {
+	e := newEnv(t)
+	verifier, err := auth.NewKeyring(auth.KeyringConfig{Store: e.store, Epoch: testEpoch, Clock: e.clk, Logger: discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := verifier.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := verifier.Verify(e.sign(t, validClaims())); err != nil {
+		t.Fatalf("verifier refused the issuer's token: %v", err)
+	}
+	if _, _, err := verifier.Sign(validClaims()); !errors.Is(err, auth.ErrNotIssuer) {
+		t.Fatalf("verifier Sign: err = %v, want ErrNotIssuer", err)
+	}
+	stranger, err := auth.NewKeyring(auth.KeyringConfig{Store: e.store, MasterKey: []byte("another-master-key-0123456789-0123456789"), Epoch: testEpoch, Clock: e.clk, Logger: discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stranger.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := stranger.Sign(validClaims()); err == nil {
+		t.Fatal("a keyring with another master key signed")
+	}
+	if _, err := auth.NewKeyring(auth.KeyringConfig{Store: e.store, MasterKey: []byte("short")}); err == nil {
+		t.Fatal("a 5-byte master key was accepted")
 	}
 }

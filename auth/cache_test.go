@@ -164,7 +164,7 @@ func TestTokenCacheNotBeforeOnHit(t *testing.T) {
 	p := e.payload()
 	nbf := e.clk.Now().Add(10 * time.Second)
 	p["nbf"] = nbf.Unix()
-	tok := rawJWT(t, map[string]any{"alg": "HS256", "kid": strconv.FormatInt(ep, 10)}, p, auth.DeriveSecret(testMaster, ep))
+	tok := rawJWT(t, map[string]any{"alg": "EdDSA", "kid": strconv.FormatInt(ep, 10)}, p, auth.EpochKey(testMaster, ep))
 	sameAnswer(t, e, c, tok, "before nbf")
 	e.clk.Set(nbf.Add(-2 * time.Second))
 	sameAnswer(t, e, c, tok, "nbf-2s")
@@ -184,7 +184,7 @@ func TestTokenCacheEpochWithdrawn(t *testing.T) {
 	ep := e.epoch()
 	p := e.payload()
 	p["exp"] = e.clk.Now().Add(time.Hour).Unix()
-	tok := rawJWT(t, map[string]any{"alg": "HS256", "kid": strconv.FormatInt(ep, 10)}, p, auth.DeriveSecret(testMaster, ep))
+	tok := rawJWT(t, map[string]any{"alg": "EdDSA", "kid": strconv.FormatInt(ep, 10)}, p, auth.EpochKey(testMaster, ep))
 	sameAnswer(t, e, c, tok, "fresh")
 	e.advance(t, testEpoch) // the previous epoch: still held
 	sameAnswer(t, e, c, tok, "one epoch on")

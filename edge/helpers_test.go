@@ -97,7 +97,7 @@ func newKeyring(t testing.TB, clk clock.Clock) *auth.Keyring {
 	if err := c.Publish(ctx); err != nil {
 		t.Fatal(err)
 	}
-	k, err := auth.NewKeyring(auth.KeyringConfig{Store: sec, Clock: clk})
+	k, err := auth.NewKeyring(auth.KeyringConfig{Store: sec, MasterKey: make([]byte, 32), Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -139,7 +139,7 @@ func (noRemove) Remove(context.Context, string) error { return nil }
 
 func keyringOn(t *testing.T, s auth.SecretStore, clk clock.Clock) *auth.Keyring {
 	t.Helper()
-	k, err := auth.NewKeyring(auth.KeyringConfig{Store: s, Clock: clk, Logger: discard})
+	k, err := auth.NewKeyring(auth.KeyringConfig{Store: s, MasterKey: master, Clock: clk, Logger: discard})
 	if err != nil {
 		t.Fatal(err)
 	}

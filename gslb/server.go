@@ -259,6 +259,10 @@ func (s *Server) entry(c *gin.Context) {
 		Login:            now.UnixMilli(),
 		RegisteredClaims: jwt.RegisteredClaims{Subject: t.Subject},
 	})
+	if errors.Is(err, auth.ErrTokenTooLarge) {
+		s.fail(c, httpx.Errorf(http.StatusBadRequest, "token_too_large", "the ticket's identity makes a token no node accepts; shorten the nickname or avatar"))
+		return
+	}
 	if err != nil {
 		s.fail(c, httpx.Errorf(http.StatusServiceUnavailable, "token_unavailable", "token secrets not loaded yet; retry shortly"))
 		return

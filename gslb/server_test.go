@@ -68,7 +68,7 @@ func newEntryFixtureWith(t testing.TB, withSecrets bool, acfg gslb.AllocatorConf
 	f.sync(t)
 
 	secrets := auth.NewMemorySecrets()
-	ring, err := auth.NewKeyring(auth.KeyringConfig{Store: secrets, Clock: clk, Logger: discard})
+	ring, err := auth.NewKeyring(auth.KeyringConfig{Store: secrets, MasterKey: master, Clock: clk, Logger: discard})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -375,7 +375,7 @@ func TestEntryClassifiesClientIP(t *testing.T) {
 	f.sync(t)
 	secrets := auth.NewMemorySecrets()
 	center, _ := auth.NewCenter(auth.CenterConfig{Store: secrets, MasterKey: master, Clock: clk})
-	ring, _ := auth.NewKeyring(auth.KeyringConfig{Store: secrets, Clock: clk})
+	ring, _ := auth.NewKeyring(auth.KeyringConfig{Store: secrets, MasterKey: master, Clock: clk})
 	if err := center.Publish(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -67,7 +67,7 @@ func newLoadRig(t *testing.T, redisAddr string, nodes int, room string, capacity
 	if err != nil {
 		t.Fatal(err)
 	}
-	ring, err := auth.NewKeyring(auth.KeyringConfig{Store: secrets, Logger: discard})
+	ring, err := auth.NewKeyring(auth.KeyringConfig{Store: secrets, MasterKey: testMaster, Logger: discard})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -591,11 +591,12 @@ func newLotteryAPIFixture(t testing.TB) *lotteryAPIFixture {
 	t.Helper()
 	c := clock.NewFake(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
 	secrets := auth.NewMemorySecrets()
-	center, err := auth.NewCenter(auth.CenterConfig{Store: secrets, MasterKey: []byte("lottery-test-master-key-0123456789-abcdef"), Clock: c, Logger: quiet})
+	lotteryMaster := []byte("lottery-test-master-key-0123456789-abcdef")
+	center, err := auth.NewCenter(auth.CenterConfig{Store: secrets, MasterKey: lotteryMaster, Clock: c, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ring, err := auth.NewKeyring(auth.KeyringConfig{Store: secrets, Clock: c, Logger: quiet})
+	ring, err := auth.NewKeyring(auth.KeyringConfig{Store: secrets, MasterKey: lotteryMaster, Clock: c, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

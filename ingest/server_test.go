@@ -67,7 +67,7 @@ func newFixtureOn(tb testing.TB, clk clock.Clock, store *stream.MemoryStore, mod
 	if err != nil {
 		tb.Fatal(err)
 	}
-	ring, err := auth.NewKeyring(auth.KeyringConfig{Store: secrets, Clock: clk, Logger: discard})
+	ring, err := auth.NewKeyring(auth.KeyringConfig{Store: secrets, MasterKey: testMaster, Clock: clk, Logger: discard})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -304,9 +304,13 @@ func (c *Config) checkKeys() error {
 			missing = append(missing, what)
 		}
 	}
-	tokens := c.has(RoleGSLB) || c.has(RoleIngest) || c.has(RoleEdge)
-	need(tokens && len(c.MasterKey) == 0 && c.Backends.Secrets == nil,
-		"token secrets: DANMAKU_MASTER_KEY (this process runs an auth center), or -redis where another process's auth center publishes them")
+	verifies := c.has(RoleIngest) || c.has(RoleEdge)
+	// The gslb signs tokens, which takes the master key (only the public
+	// keys are published); the ingest and edge verify with those.
+	need(c.has(RoleGSLB) && len(c.MasterKey) == 0,
+		"the token master key: DANMAKU_MASTER_KEY (the gslb signs tokens; its processes run the auth center)")
+	need(!c.has(RoleGSLB) && verifies && len(c.MasterKey) == 0 && c.Backends.Secrets == nil,
+		"token keys: DANMAKU_MASTER_KEY (this process runs an auth center), or -redis where the gslb's auth center publishes them")
 	need(c.has(RoleGSLB) && len(c.TicketKey) == 0, "the business ticket key: DANMAKU_TICKET_KEY")
 	need((c.has(RoleGSLB) || c.has(RoleSlicer)) && len(nonEmpty(c.OperatorKeys)) == 0, "operator keys: DANMAKU_OPERATOR_KEYS")
 	need(c.has(RoleIngest) && len(nonEmpty(c.GiftKeys)) == 0, "gift API keys: DANMAKU_GIFT_KEYS")
@@ -491,7 +495,9 @@ func New(cfg Config) (*Stack, error) {
 				return nil, err
 			}
 		}
-		if s.keyring, err = auth.NewKeyring(auth.KeyringConfig{Store: b.Secrets, Logger: s.log}); err != nil {
+		// Only a process holding the master key can sign (the gslb); the
+		// others verify with the published public keys.
+		if s.keyring, err = auth.NewKeyring(auth.KeyringConfig{Store: b.Secrets, MasterKey: cfg.MasterKey, Logger: s.log}); err != nil {
 			return nil, err
 		}
 	}

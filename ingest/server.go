@@ -303,7 +303,7 @@ func New(cfg Config) (*Server, error) {
 	s.online.Store(&empty)
 	s.rejected = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "danmaku_ingest_rejected_total",
-		Help: "Uploads not stored, by layer (auth, input, gateway, backend) and reason. Silent drops count here too.",
+		Help: "Uploads not stored, by layer (auth, input, room, antispam, gateway, gift, backend, client) and reason. Silent drops count here too.",
 	}, []string{"layer", "reason"})
 	s.accepted = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "danmaku_ingest_accepted_total",

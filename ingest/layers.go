@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"danmaku/internal/audit"
+	"danmaku/internal/event"
 	"danmaku/internal/objstore"
 	"danmaku/internal/wire"
 )
@@ -83,15 +84,8 @@ type spamLimits struct {
 	dupWindow  time.Duration // 0: the node's
 }
 
-func (s *Server) spamLimits(room string) spamLimits {
+func (s *Server) spamLimitsOf(v event.RoomView) spamLimits {
 	l := spamLimits{wordPolicy: s.cfg.WordPolicy}
-	if s.cfg.Events == nil {
-		return l
-	}
-	v, ok := s.cfg.Events.Lookup(room)
-	if !ok {
-		return l
-	}
 	if v.Event != nil {
 		l.event = v.Event.ID
 		l.eventRate = v.Event.EventRefill()

@@ -428,14 +428,21 @@ type roomLimits struct {
 	roomRefill          float64
 }
 
-func (s *Server) limits(room string) roomLimits {
+// limits returns the room's upload limits and anti-spam settings from one
+// look at the event directory (a barrage needs both).
+func (s *Server) limits(room string) (roomLimits, spamLimits) {
 	l := roomLimits{s.cfg.UserCapacity, s.cfg.UserRefill, s.cfg.RoomCeiling, s.cfg.RoomRefill}
+	sl := spamLimits{wordPolicy: s.cfg.WordPolicy}
 	if s.cfg.Events == nil {
-		return l
+		return l, sl
 	}
 	v, ok := s.cfg.Events.Lookup(room)
-	if !ok || v.Room.Limits == nil {
-		return l
+	if !ok {
+		return l, sl
+	}
+	sl = s.spamLimitsOf(v)
+	if v.Room.Limits == nil {
+		return l, sl
 	}
 	e := v.Room.Limits
 	if e.UserBurst > 0 {
@@ -450,7 +457,7 @@ func (s *Server) limits(room string) roomLimits {
 	if e.RoomRefill > 0 {
 		l.roomRefill = e.RoomRefill
 	}
-	return l
+	return l, sl
 }
 
 func (s *Server) roomCapacity(room string, ceiling float64) float64 {
@@ -579,13 +586,12 @@ func (s *Server) barrage(c *gin.Context) {
 		}
 	}
 	now := s.cfg.Clock.Now()
-	lim := s.limits(room)
+	lim, sl := s.limits(room)
 	if !s.users.TakeWith(claims.User(), now, lim.userCap, lim.userPerSec, 1) {
 		s.overflows.WithLabelValues("user").Inc()
 		s.drop(c, &m, room, text, "gateway", "user_bucket")
 		return
 	}
-	sl := s.spamLimits(room)
 	if !s.global.Allow(sl.event, sl.eventRate) {
 		s.drop(c, &m, room, text, "antispam", "global_limit")
 		return

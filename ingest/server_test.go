@@ -1233,7 +1233,7 @@ func TestEventLimits(t *testing.T) {
 	if n := len(f.entries(t, room, stream.Barrage)); n != 1 {
 		t.Fatalf("stored %d of 3 with a burst of 1, want 1", n)
 	}
-	if l := f.srv.limits(room); l.userCap != 1 || l.userPerSec != 1.0/60 || l.roomRefill != f.srv.cfg.RoomRefill {
+	if l, _ := f.srv.limits(room); l.userCap != 1 || l.userPerSec != 1.0/60 || l.roomRefill != f.srv.cfg.RoomRefill {
 		t.Fatalf("limits %+v", l)
 	}
 }

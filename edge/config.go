@@ -82,12 +82,18 @@ type Config struct {
 	Addr string
 	// NodeID identifies the node in load reports. Zero: Addr.
 	NodeID string
-	// Line is the ISP line or region class Addr serves. Zero: BGP.
+	// Line is the ISP line Addr serves. Zero: BGP.
 	Line string
+	// Region is where the node stands, reported to the gslb. Zero: unknown.
+	Region string
 
 	// LoadTable receives this node's load every ReportInterval while Run
 	// runs. Nil: Run reports nothing.
 	LoadTable gslb.LoadTable
+	// Online receives this node's viewers per room, once a second while
+	// they change, while Run runs. Nil: LoadTable, when it is also an
+	// OnlineTable.
+	Online gslb.OnlineTable
 	// ReportInterval is how often load is reported while it changes.
 	// Zero: the gslb reporter's default (5 ms).
 	ReportInterval time.Duration

@@ -200,17 +200,17 @@ func TestHandshakeAccepted(t *testing.T) {
 	}
 	checkCoded(t, resp, http.StatusServiceUnavailable, CodeOverCapacity)
 
-	l := e.srv.Load()
-	if l.Conns != 2 || l.Capacity != 2 || l.Rooms["r1"] != 1 || l.Rooms["r2"] != 1 || l.Kind != gslb.KindEdge || l.Addr != e.addr {
-		t.Fatalf("Load = %+v", l)
+	l, rooms := e.srv.Load(), e.srv.OnlineRooms()
+	if l.Conns != 2 || l.Capacity != 2 || rooms["r1"] != 1 || rooms["r2"] != 1 || l.Kind != gslb.KindEdge || l.Addr != e.addr {
+		t.Fatalf("Load = %+v, OnlineRooms = %v", l, rooms)
 	}
 
 	// A slot frees up when a client leaves, and an empty room's hub goes.
 	ws2.Close()
-	waitFor(t, "r2 to empty", func() bool { _, ok := e.srv.Load().Rooms["r2"]; return !ok && e.srv.roomCount() == 1 })
+	waitFor(t, "r2 to empty", func() bool { _, ok := e.srv.OnlineRooms()["r2"]; return !ok && e.srv.roomCount() == 1 })
 	ws3 := e.connect("r1", "")
 	defer ws3.Close()
-	waitFor(t, "two viewers in r1", func() bool { return e.srv.Load().Rooms["r1"] == 2 })
+	waitFor(t, "two viewers in r1", func() bool { return e.srv.OnlineRooms()["r1"] == 2 })
 }
 
 // TestFanout: every viewer of a room gets every pushable message exactly

@@ -62,7 +62,7 @@ func TestHelloAccepted(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The catch-up after last, then a live one.
-	waitFor(t, "the viewer to join", func() bool { return e.srv.Load().Rooms["r1"] == 1 })
+	waitFor(t, "the viewer to join", func() bool { return e.srv.OnlineRooms()["r1"] == 1 })
 	live := e.append("r1", sys("live"))[0].ID
 	got, err := readUntil(ws, "r1", untilID(live))
 	if err != nil {

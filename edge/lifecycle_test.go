@@ -124,7 +124,7 @@ func TestDeadConnection(t *testing.T) {
 
 	dead := e.connect("r1", "") // never reads, so never answers a ping
 	_ = dead
-	waitFor(t, "the two clients", func() bool { return e.srv.Load().Rooms["r1"] == 2 })
+	waitFor(t, "the two clients", func() bool { return e.srv.OnlineRooms()["r1"] == 2 })
 	waitFor(t, "the silent client to be dropped", func() bool { return e.srv.Load().Conns == 1 })
 
 	endMu.Lock()
@@ -209,7 +209,12 @@ func TestShutdown(t *testing.T) {
 	}
 	waitFor(t, "a load report with every client", func() bool {
 		s, _ := table.Snapshot(context.Background())
-		return len(s) == 1 && s[0].ID == "edge-1" && s[0].Conns == clients && s[0].Rooms["r1"] == clients/2
+		return len(s) == 1 && s[0].ID == "edge-1" && s[0].Conns == clients
+	})
+	// The online counts go to the table's online side, once a second.
+	waitFor(t, "the online counts", func() bool {
+		on, _ := table.Online(context.Background())
+		return on["edge-1"]["r1"] == clients/2 && on["edge-1"]["r2"] == clients/2
 	})
 
 	shutErr := make(chan error, 1)
@@ -259,6 +264,9 @@ func TestShutdown(t *testing.T) {
 	}
 	if s, _ := table.Snapshot(context.Background()); len(s) != 0 {
 		t.Fatalf("node still in the load table after shutdown: %+v", s)
+	}
+	if on, _ := table.Online(context.Background()); len(on) != 0 {
+		t.Fatalf("online counts still in the table after shutdown: %v", on)
 	}
 	if n := counter(e.srv.m.closes.WithLabelValues(reasonDraining)); n != clients {
 		t.Fatalf("closes{draining} = %v, want %d", n, clients)

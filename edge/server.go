@@ -214,25 +214,17 @@ func pushable(m *wire.Message, lo int64) bool {
 	return false
 }
 
-// Load returns the node's load for the gslb: connections, capacity,
-// viewers online per room and whether it drains.
+// Load returns the node's load for the gslb: connections, capacity and
+// whether it drains.
 func (s *Server) Load() gslb.NodeLoad {
-	s.mu.Lock()
-	rooms := make(map[string]int, len(s.hubs))
-	for room, h := range s.hubs {
-		if n := h.online.Load(); n > 0 {
-			rooms[room] = int(n)
-		}
-	}
-	s.mu.Unlock()
 	l := gslb.NodeLoad{
 		ID:       s.cfg.NodeID,
 		Kind:     gslb.KindEdge,
 		Addr:     s.cfg.Addr,
 		Line:     s.cfg.Line,
+		Region:   s.cfg.Region,
 		Conns:    int(s.conns.Load()),
 		Capacity: s.cfg.MaxConns,
-		Rooms:    rooms,
 		Draining: s.draining.Load(),
 		At:       s.cfg.Clock.Now(),
 	}
@@ -240,6 +232,30 @@ func (s *Server) Load() gslb.NodeLoad {
 		l.CPU = s.cfg.CPU()
 	}
 	return l
+}
+
+// OnlineRooms returns the viewers online per room on this node (rooms
+// without any left out): what the room buckets of the ingest nodes follow.
+func (s *Server) OnlineRooms() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rooms := make(map[string]int, len(s.hubs))
+	for room, h := range s.hubs {
+		if n := h.online.Load(); n > 0 {
+			rooms[room] = int(n)
+		}
+	}
+	return rooms
+}
+
+// onlineTable is where the online counts go: Config.Online, else the load
+// table when it is also an OnlineTable (both tables of package gslb are).
+func (s *Server) onlineTable() gslb.OnlineTable {
+	if s.cfg.Online != nil {
+		return s.cfg.Online
+	}
+	ot, _ := s.cfg.LoadTable.(gslb.OnlineTable)
+	return ot
 }
 
 // Run reports the node's load to Config.LoadTable (when set) until ctx is
@@ -259,6 +275,10 @@ func (s *Server) Run(ctx context.Context) error {
 			Now:         s.cfg.Clock.Now,
 			Ready:       s.verifierReady,
 		}
+		var online *gslb.OnlineReporter
+		if ot := s.onlineTable(); ot != nil {
+			online = &gslb.OnlineReporter{Table: ot, Node: s.cfg.NodeID, Rooms: s.OnlineRooms, Now: s.cfg.Clock.Now, Ready: s.verifierReady}
+		}
 		s.mu.Lock()
 		if !s.draining.Load() {
 			s.wg.Add(1)
@@ -266,6 +286,9 @@ func (s *Server) Run(ctx context.Context) error {
 				defer s.wg.Done()
 				_ = rep.Run(s.ctx)
 			}()
+			if online != nil {
+				s.wg.Go(func() { _ = online.Run(s.ctx) })
+			}
 		}
 		s.mu.Unlock()
 	}

@@ -100,8 +100,15 @@ type Allocator struct {
 	mu     sync.Mutex
 	handed map[string]*counter
 
+	// view is the allocator's copy of the table, read by SyncOnce only.
+	viewMu sync.Mutex
+	view   *TableView
+
 	syncErrors   atomic.Uint64
 	syncDuration prometheus.Histogram
+	// What syncs read: bytes of reports, reports and removals, whole
+	// reads, undecodable records skipped.
+	syncBytes, syncChanged, syncFull, syncSkipped atomic.Uint64
 }
 
 // counter is padded to a cache line of its own: lines' counters are hot
@@ -157,6 +164,9 @@ type snapshot struct {
 	expired atomic.Bool
 	// nodes counts the table's nodes by kind (edge, ingest) and state.
 	nodes [2][numStates]int
+	// rebuildBy is when the first healthy node turns stale: until then a
+	// sync that read no change may keep this snapshot's nodes.
+	rebuildBy time.Time
 }
 
 // NewAllocator checks cfg and returns an Allocator. It starts nothing; call
@@ -203,6 +213,7 @@ func NewAllocator(cfg AllocatorConfig) (*Allocator, error) {
 		cfg:     cfg,
 		created: cfg.Clock.Now(),
 		handed:  map[string]*counter{},
+		view:    NewTableView(cfg.Table),
 		syncDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "danmaku_gslb_sync_duration_seconds",
 			Help: "Time to read the load table and publish a snapshot, failed syncs included.",
@@ -295,24 +306,41 @@ func (a *Allocator) Run(ctx context.Context) error {
 // SyncOnce reads the table and publishes a new snapshot. On error the
 // previous snapshot stays in use until it is older than MaxAge.
 func (a *Allocator) SyncOnce(ctx context.Context) error {
+	a.viewMu.Lock()
+	defer a.viewMu.Unlock()
 	start := a.cfg.Clock.Now()
-	loads, err := a.cfg.Table.Snapshot(ctx)
-	now := a.cfg.Clock.Now()
-	a.syncDuration.Observe(now.Sub(start).Seconds())
+	loads, st, err := a.view.Sync(ctx, start)
 	if err != nil {
+		now := a.cfg.Clock.Now()
+		a.syncDuration.Observe(now.Sub(start).Seconds())
 		a.syncErrors.Add(1)
 		if s := a.snap.Load(); now.Sub(s.at) > a.cfg.MaxAge {
 			s.expired.Store(true)
 		}
 		return fmt.Errorf("gslb: sync: %w", err)
 	}
-	a.snap.Store(a.build(loads, now))
+	a.syncBytes.Add(uint64(st.Bytes))
+	a.syncChanged.Add(uint64(st.Changed))
+	a.syncSkipped.Add(uint64(st.Skipped))
+	if st.Full {
+		a.syncFull.Add(1)
+	}
+	now := a.cfg.Clock.Now()
+	if prev := a.snap.Load(); st.Changed == 0 && !st.Full && !prev.at.IsZero() && now.Before(prev.rebuildBy) {
+		// Nothing changed and nobody turned stale: the same nodes, read
+		// now. Building a thousand nodes' snapshot costs more than the
+		// read that found nothing new.
+		a.snap.Store(&snapshot{lines: prev.lines, bgp: prev.bgp, at: now, nodes: prev.nodes, rebuildBy: prev.rebuildBy})
+	} else {
+		a.snap.Store(a.build(loads, now))
+	}
+	a.syncDuration.Observe(a.cfg.Clock.Now().Sub(start).Seconds())
 	return nil
 }
 
 // build turns the table's reports into a snapshot.
 func (a *Allocator) build(loads []NodeLoad, now time.Time) *snapshot {
-	s := &snapshot{lines: map[string]*lineState{}, at: now}
+	s := &snapshot{lines: map[string]*lineState{}, at: now, rebuildBy: now.Add(a.cfg.Stale)}
 	line := func(name string) *lineState {
 		ls := s.lines[name]
 		if ls == nil {
@@ -355,6 +383,9 @@ func (a *Allocator) build(loads []NodeLoad, now time.Time) *snapshot {
 			continue
 		}
 		s.nodes[kind][stateHealthy]++
+		if by := l.At.Add(a.cfg.Stale); by.Before(s.rebuildBy) {
+			s.rebuildBy = by
+		}
 		n := snapNode{id: l.ID, addr: l.Addr, key: hash64(l.ID)}
 		ls := line(l.Line)
 		if l.Kind == KindIngest {
@@ -676,6 +707,14 @@ var (
 		"Load table syncs that failed; the last good table stays in use until it is too old.", nil, nil)
 	descTableAge = prometheus.NewDesc("danmaku_gslb_table_age_seconds",
 		"Age of the load table in use; over the allocator's MaxAge entries answer 503 table_stale.", nil, nil)
+	descSyncBytes = prometheus.NewDesc("danmaku_gslb_sync_bytes_total",
+		"Bytes of node reports the load table syncs read (only what changed since the previous sync, but for whole reads).", nil, nil)
+	descSyncChanged = prometheus.NewDesc("danmaku_gslb_sync_changes_total",
+		"Node reports and removals the load table syncs read.", nil, nil)
+	descSyncFull = prometheus.NewDesc("danmaku_gslb_sync_full_total",
+		"Load table syncs that read the whole table (the first, then one every few seconds, or after the store lost its log).", nil, nil)
+	descSyncSkipped = prometheus.NewDesc("danmaku_gslb_sync_skipped_total",
+		"Node records the syncs left out because they did not decode (a newer or broken reporter).", nil, nil)
 )
 
 type allocatorCollector struct{ a *Allocator }
@@ -685,6 +724,10 @@ func (c allocatorCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descNodes
 	ch <- descSyncErrors
 	ch <- descTableAge
+	ch <- descSyncBytes
+	ch <- descSyncChanged
+	ch <- descSyncFull
+	ch <- descSyncSkipped
 	c.a.syncDuration.Describe(ch)
 }
 
@@ -703,5 +746,9 @@ func (c allocatorCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descSyncErrors, prometheus.CounterValue, float64(a.syncErrors.Load()))
 	ch <- prometheus.MustNewConstMetric(descTableAge, prometheus.GaugeValue, a.SnapshotAge().Seconds())
+	ch <- prometheus.MustNewConstMetric(descSyncBytes, prometheus.CounterValue, float64(a.syncBytes.Load()))
+	ch <- prometheus.MustNewConstMetric(descSyncChanged, prometheus.CounterValue, float64(a.syncChanged.Load()))
+	ch <- prometheus.MustNewConstMetric(descSyncFull, prometheus.CounterValue, float64(a.syncFull.Load()))
+	ch <- prometheus.MustNewConstMetric(descSyncSkipped, prometheus.CounterValue, float64(a.syncSkipped.Load()))
 	a.syncDuration.Collect(ch)
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"math"
-	"sort"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,9 +31,12 @@ type NodeLoad struct {
 	Kind NodeKind `json:"kind"`
 	// Addr is the address clients are handed (an http:// or ws:// URL).
 	Addr string `json:"addr"`
-	// Line is the ISP line or region class the address serves; "" is BGP
-	// (reachable from every line).
+	// Line is the ISP line the address serves; "" is BGP (reachable from
+	// every line). It holds no "|".
 	Line string `json:"line,omitempty"`
+	// Region is where the node stands (the operator's region names, as the
+	// line classifier's); "" is unknown. It holds no "|".
+	Region string `json:"region,omitempty"`
 	// Conns is the current number of connections (edge) or in-flight
 	// requests (ingest).
 	Conns int `json:"conns"`
@@ -40,17 +45,18 @@ type NodeLoad struct {
 	Capacity int `json:"cap"`
 	// CPU is the node's CPU use, 0..1.
 	CPU float64 `json:"cpu"`
-	// Rooms is the number of viewers online per room (edge only); the room
-	// bucket's capacity follows it.
-	Rooms map[string]int `json:"rooms,omitempty"`
 	// Draining marks a node that takes no new clients (lame duck).
 	Draining bool `json:"draining,omitempty"`
-	// At is when the report was made, by the reporter's clock.
+	// At is when the report was made, by the reporter's clock; tables keep
+	// it to the millisecond.
 	At time.Time `json:"at"`
 }
 
-// LoadTable is where nodes report their load and allocators read it. The Redis
-// implementation keeps one hash field per node; the memory one a map.
+// LoadTable is where nodes report their load and allocators read it. The
+// Redis implementation spreads the reports over shards (hashes in slots of
+// their own) with a change log each, the memory one keeps a map; both are
+// also ChangeReaders, so that an allocator's sync reads what changed rather
+// than the whole table.
 type LoadTable interface {
 	Report(ctx context.Context, l NodeLoad) error
 	// Snapshot returns every node's newest report, sorted by ID.
@@ -59,32 +65,80 @@ type LoadTable interface {
 	Remove(ctx context.Context, id string) error
 }
 
+// ChangeReader is a LoadTable that can say what changed since a reader's
+// last look. A cursor holds one position per shard; a nil cursor (a new
+// reader) reads every shard whole.
+type ChangeReader interface {
+	LoadTable
+	// Shards is how many shards the reports are spread over: the length of
+	// a cursor.
+	Shards() int
+	// Changes returns what was reported or removed after cursor and the
+	// cursor after it. cursor is not modified; its positions mean nothing
+	// to the caller.
+	Changes(ctx context.Context, cursor []string) (Changes, []string, error)
+}
+
+// Changes is what a ChangeReader returns.
+type Changes struct {
+	// Reset lists the shards read whole: a reader drops what it held of
+	// them before taking Loads. A shard is read whole for a new reader,
+	// and when its log no longer continues the reader's position (the
+	// store restarted or failed over).
+	Reset []int
+	// Loads are the reports written since the cursor (every report of a
+	// reset shard), newest per node.
+	Loads []NodeLoad
+	// Removed are the nodes removed since the cursor.
+	Removed []string
+	// Bytes is about how many bytes of reports the read carried, for the
+	// sync metrics.
+	Bytes int
+	// Skipped counts records that did not decode (a newer or broken
+	// reporter): left out, so that one bad record does not blind every
+	// allocator.
+	Skipped int
+	// ShardOf maps each of Loads and Removed to its shard, by node id.
+	ShardOf func(id string) int
+}
+
 // ErrNoID is returned by Report for a report without a node id.
 var ErrNoID = errors.New("gslb: load report without node id")
 
-var _ LoadTable = (*MemoryLoadTable)(nil)
+var (
+	_ LoadTable    = (*MemoryLoadTable)(nil)
+	_ ChangeReader = (*MemoryLoadTable)(nil)
+)
 
-// MemoryLoadTable is the in-process LoadTable.
+// MemoryLoadTable is the in-process LoadTable: one shard, whose log is a
+// sequence number per node.
 type MemoryLoadTable struct {
-	mu    sync.Mutex
-	nodes map[string]NodeLoad
+	mu     sync.Mutex
+	seq    int64
+	nodes  map[string]memNode
+	online map[string]map[string]int // OnlineTable
+}
+
+// memNode is a node's newest report, or its removal (gone), and the
+// sequence number of that write.
+type memNode struct {
+	l    NodeLoad
+	seq  int64
+	gone bool
 }
 
 // NewMemoryLoadTable returns an empty table.
-func NewMemoryLoadTable() *MemoryLoadTable { return &MemoryLoadTable{nodes: map[string]NodeLoad{}} }
+func NewMemoryLoadTable() *MemoryLoadTable { return &MemoryLoadTable{nodes: map[string]memNode{}} }
 
 // Report implements LoadTable.
 func (t *MemoryLoadTable) Report(ctx context.Context, l NodeLoad) error {
 	if l.ID == "" {
 		return ErrNoID
 	}
-	rooms := make(map[string]int, len(l.Rooms))
-	for k, v := range l.Rooms {
-		rooms[k] = v
-	}
-	l.Rooms = rooms
+	l.At = time.UnixMilli(l.At.UnixMilli()) // as a shared table keeps it
 	t.mu.Lock()
-	t.nodes[l.ID] = l
+	t.seq++
+	t.nodes[l.ID] = memNode{l: l, seq: t.seq}
 	t.mu.Unlock()
 	return nil
 }
@@ -93,30 +147,77 @@ func (t *MemoryLoadTable) Report(ctx context.Context, l NodeLoad) error {
 func (t *MemoryLoadTable) Snapshot(ctx context.Context) ([]NodeLoad, error) {
 	t.mu.Lock()
 	out := make([]NodeLoad, 0, len(t.nodes))
-	for _, l := range t.nodes {
-		out = append(out, l)
+	for _, n := range t.nodes {
+		if !n.gone {
+			out = append(out, n.l)
+		}
 	}
 	t.mu.Unlock()
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	sortLoads(out)
 	return out, nil
+}
+
+func sortLoads(ls []NodeLoad) {
+	slices.SortFunc(ls, func(a, b NodeLoad) int { return strings.Compare(a.ID, b.ID) })
 }
 
 // Remove implements LoadTable.
 func (t *MemoryLoadTable) Remove(ctx context.Context, id string) error {
 	t.mu.Lock()
-	delete(t.nodes, id)
+	if n, ok := t.nodes[id]; ok && !n.gone {
+		t.seq++
+		t.nodes[id] = memNode{l: NodeLoad{ID: id, At: n.l.At}, seq: t.seq, gone: true}
+	}
 	t.mu.Unlock()
 	return nil
 }
 
-// Prune removes the reports made before cutoff.
+// Shards implements ChangeReader.
+func (t *MemoryLoadTable) Shards() int { return 1 }
+
+// Changes implements ChangeReader.
+func (t *MemoryLoadTable) Changes(ctx context.Context, cursor []string) (Changes, []string, error) {
+	ch := Changes{ShardOf: func(string) int { return 0 }}
+	since := int64(-1) // never read
+	if len(cursor) == 1 {
+		if n, err := strconv.ParseInt(cursor[0], 10, 64); err == nil {
+			since = n
+		}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	next := []string{strconv.FormatInt(t.seq, 10)}
+	if since == t.seq {
+		return ch, next, nil
+	}
+	reset := since < 0 || since > t.seq
+	if reset {
+		ch.Reset = []int{0}
+	}
+	for id, n := range t.nodes {
+		switch {
+		case !reset && n.seq <= since:
+		case n.gone:
+			if !reset {
+				ch.Removed = append(ch.Removed, id)
+			}
+		default:
+			ch.Loads = append(ch.Loads, n.l)
+		}
+	}
+	return ch, next, nil
+}
+
+// Prune removes the reports made before cutoff and the removals older than
+// it (with their nodes' online counts), and returns how many it removed.
 func (t *MemoryLoadTable) Prune(ctx context.Context, cutoff time.Time) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	n := 0
-	for id, l := range t.nodes {
-		if l.At.Before(cutoff) {
+	for id, nd := range t.nodes {
+		if nd.l.At.Before(cutoff) {
 			delete(t.nodes, id)
+			delete(t.online, id)
 			n++
 		}
 	}
@@ -213,18 +314,17 @@ func (r *Reporter) Run(ctx context.Context) error {
 	}
 }
 
-// sameLoad reports whether a and b say the same, apart from At.
+// sameLoad reports whether a (now) says nothing new over b (last
+// reported), apart from At. Connections are news once they moved by a
+// thousandth of the capacity (any change when there is none): at show start
+// an edge's count changes every few milliseconds, and a report per change
+// would cost the table a write per node every Interval for a difference
+// the allocator's headroom cannot see. CPU is rounded to 1 % by the caller.
 func sameLoad(a, b NodeLoad) bool {
-	if a.ID != b.ID || a.Kind != b.Kind || a.Addr != b.Addr || a.Line != b.Line || a.Conns != b.Conns ||
-		a.Capacity != b.Capacity || a.CPU != b.CPU || a.Draining != b.Draining || len(a.Rooms) != len(b.Rooms) {
-		return false
-	}
-	for k, v := range a.Rooms {
-		if w, ok := b.Rooms[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
+	step := max(1, a.Capacity/1000)
+	d := a.Conns - b.Conns
+	return a.ID == b.ID && a.Kind == b.Kind && a.Addr == b.Addr && a.Line == b.Line && a.Region == b.Region &&
+		a.Capacity == b.Capacity && a.CPU == b.CPU && a.Draining == b.Draining && d < step && -d < step
 }
 
 // defaultMaxReportInterval is the longest a node stays silent while its

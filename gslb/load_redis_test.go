@@ -3,7 +3,6 @@ package gslb_test
 import (
 	"context"
 	"errors"
-	"maps"
 	"reflect"
 	"testing"
 	"time"
@@ -40,11 +39,10 @@ func loadBackends() []loadBackend {
 // TestLoadTableConformance runs every LoadTable implementation through the
 // same cases, each on an empty table.
 func TestLoadTableConformance(t *testing.T) {
-	at := time.Date(2030, 5, 1, 20, 0, 0, 123456789, time.UTC)
+	at := time.Date(2030, 5, 1, 20, 0, 0, 123000000, time.UTC)
 	full := gslb.NodeLoad{
-		ID: "edge-1", Kind: gslb.KindEdge, Addr: "ws://10.0.0.1:8080", Line: "telecom",
+		ID: "edge-1", Kind: gslb.KindEdge, Addr: "ws://10.0.0.1:8080", Line: "telecom", Region: "cn-east",
 		Conns: 91234, Capacity: 100000, CPU: 0.625,
-		Rooms:    map[string]int{"concert": 90000, "backstage": 1234},
 		Draining: true, At: at,
 	}
 	ingestNode := gslb.NodeLoad{ID: "ingest-1", Kind: gslb.KindIngest, Addr: "http://10.0.1.1:8081", Conns: 12, At: at}
@@ -57,23 +55,22 @@ func TestLoadTableConformance(t *testing.T) {
 		}},
 		{"report and snapshot, sorted by id", func(t *testing.T, tab gslb.LoadTable, _ redis.UniversalClient) {
 			b := gslb.NodeLoad{ID: "b", Kind: gslb.KindEdge, Addr: "ws://b", At: at}
-			a := gslb.NodeLoad{ID: "a", Kind: gslb.KindEdge, Addr: "ws://a", At: at}
+			a := gslb.NodeLoad{ID: "a", Kind: gslb.KindEdge, Addr: "ws://a|with|bars", At: at}
 			mustReport(t, tab, ingestNode, b, full, a)
 			wantSnapshot(t, tab, a, b, full, ingestNode)
 		}},
 		{"newest report wins", func(t *testing.T, tab gslb.LoadTable, _ redis.UniversalClient) {
 			mustReport(t, tab, full)
 			newer := full
-			newer.Conns, newer.Draining, newer.Rooms, newer.At = 5, false, nil, at.Add(5*time.Millisecond)
+			newer.Conns, newer.Draining, newer.At = 5, false, at.Add(5*time.Millisecond)
 			mustReport(t, tab, newer)
 			wantSnapshot(t, tab, newer)
 		}},
-		{"rooms round trip and are copied", func(t *testing.T, tab gslb.LoadTable, _ redis.UniversalClient) {
-			l := full
-			l.Rooms = maps.Clone(full.Rooms)
+		{"times are kept to the millisecond", func(t *testing.T, tab gslb.LoadTable, _ redis.UniversalClient) {
+			l := ingestNode
+			l.At = at.Add(999 * time.Microsecond)
 			mustReport(t, tab, l)
-			l.Rooms["concert"] = 1 // the reporter's map changes after the report
-			wantSnapshot(t, tab, full)
+			wantSnapshot(t, tab, ingestNode)
 		}},
 		{"report without id", func(t *testing.T, tab gslb.LoadTable, _ redis.UniversalClient) {
 			if err := tab.Report(context.Background(), gslb.NodeLoad{Addr: "ws://x"}); !errors.Is(err, gslb.ErrNoID) {
@@ -89,26 +86,129 @@ func TestLoadTableConformance(t *testing.T) {
 				}
 			}
 			wantSnapshot(t, tab, ingestNode)
+			mustReport(t, tab, full) // back after a restart
+			wantSnapshot(t, tab, full, ingestNode)
 		}},
-		{"undecodable fields are skipped", func(t *testing.T, tab gslb.LoadTable, rdb redis.UniversalClient) {
+		{"changes since a cursor", func(t *testing.T, tab gslb.LoadTable, rdb redis.UniversalClient) {
+			cr := tab.(gslb.ChangeReader)
+			ctx := context.Background()
+			mustReport(t, tab, full, ingestNode)
+			ch, cur, err := cr.Changes(ctx, nil)
+			if err != nil || len(ch.Loads) != 2 || len(ch.Reset) != cr.Shards() || len(cur) != cr.Shards() {
+				t.Fatalf("first read: %+v, %v, %v; want both nodes, every shard reset", ch, cur, err)
+			}
+			// Nothing new: nothing read.
+			ch, cur, err = cr.Changes(ctx, cur)
+			if err != nil || len(ch.Loads)+len(ch.Removed)+len(ch.Reset) != 0 || ch.Bytes != 0 {
+				t.Fatalf("idle read: %+v, %v", ch, err)
+			}
+			// One changes, one goes: just those.
+			newer := ingestNode
+			newer.Conns = 13
+			mustReport(t, tab, newer)
+			if err := tab.Remove(ctx, "edge-1"); err != nil {
+				t.Fatal(err)
+			}
+			ch, _, err = cr.Changes(ctx, cur)
+			if err != nil || len(ch.Reset) != 0 || len(ch.Loads) != 1 || ch.Loads[0].Conns != 13 ||
+				!reflect.DeepEqual(ch.Removed, []string{"edge-1"}) || (rdb != nil && ch.Bytes == 0) {
+				t.Fatalf("delta read: %+v, %v; want ingest-1 changed and edge-1 removed", ch, err)
+			}
+		}},
+		{"online counts", func(t *testing.T, tab gslb.LoadTable, _ redis.UniversalClient) {
+			ot := tab.(gslb.OnlineTable)
+			ctx := context.Background()
+			rooms := map[string]int{"concert": 90000, "backstage": 1234}
+			if err := ot.ReportOnline(ctx, "edge-1", rooms); err != nil {
+				t.Fatal(err)
+			}
+			if err := ot.ReportOnline(ctx, "edge-2", map[string]int{"concert": 5}); err != nil {
+				t.Fatal(err)
+			}
+			rooms["concert"] = 1 // the reporter's map changes after the report
+			if err := ot.ReportOnline(ctx, "", rooms); !errors.Is(err, gslb.ErrNoID) {
+				t.Fatalf("ReportOnline without node: %v", err)
+			}
+			want := map[string]map[string]int{"edge-1": {"concert": 90000, "backstage": 1234}, "edge-2": {"concert": 5}}
+			if got, err := ot.Online(ctx); err != nil || !reflect.DeepEqual(got, want) {
+				t.Fatalf("Online = %v, %v; want %v", got, err, want)
+			}
+			if err := ot.ReportOnline(ctx, "edge-2", nil); err != nil { // its last viewer left
+				t.Fatal(err)
+			}
+			if err := ot.RemoveOnline(ctx, "edge-1"); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := ot.Online(ctx); err != nil || len(got["edge-2"]) != 0 || got["edge-1"] != nil {
+				t.Fatalf("Online after removal = %v, %v", got, err)
+			}
+			// The load table knows nothing of them.
+			wantSnapshot(t, tab)
+		}},
+		{"prune", func(t *testing.T, tab gslb.LoadTable, _ redis.UniversalClient) {
+			ctx := context.Background()
+			fresh := gslb.NodeLoad{ID: "fresh", Kind: gslb.KindIngest, At: at.Add(time.Second)}
+			mustReport(t, tab, full, ingestNode, fresh)
+			if err := tab.(gslb.OnlineTable).ReportOnline(ctx, "edge-1", map[string]int{"r": 1}); err != nil {
+				t.Fatal(err)
+			}
+			n, err := tab.(gslb.Pruner).Prune(ctx, at.Add(time.Millisecond))
+			if err != nil || n != 2 {
+				t.Fatalf("Prune = %d, %v; want 2 removed", n, err)
+			}
+			wantSnapshot(t, tab, fresh)
+			if on, _ := tab.(gslb.OnlineTable).Online(ctx); len(on) != 0 {
+				t.Fatalf("online counts of a pruned node kept: %v", on)
+			}
+		}},
+		{"undecodable records are skipped and pruned", func(t *testing.T, tab gslb.LoadTable, rdb redis.UniversalClient) {
 			mustReport(t, tab, full)
 			if rdb == nil {
 				return // only a shared store holds what another writer put there
 			}
 			ctx := context.Background()
-			rdb.HSet(ctx, "danmaku:load", "junk", "{not json", "other-id", `{"id":"edge-1"}`)
+			// In edge-1's shard and logged, as a broken writer would.
+			nodes, log := gslb.LoadShardKeysForTest("edge-1")
+			for _, f := range []struct{ id, rec string }{{"junk", "{not a record"}, {"v9", "v9|e|1|2|3|0|0|||ws://x"}} {
+				if err := rdb.HSet(ctx, nodes, f.id, f.rec).Err(); err != nil {
+					t.Fatal(err)
+				}
+				if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: log, Values: []any{f.id, f.rec}}).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			rdb.HSet(ctx, "danmaku:{online:0}", "broken", "room=x")
 			wantSnapshot(t, tab, full)
 			rt := tab.(*gslb.RedisLoadTable)
 			if got := rt.Skipped(); got != 2 {
 				t.Fatalf("Skipped() = %d, want 2", got)
 			}
+			if on, err := rt.Online(ctx); err != nil || len(on) != 0 || rt.Skipped() != 3 {
+				t.Fatalf("Online = %v, %v, skipped %d; want the bad record left out", on, err, rt.Skipped())
+			}
 			// Prune drops them and the reports older than the cutoff.
-			mustReport(t, tab, ingestNode, gslb.NodeLoad{ID: "fresh", At: at.Add(time.Second)})
+			fresh := gslb.NodeLoad{ID: "fresh", Kind: gslb.KindIngest, At: at.Add(time.Second)}
+			mustReport(t, tab, ingestNode, fresh)
 			n, err := rt.Prune(ctx, at.Add(time.Millisecond))
 			if err != nil || n != 4 {
 				t.Fatalf("Prune = %d, %v; want 4 removed", n, err)
 			}
-			wantSnapshot(t, tab, gslb.NodeLoad{ID: "fresh", At: at.Add(time.Second)})
+			wantSnapshot(t, tab, fresh)
+		}},
+		{"a record that cannot be written", func(t *testing.T, tab gslb.LoadTable, rdb redis.UniversalClient) {
+			if rdb == nil {
+				return // the memory table keeps reports as they are
+			}
+			for _, l := range []gslb.NodeLoad{
+				{ID: "x", Kind: "router"},
+				{ID: "x", Kind: gslb.KindEdge, Line: "a|b"},
+				{ID: "x", Kind: gslb.KindEdge, Conns: -1},
+			} {
+				if err := tab.Report(context.Background(), l); err == nil {
+					t.Errorf("Report(%+v) accepted", l)
+				}
+			}
+			wantSnapshot(t, tab)
 		}},
 	}
 	for _, b := range loadBackends() {
@@ -133,8 +233,7 @@ func mustReport(t *testing.T, tab gslb.LoadTable, loads ...gslb.NodeLoad) {
 }
 
 // wantSnapshot checks the table's snapshot against want, in order. Times are
-// compared as instants and an empty Rooms equals a nil one: a report that
-// went through JSON keeps neither the location nor the nil.
+// compared as instants: a shared table does not keep the location.
 func wantSnapshot(t *testing.T, tab gslb.LoadTable, want ...gslb.NodeLoad) {
 	t.Helper()
 	got, err := tab.Snapshot(context.Background())
@@ -144,8 +243,8 @@ func wantSnapshot(t *testing.T, tab gslb.LoadTable, want ...gslb.NodeLoad) {
 	same := len(got) == len(want)
 	for i := 0; same && i < len(got); i++ {
 		g, w := got[i], want[i]
-		same = g.At.Equal(w.At) && maps.Equal(g.Rooms, w.Rooms)
-		g.At, w.At, g.Rooms, w.Rooms = time.Time{}, time.Time{}, nil, nil
+		same = g.At.Equal(w.At)
+		g.At, w.At = time.Time{}, time.Time{}
 		same = same && reflect.DeepEqual(g, w)
 	}
 	if !same {

@@ -63,10 +63,16 @@ type Config struct {
 	NodeID string
 	// Line is the ISP line this node serves ("" = BGP).
 	Line string
-	// Load is the load table: the node reports itself there, and reads the
-	// edges' per-room online counts from it. Nil: no reports, and rooms are
-	// sized as if empty.
+	// Region is where the node stands, reported to the gslb. Empty: unknown.
+	Region string
+	// Load is the load table: the node reports itself there, and learns
+	// from it which ingest and edge nodes are alive. Nil: no reports, and
+	// rooms are sized as if empty.
 	Load gslb.LoadTable
+	// Online holds the edges' per-room online counts, which size the room
+	// buckets. Nil: Load, when it is also an OnlineTable (both tables of
+	// package gslb are).
+	Online gslb.OnlineTable
 	// Gate is the room bucket shared across ingest nodes and the barrage
 	// append behind it, taken once per room and write-behind window. Nil:
 	// a MemoryRoomGate over Streams.
@@ -167,6 +173,7 @@ type Server struct {
 	binding *Binding
 
 	online   atomic.Pointer[map[string]int]
+	view     *gslb.TableView // of cfg.Load; syncOnline's only
 	inflight atomic.Int64
 	// ingestNodes is how many ingest nodes reported live in the last load
 	// snapshot (0 before the first): they share each room's limit.
@@ -301,6 +308,13 @@ func New(cfg Config) (*Server, error) {
 	}
 	empty := map[string]int{}
 	s.online.Store(&empty)
+	if cfg.Load != nil {
+		// Read once a second: a missed log entry is superseded by the
+		// node's next report within 250 ms, so only the periodic whole
+		// reads, not every read, need to be whole.
+		s.view = gslb.NewTableView(cfg.Load)
+		s.view.WholeAfterGap = 2 * defaultOnlineSync
+	}
 	s.rejected = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "danmaku_ingest_rejected_total",
 		Help: "Uploads not stored, by layer (auth, input, room, antispam, gateway, gift, backend, client) and reason. Silent drops count here too.",
@@ -367,25 +381,28 @@ func (s *Server) Run(ctx context.Context) error {
 
 // Load is this node's load report.
 func (s *Server) Load() gslb.NodeLoad {
-	l := gslb.NodeLoad{ID: s.cfg.NodeID, Kind: gslb.KindIngest, Addr: s.cfg.Addr, Line: s.cfg.Line, Conns: int(s.inflight.Load()), Capacity: s.cfg.MaxInFlight}
+	l := gslb.NodeLoad{ID: s.cfg.NodeID, Kind: gslb.KindIngest, Addr: s.cfg.Addr, Line: s.cfg.Line, Region: s.cfg.Region, Conns: int(s.inflight.Load()), Capacity: s.cfg.MaxInFlight}
 	if s.cfg.CPU != nil {
 		l.CPU = s.cfg.CPU()
 	}
 	return l
 }
 
+// syncOnline reads which nodes are alive (from the load table, through the
+// node's view of it: only what changed since the last look) and the edges'
+// online counts, and sums the counts of the live edges per room.
 func (s *Server) syncOnline(ctx context.Context) {
 	if s.cfg.Load == nil {
 		return
 	}
-	loads, err := s.cfg.Load.Snapshot(ctx)
+	now := s.cfg.Clock.Now()
+	loads, _, err := s.view.Sync(ctx, now)
 	if err != nil {
 		return // keep the last counts
 	}
 	s.binding.Update(loads)
-	m := map[string]int{}
-	now := s.cfg.Clock.Now()
 	ingests, rank := 0, 0
+	liveEdges := map[string]bool{}
 	for _, l := range loads {
 		if l.Kind == gslb.KindIngest && now.Sub(l.At) <= onlineStale {
 			ingests++
@@ -396,14 +413,35 @@ func (s *Server) syncOnline(ctx context.Context) {
 		// An edge that stopped reporting (crashed without removing itself)
 		// no longer counts its viewers.
 		if l.Kind == gslb.KindEdge && now.Sub(l.At) <= onlineStale {
-			for room, n := range l.Rooms {
-				m[room] += n
-			}
+			liveEdges[l.ID] = true
 		}
 	}
-	s.online.Store(&m)
+	if ot := s.onlineTable(); ot != nil {
+		if byNode, err := ot.Online(ctx); err == nil {
+			m := map[string]int{}
+			for node, rooms := range byNode {
+				if !liveEdges[node] {
+					continue
+				}
+				for room, n := range rooms {
+					m[room] += n
+				}
+			}
+			s.online.Store(&m)
+		}
+	}
 	s.ingestNodes.Store(int64(ingests))
 	s.ingestRank.Store(int64(rank))
+}
+
+// onlineTable is Config.Online, else the load table when it is also an
+// OnlineTable.
+func (s *Server) onlineTable() gslb.OnlineTable {
+	if s.cfg.Online != nil {
+		return s.cfg.Online
+	}
+	ot, _ := s.cfg.Load.(gslb.OnlineTable)
+	return ot
 }
 
 // flushPhase is this node's flush slot within the write-behind window:

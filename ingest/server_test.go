@@ -542,26 +542,33 @@ func TestUserBucket(t *testing.T) {
 }
 
 func TestRoomBucketFollowsOnline(t *testing.T) {
+	type report struct {
+		load  gslb.NodeLoad
+		rooms map[string]int
+	}
 	for _, tc := range []struct {
 		name    string
 		base    float64
 		ceiling float64
-		loads   []gslb.NodeLoad
+		reports []report
 		want    int // of 30 senders
 	}{
 		{"nobody online", 2, 1000, nil, 2},
-		{"80 online over two edges", 2, 1000, []gslb.NodeLoad{
-			{ID: "e1", Kind: gslb.KindEdge, Rooms: map[string]int{room: 50, "other": 800}},
-			{ID: "e2", Kind: gslb.KindEdge, Rooms: map[string]int{room: 30}},
+		{"80 online over two edges", 2, 1000, []report{
+			{gslb.NodeLoad{ID: "e1", Kind: gslb.KindEdge}, map[string]int{room: 50, "other": 800}},
+			{gslb.NodeLoad{ID: "e2", Kind: gslb.KindEdge}, map[string]int{room: 30}},
 		}, 12}, // 80/8 + 2
-		{"capped by the ceiling", 2, 7, []gslb.NodeLoad{
-			{ID: "e1", Kind: gslb.KindEdge, Rooms: map[string]int{room: 8000}},
+		{"capped by the ceiling", 2, 7, []report{
+			{gslb.NodeLoad{ID: "e1", Kind: gslb.KindEdge}, map[string]int{room: 8000}},
 		}, 7},
-		{"ingest reports do not count", 2, 1000, []gslb.NodeLoad{
-			{ID: "i1", Kind: gslb.KindIngest, Rooms: map[string]int{room: 800}},
+		{"ingest reports do not count", 2, 1000, []report{
+			{gslb.NodeLoad{ID: "i1", Kind: gslb.KindIngest}, map[string]int{room: 800}},
 		}, 2},
-		{"a silent edge does not count", 2, 1000, []gslb.NodeLoad{
-			{ID: "e1", Kind: gslb.KindEdge, Rooms: map[string]int{room: 800}, At: t0.Add(-time.Minute)},
+		{"a silent edge does not count", 2, 1000, []report{
+			{gslb.NodeLoad{ID: "e1", Kind: gslb.KindEdge, At: t0.Add(-time.Minute)}, map[string]int{room: 800}},
+		}, 2},
+		{"an edge not in the load table does not count", 2, 1000, []report{
+			{gslb.NodeLoad{}, map[string]int{room: 800}},
 		}, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -570,11 +577,21 @@ func TestRoomBucketFollowsOnline(t *testing.T) {
 				c.RoomCeiling = tc.ceiling
 				c.RoomRefill = 0.001 // nothing refills within the test
 			})
-			for _, l := range tc.loads {
+			for i, r := range tc.reports {
+				l := r.load
 				if l.At.IsZero() {
 					l.At = f.clk.Now()
 				}
-				if err := f.table.Report(context.Background(), l); err != nil {
+				if l.ID != "" {
+					if err := f.table.Report(context.Background(), l); err != nil {
+						t.Fatal(err)
+					}
+				}
+				node := l.ID
+				if node == "" {
+					node = fmt.Sprintf("gone-%d", i)
+				}
+				if err := f.table.ReportOnline(context.Background(), node, r.rooms); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -599,7 +616,10 @@ func TestRoomBucketFollowsOnline(t *testing.T) {
 // counts, and removes the node when it stops.
 func TestRunReportsAndSyncsOnline(t *testing.T) {
 	f := newFixture(t, func(c *Config) { c.Addr = selfAddr; c.Line = "A"; c.RoomBase = 2 })
-	if err := f.table.Report(context.Background(), gslb.NodeLoad{ID: "e1", Kind: gslb.KindEdge, Rooms: map[string]int{room: 800}, At: f.clk.Now()}); err != nil {
+	if err := f.table.Report(context.Background(), gslb.NodeLoad{ID: "e1", Kind: gslb.KindEdge, At: f.clk.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.table.ReportOnline(context.Background(), "e1", map[string]int{room: 800}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

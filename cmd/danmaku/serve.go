@@ -43,6 +43,7 @@ type serveFlags struct {
 	words, wordPolicy   string
 	edgeCap, ingestCap  int
 	line                string
+	region              string
 	lines               linesclass.Config
 	linesISP, linesReg  string
 	gslbInFlight        int
@@ -111,6 +112,7 @@ func (f *serveFlags) register(fs interface {
 	fs.IntVar(&f.edgeCap, "edge-capacity", envInt("DANMAKU_EDGE_CAPACITY"), "WebSocket connections this edge is sized for, reported to the gslb (0: unlimited; headroom from CPU alone) [DANMAKU_EDGE_CAPACITY]")
 	fs.IntVar(&f.ingestCap, "ingest-capacity", envInt("DANMAKU_INGEST_CAPACITY"), "in-flight requests this ingest is sized for, reported to the gslb (0: unlimited) [DANMAKU_INGEST_CAPACITY]")
 	fs.StringVar(&f.line, "line", env("DANMAKU_LINE", ""), "ISP line this node's edge and ingest addresses serve, as the gslb's classifier names lines (empty: BGP, every line) [DANMAKU_LINE]")
+	fs.StringVar(&f.region, "region", env("DANMAKU_REGION", ""), "region this node stands in, reported to the gslb, as its classifier names regions (empty: unknown) [DANMAKU_REGION]")
 	fs.StringVar(&f.lines.MMDB, "lines-mmdb", env("DANMAKU_LINES_MMDB", ""), "gslb: MaxMind-format database classifying client IPs into lines and regions, re-read when it changes (replace by write-then-rename) [DANMAKU_LINES_MMDB]")
 	fs.StringVar(&f.lines.CIDR, "lines-cidr", env("DANMAKU_LINES_CIDR", ""), "gslb: operator file of 'PREFIX LINE [REGION]' lines, winning over -lines-mmdb, re-read when it changes [DANMAKU_LINES_CIDR]")
 	fs.StringVar(&f.linesISP, "lines-isp", env("DANMAKU_LINES_ISP", ""), "gslb: ASN or ISP name to line for a standard ISP/ASN database, e.g. 'as4134=telecom,as4837=unicom' [DANMAKU_LINES_ISP]")
@@ -132,7 +134,7 @@ func (f *serveFlags) stackConfig(roles []string) (stack.Config, stack.BackendCon
 		PublicCDN: f.cdn, DataDir: f.data, Budget: f.budget, SegmentMs: f.segmentMs, Retention: f.retention, MinGiftValue: f.minGift,
 		IngestURL: f.ingestURL, EdgeURL: f.edgeURL, NodeID: f.nodeID,
 		Dev:          f.dev,
-		EdgeCapacity: f.edgeCap, IngestCapacity: f.ingestCap, Line: f.line, Lines: f.lines,
+		EdgeCapacity: f.edgeCap, IngestCapacity: f.ingestCap, Line: f.line, Region: f.region, Lines: f.lines,
 		GSLBMaxInFlight: f.gslbInFlight, GSLBMaxTableAge: f.gslbTableAge,
 		AuditDir: f.auditDir, AuditRetention: f.auditRetention, WordsFile: f.words, WordPolicy: f.wordPolicy,
 	}

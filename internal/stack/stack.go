@@ -121,8 +121,12 @@ type Config struct {
 	// from CPU alone).
 	EdgeCapacity, IngestCapacity int
 	// Line is the ISP line this process's edge and ingest addresses serve
-	// ("" = BGP, reachable from every line).
+	// ("" = BGP, reachable from every line), named as the gslb's
+	// classifier names lines.
 	Line string
+	// Region is where this process's nodes stand, reported to the gslb
+	// ("" = unknown), named as the classifier names regions.
+	Region string
 	// TrustedProxies are the addresses or CIDRs whose X-Forwarded-For is
 	// believed (the gslb classifies a client's line by its address). Zero:
 	// none; the peer's address is the client's.
@@ -518,6 +522,11 @@ func New(cfg Config) (*Stack, error) {
 		}
 		return httpx.NewEngine(ec)
 	}
+	for _, n := range []struct{ what, v string }{{"line", cfg.Line}, {"region", cfg.Region}} {
+		if n.v != "" && !lines.ValidName(n.v) {
+			return nil, fmt.Errorf("stack: %s %q: want 1-%d characters of a-z, 0-9, '_' and '-', starting with a letter or digit", n.what, n.v, lines.MaxNameLen)
+		}
+	}
 	if rs := byRole[RoleGSLB]; rs != nil {
 		if cfg.PublicCDN == "" {
 			return nil, errors.New("stack: gslb needs PublicCDN when the origin role is not here")
@@ -592,7 +601,7 @@ func New(cfg Config) (*Stack, error) {
 			Streams: b.Streams, Keyring: s.keyring, Addr: s.URLs[RoleIngest], Load: b.Load,
 			Gate: b.Gate, Gifts: b.Gifts, GiftBacklog: giftBacklog, FastLane: b.FastLane, Lotteries: b.Lotteries,
 			GiftKeys: cfg.GiftKeys, AnnounceKeys: cfg.AnnounceKeys, Events: s.events, Registerer: s.registry, Logger: s.log,
-			MaxInFlight: cfg.IngestCapacity, Line: cfg.Line, CPU: s.nodeCPU(),
+			MaxInFlight: cfg.IngestCapacity, Line: cfg.Line, Region: cfg.Region, CPU: s.nodeCPU(),
 		})
 		if err != nil {
 			return nil, err
@@ -612,7 +621,7 @@ func New(cfg Config) (*Stack, error) {
 	if rs := byRole[RoleEdge]; rs != nil {
 		s.edge, err = edge.New(edge.Config{
 			Store: b.Streams, Verifier: s.keyring, Addr: s.URLs[RoleEdge], LoadTable: b.Load,
-			MaxConns: cfg.EdgeCapacity, Line: cfg.Line, CPU: s.nodeCPU(),
+			MaxConns: cfg.EdgeCapacity, Line: cfg.Line, Region: cfg.Region, CPU: s.nodeCPU(),
 			MinGiftValue: cfg.MinGiftValue, DrainPeriod: cfg.EdgeDrain, AllowOrigins: origins, Events: s.events, Registerer: s.registry, Logger: s.log,
 		})
 		if err != nil {

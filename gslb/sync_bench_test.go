@@ -1,0 +1,189 @@
+package gslb_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"danmaku/gslb"
+	"danmaku/internal/clock"
+	"danmaku/internal/testenv"
+)
+
+// BenchmarkSync measures one allocator sync (SyncOnce: read the load table
+// from a real Redis, publish a snapshot) and the bytes it reads from Redis
+// (bytes/sync, counted on the allocator's connections), at nodes × rooms =
+// 10×10, 100×100, 1,000×10, for the table as it was (before: one hash of
+// JSON reports carrying each edge's per-room online counts, read whole
+// every sync) and as it is (after: sharded text records, read by what
+// changed; online counts in their own table, which syncs do not read),
+// both in the same run. changed=all re-reports every node between two
+// syncs (the worst case: every node's load moved by a thousandth of its
+// capacity within 5 ms), changed=10% a tenth of them (a show start: 500k
+// arrivals a second over 1,000 edges of 100k connections move each by a
+// thousandth every 200 ms, 2.5 % of the nodes a sync), changed=none none
+// (a quiet table).
+func BenchmarkSync(b *testing.B) {
+	opts := &redis.Options{Addr: testenv.Redis(b)}
+	writer := redis.NewClient(opts)
+	b.Cleanup(func() { _ = writer.Close() })
+	var read atomic.Int64
+	ropts := *opts
+	ropts.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &countingConn{Conn: c, read: &read}, nil
+	}
+	reader := redis.NewClient(&ropts)
+	b.Cleanup(func() { _ = reader.Close() })
+
+	for _, size := range []struct{ nodes, rooms int }{{10, 10}, {100, 100}, {1000, 10}} {
+		for _, impl := range []string{"before", "after"} {
+			for _, changed := range []string{"all", "10%", "none"} {
+				name := fmt.Sprintf("%dx%d/%s/changed=%s", size.nodes, size.rooms, impl, changed)
+				b.Run(name, func(b *testing.B) {
+					ctx := context.Background()
+					if err := writer.FlushAll(ctx).Err(); err != nil {
+						b.Fatal(err)
+					}
+					var wt, rt gslb.LoadTable
+					if impl == "before" {
+						wt, rt = &legacyTable{writer}, &legacyTable{reader}
+					} else {
+						wt, rt = gslb.NewRedisLoadTable(writer), gslb.NewRedisLoadTable(reader)
+					}
+					clk := clock.NewFake(time.Now())
+					alloc, err := gslb.NewAllocator(gslb.AllocatorConfig{Table: rt, Clock: clk})
+					if err != nil {
+						b.Fatal(err)
+					}
+					rooms := make(map[string]int, size.rooms)
+					for r := range size.rooms {
+						rooms[fmt.Sprintf("room-%03d", r)] = 100 + r
+					}
+					report := func(round, every int) {
+						for n := range size.nodes {
+							if (n+round)%every != 0 {
+								continue
+							}
+							l := gslb.NodeLoad{
+								ID: fmt.Sprintf("edge-%04d", n), Kind: gslb.KindEdge,
+								Addr:  fmt.Sprintf("wss://edge-%04d.danmaku.example:443", n),
+								Conns: 1000 + n + round, Capacity: 100_000, CPU: 0.42, At: clk.Now(),
+							}
+							if lt, ok := wt.(*legacyTable); ok {
+								if err := lt.reportRooms(ctx, l, rooms); err != nil {
+									b.Fatal(err)
+								}
+								continue
+							}
+							if err := wt.Report(ctx, l); err != nil {
+								b.Fatal(err)
+							}
+							if round == 0 {
+								if err := wt.(gslb.OnlineTable).ReportOnline(ctx, l.ID, rooms); err != nil {
+									b.Fatal(err)
+								}
+							}
+						}
+					}
+					report(0, 1)
+					if err := alloc.SyncOnce(ctx); err != nil { // the first, whole read
+						b.Fatal(err)
+					}
+					read.Store(0)
+					b.ResetTimer()
+					for i := range b.N {
+						if changed != "none" {
+							b.StopTimer()
+							if changed == "all" {
+								report(i+1, 1)
+							} else {
+								report(i+1, 10)
+							}
+							clk.Advance(time.Millisecond) // within the full-read period
+							b.StartTimer()
+						}
+						if err := alloc.SyncOnce(ctx); err != nil {
+							b.Fatal(err)
+						}
+					}
+					b.StopTimer()
+					b.ReportMetric(float64(read.Load())/float64(b.N), "bytes/sync")
+					if os.Getenv("SYNC_STATS") != "" {
+						fmt.Println(writer.Info(ctx, "commandstats").Val())
+					}
+				})
+			}
+		}
+	}
+}
+
+// countingConn counts the bytes read from Redis.
+type countingConn struct {
+	net.Conn
+	read *atomic.Int64
+}
+
+func (c *countingConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.read.Add(int64(n))
+	return n, err
+}
+
+// legacyTable is the load table as it was before the sharded one, kept
+// here as the benchmark's baseline: one hash, danmaku:load, field = node
+// id, value = the report as JSON with the edge's per-room online counts,
+// read whole (HGETALL) at every sync.
+type legacyTable struct{ rdb redis.UniversalClient }
+
+type legacyLoad struct {
+	gslb.NodeLoad
+	Rooms map[string]int `json:"rooms,omitempty"`
+}
+
+const legacyKey = "danmaku:load"
+
+func (t *legacyTable) reportRooms(ctx context.Context, l gslb.NodeLoad, rooms map[string]int) error {
+	v, err := json.Marshal(legacyLoad{l, rooms})
+	if err != nil {
+		return err
+	}
+	return t.rdb.HSet(ctx, legacyKey, l.ID, v).Err()
+}
+
+func (t *legacyTable) Report(ctx context.Context, l gslb.NodeLoad) error {
+	return t.reportRooms(ctx, l, nil)
+}
+
+func (t *legacyTable) Snapshot(ctx context.Context) ([]gslb.NodeLoad, error) {
+	m, err := t.rdb.HGetAll(ctx, legacyKey).Result()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]gslb.NodeLoad, 0, len(m))
+	for id, v := range m {
+		var l legacyLoad
+		if err := json.Unmarshal([]byte(v), &l); err != nil || l.ID != id {
+			continue
+		}
+		out = append(out, l.NodeLoad)
+	}
+	slices.SortFunc(out, func(a, b gslb.NodeLoad) int { return strings.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
+func (t *legacyTable) Remove(ctx context.Context, id string) error {
+	return t.rdb.HDel(ctx, legacyKey, id).Err()
+}

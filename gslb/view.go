@@ -1,0 +1,139 @@
+package gslb
+
+import (
+	"context"
+	"time"
+)
+
+// A TableView reads its table whole every fullReadEvery even though the
+// change log continues (a store that failed over may have lost writes
+// behind a log that then went on, and a report pruned while a reader held
+// it is otherwise never forgotten), after a failed read (a failover shows
+// as errors first), and after a gap of wholeAfterGap without a good read
+// (the log may have been trimmed past the reader's position meanwhile).
+const (
+	fullReadEvery = 5 * time.Second
+	wholeAfterGap = 100 * time.Millisecond
+)
+
+// TableView is one reader's copy of a load table, kept up to date by
+// reading what changed (ChangeReader) rather than the whole table, for a
+// reader that looks often: an allocator every 5 ms, an ingest every
+// second. A table that is no ChangeReader is read whole each time. Not safe
+// for concurrent use.
+type TableView struct {
+	// WholeAfterGap: a read this long after the last good one reads the
+	// table whole. Zero: 100 ms, for a reader that looks every few
+	// milliseconds and must not miss a removal. A reader that looks once a
+	// second and can bear a missed entry for a few seconds (every live
+	// node reports again within 250 ms) sets more.
+	WholeAfterGap time.Duration
+
+	table  LoadTable
+	cr     ChangeReader
+	cursor []string
+	nodes  map[string]NodeLoad
+	sorted []NodeLoad
+	dirty  bool      // sorted is to be rebuilt
+	last   time.Time // of the last whole read
+	good   time.Time // of the last good read
+}
+
+// NewTableView returns a view of table that has read nothing yet.
+func NewTableView(table LoadTable) *TableView {
+	v := &TableView{table: table, nodes: map[string]NodeLoad{}}
+	v.cr, _ = table.(ChangeReader)
+	return v
+}
+
+// SyncStats says what one Sync read.
+type SyncStats struct {
+	// Changed is how many reports and removals the read carried.
+	Changed int
+	// Bytes is about how many bytes of reports it carried.
+	Bytes int
+	// Full says the whole table was read.
+	Full bool
+	// Skipped counts records that did not decode.
+	Skipped int
+}
+
+// Sync brings the view up to date and returns every node's newest report,
+// sorted by ID. The slice is the view's own: valid until the next Sync, not
+// to be modified. On error the view keeps what it held.
+func (v *TableView) Sync(ctx context.Context, now time.Time) ([]NodeLoad, SyncStats, error) {
+	if v.cr == nil {
+		loads, err := v.table.Snapshot(ctx)
+		if err != nil {
+			return nil, SyncStats{}, err
+		}
+		v.sorted = loads
+		return loads, SyncStats{Changed: len(loads), Full: true}, nil
+	}
+	cursor := v.cursor
+	gap := v.WholeAfterGap
+	if gap <= 0 {
+		gap = wholeAfterGap
+	}
+	full := cursor == nil || now.Sub(v.last) >= fullReadEvery || now.Sub(v.good) > gap
+	if full {
+		cursor = nil
+	}
+	ch, next, err := v.cr.Changes(ctx, cursor)
+	if err != nil {
+		v.cursor = nil
+		return nil, SyncStats{}, err
+	}
+	if full {
+		v.last = now
+	}
+	v.good = now
+	v.cursor = next
+	st := SyncStats{Changed: len(ch.Loads) + len(ch.Removed), Bytes: ch.Bytes, Full: full, Skipped: ch.Skipped}
+	if len(ch.Reset) > 0 {
+		reset := make([]bool, v.cr.Shards())
+		for _, k := range ch.Reset {
+			reset[k] = true
+		}
+		for id := range v.nodes {
+			if reset[ch.ShardOf(id)] {
+				delete(v.nodes, id)
+				v.dirty = true
+			}
+		}
+	}
+	for _, id := range ch.Removed {
+		if _, ok := v.nodes[id]; ok {
+			delete(v.nodes, id)
+			v.dirty = true
+		}
+	}
+	for _, l := range ch.Loads {
+		if _, ok := v.nodes[l.ID]; !ok {
+			v.dirty = true
+		}
+		v.nodes[l.ID] = l
+	}
+	if v.dirty || len(ch.Loads) > 0 {
+		v.rebuild()
+	}
+	return v.sorted, st, nil
+}
+
+// rebuild refreshes sorted from nodes: in place when the set of nodes is
+// the same (the common case: loads changed, nobody came or went), sorted
+// again otherwise.
+func (v *TableView) rebuild() {
+	if !v.dirty {
+		for i := range v.sorted {
+			v.sorted[i] = v.nodes[v.sorted[i].ID]
+		}
+		return
+	}
+	v.sorted = v.sorted[:0]
+	for _, l := range v.nodes {
+		v.sorted = append(v.sorted, l)
+	}
+	sortLoads(v.sorted)
+	v.dirty = false
+}

@@ -23,6 +23,7 @@ const (
 	defaultRingSize     = 4096
 	defaultReadBlock    = time.Second
 	defaultPingInterval = 30 * time.Second
+	defaultPongGrace    = 5 * time.Second
 	defaultWriteTimeout = 10 * time.Second
 	defaultReadLimit    = 4 << 10
 	defaultDrainPeriod  = 10 * time.Second
@@ -107,6 +108,21 @@ type Config struct {
 	// MaxConns caps connections; handshakes beyond it get 503
 	// over_capacity. Zero: unlimited.
 	MaxConns int
+	// ConnectRate is how many new connections a second the node takes
+	// (a token bucket holding ConnectBurst); beyond, a handshake gets 503
+	// connect_rate with a jittered Retry-After of 1-3 s. Zero: 5,000;
+	// negative: unlimited.
+	ConnectRate float64
+	// ConnectBurst is the bucket's size. Zero: ConnectRate.
+	ConnectBurst int
+	// MaxConnsPerUser caps one user's connections on this node; beyond,
+	// 429 too_many_conns (close 4429 after a hello). Zero: 8; negative:
+	// unlimited.
+	MaxConnsPerUser int
+	// MaxRoomConns caps one room's connections on this node; beyond, 503
+	// room_full (close 4503 after a hello), and the client tries its next
+	// edge address. Zero: unlimited.
+	MaxRoomConns int
 	// MinGiftValue is the lowest total value (Value × max(Count, 1)) of a
 	// gift that is pushed; cheaper gifts reach viewers through segments
 	// only. System messages are always pushed. Zero: every gift.
@@ -124,10 +140,13 @@ type Config struct {
 	// ReadBlock is how long one store read waits for new entries. Zero: 1 s.
 	ReadBlock time.Duration
 
-	// PingInterval is how often each connection is pinged; a connection
-	// that sends nothing (not even a pong) for two intervals is closed.
-	// Zero: 30 s.
+	// PingInterval is how often each connection is pinged. Zero: 30 s.
 	PingInterval time.Duration
+	// PongGrace: a connection that sends nothing (not even a pong) for
+	// PingInterval + PongGrace is dead and closed, and everything it held
+	// released — a live client answers each ping within the grace. Zero:
+	// 5 s.
+	PongGrace time.Duration
 	// WriteTimeout bounds one write to a client; a client that cannot take
 	// a frame within it is dropped. Zero: 10 s.
 	WriteTimeout time.Duration
@@ -178,6 +197,8 @@ func (cfg Config) withDefaults() (Config, error) {
 		bad  bool
 	}{
 		{"MaxConns", cfg.MaxConns < 0},
+		{"ConnectBurst", cfg.ConnectBurst < 0},
+		{"MaxRoomConns", cfg.MaxRoomConns < 0},
 		{"MinGiftValue", cfg.MinGiftValue < 0},
 		{"MergeWindow", cfg.MergeWindow < 0},
 		{"QueueSize", cfg.QueueSize < 0},
@@ -186,6 +207,7 @@ func (cfg Config) withDefaults() (Config, error) {
 		{"ReportInterval", cfg.ReportInterval < 0},
 		{"ReportMaxInterval", cfg.ReportMaxInterval < 0},
 		{"PingInterval", cfg.PingInterval < 0},
+		{"PongGrace", cfg.PongGrace < 0},
 		{"WriteTimeout", cfg.WriteTimeout < 0},
 		{"ReadLimit", cfg.ReadLimit < 0},
 		{"DrainPeriod", cfg.DrainPeriod < 0},
@@ -215,6 +237,15 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if cfg.PingInterval == 0 {
 		cfg.PingInterval = defaultPingInterval
+	}
+	if cfg.ConnectRate == 0 {
+		cfg.ConnectRate = defaultConnectRate
+	}
+	if cfg.MaxConnsPerUser == 0 {
+		cfg.MaxConnsPerUser = defaultMaxConnsPerUser
+	}
+	if cfg.PongGrace == 0 {
+		cfg.PongGrace = defaultPongGrace
 	}
 	if cfg.WriteTimeout == 0 {
 		cfg.WriteTimeout = defaultWriteTimeout

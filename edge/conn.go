@@ -30,9 +30,10 @@ const (
 // conn is one client connection: serve's goroutine writes, readLoop drains
 // what the client sends.
 type conn struct {
-	s  *Server
-	h  *hub
-	ws *websocket.Conn
+	s    *Server
+	h    *hub
+	ws   *websocket.Conn
+	user string // the token's subject: online counts are of distinct users
 
 	queue    chan *frame   // bounded; filled by the hub without blocking
 	done     chan struct{} // closed by kick
@@ -48,11 +49,12 @@ type conn struct {
 	hasSkip bool
 }
 
-func newConn(s *Server, h *hub, ws *websocket.Conn) *conn {
+func newConn(s *Server, h *hub, ws *websocket.Conn, user string) *conn {
 	return &conn{
 		s:        s,
 		h:        h,
 		ws:       ws,
+		user:     user,
 		queue:    make(chan *frame, s.cfg.QueueSize),
 		done:     make(chan struct{}),
 		readDone: make(chan struct{}),
@@ -249,11 +251,11 @@ var errClientFlood = errors.New("edge: client sends too much")
 
 // readLoop drains the client: pongs (which keep the connection alive) and
 // counter reports. It ends the connection when the client goes silent for
-// two ping intervals, closes, or floods.
+// a ping interval and the pong grace, closes, or floods.
 func (c *conn) readLoop() {
 	defer close(c.readDone)
 	ws := c.ws
-	wait := 2 * c.s.cfg.PingInterval
+	wait := c.s.cfg.PingInterval + c.s.cfg.PongGrace
 	ws.SetReadLimit(c.s.cfg.ReadLimit)
 	_ = ws.SetReadDeadline(time.Now().Add(wait))
 	ws.SetPongHandler(func(string) error { return ws.SetReadDeadline(time.Now().Add(wait)) })

@@ -105,10 +105,9 @@ var errClientGone = &refusal{close: -1}
 // On success the caller owns the hub reference (release it) and the
 // connection (set its ws and serve it, or unregister it).
 func (s *Server) join(ctx context.Context, claims *auth.Claims, last msgID, hasLast bool) (*hub, *conn, resumePlan, *refusal) {
-	draining := &refusal{http.StatusServiceUnavailable, CodeDraining, CloseGoingAway, "node is draining; try another address"}
 	h, err := s.acquire(claims.Room)
 	if err != nil {
-		return nil, nil, resumePlan{}, draining
+		return nil, nil, resumePlan{}, refuseDraining
 	}
 	select {
 	case <-h.ready:
@@ -121,14 +120,23 @@ func (s *Server) join(ctx context.Context, claims *auth.Claims, last msgID, hasL
 		s.log.Warn("edge: handshake", "room", claims.Room, "err", h.initErr)
 		return nil, nil, resumePlan{}, &refusal{http.StatusServiceUnavailable, CodeUnavailable, CloseTryLater, "room unavailable; retry shortly"}
 	}
-	cn := newConn(s, h, nil)
-	p, ok := h.register(cn, last, hasLast)
-	if !ok {
+	cn := newConn(s, h, nil, claims.User())
+	p, r := h.register(cn, last, hasLast)
+	if r != nil {
 		s.release(h)
-		return nil, nil, resumePlan{}, draining
+		return nil, nil, resumePlan{}, r
 	}
 	return h, cn, p, nil
 }
+
+// Refusals of join.
+var (
+	refuseDraining = &refusal{http.StatusServiceUnavailable, CodeDraining, CloseGoingAway, "node is draining; try another address"}
+	// Close codes after a hello are 4000 + the HTTP status, as the event
+	// refusals'.
+	refuseRoomFull     = &refusal{http.StatusServiceUnavailable, CodeRoomFull, 4503, "the room is full on this node; try another address"}
+	refuseTooManyConns = &refusal{http.StatusTooManyRequests, CodeTooManyConns, 4429, "this user holds too many connections on this node"}
+)
 
 // handleWS checks a handshake. A native client's token comes in the
 // Authorization header and is checked before the upgrade; a browser's
@@ -137,6 +145,12 @@ func (s *Server) join(ctx context.Context, claims *auth.Claims, last msgID, hasL
 func (s *Server) handleWS(c *gin.Context) {
 	if s.draining.Load() {
 		s.reject(c, http.StatusServiceUnavailable, CodeDraining, "node is draining; try another address")
+		return
+	}
+	// The connection rate first: past it a handshake costs a lock and a
+	// small answer, whatever it carries.
+	if ok, retry := s.connects.take(time.Now()); !ok {
+		s.rejectRetry(c, http.StatusServiceUnavailable, CodeConnectRate, "too many new connections; retry after the Retry-After delay or try another address", retry)
 		return
 	}
 	// Reserve the slot before any work so that a reconnect storm cannot
@@ -169,7 +183,17 @@ func (s *Server) handleWS(c *gin.Context) {
 			s.reject(c, r.status, r.code, r.msg)
 			return
 		}
+		if !s.users.acquire(claims.User()) {
+			s.reject(c, refuseTooManyConns.status, refuseTooManyConns.code, refuseTooManyConns.msg)
+			return
+		}
 	}
+	userHeld := claims != nil // released here unless handed off with the connection
+	defer func() {
+		if userHeld {
+			s.users.release(claims.User())
+		}
+	}()
 	if !websocket.IsWebSocketUpgrade(c.Request) {
 		s.reject(c, http.StatusBadRequest, CodeBadRequest, "WebSocket upgrade required")
 		return
@@ -208,9 +232,10 @@ func (s *Server) handleWS(c *gin.Context) {
 	// The connection gets a goroutine of its own and the handler returns:
 	// net/http's per-request state and the handler's deep stack are then
 	// freed, which keeps an idle connection small.
-	handedOff = true
+	handedOff, userHeld = true, false
 	go func() {
 		defer s.conns.Add(-1)
+		defer s.users.release(claims.User())
 		defer s.release(h)
 		cn.serve(p)
 	}()
@@ -250,6 +275,11 @@ func (s *Server) serveHello(ws *websocket.Conn, last msgID, hasLast bool) {
 		s.refuse(ws, r)
 		return
 	}
+	if !s.users.acquire(claims.User()) {
+		s.refuse(ws, refuseTooManyConns)
+		return
+	}
+	defer s.users.release(claims.User())
 	h, cn, p, r := s.join(s.ctx, claims, last, hasLast)
 	if r != nil {
 		s.refuse(ws, r)

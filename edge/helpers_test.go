@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -42,6 +43,7 @@ type testEnv struct {
 	ts    *httptest.Server
 	addr  string // the advertised address
 	wsURL string // the endpoint
+	users atomic.Int64
 }
 
 func newEnv(t testing.TB, o envOpts) *testEnv {
@@ -109,11 +111,16 @@ func newKeyring(t testing.TB, clk clock.Clock) *auth.Keyring {
 
 func signToken(t testing.TB, k *auth.Keyring, room string, addrs ...string) string {
 	t.Helper()
+	return signTokenFor(t, k, "u1", room, addrs...)
+}
+
+func signTokenFor(t testing.TB, k *auth.Keyring, user, room string, addrs ...string) string {
+	t.Helper()
 	tok, _, err := k.Sign(auth.Claims{
 		Room:             room,
 		Role:             auth.RoleViewer,
 		Addrs:            addrs,
-		RegisteredClaims: jwt.RegisteredClaims{Subject: "u1"},
+		RegisteredClaims: jwt.RegisteredClaims{Subject: user},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -121,8 +128,14 @@ func signToken(t testing.TB, k *auth.Keyring, room string, addrs ...string) stri
 	return tok
 }
 
+// token signs a token for room for a user of its own: each connection of
+// a test is another viewer unless it asks for a user (tokenFor).
 func (e *testEnv) token(room string) string {
-	return signToken(e.t, e.keys, room, "ws://other:1", e.addr)
+	return e.tokenFor(fmt.Sprintf("u%d", e.users.Add(1)), room)
+}
+
+func (e *testEnv) tokenFor(user, room string) string {
+	return signTokenFor(e.t, e.keys, user, room, "ws://other:1", e.addr)
 }
 
 func (e *testEnv) dialWith(d *websocket.Dialer, tok, last string) (*websocket.Conn, *http.Response, error) {

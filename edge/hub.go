@@ -33,10 +33,11 @@ type hub struct {
 	refs int // connections holding the hub, guarded by s.mu
 
 	wake   chan struct{} // reader → flusher: pending is not empty
-	online atomic.Int64  // len(conns), readable without mu
+	online atomic.Int64  // len(users): distinct viewers, readable without mu
 
 	mu      sync.Mutex
 	conns   []*conn
+	users   map[string]int // connections per user
 	ring    ring
 	base    msgID
 	cursor  msgID
@@ -55,6 +56,7 @@ func newHub(s *Server, room string) *hub {
 		ready:  make(chan struct{}),
 		wake:   make(chan struct{}, 1),
 		ring:   newRing(s.cfg.RingSize),
+		users:  map[string]int{},
 	}
 }
 
@@ -235,11 +237,16 @@ type resumePlan struct {
 // register adds c to the fan-out and returns its catch-up. With hasLast the
 // catch-up covers everything after last up to flushed; the fan-out covers
 // the rest. It fails once the server drains.
-func (h *hub) register(c *conn, last msgID, hasLast bool) (resumePlan, bool) {
+func (h *hub) register(c *conn, last msgID, hasLast bool) (resumePlan, *refusal) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.s.draining.Load() {
-		return resumePlan{}, false
+		return resumePlan{}, refuseDraining
+	}
+	if max := h.s.cfg.MaxRoomConns; max > 0 && len(h.conns) >= max {
+		// A hot room spills over: the client tries its next edge address,
+		// and this node's load report sends new viewers elsewhere.
+		return resumePlan{}, refuseRoomFull
 	}
 	var p resumePlan
 	if hasLast {
@@ -260,8 +267,10 @@ func (h *hub) register(c *conn, last msgID, hasLast bool) (resumePlan, bool) {
 	}
 	c.idx = len(h.conns)
 	h.conns = append(h.conns, c)
-	h.online.Add(1)
-	return p, true
+	if h.users[c.user]++; h.users[c.user] == 1 {
+		h.online.Add(1)
+	}
+	return p, nil
 }
 
 // unregister removes c from the fan-out, if it is still there.
@@ -284,7 +293,10 @@ func (h *hub) removeAt(i int) {
 	}
 	h.conns[last] = nil
 	h.conns = h.conns[:last]
-	h.online.Add(-1)
+	if h.users[c.user]--; h.users[c.user] <= 0 {
+		delete(h.users, c.user)
+		h.online.Add(-1)
+	}
 }
 
 // snapshot returns the hub's connections.

@@ -3,8 +3,10 @@ package edge
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -106,7 +108,7 @@ func TestSlowClient(t *testing.T) {
 // TestDeadConnection: a client that answers no ping is dropped; one that
 // does stays.
 func TestDeadConnection(t *testing.T) {
-	e := newEnv(t, envOpts{cfg: func(c *Config) { c.PingInterval = 20 * time.Millisecond }})
+	e := newEnv(t, envOpts{cfg: func(c *Config) { c.PingInterval, c.PongGrace = 20*time.Millisecond, 20*time.Millisecond }})
 	alive := e.connect("r1", "")
 	msgs := make(chan []wire.Message, 1)
 	errc := make(chan error, 1)
@@ -134,6 +136,51 @@ func TestDeadConnection(t *testing.T) {
 		t.Fatalf("live client: %v", err)
 	}
 	sameIDs(t, "live client", <-msgs, []string{end})
+}
+
+// TestDeadConnectionsReleased: connections that answer no ping are closed
+// and release everything they held — their slots, their room's hub, their
+// goroutines and, within a margin, their memory.
+func TestDeadConnectionsReleased(t *testing.T) {
+	const silent = 200
+	e := newEnv(t, envOpts{cfg: func(c *Config) { c.PingInterval, c.PongGrace = 50*time.Millisecond, 50*time.Millisecond }})
+	settle := func() (int, uint64) {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return runtime.NumGoroutine(), ms.HeapAlloc
+	}
+	g0, heap0 := settle()
+	conns := make([]*websocket.Conn, silent)
+	d := &websocket.Dialer{HandshakeTimeout: safety}
+	for i := range conns {
+		// Dialled here, not by e.connect, whose cleanup would keep every
+		// client's buffers alive; never read, so never answers a ping.
+		ws, _, err := e.dialWith(d, e.token(fmt.Sprintf("room-%d", i%4)), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns[i] = ws
+	}
+	waitFor(t, "every silent client to be dropped", func() bool { return e.srv.Load().Conns == 0 && e.srv.roomCount() == 0 })
+	for _, c := range conns {
+		_ = c.Close()
+	}
+	conns = nil // the client side's buffers are not the server's to free
+	if n := counter(e.srv.m.closes.WithLabelValues(reasonGone)); n != silent {
+		t.Errorf("closes{gone} = %v, want %d", n, silent)
+	}
+	// The client side's goroutines end with their sockets; the server's
+	// with the connections.
+	var g int
+	var heap uint64
+	waitFor(t, "the goroutines to end", func() bool { g, heap = settle(); return g <= g0+2 })
+	// Each connection held tens of KiB while open; what is left must be
+	// far less than one connection's worth per connection.
+	t.Logf("heap %d KiB before, %d KiB after %d connections came and went", heap0>>10, heap>>10, silent)
+	if heap > heap0+uint64(silent)*4<<10 {
+		t.Errorf("heap %d KiB after the drops, %d KiB before: connections left memory behind", heap>>10, heap0>>10)
+	}
 }
 
 // TestClientReports: counter reports reach the metrics; junk is counted

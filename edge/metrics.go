@@ -35,9 +35,19 @@ const (
 	CodeHelloTimeout = "hello_timeout"
 	// CodeOrigin: the browser's Origin is not allowed.
 	CodeOrigin = "origin"
+	// CodeConnectRate: the node takes no more new connections this
+	// second; retry after the Retry-After delay (jittered), or try the
+	// next address.
+	CodeConnectRate = "connect_rate"
+	// CodeTooManyConns: the token's user holds MaxConnsPerUser connections
+	// on this node already.
+	CodeTooManyConns = "too_many_conns"
+	// CodeRoomFull: the room holds MaxRoomConns connections on this node;
+	// try the next address.
+	CodeRoomFull = "room_full"
 )
 
-var rejectCodes = []string{CodeUnauthorized, CodeTokenEpoch, CodeWrongNode, CodeBadRequest, CodeOverCapacity, CodeDraining, CodeUnavailable, CodeTokenInURL, CodeBadHello, CodeHelloTimeout, CodeOrigin}
+var rejectCodes = []string{CodeUnauthorized, CodeTokenEpoch, CodeWrongNode, CodeBadRequest, CodeOverCapacity, CodeDraining, CodeUnavailable, CodeTokenInURL, CodeBadHello, CodeHelloTimeout, CodeOrigin, CodeConnectRate, CodeTooManyConns, CodeRoomFull}
 
 // Close reasons, the label of the closes metric.
 const (
@@ -119,6 +129,10 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 			Name: "danmaku_edge_connections",
 			Help: "Open WebSocket connections, including handshakes in progress.",
 		}, func() float64 { return float64(s.conns.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "danmaku_edge_max_connections",
+			Help: "The connections this node takes at most (MaxConns, -max-conns; beyond, 503 over_capacity); 0: unlimited.",
+		}, func() float64 { return float64(s.cfg.MaxConns) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "danmaku_edge_rooms",
 			Help: "Rooms with a hub (at least one connection) on this node.",

@@ -45,6 +45,8 @@ type Server struct {
 
 	conns    atomic.Int64 // connections, handshakes in progress included
 	draining atomic.Bool
+	connects *connectBucket // admission: new connections a second
+	users    *userConns     // admission: connections per user
 	running  atomic.Bool
 	wg       sync.WaitGroup // hub goroutines and the load reporter
 
@@ -71,6 +73,8 @@ func New(cfg Config) (*Server, error) {
 		hubs:     map[string]*hub{},
 		stopping: make(chan struct{}),
 		stopped:  make(chan struct{}),
+		connects: newConnectBucket(cfg.ConnectRate, cfg.ConnectBurst),
+		users:    &userConns{max: cfg.MaxConnsPerUser},
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 
@@ -126,8 +130,15 @@ func (s *Server) Handler() http.Handler { return s.handler }
 
 // reject answers a refused handshake with the coded error and counts it.
 func (s *Server) reject(c *gin.Context, status int, code, msg string) {
+	s.rejectRetry(c, status, code, msg, 0)
+}
+
+// rejectRetry is reject with a Retry-After (0: none).
+func (s *Server) rejectRetry(c *gin.Context, status int, code, msg string, retry time.Duration) {
 	s.m.rejects.WithLabelValues(code).Inc()
-	httpx.Abort(c, httpx.Errorf(status, code, "%s", msg))
+	e := httpx.Errorf(status, code, "%s", msg)
+	e.RetryAfter = retry
+	httpx.Abort(c, e)
 }
 
 // upgradeError answers a handshake the WebSocket library refused (bad

@@ -43,6 +43,7 @@ func (c *Client) edgeLoop(ctx context.Context) {
 		stuck    time.Duration // back-off of frameless resume closes
 		idx      int
 		backoff  time.Duration
+		retryAt  time.Time // the latest Retry-After of the addresses tried
 		dialer   = websocket.Dialer{HandshakeTimeout: edgeHandshakeTimeout, Proxy: http.ProxyFromEnvironment}
 		everConn bool
 	)
@@ -84,13 +85,29 @@ func (c *Client) edgeLoop(ctx context.Context) {
 				continue
 			}
 			c.log.Warn("sdk: edge dial failed", "room", c.cfg.Room, "addr", addrs[idx], "err", err)
+			if resp != nil && (resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusTooManyRequests) {
+				// A busy edge (connect_rate at a show's start, room_full,
+				// too_many_conns) says when to come back: not before, even
+				// after trying the others.
+				if ra := readAPIError(resp).RetryAfter; ra > 0 {
+					if at := c.serverNow().Add(ra); at.After(retryAt) {
+						retryAt = at
+					}
+				}
+			}
 			idx++
 			if idx == len(addrs) {
 				// Every address failed: they may all be gone. Back off, then
 				// ask the gslb for fresh ones.
 				idx = 0
 				backoff = min(max(2*backoff, edgeBackoffMin), edgeBackoffMax)
-				if c.sleep(ctx, backoff/2+rand.N(backoff/2+1)) != nil {
+				wait := backoff/2 + rand.N(backoff/2+1)
+				if until := retryAt.Sub(c.serverNow()); until > 0 {
+					// Spread the refused over a second past what was asked.
+					wait = max(wait, until+rand.N(time.Second))
+				}
+				retryAt = time.Time{}
+				if c.sleep(ctx, wait) != nil {
 					return
 				}
 				_ = c.rejoin(ctx, s, c.cfg.RejoinJitter)

@@ -142,6 +142,31 @@ func TestEdgeCloseCodes(t *testing.T) {
 	}
 }
 
+// An edge that refuses a connection with a Retry-After (connect_rate at a
+// show's start) is not dialled again before it: the client waits out the
+// delay, then connects.
+func TestEdgeRetryAfterHonoured(t *testing.T) {
+	w := newWorld(t)
+	w.edgeRetry = "5"
+	w.edgeReject = func(q url.Values, n int) int {
+		if n == 0 {
+			return http.StatusServiceUnavailable
+		}
+		return 0
+	}
+	c := w.newClient(nil)
+	w.run()
+	eventually(t, "a connection after the refusal", func() bool { return c.Stats().EdgeConnects >= 1 })
+	w.lock(func() {
+		if len(w.edgeAt) < 2 {
+			t.Fatalf("%d handshakes", len(w.edgeAt))
+		}
+		if d := w.edgeAt[1].Sub(w.edgeAt[0]); d < 5*time.Second {
+			t.Fatalf("dialled again %v after a Retry-After of 5 s", d)
+		}
+	})
+}
+
 // An edge address that does not answer is skipped for the next one.
 func TestEdgeFallback(t *testing.T) {
 	t.Parallel()

@@ -68,6 +68,8 @@ type world struct {
 	edgeConns   []url.Values
 	edgeHandler func(conn *websocket.Conn, n int)
 	edgeReject  func(q url.Values, n int) int // status to refuse the upgrade with, 0 to accept
+	edgeRetry   string                        // Retry-After of a refused upgrade
+	edgeAt      []time.Time                   // server time of each edge handshake
 
 	entry, cdn, ingest, edge *httptest.Server
 }
@@ -282,10 +284,14 @@ func (w *world) serveEdge(rw http.ResponseWriter, r *http.Request) {
 		q.Set("token", strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "))
 	}
 	w.edgeConns = append(w.edgeConns, q)
-	reject, handler := w.edgeReject, w.edgeHandler
+	w.edgeAt = append(w.edgeAt, w.serverNow())
+	reject, handler, retry := w.edgeReject, w.edgeHandler, w.edgeRetry
 	w.mu.Unlock()
 	if reject != nil {
 		if status := reject(r.URL.Query(), n); status != 0 {
+			if retry != "" {
+				rw.Header().Set("Retry-After", retry)
+			}
 			http.Error(rw, "refused", status)
 			return
 		}

@@ -42,6 +42,11 @@ type serveFlags struct {
 	auditRetention      time.Duration
 	words, wordPolicy   string
 	edgeCap, ingestCap  int
+	maxConns            int
+	edgeDrain           time.Duration
+	edgeConnectRate     float64
+	edgeUserConns       int
+	edgeRoomConns       int
 	line                string
 	region              string
 	lines               linesclass.Config
@@ -65,6 +70,13 @@ func envDuration(name string) time.Duration {
 	return d
 }
 
+// envFloat returns the environment variable name as a number, 0 when it is
+// unset or not one (as envInt).
+func envFloat(name string) float64 {
+	f, _ := strconv.ParseFloat(os.Getenv(name), 64)
+	return f
+}
+
 // env returns the environment variable name, or def when it is unset.
 func env(name, def string) string {
 	if v, ok := os.LookupEnv(name); ok {
@@ -79,6 +91,7 @@ func (f *serveFlags) register(fs interface {
 	Int64Var(*int64, string, int64, string)
 	BoolVar(*bool, string, bool, string)
 	DurationVar(*time.Duration, string, time.Duration, string)
+	Float64Var(*float64, string, float64, string)
 }) {
 	fs.StringVar(&f.gslb, "gslb", stack.DefaultGSLBAddr, "gslb listen address")
 	fs.StringVar(&f.ingest, "ingest", stack.DefaultIngestAddr, "ingest listen address")
@@ -110,6 +123,11 @@ func (f *serveFlags) register(fs interface {
 	fs.StringVar(&f.auditPrefix, "audit-s3-prefix", env("DANMAKU_AUDIT_S3_PREFIX", ""), "key prefix inside the audit bucket, ending in / [DANMAKU_AUDIT_S3_PREFIX]")
 	fs.DurationVar(&f.auditRetention, "audit-retention", envDuration("DANMAKU_AUDIT_RETENTION"), "how long audit objects are kept before the ingest deletes them (default 720h: 30 days) [DANMAKU_AUDIT_RETENTION]")
 	fs.IntVar(&f.edgeCap, "edge-capacity", envInt("DANMAKU_EDGE_CAPACITY"), "WebSocket connections this edge is sized for, reported to the gslb (0: unlimited; headroom from CPU alone) [DANMAKU_EDGE_CAPACITY]")
+	fs.IntVar(&f.maxConns, "max-conns", envInt("DANMAKU_MAX_CONNS"), "edge: WebSocket connections this edge holds at most (beyond, 503 over_capacity), reported to the gslb as its capacity; -edge-capacity is its older name (0: unlimited) [DANMAKU_MAX_CONNS]")
+	fs.DurationVar(&f.edgeDrain, "edge-drain", envDuration("DANMAKU_EDGE_DRAIN"), "edge: how long a stopping edge spreads closing its connections over, so that its clients do not all come back at once (default 10s; dev 1s) [DANMAKU_EDGE_DRAIN]")
+	fs.Float64Var(&f.edgeConnectRate, "edge-connect-rate", envFloat("DANMAKU_EDGE_CONNECT_RATE"), "edge: new connections a second the edge takes; beyond, 503 connect_rate with a jittered Retry-After (default 5000; negative: unlimited) [DANMAKU_EDGE_CONNECT_RATE]")
+	fs.IntVar(&f.edgeUserConns, "edge-max-user-conns", envInt("DANMAKU_EDGE_MAX_USER_CONNS"), "edge: connections one user may hold on this edge; beyond, 429 too_many_conns (default 8; negative: unlimited) [DANMAKU_EDGE_MAX_USER_CONNS]")
+	fs.IntVar(&f.edgeRoomConns, "edge-max-room-conns", envInt("DANMAKU_EDGE_MAX_ROOM_CONNS"), "edge: connections one room may hold on this edge; beyond, 503 room_full and the client tries its next edge (0: unlimited) [DANMAKU_EDGE_MAX_ROOM_CONNS]")
 	fs.IntVar(&f.ingestCap, "ingest-capacity", envInt("DANMAKU_INGEST_CAPACITY"), "in-flight requests this ingest is sized for, reported to the gslb (0: unlimited) [DANMAKU_INGEST_CAPACITY]")
 	fs.StringVar(&f.line, "line", env("DANMAKU_LINE", ""), "ISP line this node's edge and ingest addresses serve, as the gslb's classifier names lines (empty: BGP, every line) [DANMAKU_LINE]")
 	fs.StringVar(&f.region, "region", env("DANMAKU_REGION", ""), "region this node stands in, reported to the gslb, as its classifier names regions (empty: unknown) [DANMAKU_REGION]")
@@ -156,9 +174,16 @@ func (f *serveFlags) stackConfig(roles []string) (stack.Config, stack.BackendCon
 		}
 		*m.into = mp
 	}
-	if f.edgeCap < 0 || f.ingestCap < 0 || f.gslbInFlight < 0 || f.gslbTableAge < 0 {
-		return cfg, stack.BackendConfig{}, usageError{errors.New("-edge-capacity, -ingest-capacity, -gslb-max-inflight and -gslb-max-table-age must not be negative")}
+	if f.edgeCap < 0 || f.maxConns < 0 || f.ingestCap < 0 || f.gslbInFlight < 0 || f.gslbTableAge < 0 || f.edgeDrain < 0 || f.edgeRoomConns < 0 {
+		return cfg, stack.BackendConfig{}, usageError{errors.New("-max-conns, -edge-capacity, -ingest-capacity, -gslb-max-inflight, -gslb-max-table-age, -edge-drain and -edge-max-room-conns must not be negative")}
 	}
+	switch {
+	case f.maxConns > 0 && f.edgeCap > 0 && f.maxConns != f.edgeCap:
+		return cfg, stack.BackendConfig{}, usageError{fmt.Errorf("-max-conns %d and -edge-capacity %d disagree: they are one setting (give -max-conns)", f.maxConns, f.edgeCap)}
+	case f.maxConns > 0:
+		cfg.EdgeCapacity = f.maxConns
+	}
+	cfg.EdgeDrain, cfg.EdgeConnectRate, cfg.EdgeMaxUserConns, cfg.EdgeMaxRoomConns = f.edgeDrain, f.edgeConnectRate, f.edgeUserConns, f.edgeRoomConns
 	if f.auditRetention < 0 || (f.auditRetention > 0 && f.auditRetention < time.Hour) {
 		return cfg, stack.BackendConfig{}, usageError{fmt.Errorf("-audit-retention %v: want at least 1h", f.auditRetention)}
 	}

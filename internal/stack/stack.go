@@ -198,8 +198,14 @@ type Config struct {
 	Retention time.Duration
 	// MinGiftValue is the edge's push threshold. Zero: every gift.
 	MinGiftValue int64
-	// EdgeDrain is how long the edge drains on shutdown. Zero: 1 s (dev).
+	// EdgeDrain is how long the edge drains on shutdown. Zero: 10 s; 1 s
+	// with Dev.
 	EdgeDrain time.Duration
+	// EdgeConnectRate, EdgeMaxUserConns and EdgeMaxRoomConns are the
+	// edge's admission limits (edge.Config's ConnectRate, MaxConnsPerUser,
+	// MaxRoomConns). Zero: the edge's defaults.
+	EdgeConnectRate                    float64
+	EdgeMaxUserConns, EdgeMaxRoomConns int
 	// CORSOrigins are the web origins whose pages may call the gslb and the
 	// ingest and connect to the edge ("*": any). Zero: none, except that
 	// with Demo the gslb's own origin is added (the demo page's).
@@ -381,7 +387,10 @@ func New(cfg Config) (*Stack, error) {
 		return nil, err
 	}
 	if cfg.EdgeDrain == 0 {
-		cfg.EdgeDrain = time.Second
+		cfg.EdgeDrain = 10 * time.Second
+		if cfg.Dev {
+			cfg.EdgeDrain = time.Second
+		}
 	}
 	runCenter := len(cfg.MasterKey) > 0
 	if cfg.NodeID == "" {
@@ -622,6 +631,7 @@ func New(cfg Config) (*Stack, error) {
 		s.edge, err = edge.New(edge.Config{
 			Store: b.Streams, Verifier: s.keyring, Addr: s.URLs[RoleEdge], LoadTable: b.Load,
 			MaxConns: cfg.EdgeCapacity, Line: cfg.Line, Region: cfg.Region, CPU: s.nodeCPU(),
+			ConnectRate: cfg.EdgeConnectRate, MaxConnsPerUser: cfg.EdgeMaxUserConns, MaxRoomConns: cfg.EdgeMaxRoomConns,
 			MinGiftValue: cfg.MinGiftValue, DrainPeriod: cfg.EdgeDrain, AllowOrigins: origins, Events: s.events, Registerer: s.registry, Logger: s.log,
 		})
 		if err != nil {

@@ -136,7 +136,9 @@ func BenchmarkIdleConnMemory(b *testing.B) {
 	const n = 2000
 	for range b.N {
 		b.StopTimer()
-		e := newEnv(b, envOpts{cfg: func(c *Config) { c.DrainPeriod = time.Millisecond }})
+		// One token for every connection: admission is not what is
+		// measured here.
+		e := newEnv(b, envOpts{cfg: func(c *Config) { c.DrainPeriod, c.MaxConnsPerUser, c.ConnectRate = time.Millisecond, -1, -1 }})
 		tok := e.token("r1")
 		before := inUse()
 		b.StartTimer()

@@ -24,6 +24,7 @@ const (
 	defaultReadBlock    = time.Second
 	defaultPingInterval = 30 * time.Second
 	defaultPongGrace    = 5 * time.Second
+	defaultTokenGrace   = 30 * time.Second
 	defaultWriteTimeout = 10 * time.Second
 	defaultReadLimit    = 4 << 10
 	defaultDrainPeriod  = 10 * time.Second
@@ -147,6 +148,12 @@ type Config struct {
 	// released — a live client answers each ping within the grace. Zero:
 	// 5 s.
 	PongGrace time.Duration
+	// TokenGrace is how long a connection lives past its token's expiry
+	// without a fresh token sent in-band; then it is closed with 4401 (the
+	// client fetches a new entry and reconnects with last). The edge asks
+	// for one (a tokenAsk text frame) two ping intervals before the
+	// expiry. Zero: 30 s.
+	TokenGrace time.Duration
 	// WriteTimeout bounds one write to a client; a client that cannot take
 	// a frame within it is dropped. Zero: 10 s.
 	WriteTimeout time.Duration
@@ -208,6 +215,7 @@ func (cfg Config) withDefaults() (Config, error) {
 		{"ReportMaxInterval", cfg.ReportMaxInterval < 0},
 		{"PingInterval", cfg.PingInterval < 0},
 		{"PongGrace", cfg.PongGrace < 0},
+		{"TokenGrace", cfg.TokenGrace < 0},
 		{"WriteTimeout", cfg.WriteTimeout < 0},
 		{"ReadLimit", cfg.ReadLimit < 0},
 		{"DrainPeriod", cfg.DrainPeriod < 0},
@@ -246,6 +254,9 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if cfg.PongGrace == 0 {
 		cfg.PongGrace = defaultPongGrace
+	}
+	if cfg.TokenGrace == 0 {
+		cfg.TokenGrace = defaultTokenGrace
 	}
 	if cfg.WriteTimeout == 0 {
 		cfg.WriteTimeout = defaultWriteTimeout

@@ -1,12 +1,15 @@
 package edge
 
 import (
+	"encoding/json"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
 
+	"danmaku/auth"
 	"danmaku/internal/wire"
 )
 
@@ -16,6 +19,11 @@ const (
 	// or its catch-up failed. Reconnect at once with last=<id of the last
 	// message received>; nothing is lost.
 	CloseResume = 4001
+	// CloseResumeGap (4002): the resume point is older than anything the
+	// node can replay (the room's stream was trimmed past it). Reconnect at
+	// once without last; what was missed is in the CDN segments, which the
+	// client's poller walks in order anyway.
+	CloseResumeGap = 4002
 	// CloseGoingAway (4003): the node is draining. Get a new entry from the
 	// gslb after a random jitter (0-3 s) and reconnect elsewhere with last.
 	CloseGoingAway = 4003
@@ -34,6 +42,12 @@ type conn struct {
 	h    *hub
 	ws   *websocket.Conn
 	user string // the token's subject: online counts are of distinct users
+	// exp is the token's expiry (Unix ms; 0: none), moved on by a fresh
+	// token sent in-band.
+	exp atomic.Int64
+	// asked: a tokenAsk was sent for the current exp. Writer goroutine only.
+	asked    bool
+	askedExp int64
 
 	queue    chan *frame   // bounded; filled by the hub without blocking
 	done     chan struct{} // closed by kick
@@ -49,17 +63,21 @@ type conn struct {
 	hasSkip bool
 }
 
-func newConn(s *Server, h *hub, ws *websocket.Conn, user string) *conn {
-	return &conn{
+func newConn(s *Server, h *hub, ws *websocket.Conn, claims *auth.Claims) *conn {
+	c := &conn{
 		s:        s,
 		h:        h,
 		ws:       ws,
-		user:     user,
+		user:     claims.User(),
 		queue:    make(chan *frame, s.cfg.QueueSize),
 		done:     make(chan struct{}),
 		readDone: make(chan struct{}),
 		idx:      -1,
 	}
+	if claims.ExpiresAt != nil {
+		c.exp.Store(claims.ExpiresAt.UnixMilli())
+	}
+	return c
 }
 
 // kick asks the connection to close with code (0: without a close frame).
@@ -104,6 +122,10 @@ func closeReason(code int) string {
 	switch code {
 	case CloseResume:
 		return reasonResume
+	case CloseResumeGap:
+		return reasonGap
+	case CloseTokenRejected:
+		return reasonExpired // the only close with it after the handshake
 	case CloseGoingAway:
 		return reasonDraining
 	case CloseRoomEnded:
@@ -140,6 +162,60 @@ func (c *conn) writeLoop(p resumePlan) {
 			if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.s.cfg.WriteTimeout)); err != nil {
 				return
 			}
+			if !c.checkExpiry() {
+				return
+			}
+		}
+	}
+}
+
+// checkExpiry runs at each ping: a connection whose token expires within
+// two ping intervals is asked (once per expiry) for a fresh one, and one
+// past its expiry and the grace is closed with CloseTokenRejected. It
+// reports whether the connection goes on.
+func (c *conn) checkExpiry() bool {
+	exp := c.exp.Load()
+	if exp == 0 {
+		return true
+	}
+	now := c.s.cfg.Clock.Now().UnixMilli()
+	if now >= exp+c.s.cfg.TokenGrace.Milliseconds() {
+		c.kick(CloseTokenRejected, "token expired")
+		c.s.m.tokenExpired.Inc()
+		return false
+	}
+	if now < exp-2*c.s.cfg.PingInterval.Milliseconds() || (c.asked && c.askedExp == exp) {
+		return true
+	}
+	b, _ := json.Marshal(tokenAsk{Refresh: "token", ExpMs: exp}) // always marshals
+	_ = c.ws.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
+	if err := c.ws.WriteMessage(websocket.TextMessage, b); err != nil {
+		return false
+	}
+	c.asked, c.askedExp = true, exp
+	c.s.m.tokenAsks.Inc()
+	return true
+}
+
+// refreshToken takes a fresh token a client sent in-band: valid, for the
+// same user and room (a refreshed entry may name other edges; the user is
+// on this one already), expiring later than the one it replaces.
+func (c *conn) refreshToken(tok string) {
+	claims, err := c.s.cfg.Verifier.Verify(tok)
+	if err != nil || claims.User() != c.user || claims.Room != c.h.room || claims.ExpiresAt == nil {
+		c.s.m.tokenRefreshes.WithLabelValues("refused").Inc()
+		return
+	}
+	for {
+		old := c.exp.Load()
+		exp := claims.ExpiresAt.UnixMilli()
+		if exp <= old {
+			c.s.m.tokenRefreshes.WithLabelValues("stale").Inc()
+			return
+		}
+		if c.exp.CompareAndSwap(old, exp) {
+			c.s.m.tokenRefreshes.WithLabelValues("ok").Inc()
+			return
 		}
 	}
 }
@@ -204,6 +280,16 @@ func (c *conn) writeMessages(msgs []wire.Message, source string) bool {
 // held when the connection joined.
 func (c *conn) catchUp(p resumePlan) bool {
 	if p.fromStore {
+		switch gap, err := c.resumeGap(p); {
+		case err != nil:
+			c.s.log.Warn("edge: catch-up read", "room", c.h.room, "err", err)
+			c.kick(CloseResume, "resume")
+			return false
+		case gap:
+			// Replaying from here would skip what the trim took, silently.
+			c.kick(CloseResumeGap, "resume point too old; reconnect without last")
+			return false
+		}
 		lo := c.s.minGift(c.h.room)
 		after := p.storeFrom.String()
 		for done := false; !done; {
@@ -244,6 +330,29 @@ func (c *conn) catchUp(p resumePlan) bool {
 		return c.writeMessages(p.ring, "ring")
 	}
 	return true
+}
+
+// resumeGap reports whether the stream no longer holds the resume point:
+// its oldest entry is newer than the client's last id (the entry with that
+// id was trimmed, and whatever followed it up to the oldest may have been
+// too), or the stream is empty though the room has moved past last. A last
+// of 0-0 asks for whatever is kept and is never a gap.
+func (c *conn) resumeGap(p resumePlan) (bool, error) {
+	if p.storeFrom == (msgID{}) {
+		return false, nil
+	}
+	es, err := c.s.cfg.Store.Read(c.s.ctx, c.h.key, "0-0", 1, 0)
+	if err != nil {
+		return false, err
+	}
+	if len(es) == 0 {
+		return p.storeFrom.less(p.storeUntil), nil
+	}
+	first, err := parseMsgID(es[0].ID)
+	if err != nil {
+		return false, nil // a store never returns one; the read finds out
+	}
+	return p.storeFrom.less(first), nil
 }
 
 // errClientFlood ends a connection whose client sends more than its allowance.
@@ -308,5 +417,8 @@ func (c *conn) readLoop() {
 		}
 		c.s.m.renderDrops.Add(float64(r.Drops))
 		c.s.m.heldSends.Add(float64(r.Held))
+		if r.Token != "" {
+			c.refreshToken(r.Token)
+		}
 	}
 }

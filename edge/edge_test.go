@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -345,6 +346,44 @@ func TestResume(t *testing.T) {
 			if usedStore != tt.fromStore {
 				t.Fatalf("catch-up used the store: %v, want %v", usedStore, tt.fromStore)
 			}
+		})
+	}
+}
+
+// TestResumeGap: a client whose resume point the stream no longer holds
+// (trimmed past it) is told so with CloseResumeGap rather than replayed
+// from after the trim, silently missing what it took — whether another
+// viewer keeps the room's hub (its ring too short) or the hub starts fresh;
+// one whose point is still held is replayed as before.
+func TestResumeGap(t *testing.T) {
+	for _, keeper := range []bool{true, false} {
+		t.Run(fmt.Sprintf("hub kept %v", keeper), func(t *testing.T) {
+			e := newEnv(t, envOpts{cfg: func(c *Config) { c.RingSize = 2 }})
+			if keeper {
+				e.connect("r1", "")
+			}
+			var ids []string
+			for i := range 10 {
+				ids = append(ids, e.append("r1", sys(fmt.Sprintf("m%d", i)))[0].ID)
+			}
+			if err := e.store.TrimBefore(context.Background(), stream.Key{Room: "r1", Lane: stream.Live}, ids[5]); err != nil {
+				t.Fatal(err)
+			}
+			before := counter(e.srv.m.closes.WithLabelValues(reasonGap))
+			ws := e.connect("r1", ids[2]) // trimmed away
+			if got := closeCode(t, ws); got != CloseResumeGap {
+				t.Fatalf("resume from a trimmed id: close %d, want %d", got, CloseResumeGap)
+			}
+			waitFor(t, "the gap close to be counted", func() bool {
+				return counter(e.srv.m.closes.WithLabelValues(reasonGap)) == before+1
+			})
+			// Still held: replayed.
+			ws = e.connect("r1", ids[6])
+			got, err := readUntil(ws, "r1", untilID(ids[9]))
+			if err != nil {
+				t.Fatal(err)
+			}
+			sameIDs(t, "resumed from a held id", got, ids[7:])
 		})
 	}
 }

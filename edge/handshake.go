@@ -120,7 +120,7 @@ func (s *Server) join(ctx context.Context, claims *auth.Claims, last msgID, hasL
 		s.log.Warn("edge: handshake", "room", claims.Room, "err", h.initErr)
 		return nil, nil, resumePlan{}, &refusal{http.StatusServiceUnavailable, CodeUnavailable, CloseTryLater, "room unavailable; retry shortly"}
 	}
-	cn := newConn(s, h, nil, claims.User())
+	cn := newConn(s, h, nil, claims)
 	p, r := h.register(cn, last, hasLast)
 	if r != nil {
 		s.release(h)

@@ -42,6 +42,10 @@ type report struct {
 	Drops uint32 `json:"drops"`
 	// Held is sends held back or suppressed by the client-side throttle.
 	Held uint32 `json:"held"`
+	// Token is a fresh dynamic token for the same user and room, sent
+	// in-band when the client's refreshed its entry (or the edge asked,
+	// tokenAsk): the connection lives on without reconnecting.
+	Token string `json:"token,omitempty"`
 }
 
 // maxReportCount bounds one counter of one report: no client renders or
@@ -64,5 +68,16 @@ func parseReport(b []byte) (report, error) {
 	if r.Drops > maxReportCount || r.Held > maxReportCount {
 		return report{}, fmt.Errorf("%w: counter out of range", errBadReport)
 	}
+	if len(r.Token) > maxTokenLen {
+		return report{}, fmt.Errorf("%w: token too long", errBadReport)
+	}
 	return r, nil
+}
+
+// tokenAsk is the text frame an edge sends a connection whose token is
+// about to expire: fetch a new entry and send its token in-band
+// ({"token": ...}) before exp_ms plus the grace, or be closed with 4401.
+type tokenAsk struct {
+	Refresh string `json:"refresh"` // "token"
+	ExpMs   int64  `json:"exp_ms"`
 }

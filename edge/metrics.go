@@ -52,10 +52,12 @@ var rejectCodes = []string{CodeUnauthorized, CodeTokenEpoch, CodeWrongNode, Code
 // Close reasons, the label of the closes metric.
 const (
 	reasonResume   = "resume"
+	reasonGap      = "resume_gap" // the resume point was trimmed
 	reasonDraining = "draining"
 	reasonPolicy   = "policy"
 	reasonGone     = "gone" // the client left, died or failed a write
 	reasonEnded    = "room_ended"
+	reasonExpired  = "token_expired"
 )
 
 type metrics struct {
@@ -64,6 +66,10 @@ type metrics struct {
 	slow         prometheus.Counter
 	rejects      *prometheus.CounterVec
 	closes       *prometheus.CounterVec
+	// Token lifetime: asks sent, connections closed for an expired token,
+	// fresh tokens taken in-band by outcome (ok, refused, stale).
+	tokenAsks, tokenExpired prometheus.Counter
+	tokenRefreshes          *prometheus.CounterVec
 	catchUp      *prometheus.CounterVec
 	readErrors   prometheus.Counter
 	renderDrops  prometheus.Counter
@@ -91,8 +97,20 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 		}, []string{"code"}),
 		closes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "danmaku_edge_closes_total",
-			Help: "Closed connections, by reason (resume, draining, policy, gone).",
+			Help: "Closed connections, by reason (resume, resume_gap, draining, policy, room_ended, token_expired, gone).",
 		}, []string{"reason"}),
+		tokenAsks: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "danmaku_edge_token_asks_total",
+			Help: "Connections asked in-band for a fresh token (theirs expires within two ping intervals).",
+		}),
+		tokenExpired: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "danmaku_edge_token_expired_total",
+			Help: "Connections closed (4401) because their token expired and no fresh one came within the grace.",
+		}),
+		tokenRefreshes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "danmaku_edge_token_refreshes_total",
+			Help: "Fresh tokens sent in-band, by outcome: ok, refused (invalid, or another user or room), stale (expires no later).",
+		}, []string{"outcome"}),
 		catchUp: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "danmaku_edge_catchup_messages_total",
 			Help: "Messages sent to resuming clients, by source (ring or store).",
@@ -117,13 +135,16 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 	for _, c := range rejectCodes {
 		m.rejects.WithLabelValues(c)
 	}
-	for _, r := range []string{reasonResume, reasonDraining, reasonPolicy, reasonGone, reasonEnded} {
+	for _, o := range []string{"ok", "refused", "stale"} {
+		m.tokenRefreshes.WithLabelValues(o)
+	}
+	for _, r := range []string{reasonResume, reasonGap, reasonDraining, reasonPolicy, reasonGone, reasonEnded, reasonExpired} {
 		m.closes.WithLabelValues(r)
 	}
 	m.catchUp.WithLabelValues("ring")
 	m.catchUp.WithLabelValues("store")
 	cs := []prometheus.Collector{
-		m.framesSent, m.messagesSent, m.slow, m.rejects, m.closes, m.catchUp,
+		m.framesSent, m.messagesSent, m.slow, m.rejects, m.closes, m.catchUp, m.tokenAsks, m.tokenExpired, m.tokenRefreshes,
 		m.readErrors, m.renderDrops, m.heldSends, m.badReports,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "danmaku_edge_connections",

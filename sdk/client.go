@@ -40,11 +40,14 @@ type Client struct {
 	stats    counters
 	reporter reporter
 
-	sess     atomic.Pointer[session]
-	est      atomic.Pointer[clockEstimate] // the best server-clock estimate
-	joinMu   sync.Mutex                    // serialises re-joins
-	joined   chan struct{}
-	joinOnce sync.Once
+	sess atomic.Pointer[session]
+	// tokenNews is signalled after every new session, so that the edge
+	// connection's writer sends the fresh token in-band.
+	tokenNews chan struct{}
+	est       atomic.Pointer[clockEstimate] // the best server-clock estimate
+	joinMu    sync.Mutex                    // serialises re-joins
+	joined    chan struct{}
+	joinOnce  sync.Once
 
 	running atomic.Bool
 	done    chan struct{} // closed when Run returns
@@ -60,12 +63,13 @@ func New(cfg Config) (*Client, error) {
 		return nil, err
 	}
 	c := &Client{
-		cfg:    cfg,
-		log:    cfg.Logger,
-		clk:    cfg.Clock,
-		msgs:   make(chan Message, cfg.MessageBuffer),
-		joined: make(chan struct{}),
-		done:   make(chan struct{}),
+		cfg:       cfg,
+		log:       cfg.Logger,
+		clk:       cfg.Clock,
+		msgs:      make(chan Message, cfg.MessageBuffer),
+		joined:    make(chan struct{}),
+		tokenNews: make(chan struct{}, 1),
+		done:      make(chan struct{}),
 	}
 	if _, ok := cfg.Clock.(clock.Real); !ok {
 		c.tick = fakeTick

@@ -2,10 +2,12 @@ package sdk
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -18,6 +20,10 @@ const (
 	// CloseResume asks the client to reconnect at once with its last id
 	// (the edge could not keep up with it, or moved it).
 	CloseResume = 4001
+	// CloseResumeGap says the edge no longer holds the resume point (the
+	// room's stream was trimmed past it): reconnect without a last id. The
+	// poller's walk through the segments delivers what was missed.
+	CloseResumeGap = 4002
 	// CloseDraining says the edge is shutting down: reconnect after a random
 	// wait, through a fresh entry.
 	CloseDraining = 4003
@@ -121,7 +127,7 @@ func (c *Client) edgeLoop(ctx context.Context) {
 		}
 		everConn = true
 		frames := c.stats.edgeFrames.Load()
-		code, err := c.readEdge(ctx, conn, &last)
+		code, err := c.readEdge(ctx, conn, &last, s.entry.Token)
 		lastAt = c.serverNow()
 		if ctx.Err() != nil {
 			return
@@ -145,6 +151,15 @@ func (c *Client) edgeLoop(ctx context.Context) {
 			if c.sleep(ctx, stuck/2+rand.N(stuck/2+1)) != nil {
 				return
 			}
+		case CloseResumeGap:
+			// Start fresh; the segments carry the gap. Spread a whole
+			// edge's worth of such closes (an outage longer than the
+			// stream is kept) like any reconnect.
+			c.log.Info("sdk: the edge cannot resume this client; starting fresh", "room", c.cfg.Room)
+			last = ""
+			if c.cfg.RejoinJitter > 0 && c.sleep(ctx, rand.N(c.cfg.RejoinJitter)) != nil {
+				return
+			}
 		case CloseDraining, CloseTokenRejected:
 			c.log.Info("sdk: edge closed; re-joining", "room", c.cfg.Room, "code", code)
 			// The session at close time, not at dial time: a token refresh
@@ -164,6 +179,32 @@ func (c *Client) edgeLoop(ctx context.Context) {
 	}
 }
 
+// isTokenAsk reports whether a text frame from the edge asks for a fresh
+// token: {"refresh":"token","exp_ms":N}.
+func isTokenAsk(b []byte) bool {
+	var a struct {
+		Refresh string `json:"refresh"`
+	}
+	return json.Unmarshal(b, &a) == nil && a.Refresh == "token"
+}
+
+// answerTokenAsk answers the edge's ask for a fresh token: with the
+// session's when it is newer than the edge's (the writer sends it), else by
+// refreshing the entry now rather than at its usual time (the new session's
+// token then goes out the same way).
+func (c *Client) answerTokenAsk(ctx context.Context, edgeTok *atomic.Pointer[string]) {
+	c.stats.tokenAsks.Add(1)
+	s := c.sess.Load()
+	if s.entry.Token != *edgeTok.Load() {
+		select {
+		case c.tokenNews <- struct{}{}:
+		default:
+		}
+		return
+	}
+	go func() { _ = c.rejoin(ctx, s, 0) }()
+}
+
 func edgeURL(addr, last string) string {
 	if last == "" {
 		return addr
@@ -181,7 +222,7 @@ func edgeURL(addr, last string) string {
 
 // readEdge reads frames until the connection ends, and returns the close
 // code the edge sent (0 if none).
-func (c *Client) readEdge(ctx context.Context, conn *websocket.Conn, last *string) (int, error) {
+func (c *Client) readEdge(ctx context.Context, conn *websocket.Conn, last *string, tok string) (int, error) {
 	defer conn.Close()
 	stop := context.AfterFunc(ctx, func() {
 		_ = conn.WriteControl(websocket.CloseMessage,
@@ -191,7 +232,14 @@ func (c *Client) readEdge(ctx context.Context, conn *websocket.Conn, last *strin
 	defer stop()
 	rctx, stopReports := context.WithCancel(ctx)
 	defer stopReports()
-	go c.reportLoop(rctx, conn)
+	var edgeTok atomic.Pointer[string] // the token the edge holds for this connection
+	edgeTok.Store(&tok)
+	// A refresh between the dial and now: send its token at once.
+	select {
+	case c.tokenNews <- struct{}{}:
+	default:
+	}
+	go c.reportLoop(rctx, conn, &edgeTok)
 	conn.SetReadLimit(wire.MaxFrameBytes)
 	// Deadlines are on the real clock: they are about the network.
 	extend := func() { _ = conn.SetReadDeadline(time.Now().Add(c.cfg.EdgeReadTimeout)) }
@@ -214,6 +262,9 @@ func (c *Client) readEdge(ctx context.Context, conn *websocket.Conn, last *strin
 			return 0, err
 		}
 		if typ != websocket.BinaryMessage {
+			if isTokenAsk(data) {
+				c.answerTokenAsk(ctx, &edgeTok)
+			}
 			continue
 		}
 		c.stats.edgeFrames.Add(1)

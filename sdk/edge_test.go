@@ -1,6 +1,7 @@
 package sdk
 
 import (
+	"encoding/json"
 	"net/http"
 	"net/url"
 	"slices"
@@ -83,6 +84,7 @@ func TestEdgeCloseCodes(t *testing.T) {
 		wantEntry int // entry fetches before the second connection
 	}{
 		{"resume", CloseResume, 1},
+		{"resume gap", CloseResumeGap, 1},
 		{"draining", CloseDraining, 2},
 		{"token rejected", CloseTokenRejected, 2},
 		{"handshake 401", 0, 2},
@@ -128,8 +130,12 @@ func TestEdgeCloseCodes(t *testing.T) {
 				if want := "tok-" + string(rune('0'+tc.wantEntry)); q.Get("token") != want {
 					t.Errorf("second connection's token = %q, want %q", q.Get("token"), want)
 				}
-				if tc.code != 0 && q.Get("last") != g.ID {
-					t.Errorf("second connection's last = %q, want %q", q.Get("last"), g.ID)
+				wantLast := g.ID
+				if tc.code == CloseResumeGap {
+					wantLast = "" // the edge cannot resume from it: start fresh
+				}
+				if tc.code != 0 && q.Get("last") != wantLast {
+					t.Errorf("second connection's last = %q, want %q", q.Get("last"), wantLast)
 				}
 				if tc.code == CloseDraining && w.entryAt[1].Sub(w.entryAt[0]) > 3*time.Second+100*time.Millisecond {
 					t.Errorf("re-join waited %v of fake time, jitter is at most 3s", w.entryAt[1].Sub(w.entryAt[0]))
@@ -301,4 +307,42 @@ func TestStaleResumeStartsFresh(t *testing.T) {
 			t.Errorf("resumed with last=%q after the seen window", got)
 		}
 	})
+}
+
+// The edge's ask for a fresh token (the connection's expires soon) is
+// answered in-band: the client refreshes its entry and sends the new token
+// on the same connection, without reconnecting.
+func TestEdgeTokenAskAnsweredInBand(t *testing.T) {
+	w := newWorld(t)
+	got := make(chan string, 4)
+	w.edgeHandler = func(conn *websocket.Conn, n int) {
+		if n == 0 {
+			_ = conn.WriteMessage(websocket.TextMessage, []byte(`{"refresh":"token","exp_ms":1}`))
+		}
+		for {
+			typ, b, err := conn.ReadMessage()
+			if err != nil {
+				return
+			}
+			var m struct {
+				Token string `json:"token"`
+			}
+			if typ == websocket.TextMessage && json.Unmarshal(b, &m) == nil && m.Token != "" {
+				got <- m.Token
+			}
+		}
+	}
+	c := w.newClient(nil)
+	w.run()
+	select {
+	case tok := <-got:
+		if tok != "tok-2" {
+			t.Fatalf("in-band token %q, want the refreshed entry's tok-2", tok)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no token sent in-band after the edge asked")
+	}
+	if st := c.Stats(); st.EdgeTokenAsks != 1 || st.EdgeConnects != 1 || st.EdgeReconnects != 0 {
+		t.Errorf("stats = %+v, want one ask on one connection", st)
+	}
 }

@@ -173,6 +173,10 @@ func (c *Client) join(ctx context.Context, jitter time.Duration) error {
 		if err == nil {
 			c.offerClock(s.clock)
 			c.sess.Store(s)
+			select {
+			case c.tokenNews <- struct{}{}:
+			default:
+			}
 			c.joinOnce.Do(func() { close(c.joined) })
 			return nil
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -66,20 +67,49 @@ func (c *Client) report(conn *websocket.Conn) error {
 
 // reportLoop reports every ReportInterval until ctx ends or a write fails
 // (the connection is going away; the next one reports the change).
-func (c *Client) reportLoop(ctx context.Context, conn *websocket.Conn) {
-	if c.cfg.ReportInterval < 0 {
-		return
+func (c *Client) reportLoop(ctx context.Context, conn *websocket.Conn, edgeTok *atomic.Pointer[string]) {
+	var tick <-chan time.Time
+	if c.cfg.ReportInterval >= 0 {
+		t := time.NewTicker(c.cfg.ReportInterval)
+		defer t.Stop()
+		tick = t.C
 	}
-	t := time.NewTicker(c.cfg.ReportInterval)
-	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-tick:
 			if err := c.report(conn); err != nil {
+				return
+			}
+		case <-c.tokenNews:
+			if err := c.sendToken(conn, edgeTok); err != nil {
 				return
 			}
 		}
 	}
+}
+
+// sendToken sends the session's token in-band when the edge holds an older
+// one: the connection then outlives the token it was opened with, without
+// reconnecting (the edge closes a connection whose token expired).
+func (c *Client) sendToken(conn *websocket.Conn, edgeTok *atomic.Pointer[string]) error {
+	tok := c.sess.Load().entry.Token
+	if tok == *edgeTok.Load() {
+		return nil
+	}
+	b, err := json.Marshal(struct {
+		Token string `json:"token"`
+	}{tok})
+	if err != nil {
+		return err
+	}
+	c.reporter.mu.Lock() // one writer of data frames at a time, as report
+	defer c.reporter.mu.Unlock()
+	_ = conn.SetWriteDeadline(time.Now().Add(edgeWriteTimeout))
+	if err := conn.WriteMessage(websocket.TextMessage, b); err != nil {
+		return err
+	}
+	edgeTok.Store(&tok)
+	return nil
 }

@@ -51,6 +51,9 @@ type Stats struct {
 	EdgeFrames int64
 	// EdgeDecodeErrors counts edge frames that did not decode; each is skipped.
 	EdgeDecodeErrors int64
+	// EdgeTokenAsks counts the edge's asks for a fresh token (the
+	// connection's expires soon); each is answered in-band.
+	EdgeTokenAsks int64
 
 	// Delivered counts messages put on the Messages channel.
 	Delivered int64
@@ -94,6 +97,7 @@ type counters struct {
 	edgeDialErrors   atomic.Int64
 	edgeFrames       atomic.Int64
 	edgeDecodeErrors atomic.Int64
+	tokenAsks        atomic.Int64
 
 	delivered      atomic.Int64
 	duplicates     atomic.Int64
@@ -128,6 +132,7 @@ func (c *Client) Stats() Stats {
 		EdgeDialErrors:   s.edgeDialErrors.Load(),
 		EdgeFrames:       s.edgeFrames.Load(),
 		EdgeDecodeErrors: s.edgeDecodeErrors.Load(),
+		EdgeTokenAsks:    s.tokenAsks.Load(),
 		Delivered:        s.delivered.Load(),
 		Duplicates:       s.duplicates.Load(),
 		DroppedBarrage:   s.droppedBarrage.Load(),

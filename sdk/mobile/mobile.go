@@ -160,6 +160,7 @@ type Stats struct {
 	EdgeDialErrors   int64
 	EdgeFrames       int64
 	EdgeDecodeErrors int64
+	EdgeTokenAsks    int64
 	Delivered        int64
 	Duplicates       int64
 	DroppedBarrage   int64
@@ -459,6 +460,7 @@ func (c *Client) Stats() *Stats {
 		EdgeDialErrors:   s.EdgeDialErrors,
 		EdgeFrames:       s.EdgeFrames,
 		EdgeDecodeErrors: s.EdgeDecodeErrors,
+		EdgeTokenAsks:    s.EdgeTokenAsks,
 		Delivered:        s.Delivered,
 		Duplicates:       s.Duplicates,
 		DroppedBarrage:   s.DroppedBarrage,

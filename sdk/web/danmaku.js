@@ -12,7 +12,7 @@ export const MAX_VERSION = 2; // of segments, frames and manifests
 
 // Edge close codes (contract: edge WebSocket).
 export const CLOSE = Object.freeze({
-  RESUME: 4001, DRAINING: 4003, ROOM_ENDED: 4004, POLICY: 1008, TOO_BIG: 1009, TRY_LATER: 1013,
+  RESUME: 4001, RESUME_GAP: 4002, DRAINING: 4003, ROOM_ENDED: 4004, POLICY: 1008, TOO_BIG: 1009, TRY_LATER: 1013,
   BAD_HELLO: 4400, TOKEN_REJECTED: 4401, WRONG_NODE: 4403, HELLO_TIMEOUT: 4408,
   NO_SUCH_ROOM: 4404, ROOM_NOT_LIVE: 4409,
 });
@@ -427,7 +427,7 @@ export class DanmakuClient extends EventTarget {
       entryFetches: 0, segmentsFetched: 0, firstPollHits: 0, firstPollMisses: 0, notFoundRetries: 0,
       fetchErrors: 0, decodeErrors: 0, mismatchRetries: 0, mismatchSkipped: 0, seqGaps: 0,
       jumpsToLive: 0, skippedSlots: 0, edgeConnects: 0, edgeReconnects: 0, edgeDialErrors: 0,
-      edgeFrames: 0, edgeDecodeErrors: 0, reportsSent: 0, delivered: 0, duplicates: 0,
+      edgeFrames: 0, edgeDecodeErrors: 0, edgeTokenAsks: 0, reportsSent: 0, delivered: 0, duplicates: 0,
       sendsPosted: 0, sendsDeduped: 0, sendsDropped: 0, sendsHeldBack: 0, sendsFailed: 0,
       lastSegment: null, segmentMs: 0, edgeState: 'idle', edgeCloseCode: 0,
     };
@@ -809,6 +809,12 @@ export class DanmakuClient extends EventTarget {
           stuck = nextBackoff(stuck, ...EDGE_BACKOFF);
           await pause(jittered(stuck));
           break;
+        case CLOSE.RESUME_GAP:
+          // The edge no longer holds the resume point: start fresh; the
+          // poller's walk through the segments delivers the gap.
+          last = '';
+          if (cfg.rejoinJitterMs > 0) await pause(Math.random() * cfg.rejoinJitterMs);
+          break;
         case CLOSE.DRAINING:
         case CLOSE.TOKEN_REJECTED:
           // The session at close time: a refresh since the dial must not turn
@@ -850,17 +856,40 @@ export class DanmakuClient extends EventTarget {
       }
       ws.binaryType = 'arraybuffer';
       this._abort.signal.addEventListener('abort', onAbort, { once: true });
+      // The token the edge holds for this connection: a refreshed entry's
+      // goes out in-band, so the connection outlives the token it opened
+      // with (the edge closes one whose token expired, 4401).
+      let edgeTok = token;
+      const sendToken = () => {
+        const t = this._session?.entry.token;
+        if (ws.readyState !== 1 || !t || t === edgeTok) return;
+        ws.send(JSON.stringify({ token: t }));
+        edgeTok = t;
+      };
+      this.addEventListener('entry', sendToken);
       ws.onopen = () => {
         opened = true;
         this._stats.edgeConnects++;
         if (this._everConnected) this._stats.edgeReconnects++;
         this._everConnected = true;
         ws.send(JSON.stringify(last ? { token, last } : { token }));
+        sendToken(); // an entry refreshed while dialling
         this._edgeState('open');
         if (this.cfg.reportIntervalMs > 0) timer = setInterval(() => this._report(ws), this.cfg.reportIntervalMs);
       };
       ws.onmessage = (ev) => {
-        if (typeof ev.data === 'string') return;
+        if (typeof ev.data === 'string') {
+          // {"refresh":"token","exp_ms":N}: the edge asks for a fresh
+          // token. Send the session's when it is newer, else refresh the
+          // entry now (its token then goes out through sendToken).
+          let ask;
+          try { ask = JSON.parse(ev.data); } catch { return; }
+          if (ask?.refresh !== 'token') return;
+          this._stats.edgeTokenAsks++;
+          if (this._session?.entry.token !== edgeTok) sendToken();
+          else this._rejoin(this._session, 0);
+          return;
+        }
         frames++;
         this._stats.edgeFrames++;
         let f;
@@ -876,6 +905,7 @@ export class DanmakuClient extends EventTarget {
       };
       ws.onclose = (ev) => {
         clearInterval(timer);
+        this.removeEventListener('entry', sendToken);
         this._abort.signal.removeEventListener('abort', onAbort);
         this._edgeState('closed', ev.code);
         resolve({ opened, code: ev.code, frames, last });

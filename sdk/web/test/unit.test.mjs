@@ -8,7 +8,7 @@ import {
   segmentKey, manifestKey, dueMs, liveSlot, clockFromEntry, pollRetryMs, nextBackoff, jittered,
   parseID, compareIDs, identityOf, normalizeText, checkText, SendQueue, SeenSet, admit, RenderQueue,
   decodeSegment, decodeFrame, segmentMatches, manifestSlot, toMessage, DanmakuClient, watchVisibility,
-  KIND_BARRAGE, KIND_GIFT, KIND_SYSTEM,
+  KIND_BARRAGE, KIND_GIFT, KIND_SYSTEM, CLOSE,
 } from '../danmaku.js';
 
 const msg = (id, kind = KIND_BARRAGE, extra = {}) => ({ ...toMessage({ id, k: kind }, 'segment'), ...extra });
@@ -255,13 +255,14 @@ function fakeStack() {
   const D = 250, delay = 30, skew = 3600e3;
   const server = () => performance.now() + skew;
   const cdn = 'http://cdn.test/';
-  const log = { early: [], segs: [], sockets: [], posts: [], asked: new Set(), ready: false };
+  const log = { early: [], segs: [], sockets: [], posts: [], asked: new Set(), ready: false, entries: 0 };
   let seq = 0;
   const fetch = async (url, init = {}) => {
     const json = (status, body) => new Response(JSON.stringify(body), { status, headers: { 'Content-Type': 'application/json' } });
     if (url.startsWith('http://gslb.test/v1/entry')) {
       const now = server();
-      return json(200, { room: 'demo', user: 'u', role: 'viewer', ingest: ['http://ingest.test'], edge: ['ws://edge.test/v1/ws'], cdn, token: 'tok', token_expires_ms: now + 600e3, server_time_ms: Math.floor(now), segment_ms: D, publish_delay_ms: delay });
+      const token = log.entries++ === 0 ? 'tok' : `tok${log.entries}`; // a fresh one per entry
+      return json(200, { room: 'demo', user: 'u', role: 'viewer', ingest: ['http://ingest.test'], edge: ['ws://edge.test/v1/ws'], cdn, token, token_expires_ms: now + 600e3, server_time_ms: Math.floor(now), segment_ms: D, publish_delay_ms: delay });
     }
     if (url.startsWith('http://ingest.test/')) {
       log.posts.push({ url, auth: init.headers.Authorization, body: init.body, at: performance.now() });
@@ -484,4 +485,35 @@ test('send: failover to the next address on errors and wrong_node stays; other r
     assert.equal(sent.ok, tc.ok, tc.name);
     assert.deepEqual(st.log.map((p) => p.node), tc.nodes, tc.name);
   }
+});
+
+test('client: a resume close keeps last; a resume-gap close starts fresh', async () => {
+  for (const [code, want] of [[CLOSE.RESUME, { token: 'tok', last: '1000-1' }], [CLOSE.RESUME_GAP, { token: 'tok' }]]) {
+    const fs = fakeStack();
+    const c = new DanmakuClient({ entryURL: 'http://gslb.test/', room: 'demo', ticket: 't', firstJoinJitterMs: 0, rejoinJitterMs: 0, fetch: fs.fetch, WebSocket: fs.FakeWS });
+    const run = c.start();
+    while (fs.log.sockets.length === 0 || fs.log.sockets[0].sent.length === 0) await new Promise((r) => setTimeout(r, 10));
+    const ws = fs.log.sockets[0];
+    ws.frame({ v: 1, room: 'demo', m: [{ id: '1000-1', k: 2, u: 'bob', g: 'rose' }] });
+    ws.close(code);
+    while (fs.log.sockets.length < 2 || fs.log.sockets[1].sent.length === 0) await new Promise((r) => setTimeout(r, 10));
+    assert.deepEqual(JSON.parse(fs.log.sockets[1].sent[0]), want, `hello after close ${code}`);
+    c.stop();
+    await run;
+  }
+});
+
+test('client: the edge asks for a fresh token; it is refreshed and sent in-band', async () => {
+  const fs = fakeStack();
+  const c = new DanmakuClient({ entryURL: 'http://gslb.test/', room: 'demo', ticket: 't', firstJoinJitterMs: 0, fetch: fs.fetch, WebSocket: fs.FakeWS });
+  const run = c.start();
+  while (fs.log.sockets.length === 0 || fs.log.sockets[0].sent.length === 0) await new Promise((r) => setTimeout(r, 10));
+  const ws = fs.log.sockets[0];
+  ws.onmessage({ data: JSON.stringify({ refresh: 'token', exp_ms: 1 }) });
+  while (ws.sent.length < 2) await new Promise((r) => setTimeout(r, 10));
+  assert.deepEqual(JSON.parse(ws.sent[1]), { token: 'tok2' }, 'the refreshed token, in-band');
+  assert.equal(fs.log.sockets.length, 1, 'no reconnect');
+  assert.equal(c.stats().edgeTokenAsks, 1);
+  c.stop();
+  await run;
 });

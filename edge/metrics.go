@@ -70,11 +70,11 @@ type metrics struct {
 	// fresh tokens taken in-band by outcome (ok, refused, stale).
 	tokenAsks, tokenExpired prometheus.Counter
 	tokenRefreshes          *prometheus.CounterVec
-	catchUp      *prometheus.CounterVec
-	readErrors   prometheus.Counter
-	renderDrops  prometheus.Counter
-	heldSends    prometheus.Counter
-	badReports   prometheus.Counter
+	catchUp                 *prometheus.CounterVec
+	readErrors              prometheus.Counter
+	renderDrops             prometheus.Counter
+	heldSends               prometheus.Counter
+	badReports              prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {

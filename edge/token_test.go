@@ -58,7 +58,7 @@ func TestTokenRefreshInBand(t *testing.T) {
 	}
 
 	exp := clk.Now().Add(10 * time.Minute).Truncate(time.Second).UnixMilli() // tokens carry whole seconds
-	clk.Advance(10*time.Minute - 20*time.Millisecond) // within two ping intervals of the expiry
+	clk.Advance(10*time.Minute - 20*time.Millisecond)                        // within two ping intervals of the expiry
 	select {
 	case a := <-asks:
 		if a.ExpMs != exp {

@@ -47,6 +47,8 @@ type serveFlags struct {
 	edgeConnectRate     float64
 	edgeUserConns       int
 	edgeRoomConns       int
+	edgeTLSCert         string
+	edgeTLSKey          string
 	line                string
 	region              string
 	lines               linesclass.Config
@@ -128,6 +130,8 @@ func (f *serveFlags) register(fs interface {
 	fs.Float64Var(&f.edgeConnectRate, "edge-connect-rate", envFloat("DANMAKU_EDGE_CONNECT_RATE"), "edge: new connections a second the edge takes; beyond, 503 connect_rate with a jittered Retry-After (default 5000; negative: unlimited) [DANMAKU_EDGE_CONNECT_RATE]")
 	fs.IntVar(&f.edgeUserConns, "edge-max-user-conns", envInt("DANMAKU_EDGE_MAX_USER_CONNS"), "edge: connections one user may hold on this edge; beyond, 429 too_many_conns (default 8; negative: unlimited) [DANMAKU_EDGE_MAX_USER_CONNS]")
 	fs.IntVar(&f.edgeRoomConns, "edge-max-room-conns", envInt("DANMAKU_EDGE_MAX_ROOM_CONNS"), "edge: connections one room may hold on this edge; beyond, 503 room_full and the client tries its next edge (0: unlimited) [DANMAKU_EDGE_MAX_ROOM_CONNS]")
+	fs.StringVar(&f.edgeTLSCert, "edge-tls-cert", env("DANMAKU_EDGE_TLS_CERT", ""), "edge: PEM certificate chain; with -edge-tls-key the edge serves wss:// itself, re-reading both files when they change (empty: plain ws://, e.g. behind a TLS-terminating balancer) [DANMAKU_EDGE_TLS_CERT]")
+	fs.StringVar(&f.edgeTLSKey, "edge-tls-key", env("DANMAKU_EDGE_TLS_KEY", ""), "edge: PEM private key of -edge-tls-cert [DANMAKU_EDGE_TLS_KEY]")
 	fs.IntVar(&f.ingestCap, "ingest-capacity", envInt("DANMAKU_INGEST_CAPACITY"), "in-flight requests this ingest is sized for, reported to the gslb (0: unlimited) [DANMAKU_INGEST_CAPACITY]")
 	fs.StringVar(&f.line, "line", env("DANMAKU_LINE", ""), "ISP line this node's edge and ingest addresses serve, as the gslb's classifier names lines (empty: BGP, every line) [DANMAKU_LINE]")
 	fs.StringVar(&f.region, "region", env("DANMAKU_REGION", ""), "region this node stands in, reported to the gslb, as its classifier names regions (empty: unknown) [DANMAKU_REGION]")
@@ -184,6 +188,11 @@ func (f *serveFlags) stackConfig(roles []string) (stack.Config, stack.BackendCon
 		cfg.EdgeCapacity = f.maxConns
 	}
 	cfg.EdgeDrain, cfg.EdgeConnectRate, cfg.EdgeMaxUserConns, cfg.EdgeMaxRoomConns = f.edgeDrain, f.edgeConnectRate, f.edgeUserConns, f.edgeRoomConns
+	// File paths, not secrets: the key itself stays in its file.
+	if (f.edgeTLSCert == "") != (f.edgeTLSKey == "") {
+		return cfg, stack.BackendConfig{}, usageError{errors.New("-edge-tls-cert and -edge-tls-key go together: give both (the edge serves wss://) or neither (plain ws://)")}
+	}
+	cfg.EdgeTLSCert, cfg.EdgeTLSKey = f.edgeTLSCert, f.edgeTLSKey
 	if f.auditRetention < 0 || (f.auditRetention > 0 && f.auditRetention < time.Hour) {
 		return cfg, stack.BackendConfig{}, usageError{fmt.Errorf("-audit-retention %v: want at least 1h", f.auditRetention)}
 	}

@@ -12,8 +12,10 @@ package stack
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	stdlog "log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -42,6 +44,7 @@ import (
 	"danmaku/internal/redisx"
 	"danmaku/internal/stream"
 	"danmaku/internal/sysload"
+	"danmaku/internal/tlsx"
 	"danmaku/sdk/web"
 	"danmaku/slicer"
 )
@@ -206,6 +209,14 @@ type Config struct {
 	// MaxRoomConns). Zero: the edge's defaults.
 	EdgeConnectRate                    float64
 	EdgeMaxUserConns, EdgeMaxRoomConns int
+	// EdgeTLSCert and EdgeTLSKey are the PEM files of the certificate the
+	// edge serves WSS with (TLS 1.2 at least, HTTP/1.1 only), re-read when
+	// they change so that a renewal needs no restart. Both or neither.
+	// Zero: plain WS, for an edge behind a TLS-terminating balancer.
+	EdgeTLSCert, EdgeTLSKey string
+	// EdgeTLSPoll is how often the edge re-reads its certificate files.
+	// Zero: tlsx.DefaultPoll (5 s).
+	EdgeTLSPoll time.Duration
 	// CORSOrigins are the web origins whose pages may call the gslb and the
 	// ingest and connect to the edge ("*": any). Zero: none, except that
 	// with Demo the gslb's own origin is added (the demo page's).
@@ -234,7 +245,10 @@ type Stack struct {
 	allocator *gslb.Allocator
 	ingest    *ingest.Server
 	edge      *edge.Server
-	slicer    *slicer.Slicer
+	// edgeTLS is the edge's certificate when it terminates TLS itself
+	// (nil: plain WS); Run keeps it fresh.
+	edgeTLS *tlsx.Pair
+	slicer  *slicer.Slicer
 	// cpu samples the process's and the machine's CPU for the load
 	// reports of this process's edge and ingest.
 	cpu *sysload.Sampler
@@ -386,6 +400,9 @@ func New(cfg Config) (*Stack, error) {
 	if err := cfg.checkKeys(); err != nil {
 		return nil, err
 	}
+	if (cfg.EdgeTLSCert == "") != (cfg.EdgeTLSKey == "") {
+		return nil, fmt.Errorf("stack: edge TLS: %w (EdgeTLSCert %q, EdgeTLSKey %q)", tlsx.ErrIncomplete, cfg.EdgeTLSCert, cfg.EdgeTLSKey)
+	}
 	if cfg.EdgeDrain == 0 {
 		cfg.EdgeDrain = 10 * time.Second
 		if cfg.Dev {
@@ -474,9 +491,30 @@ func New(cfg Config) (*Stack, error) {
 		s.URLs[role] = "http://" + rs.ln.Addr().String()
 	}
 	if rs := byRole[RoleEdge]; rs != nil {
-		s.URLs[RoleEdge] = "ws://" + rs.ln.Addr().String() + "/v1/ws"
+		scheme := "ws://"
+		if cfg.EdgeTLSCert != "" {
+			// Loaded here, before anything serves, so that a certificate
+			// that does not load stops the process at start.
+			pair, err := tlsx.New(tlsx.Config{CertFile: cfg.EdgeTLSCert, KeyFile: cfg.EdgeTLSKey, Poll: cfg.EdgeTLSPoll, Logger: s.log.With("role", RoleEdge)})
+			if err != nil {
+				return nil, fmt.Errorf("stack: edge TLS: %w", err)
+			}
+			s.edgeTLS = pair
+			// net/http handshakes a *tls.Conn in the connection's own
+			// goroutine, bounded by the server's header timeout: a slow
+			// handshake holds up neither the accept loop nor, past that
+			// timeout, its goroutine.
+			rs.ln = tls.NewListener(rs.ln, pair.ServerConfig())
+			scheme = "wss://"
+		}
+		s.URLs[RoleEdge] = scheme + rs.ln.Addr().String() + "/v1/ws"
 		if cfg.EdgeURL != "" {
+			// The operator's public address wins (a name on the
+			// certificate, a balancer's port), whatever its scheme.
 			s.URLs[RoleEdge] = cfg.EdgeURL
+			if s.edgeTLS != nil && strings.HasPrefix(cfg.EdgeURL, "ws://") {
+				s.log.Warn("stack: the edge serves TLS but its advertised URL is plain ws://; clients will fail to connect unless something in between speaks TLS to it", "edge_url", cfg.EdgeURL)
+			}
 		}
 	}
 	if _, ok := byRole[RoleIngest]; ok && cfg.IngestURL != "" {
@@ -641,6 +679,9 @@ func New(cfg Config) (*Stack, error) {
 		// sets per-write deadlines itself.
 		rs.srv = httpx.NewServer(s.edge.Handler(), 0)
 		rs.srv.ReadTimeout = 0
+		if s.edgeTLS != nil {
+			rs.srv.ErrorLog = handshakeQuiet(s.log.With("role", RoleEdge))
+		}
 	}
 	if rs := byRole[RoleSlicer]; rs != nil {
 		s.slicer, err = slicer.New(slicer.Config{
@@ -710,6 +751,9 @@ func (s *Stack) Run(ctx context.Context) error {
 	}
 	if s.keyring != nil {
 		goRun(s.keyring.Run)
+	}
+	if s.edgeTLS != nil {
+		goRun(s.edgeTLS.Run)
 	}
 	if s.allocator != nil {
 		goRun(s.allocator.Run)
@@ -790,6 +834,26 @@ func (s *Stack) Run(ctx context.Context) error {
 		<-edgeDone
 	}
 	return err
+}
+
+// handshakeQuiet is the error log of an edge serving TLS: on a public
+// port, failed handshakes (scanners, clocks a year off, ws:// sent to a
+// wss:// port) come all day and say nothing about the edge, so they go to
+// debug; anything else net/http reports stays a warning.
+func handshakeQuiet(log *slog.Logger) *stdlog.Logger {
+	return stdlog.New(httpErrorWriter{log}, "", 0)
+}
+
+type httpErrorWriter struct{ log *slog.Logger }
+
+func (w httpErrorWriter) Write(p []byte) (int, error) {
+	msg := strings.TrimSpace(string(p))
+	level := slog.LevelWarn
+	if strings.HasPrefix(msg, "http: TLS handshake error") {
+		level = slog.LevelDebug
+	}
+	w.log.Log(context.Background(), level, msg)
+	return len(p), nil
 }
 
 // nodeCPU is what the process's edge and ingest report as their CPU: the

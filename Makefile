@@ -63,6 +63,18 @@ bench-ingest: deps ## upload path: loopback throughput vs a bare gin handler (5 
 		DANMAKU_REQUIRE_SERVERS=1 DANMAKU_LOAD=1 $(GO) test -run 'TestLoad' -count 1 -v -timeout 20m ./ingest | grep -E '^(=== RUN|--- |    load_test)'; \
 	done
 
+bench-gslb: deps ## gslb and tokens: allocation, entry over HTTP vs a bare handler (5 runs), token schemes and the hand-built path, load-table sync old vs new at 10x10/100x100/1000x10 (5 runs), balance simulation, idle edge CPU (docs/benchmarks.md)
+	DANMAKU_REQUIRE_SERVERS=1 $(GO) test -run '^$$' -bench 'Allocate$$' -benchmem -count 5 ./gslb
+	for run in 1 2 3 4 5; do \
+		$(GO) test -run '^$$' -bench EntryHTTP -benchtime 20000x -count 1 ./gslb | grep req/s; \
+	done
+	$(GO) test -run '^$$' -bench 'TokenScheme|BenchmarkSign|BenchmarkTicketVerify' -benchmem -count 5 ./auth
+	for run in 1 2 3 4 5; do \
+		DANMAKU_REQUIRE_SERVERS=1 $(GO) test -run '^$$' -bench BenchmarkSync -benchtime 200x -count 1 -timeout 10m ./gslb | grep bytes/sync; \
+	done
+	DANMAKU_SIM=1 $(GO) test -count=1 -run TestBalanceSimulationFull -v ./gslb/gslbsim
+	DANMAKU_REQUIRE_SERVERS=1 DANMAKU_IDLE_SECONDS=4s $(GO) test -run '^$$' -bench IdleEdgeCPU -benchtime 1x -count 3 ./edge
+
 bench-web: deps ## demo page frames per second, CPU throttled 4x, 60 comments/s, 5 runs (docs/benchmarks.md)
 	DANMAKU_REQUIRE_SERVERS=1 $(GO) test -run '^$$' -bench BrowserFPS -benchtime 1x -count 5 -timeout 10m ./sdk/web
 

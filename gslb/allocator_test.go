@@ -313,6 +313,37 @@ func TestEdgeHandOutFollowsHeadroom(t *testing.T) {
 	}
 }
 
+// A drained edge gets no new clients; restarted (the same id reporting
+// again, empty), it takes its share back at once — the largest, as the
+// emptiest — through the same hand-out, and its neighbours' shrink.
+func TestDrainedEdgeShareReturns(t *testing.T) {
+	busy := []gslb.NodeLoad{edge("e1", 6000, 10_000), edge("e2", 6000, 10_000), ingest("i1", 0, 0)}
+	drained := edge("e3", 6000, 10_000)
+	drained.Draining = true
+	f := newFixture(t, gslb.AllocatorConfig{Fallbacks: -1}, append(slices.Clone(busy), drained)...)
+	if n := handOuts(t, f, 1000)["ws://e3"]; n != 0 {
+		t.Fatalf("a draining edge was handed out %d times", n)
+	}
+	// Drained and gone: its report removed, then back empty.
+	if err := f.table.Remove(context.Background(), "e3"); err != nil {
+		t.Fatal(err)
+	}
+	f.clk.Advance(10 * time.Millisecond)
+	f.sync(t)
+	if n := handOuts(t, f, 1000)["ws://e3"]; n != 0 {
+		t.Fatalf("a removed edge was handed out %d times", n)
+	}
+	f.clk.Advance(10 * time.Millisecond)
+	f.report(t, append(slices.Clone(busy), edge("e3", 0, 10_000))...)
+	f.sync(t)
+	// Headroom 3,500 + 3,500 + 9,000 (the CPU bound, 90 %, comes first for
+	// an empty edge): e3 takes 9,000/16,000 of the next ones.
+	count := handOuts(t, f, 1600)
+	if got := count["ws://e3"]; math.Abs(float64(got)-900) > 2 {
+		t.Fatalf("restarted edge handed out %d of 1,600, want 900 ± 2 (its headroom share)", got)
+	}
+}
+
 // Between two syncs, a node with little headroom gets its share of the
 // allocations, not a block: handing out as many as the table can take gives
 // the small node no more than its headroom, wherever the window starts.

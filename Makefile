@@ -75,6 +75,11 @@ bench-gslb: deps ## gslb and tokens: allocation, entry over HTTP vs a bare handl
 	DANMAKU_SIM=1 $(GO) test -count=1 -run TestBalanceSimulationFull -v ./gslb/gslbsim
 	DANMAKU_REQUIRE_SERVERS=1 DANMAKU_IDLE_SECONDS=4s $(GO) test -run '^$$' -bench IdleEdgeCPU -benchtime 1x -count 3 ./edge
 
+bench-edge: deps ## edge: idle connection memory, fan-out CPU, connects with and without TLS, and the event-loop candidates at 10,000 connections (3 runs) (docs/benchmarks.md)
+	$(GO) test -run '^$$' -bench 'IdleConnMemory|Fanout' -benchtime 1x -count 3 ./edge
+	$(GO) test -run '^$$' -bench ConnectTLS -benchtime 2s -count 5 ./internal/stack
+	WSBENCH_CONNS=10000 WSBENCH_BROADCASTS=50 $(GO) test -run '^$$' -bench . -benchtime 1x -count 3 -timeout 25m ./internal/wsbench
+
 bench-web: deps ## demo page frames per second, CPU throttled 4x, 60 comments/s, 5 runs (docs/benchmarks.md)
 	DANMAKU_REQUIRE_SERVERS=1 $(GO) test -run '^$$' -bench BrowserFPS -benchtime 1x -count 5 -timeout 10m ./sdk/web
 

@@ -32,6 +32,7 @@ const safety = 30 * time.Second
 type envOpts struct {
 	cfg   func(*Config)
 	clock clock.Clock                     // of the stream store; nil: real
+	store *stream.MemoryStore             // shared with another env; nil: a new one
 	wrap  func(net.Listener) net.Listener // wraps the server's listener
 }
 
@@ -54,10 +55,13 @@ func newEnv(t testing.TB, o envOpts) *testEnv {
 	}
 	e := &testEnv{
 		t:     t,
-		store: stream.NewMemoryStore(o.clock),
+		store: o.store,
 		keys:  newKeyring(t, nil),
 		ts:    ts,
 		addr:  "ws://" + ts.Listener.Addr().String(),
+	}
+	if e.store == nil {
+		e.store = stream.NewMemoryStore(o.clock)
 	}
 	e.wsURL = e.addr + Path
 	cfg := Config{

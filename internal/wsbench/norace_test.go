@@ -1,0 +1,5 @@
+//go:build !race
+
+package wsbench
+
+const raceEnabled = false

@@ -88,7 +88,7 @@ func (s *Server) spamLimitsOf(v event.RoomView) spamLimits {
 	l := spamLimits{wordPolicy: s.cfg.WordPolicy}
 	if v.Event != nil {
 		l.event = v.Event.ID
-		l.eventRate = v.Event.EventRefill()
+		l.eventRate = v.EventRefill
 	}
 	if e := v.Room.Limits; e != nil {
 		l.dupWindow = time.Duration(e.DuplicateWindowMs) * time.Millisecond

@@ -34,8 +34,16 @@ type Directory struct {
 type snapshot struct {
 	events []Event
 	// rooms maps a room to the events that name it (an ended rehearsal and
-	// the concert, say).
-	rooms map[string][]*Event
+	// the concert, say), with the room's place in each and the event's
+	// global rate: a lookup runs for every comment, and an event holds up
+	// to a thousand rooms, so nothing is searched then.
+	rooms map[string][]roomRef
+}
+
+type roomRef struct {
+	e      *Event
+	i      int     // the room's index in e.Rooms
+	refill float64 // e.EventRefill()
 }
 
 // DirectoryConfig configures a Directory.
@@ -86,11 +94,12 @@ func (d *Directory) Refresh(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s := &snapshot{events: events, rooms: map[string][]*Event{}}
+	s := &snapshot{events: events, rooms: map[string][]roomRef{}}
 	for i := range s.events {
 		e := &s.events[i]
-		for _, r := range e.Rooms {
-			s.rooms[r.ID] = append(s.rooms[r.ID], e)
+		refill := e.EventRefill()
+		for k, r := range e.Rooms {
+			s.rooms[r.ID] = append(s.rooms[r.ID], roomRef{e: e, i: k, refill: refill})
 		}
 	}
 	d.snap.Store(s)
@@ -110,6 +119,8 @@ type RoomView struct {
 	Event *Event
 	Room  Room
 	State State
+	// EventRefill is Event.EventRefill(), worked out once per load.
+	EventRefill float64
 }
 
 // Lookup returns room's current event — the live one, else the next to
@@ -121,26 +132,23 @@ func (d *Directory) Lookup(room string) (RoomView, bool) {
 		return RoomView{}, false
 	}
 	now := d.clk.Now()
-	var best *Event
+	var best *roomRef
 	var bestState State
-	for _, e := range s.rooms[room] {
+	refs := s.rooms[room]
+	for k := range refs {
+		e := refs[k].e
 		st := e.StateAt(now)
 		switch {
 		case best == nil, rank(st) > rank(bestState),
-			st == bestState && st == Scheduled && e.Start.Before(best.Start),
-			st == bestState && st == Ended && e.EndTime().After(best.EndTime()):
-			best, bestState = e, st
+			st == bestState && st == Scheduled && e.Start.Before(best.e.Start),
+			st == bestState && st == Ended && e.EndTime().After(best.e.EndTime()):
+			best, bestState = &refs[k], st
 		}
 	}
 	if best == nil {
 		return RoomView{}, false
 	}
-	for _, r := range best.Rooms {
-		if r.ID == room {
-			return RoomView{Event: best, Room: r, State: bestState}, true
-		}
-	}
-	return RoomView{}, false
+	return RoomView{Event: best.e, Room: best.e.Rooms[best.i], State: bestState, EventRefill: best.refill}, true
 }
 
 // rank orders the states a room's events may be in: the live one wins.

@@ -276,3 +276,28 @@ func TestEventRefill(t *testing.T) {
 		t.Fatalf("EventRefill without a setting = %v, want 0", got)
 	}
 }
+
+// TestLookupCarriesEventRefill: the directory's view of every room of an
+// event carries the event's one rate, and each room its own settings,
+// found without a search.
+func TestLookupCarriesEventRefill(t *testing.T) {
+	now := time.Now()
+	e := event.Event{ID: "show", Start: now.Add(-time.Minute), End: now.Add(time.Hour), Rooms: []event.Room{
+		{ID: "a"},
+		{ID: "b", Limits: &event.Limits{RoomRefill: 50}},
+		{ID: "c", Limits: &event.Limits{EventRefill: 3000}},
+	}}
+	d, err := event.DirectoryOf(clock.NewFake(now), e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		v, ok := d.Lookup(id)
+		if !ok || v.EventRefill != 3000 || v.Room.ID != id || v.Event.ID != "show" {
+			t.Fatalf("Lookup(%s) = %+v, %v", id, v, ok)
+		}
+	}
+	if v, _ := d.Lookup("b"); v.Room.Limits == nil || v.Room.Limits.RoomRefill != 50 {
+		t.Fatalf("room b's own settings lost: %+v", v.Room)
+	}
+}

@@ -2,6 +2,7 @@ package sdk
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"math/rand/v2"
@@ -44,13 +45,17 @@ const (
 // falling back to the next ones, and resumes from the last id it received.
 func (c *Client) edgeLoop(ctx context.Context) {
 	var (
-		last     string        // newest id received from the edge
-		lastAt   time.Time     // server time the connection that gave last ended
-		stuck    time.Duration // back-off of frameless resume closes
-		idx      int
-		backoff  time.Duration
-		retryAt  time.Time // the latest Retry-After of the addresses tried
-		dialer   = websocket.Dialer{HandshakeTimeout: edgeHandshakeTimeout, Proxy: http.ProxyFromEnvironment}
+		last    string        // newest id received from the edge
+		lastAt  time.Time     // server time the connection that gave last ended
+		stuck   time.Duration // back-off of frameless resume closes
+		idx     int
+		backoff time.Duration
+		retryAt time.Time // the latest Retry-After of the addresses tried
+		// A session cache lets a reconnect to a wss:// edge resume its TLS
+		// session (one round trip, no key exchange): a drained edge's
+		// clients all reconnect within seconds.
+		dialer = websocket.Dialer{HandshakeTimeout: edgeHandshakeTimeout, Proxy: http.ProxyFromEnvironment,
+			TLSClientConfig: &tls.Config{ClientSessionCache: tls.NewLRUClientSessionCache(16)}}
 		everConn bool
 	)
 	for ctx.Err() == nil {

@@ -107,9 +107,13 @@ func TestReload(t *testing.T) {
 	second := tlsxtest.Write(t, dir, "second")
 	waitServed(second.X509.SerialNumber.String())
 
+	// Replacing a pair is two renames: a poll between them may see the new
+	// certificate with the old key and log that once. Count from here on.
+	before := len(logs.String())
 	tlsxtest.WriteFile(t, second.CertFile, []byte("truncated\n"))
+	after := func() string { return logs.String()[before:] }
 	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(logs.String(), "reload failed") {
+	for !strings.Contains(after(), "reload failed") {
 		if time.Now().After(deadline) {
 			t.Fatalf("bad pair not logged; logs:\n%s", logs.String())
 		}
@@ -119,7 +123,7 @@ func TestReload(t *testing.T) {
 	if serial() != second.X509.SerialNumber.String() {
 		t.Fatal("a bad pair replaced the good one")
 	}
-	if n := strings.Count(logs.String(), "reload failed"); n != 1 {
+	if n := strings.Count(after(), "reload failed"); n != 1 {
 		t.Fatalf("bad pair logged %d times, want once:\n%s", n, logs.String())
 	}
 	third := tlsxtest.Write(t, dir, "third")

@@ -11,9 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"danmaku/internal/audit"
 	"danmaku/internal/clock"
-	"danmaku/internal/httpx"
 )
 
 // Anti-spam components of the barrage path, checked in this order after the
@@ -258,93 +256,3 @@ const (
 	ReasonSensitiveWord = "sensitive_word"
 	ReasonDuplicate     = "duplicate"
 )
-
-// AntiSpam runs the anti-spam checks of one comment in order: bans, the
-// event's global limit, the word filter, duplicates. Bans and the global
-// limit come first because they cost no work on the text; duplicates come
-// after the filter so that a masked copy is compared as viewers would see
-// it. Any field may be nil (that check is off). Safe for concurrent use.
-type AntiSpam struct {
-	Bans   *BanList
-	Global *GlobalGate
-	Words  *WordFilter
-	Dups   *Duplicates
-}
-
-// SpamCheck is one comment's anti-spam judgement.
-type SpamCheck struct {
-	// Room, Event and User identify the comment (Event: its event's id,
-	// whose global rate GlobalPerSec is; <= 0: no global limit).
-	Room, Event, User string
-	GlobalPerSec      float64
-	// Text is the normalised comment; Policy the room's word policy.
-	Text   string
-	Policy WordPolicy
-	// DupWindow is the room's duplicate window (<= 0: the configured one).
-	DupWindow time.Duration
-	// Now is the ingest's clock.
-	Now time.Time
-}
-
-// SpamVerdict is what to do with the comment.
-type SpamVerdict struct {
-	// Reason is the check that stopped it ("" = it passes, possibly
-	// masked).
-	Reason string
-	// Text is what to store when it passes: the comment, masked when
-	// Masked.
-	Text   string
-	Masked bool
-	// Refuse, when set, is the coded answer for a stopped comment (a listed
-	// word under WordsRefuse); otherwise a stopped comment is answered as
-	// stored (silent drop).
-	Refuse *httpx.Error
-}
-
-// Passed reports whether the comment goes on to the room gate.
-func (v SpamVerdict) Passed() bool { return v.Reason == "" }
-
-// Decision is the verdict as the audit trail records it when the comment
-// is stopped here; a passing one is recorded with the room gate's outcome
-// (stored or masked) instead.
-func (v SpamVerdict) Decision() audit.Decision {
-	switch {
-	case v.Refuse != nil:
-		return audit.Rejected
-	case v.Reason != "":
-		return audit.Dropped
-	case v.Masked:
-		return audit.Masked
-	}
-	return audit.Stored
-}
-
-// Check judges one comment. Only the checks that run are charged: a
-// banned user's comment takes no global token, a comment over the global
-// limit is not remembered as a duplicate.
-func (a *AntiSpam) Check(c SpamCheck) SpamVerdict {
-	if a.Bans != nil && a.Bans.Banned(c.Room, c.User) {
-		return SpamVerdict{Reason: ReasonBanned}
-	}
-	if a.Global != nil && !a.Global.Allow(c.Event, c.GlobalPerSec) {
-		return SpamVerdict{Reason: ReasonGlobalLimit}
-	}
-	v := SpamVerdict{Text: c.Text}
-	if a.Words != nil {
-		text, wv := a.Words.Check(c.Text, c.Policy)
-		switch wv {
-		case WordsRejected:
-			v = SpamVerdict{Reason: ReasonSensitiveWord}
-			if c.Policy == WordsRefuse {
-				v.Refuse = RefusedWordError()
-			}
-			return v
-		case WordsMasked:
-			v.Text, v.Masked = text, true
-		}
-	}
-	if a.Dups != nil && a.Dups.SeenWithin(c.Room, v.Text, c.Now, c.DupWindow) {
-		return SpamVerdict{Reason: ReasonDuplicate}
-	}
-	return v
-}

@@ -1,7 +1,6 @@
 package ingest_test
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"sync"
@@ -13,8 +12,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"danmaku/ingest"
-	"danmaku/internal/audit"
-	"danmaku/internal/clock"
 )
 
 func newDuplicates(t testing.TB, cfg ingest.DuplicatesConfig) *ingest.Duplicates {
@@ -173,66 +170,4 @@ func BenchmarkDuplicates(b *testing.B) {
 			i++
 		}
 	})
-}
-
-// TestAntiSpamOrder: the checks run in order, each stopping the comment
-// with its reason, and only the checks that ran are charged.
-func TestAntiSpamOrder(t *testing.T) {
-	ctx := context.Background()
-	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
-	bans := ingest.NewMemoryBanStore()
-	_ = bans.Put(ctx, ingest.Ban{User: "troll", At: clk.Now()})
-	list, err := ingest.NewBanList(ingest.BanListConfig{Store: bans, Clock: clk, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := list.Refresh(ctx); err != nil {
-		t.Fatal(err)
-	}
-	global := &scriptedLimiter{inner: ingest.NewMemoryGlobalLimiter(clk)}
-	a := &ingest.AntiSpam{
-		Bans:   list,
-		Global: newGate(t, ingest.GlobalGateConfig{Limiter: global, Batch: 1, Clock: clk}),
-		Words:  newWordFilter(t, ingest.StaticWords{"spam"}, nil),
-		Dups:   newDuplicates(t, ingest.DuplicatesConfig{Clock: clk}),
-	}
-	check := func(user, text string, p ingest.WordPolicy, rate float64) ingest.SpamVerdict {
-		return a.Check(ingest.SpamCheck{Room: "r", Event: "ev", User: user, GlobalPerSec: rate, Text: text, Policy: p, Now: clk.Now()})
-	}
-	const rate = 3 // burst 3, no refill while the clock stands still
-	steps := []struct {
-		name, user, text string
-		policy           ingest.WordPolicy
-		rate             float64
-		reason, stored   string
-		decision         audit.Decision
-		refuse           bool
-	}{
-		{"banned, before the global limit", "troll", "hi", ingest.WordsMask, rate, ingest.ReasonBanned, "", audit.Dropped, false},
-		{"clean", "u1", "hello", ingest.WordsMask, rate, "", "hello", audit.Stored, false},
-		{"masked", "u2", "buy spam", ingest.WordsMask, rate, "", "buy ****", audit.Masked, false},
-		{"rejected silently", "u3", "spam!", ingest.WordsReject, 0, ingest.ReasonSensitiveWord, "", audit.Dropped, false},
-		{"refused with a code", "u3", "spam?", ingest.WordsRefuse, 0, ingest.ReasonSensitiveWord, "", audit.Rejected, true},
-		{"a masked copy is a duplicate", "u4", "BUY SPAM", ingest.WordsMask, 0, ingest.ReasonDuplicate, "", audit.Dropped, false},
-		{"a copy", "u5", "hello", ingest.WordsMask, 0, ingest.ReasonDuplicate, "", audit.Dropped, false},
-		{"global burst used up", "u6", "new text", ingest.WordsMask, rate, "", "new text", audit.Stored, false},
-		{"over the global limit", "u7", "another", ingest.WordsMask, rate, ingest.ReasonGlobalLimit, "", audit.Dropped, false},
-	}
-	for _, s := range steps {
-		v := check(s.user, s.text, s.policy, s.rate)
-		if v.Reason != s.reason || v.Passed() != (s.reason == "") || (v.Passed() && v.Text != s.stored) || v.Decision() != s.decision || (v.Refuse != nil) != s.refuse {
-			t.Fatalf("%s: %+v; want reason %q, text %q, decision %s, refuse %v", s.name, v, s.reason, s.stored, s.decision, s.refuse)
-		}
-	}
-	if v := check("u8", "another", ingest.WordsMask, 0); !v.Passed() {
-		t.Fatalf("a text over the global limit was remembered as a duplicate: %+v", v)
-	}
-	if n := global.calls.Load(); n != 4 {
-		t.Fatalf("global limiter asked %d times, want 4 (the banned comment and unlimited ones take no token)", n)
-	}
-	// Every check off: everything passes unchanged.
-	var none ingest.AntiSpam
-	if v := none.Check(ingest.SpamCheck{Room: "r", User: "troll", Text: "spam"}); !v.Passed() || v.Text != "spam" {
-		t.Fatalf("no checks: %+v", v)
-	}
 }

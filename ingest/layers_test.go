@@ -3,12 +3,14 @@ package ingest
 import (
 	"context"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 
 	"danmaku/auth"
 	"danmaku/internal/audit"
 	"danmaku/internal/clock"
+	"danmaku/internal/event"
 	"danmaku/internal/objstore"
 	"danmaku/internal/stream"
 )
@@ -86,5 +88,59 @@ func TestWordRefusePolicy(t *testing.T) {
 	}
 	if n := len(f.entries(t, room, stream.Barrage)); n != 0 {
 		t.Fatalf("stored %d", n)
+	}
+}
+
+// TestGlobalLimitThroughBarrage: the event's global limit, in the order
+// the server runs the anti-spam checks — a banned user's comment takes no
+// global token; comments over the limit are dropped (global_limit) and are
+// not remembered as duplicates, so the same text passes once the bucket
+// refills; a masked copy of a stored text is a duplicate.
+func TestGlobalLimitThroughBarrage(t *testing.T) {
+	clk := clock.NewFake(t0)
+	bans := NewMemoryBanStore()
+	ev := event.Event{ID: "show", Start: t0.Add(-time.Minute), End: t0.Add(time.Hour),
+		Rooms: []event.Room{{ID: room, Limits: &event.Limits{EventRefill: 3}}}}
+	dir, err := event.DirectoryOf(clk, ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFixtureOn(t, clk, stream.NewMemoryStore(clk), func(c *Config) {
+		c.Bans, c.Events = bans, dir
+		c.Global = NewMemoryGlobalLimiter(clk)
+		c.Words = StaticWords{"spam"}
+		c.UserCapacity = 100
+	})
+	ctx := context.Background()
+	if err := bans.Put(ctx, Ban{User: "troll", At: clk.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.srv.Bans().Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	viewer := func(u string) string { return f.token(t, room, u, auth.RoleViewer) }
+
+	f.barrage(t, viewer("troll"), "first!") // banned: takes no token
+	f.barrage(t, viewer("u1"), "hello")
+	f.barrage(t, viewer("u2"), "buy spam")
+	f.barrage(t, viewer("u3"), "BUY SPAM") // a copy once folded: a duplicate, though it took a token
+	f.barrage(t, viewer("u4"), "over the limit")
+	clk.Advance(time.Second) // the bucket refills
+	f.barrage(t, viewer("u5"), "over the limit")
+	got := f.entries(t, room, stream.Barrage)
+	var texts []string
+	for _, m := range got {
+		texts = append(texts, m.Text)
+	}
+	if want := []string{"hello", "buy ****", "over the limit"}; !slices.Equal(texts, want) {
+		t.Fatalf("stored %q, want %q", texts, want)
+	}
+	for _, r := range []struct {
+		reason string
+		n      float64
+	}{{"banned", 1}, {"global_limit", 1}, {"duplicate", 1}} {
+		if n := rejected(t, f.reg, "antispam", r.reason); n != r.n {
+			t.Errorf("rejected{antispam,%s} = %v, want %v", r.reason, n, r.n)
+		}
 	}
 }

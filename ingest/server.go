@@ -604,7 +604,7 @@ func (s *Server) barrage(c *gin.Context) {
 	m := wire.Message{Kind: wire.KindBarrage, User: claims.User(), Nick: claims.Nick, Avatar: claims.Avatar, Text: text}
 	// A banned user neither comments nor enters lotteries.
 	if s.bans.Banned(room, m.User) {
-		s.drop(c, &m, room, text, "antispam", "banned")
+		s.drop(c, &m, room, text, "antispam", ReasonBanned)
 		return
 	}
 	if s.lotteries != nil {
@@ -631,24 +631,24 @@ func (s *Server) barrage(c *gin.Context) {
 		return
 	}
 	if !s.global.Allow(sl.event, sl.eventRate) {
-		s.drop(c, &m, room, text, "antispam", "global_limit")
+		s.drop(c, &m, room, text, "antispam", ReasonGlobalLimit)
 		return
 	}
 	shown, verdict := s.words.Check(text, sl.wordPolicy)
 	switch verdict {
 	case WordsRejected:
 		if sl.wordPolicy == WordsRefuse {
-			s.record(&m, room, text, audit.Rejected, "sensitive_word", "")
+			s.record(&m, room, text, audit.Rejected, ReasonSensitiveWord, "")
 			s.reject(c, "antispam", RefusedWordError())
 			return
 		}
-		s.drop(c, &m, room, text, "antispam", "sensitive_word")
+		s.drop(c, &m, room, text, "antispam", ReasonSensitiveWord)
 		return
 	case WordsMasked:
 		m.Text = shown
 	}
 	if s.dups.SeenWithin(room, text, now, sl.dupWindow) {
-		s.drop(c, &m, room, text, "antispam", "duplicate")
+		s.drop(c, &m, room, text, "antispam", ReasonDuplicate)
 		return
 	}
 	decision, why := audit.Stored, ""

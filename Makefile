@@ -77,6 +77,7 @@ bench-gslb: deps ## gslb and tokens: allocation, entry over HTTP vs a bare handl
 
 bench-edge: deps ## edge: idle connection memory, fan-out CPU, connects with and without TLS, and the event-loop candidates at 10,000 connections (3 runs) (docs/benchmarks.md)
 	$(GO) test -run '^$$' -bench 'IdleConnMemory|Fanout' -benchtime 1x -count 3 ./edge
+	EDGE_SCALE_CONNS=10000 $(GO) test -run '^$$' -bench EdgeScale -benchtime 1x -count 3 -timeout 20m ./edge
 	$(GO) test -run '^$$' -bench ConnectTLS -benchtime 2s -count 5 ./internal/stack
 	WSBENCH_CONNS=10000 WSBENCH_BROADCASTS=50 $(GO) test -run '^$$' -bench . -benchtime 1x -count 3 -timeout 25m ./internal/wsbench
 

@@ -40,6 +40,15 @@ type Key struct {
 	Lane Lane
 }
 
+// SiteRoom is the room name of the site stream: the site-wide broadcasts
+// that every live room shows. No room can be named so (wire.ValidRoom), the
+// site stream is never registered as a room, and its messages carry
+// wire.Message.Site.
+const SiteRoom = "*site"
+
+// SiteKey is the site stream.
+var SiteKey = Key{Room: SiteRoom, Lane: Live}
+
 // Room is a room known to the store.
 type Room struct {
 	ID string

@@ -72,7 +72,9 @@ func (s *MemoryStore) Append(ctx context.Context, key Key, msgs []wire.Message) 
 		return nil, ErrClosed
 	}
 	st := s.stream(key)
-	s.openLocked(key.Room)
+	if key.Room != SiteRoom {
+		s.openLocked(key.Room)
+	}
 	out := make([]wire.Message, len(msgs))
 	now := s.clock.Now().UnixMilli()
 	for i, m := range msgs {

@@ -255,7 +255,7 @@ func (s *RedisStore) Append(ctx context.Context, key Key, msgs []wire.Message) (
 
 	sk := s.StreamKey(key)
 	now := s.clock.Now()
-	register := s.needsRegister(key.Room, now)
+	register := key.Room != SiteRoom && s.needsRegister(key.Room, now)
 	pipe := s.client.Pipeline()
 	var reg *redis.Cmd
 	if register {

@@ -77,13 +77,23 @@ type Message struct {
 	Order string `msgpack:"-" json:"order,omitempty"`
 	// Role is the sender's role for system messages ("host", "admin", "ops").
 	Role string `msgpack:"r,omitempty" json:"r,omitempty"`
+	// Site marks a site-wide broadcast (a system message shown in every
+	// room): its ID is the site stream's, not the room's, so its identity
+	// is of a lane of its own. Decoders that predate it ignore the field.
+	Site bool `msgpack:"st,omitempty" json:"st,omitempty"`
 }
 
 // Identity returns the key clients de-duplicate by. Ids are unique per room
 // and lane, and the lane follows from the kind (barrage has its own stream;
-// gifts and system messages share the live stream), so the key is the id
-// qualified by the lane.
-func (m *Message) Identity() string { return IdentityOf(m.Kind, m.ID) }
+// gifts and system messages share the live stream) or, for a site-wide
+// broadcast, is the site stream's, so the key is the id qualified by the
+// lane.
+func (m *Message) Identity() string {
+	if m.Site {
+		return "s/" + m.ID
+	}
+	return IdentityOf(m.Kind, m.ID)
+}
 
 // IdentityOf is Identity for a kind and an id (ids listed in Merged are of
 // the merged message's kind).

@@ -277,3 +277,22 @@ func messagesEqual(a, b wire.Message) bool {
 	}
 	return reflect.DeepEqual(a, b)
 }
+
+// TestSiteIdentity: a site-wide broadcast's identity is of a lane of its
+// own — its id is the site stream's and may equal a room message's — and
+// the flag survives a segment.
+func TestSiteIdentity(t *testing.T) {
+	room := wire.Message{ID: "1700000000000-0", Kind: wire.KindSystem, Text: "room"}
+	site := wire.Message{ID: "1700000000000-0", Kind: wire.KindSystem, Text: "site", Site: true}
+	if room.Identity() == site.Identity() {
+		t.Fatalf("room and site messages with one id share the identity %q", room.Identity())
+	}
+	b, err := wire.EncodeSegment(&wire.Segment{V: 1, Room: "r1", Second: 1_700_000_000, Dur: 1000, Messages: []wire.Message{wire.Slim(site)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seg, err := wire.DecodeSegment(b)
+	if err != nil || len(seg.Messages) != 1 || !seg.Messages[0].Site || seg.Messages[0].Identity() != site.Identity() {
+		t.Fatalf("decoded %+v, %v", seg, err)
+	}
+}

@@ -102,6 +102,11 @@ type Config struct {
 	// DuplicateWindow is how long a text suppresses copies of itself in a
 	// room. Zero: 10 s.
 	DuplicateWindow time.Duration
+	// BroadcastGiftValue is the total value (Value × max(Count, 1)) from
+	// which a gift is also announced site-wide: a system message every live
+	// room shows ("X sent 10×rocket in R"), at most 5 a second per node.
+	// Zero: never.
+	BroadcastGiftValue int64
 	// Global is the event-wide bucket shared by every ingest node (the
 	// rate is the event's event_refill; none without it). Nil: in memory.
 	Global GlobalLimiter
@@ -172,6 +177,7 @@ type Server struct {
 	// binding keeps a user's barrage on the user's primary ingest node.
 	binding *Binding
 
+	giftCast *giftBroadcaster // nil: BroadcastGiftValue unset
 	online   atomic.Pointer[map[string]int]
 	view     *gslb.TableView // of cfg.Load; syncOnline's only
 	inflight atomic.Int64
@@ -214,8 +220,8 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Hold == 0 {
 		cfg.Hold = defaultHold
 	}
-	if cfg.FlushWindow < 0 || cfg.Hold < 0 {
-		return nil, errors.New("ingest: FlushWindow and Hold must not be negative")
+	if cfg.FlushWindow < 0 || cfg.Hold < 0 || cfg.BroadcastGiftValue < 0 {
+		return nil, errors.New("ingest: FlushWindow, Hold and BroadcastGiftValue must not be negative")
 	}
 	if cfg.FastLane == nil {
 		cfg.FastLane = NewMemoryFastLane(cfg.Streams, cfg.Clock)
@@ -308,6 +314,13 @@ func New(cfg Config) (*Server, error) {
 	}
 	empty := map[string]int{}
 	s.online.Store(&empty)
+	if cfg.BroadcastGiftValue > 0 {
+		s.giftCast = &giftBroadcaster{
+			streams: cfg.Streams, min: cfg.BroadcastGiftValue,
+			bucket:  newRateBucket(giftBroadcastRate, giftBroadcastBurst, cfg.Clock),
+			counter: siteBroadcastCounter(cfg.Registerer),
+		}
+	}
 	if cfg.Load != nil {
 		// Read once a second: a missed log entry is superseded by the
 		// node's next report within 250 ms, so only the periodic whole
@@ -826,6 +839,11 @@ func (s *Server) gift(c *gin.Context) {
 	}
 	if !dup {
 		s.accepted.WithLabelValues("gift").Inc()
+		// A resent order broadcasts nothing: the first one did (or its
+		// failure was counted).
+		bctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request.Context()), 2*time.Second)
+		s.giftCast.gift(bctx, g.Room, m)
+		cancel()
 	}
 	c.JSON(http.StatusOK, gin.H{"ok": true, "id": id, "duplicate": dup})
 }

@@ -130,6 +130,15 @@ type roomState struct {
 	resumed *wire.Manifest
 	// ended is set by resume when the manifest says the room has ended.
 	ended bool
+
+	// siteFrom is the store time (unix ms) from which site broadcasts are
+	// shown in the room: its opening (siteWindow). handle tells the room's
+	// end, which closes the window; nil in tests of the loop's parts.
+	siteFrom int64
+	handle   *roomHandle
+	// siteFailing is set while reads of the site stream fail (logged
+	// once, and once recovered).
+	siteFailing bool
 }
 
 // heldKey is a message's identity (lane and id) without building a string:
@@ -139,7 +148,12 @@ type heldKey struct {
 	id   string
 }
 
-func keyOf(m *wire.Message) heldKey { return heldKey{laneIndex(m.Kind), m.ID} }
+func keyOf(m *wire.Message) heldKey {
+	if m.Site {
+		return heldKey{siteLane, m.ID}
+	}
+	return heldKey{laneIndex(m.Kind), m.ID}
+}
 
 // timing is the room's schedule under its current duration.
 func (s *Slicer) timing(st *roomState) wire.Timing {
@@ -264,6 +278,7 @@ func (s *Slicer) lead(ctx context.Context, room string, opened, acquired time.Ti
 	if st.ended {
 		return errRoomEnded // a predecessor finished it
 	}
+	st.handle = h
 	st.lease = &heldLease{}
 	st.lease.renewed.Store(acquired.UnixNano())
 	s.hold(room, st.lease)
@@ -330,6 +345,7 @@ func (s *Slicer) lead(ctx context.Context, room string, opened, acquired time.Ti
 			}
 		}
 		s.publishBacklog(ctx, st)
+		s.maybeTrimSite(ctx, st.readUpTo)
 		if end := h.endMs.Load(); end != 0 && s.finished(st, end) {
 			return s.finish(ctx, st)
 		}
@@ -536,7 +552,17 @@ func (s *Slicer) read(ctx context.Context, st *roomState) (now time.Time, draine
 		}
 		nlate += st.holdAll(b, l, late)
 		if len(b) < readBatch && len(l) < readBatch {
-			return now, true, nil
+			// The site stream after the drain, so that its entries
+			// stamped before now are delivered too; cut short (at
+			// maxPending), the room is not drained either.
+			drained, err := s.readSite(ctx, st, late, &nlate)
+			if errors.Is(err, errLostLease) {
+				return now, false, err
+			}
+			s.noteSiteRead(st, err)
+			// A failed site read holds nothing up: the room's own slots
+			// go on, and the broadcasts come in late (settleLate), once.
+			return now, drained || err != nil, nil
 		}
 	}
 }
@@ -567,6 +593,17 @@ func (s *Slicer) reclaim(ctx context.Context, st *roomState, minIdle time.Durati
 		}
 		n += len(es)
 	}
+	// The room's group on the site stream: what a deposed leader read and
+	// did not settle there (settleLate checks it against the segments).
+	if err := s.renew(ctx, st); err != nil {
+		return err
+	}
+	// A failure holds nothing up: they stay pending and idle on, and the
+	// next reclaim (reclaimEvery) claims them.
+	es, err := s.cfg.Streams.Claim(ctx, stream.SiteKey, s.siteGroup(st.room), s.cfg.NodeID, minIdle, 0)
+	s.noteSiteRead(st, err)
+	s.takeSite(ctx, st, es, late)
+	n += len(es)
 	if minIdle > 0 && n > 0 {
 		s.cfg.Logger.Info("slicer: claimed idle messages", "room", st.room, "count", n)
 	}
@@ -639,9 +676,14 @@ func (s *Slicer) writeSlot(ctx context.Context, st *roomState, storeNow, localNo
 	var (
 		queues [numQueues][]wire.Message
 		gifts  []wire.Message
+		site   []wire.Message // site broadcasts, oldest first
 		byID   = map[string]wire.Message{}
 	)
 	for _, m := range inputs {
+		if m.Site {
+			site = append(site, m)
+			continue
+		}
 		if m.Kind == wire.KindGift {
 			gifts = append(gifts, m)
 			byID[m.Identity()] = m
@@ -667,11 +709,22 @@ func (s *Slicer) writeSlot(ctx context.Context, st *roomState, storeNow, localNo
 	}
 
 	_, b := s.roomConf(st.room)
+	budget := slotBudget(b.budget, st.dur)
+	// Site broadcasts join the system queue, after the room's own system
+	// messages, up to their quota or what the room's own messages leave of
+	// the budget, whichever is more (siteQuota); the rest is carried.
+	own := 0
+	for q := range numQueues {
+		own += len(queues[q])
+	}
+	nsite := min(len(site), max(siteQuota(budget, b.shares), budget-own))
+	queues[QueueSystem] = append(queues[QueueSystem], site[:nsite]...)
+	siteCarried := site[nsite:]
 	var need [numQueues]int
 	for q := range numQueues {
 		need[q] = len(queues[q])
 	}
-	got := allocate(slotBudget(b.budget, st.dur), b.shares, need)
+	got := allocate(budget, b.shares, need)
 
 	var (
 		out     []wire.Message
@@ -703,6 +756,7 @@ func (s *Slicer) writeSlot(ctx context.Context, st *roomState, storeNow, localNo
 			out = append(out, wire.Slim(m))
 		}
 	}
+	carry = append(carry, siteCarried...)
 	sort.SliceStable(out, func(i, j int) bool { return wire.CompareIDs(out[i].ID, out[j].ID) < 0 })
 
 	seg := wire.NewSegment(st.room, st.dur, slot, st.seq)
@@ -756,6 +810,9 @@ func (s *Slicer) writeSlot(ctx context.Context, st *roomState, storeNow, localNo
 		for q := range numQueues {
 			s.m.perQueue.WithLabelValues(Queue(q).String()).Add(float64(got[q]))
 		}
+		if n := countSite(out); n > 0 {
+			s.m.site.WithLabelValues("written").Add(float64(n))
+		}
 		if sampled > 0 {
 			s.m.drops.WithLabelValues("sampled").Add(float64(sampled))
 		}
@@ -784,6 +841,7 @@ func (s *Slicer) writeSlot(ctx context.Context, st *roomState, storeNow, localNo
 	}
 	s.m.lag.Set(storeNow.Sub(time.UnixMilli(s.timing(st).Due(slot))).Seconds())
 	s.m.carried.Set(float64(len(carry)))
+	s.m.siteCarried.Set(float64(countSite(carry)))
 	s.maybeSwitch(ctx, st)
 	return nil
 }
@@ -843,9 +901,20 @@ func (st *roomState) remember(seg *wire.Segment) {
 // from the stream.
 func (s *Slicer) ack(ctx context.Context, room string, msgs []wire.Message) {
 	var ids [2][]string
+	var site []string
 	for _, m := range msgs {
+		if m.Site {
+			site = append(site, m.ID)
+			continue
+		}
 		i := laneIndex(m.Kind)
 		ids[i] = append(ids[i], m.ID)
+	}
+	if len(site) > 0 {
+		if err := s.cfg.Streams.Ack(ctx, stream.SiteKey, s.siteGroup(room), site...); err != nil {
+			// As below: claimed again later, found in its segment.
+			s.cfg.Logger.Warn("slicer: ack of site messages failed", "room", room, "err", err)
+		}
 	}
 	for i, lane := range lanes {
 		if len(ids[i]) == 0 {
@@ -879,6 +948,9 @@ func (s *Slicer) trim(ctx context.Context, st *roomState) {
 		}
 	}
 	lower := func(m *wire.Message) {
+		if m.Site {
+			return // of the site stream, trimmed by time (maybeTrimSite)
+		}
 		i := laneIndex(m.Kind)
 		if floors[i] != "" && wire.CompareIDs(m.ID, floors[i]) < 0 {
 			floors[i] = m.ID
@@ -939,6 +1011,9 @@ func (s *Slicer) resume(ctx context.Context, room string, opened time.Time) (*ro
 	}
 	dur, _ := s.roomConf(room)
 	cur := now.UnixMilli()
+	if !opened.IsZero() {
+		st.siteFrom = opened.UnixMilli()
+	}
 	obj, err := s.cfg.Objects.Get(ctx, wire.ManifestKey(room))
 	switch {
 	case errors.Is(err, objstore.ErrNotFound):
@@ -947,6 +1022,10 @@ func (s *Slicer) resume(ctx context.Context, room string, opened time.Time) (*ro
 		if o := opened.UnixMilli(); !opened.IsZero() && o < cur && time.Duration(cur-o)*time.Millisecond <= maxCatchUp {
 			st.next = o / st.dur
 		}
+		// A new room shows the broadcasts from its opening, or from its
+		// first segment when that is later (opened long ago, never
+		// written): never an hour of old ones.
+		st.siteFrom = max(st.siteFrom, st.next*st.dur)
 	case err != nil:
 		return nil, fmt.Errorf("slicer: read manifest: %w", err)
 	default:

@@ -146,6 +146,9 @@ type Slicer struct {
 	// gauge.
 	backlogMu sync.Mutex
 	backlogs  map[string]float64
+	// siteTrimmed is when (local unix ns) this process last trimmed the
+	// site stream.
+	siteTrimmed atomic.Int64
 }
 
 type metrics struct {
@@ -162,6 +165,8 @@ type metrics struct {
 	writeErrors prometheus.Counter
 	behind      prometheus.Gauge
 	reclaimed   prometheus.Counter
+	site        *prometheus.CounterVec
+	siteCarried prometheus.Gauge
 }
 
 // New checks cfg, applies defaults and returns a Slicer. It starts nothing.
@@ -260,7 +265,10 @@ func (m *metrics) register(r prometheus.Registerer) error {
 	m.writeErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "danmaku_slicer_write_errors_total", Help: "Failed segment writes (each retried, in order)."})
 	m.behind = prometheus.NewGauge(prometheus.GaugeOpts{Name: "danmaku_slicer_behind_seconds", Help: "How far the next unwritten second is past its due time (grows while object storage is down)."})
 	m.reclaimed = prometheus.NewCounter(prometheus.CounterOpts{Name: "danmaku_slicer_reclaimed_total", Help: "Messages reclaimed from a predecessor leader on takeover."})
-	for _, c := range []prometheus.Collector{m.written, m.bytes, m.latency, m.perQueue, m.drops, m.lag, m.ready, m.late, m.carried, m.leaderFor, m.writeErrors, m.behind, m.reclaimed} {
+	// Not by room: a slicer leads thousands of rooms.
+	m.site = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "danmaku_slicer_site_messages_total", Help: "Site-wide broadcasts by outcome, summed over the rooms led: written (into a room's segment, once per room), skipped (outside a room's window: before its opening or after its end)."}, []string{"outcome"})
+	m.siteCarried = prometheus.NewGauge(prometheus.GaugeOpts{Name: "danmaku_slicer_site_carried_messages", Help: "Site-wide broadcasts carried over to the next slot (over their share of the budget), last segment."})
+	for _, c := range []prometheus.Collector{m.written, m.bytes, m.latency, m.perQueue, m.drops, m.lag, m.ready, m.late, m.carried, m.leaderFor, m.writeErrors, m.behind, m.reclaimed, m.site, m.siteCarried} {
 		if err := r.Register(c); err != nil {
 			return fmt.Errorf("slicer: metrics: %w", err)
 		}

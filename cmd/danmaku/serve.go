@@ -27,6 +27,7 @@ type serveFlags struct {
 	segmentMs                          int64
 	retention                          time.Duration
 	minGift                            int64
+	broadcastGift                      int64
 	logLevel                           string
 	logJSON                            bool
 	corsOrigins                        string
@@ -106,6 +107,7 @@ func (f *serveFlags) register(fs interface {
 	fs.Int64Var(&f.segmentMs, "segment-ms", 0, "segment duration of rooms without their own setting: 1000, 500 or 250 (default 1000)")
 	fs.DurationVar(&f.retention, "room-retention", 0, "how long an ended room's streams are kept, for moderation (default 1h)")
 	fs.Int64Var(&f.minGift, "min-gift-value", 0, "lowest gift value the edge pushes (default: all)")
+	fs.Int64Var(&f.broadcastGift, "broadcast-gift-value", 0, "ingest: total gift value (value × count) from which a gift is also announced site-wide, in every live room (default: never)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&f.logJSON, "log-json", false, "log JSON lines instead of text")
 	fs.StringVar(&f.ingestURL, "ingest-url", env("DANMAKU_INGEST_URL", ""), "public URL of this ingest (default: http://<ingest listen address>) [DANMAKU_INGEST_URL]")
@@ -153,7 +155,7 @@ func (f *serveFlags) stackConfig(roles []string) (stack.Config, stack.BackendCon
 	cfg := stack.Config{
 		Roles:    roles,
 		GSLBAddr: f.gslb, IngestAddr: f.ingest, EdgeAddr: f.edge, OriginAddr: f.origin, SlicerAddr: f.slicer,
-		PublicCDN: f.cdn, DataDir: f.data, Budget: f.budget, SegmentMs: f.segmentMs, Retention: f.retention, MinGiftValue: f.minGift,
+		PublicCDN: f.cdn, DataDir: f.data, Budget: f.budget, SegmentMs: f.segmentMs, Retention: f.retention, MinGiftValue: f.minGift, BroadcastGiftValue: f.broadcastGift,
 		IngestURL: f.ingestURL, EdgeURL: f.edgeURL, NodeID: f.nodeID,
 		Dev:          f.dev,
 		EdgeCapacity: f.edgeCap, IngestCapacity: f.ingestCap, Line: f.line, Region: f.region, Lines: f.lines,

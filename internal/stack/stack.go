@@ -201,6 +201,10 @@ type Config struct {
 	Retention time.Duration
 	// MinGiftValue is the edge's push threshold. Zero: every gift.
 	MinGiftValue int64
+	// BroadcastGiftValue is the gift value from which the ingest also
+	// broadcasts a gift site-wide (ingest.Config.BroadcastGiftValue).
+	// Zero: never.
+	BroadcastGiftValue int64
 	// EdgeDrain is how long the edge drains on shutdown. Zero: 10 s; 1 s
 	// with Dev.
 	EdgeDrain time.Duration
@@ -649,6 +653,7 @@ func New(cfg Config) (*Stack, error) {
 			Gate: b.Gate, Gifts: b.Gifts, GiftBacklog: giftBacklog, FastLane: b.FastLane, Lotteries: b.Lotteries,
 			GiftKeys: cfg.GiftKeys, AnnounceKeys: cfg.AnnounceKeys, Events: s.events, Registerer: s.registry, Logger: s.log,
 			MaxInFlight: cfg.IngestCapacity, Line: cfg.Line, Region: cfg.Region, CPU: s.nodeCPU(),
+			BroadcastGiftValue: cfg.BroadcastGiftValue,
 		})
 		if err != nil {
 			return nil, err
@@ -657,6 +662,7 @@ func New(cfg Config) (*Stack, error) {
 		s.ingest.Register(e)
 		bans := s.ingest.Bans()
 		(&ingest.BanAPI{Store: s.ingest.BanStore(), Keys: cfg.OperatorKeys, Changed: func(ctx context.Context) { _ = bans.Refresh(ctx) }}).Register(e)
+		(&ingest.BroadcastAPI{Streams: b.Streams, Keys: cfg.OperatorKeys, Registerer: s.registry}).Register(e)
 		lotteries := s.ingest.Lotteries()
 		(&ingest.LotteryAPI{Store: b.Lotteries, Keys: cfg.OperatorKeys, Hosts: s.keyring, Changed: func(ctx context.Context) {
 			if lotteries != nil {

@@ -66,7 +66,7 @@ export function compareIDs(a, b) {
 }
 
 // The key messages are de-duplicated by: ids are unique per lane only.
-export const identityOf = (kind, id) => (kind === KIND_BARRAGE ? 'b/' : 'l/') + id;
+export const identityOf = (kind, id, site = false) => (site ? 's/' : kind === KIND_BARRAGE ? 'b/' : 'l/') + id;
 
 // Object key of slot n of a room whose segments last segmentMs: unix seconds
 // for 1 s rooms (as ever), the start in unix ms for shorter ones.
@@ -116,7 +116,7 @@ export function toMessage(w, via) {
   if (!w || typeof w !== 'object' || Array.isArray(w) || !parseID(w.id) || !isInt(w.k) ||
       w.k < KIND_BARRAGE || w.k > KIND_SYSTEM || !optInt(w.o) || (w.o ?? 0) < 0 || (w.o ?? 0) > 999 ||
       !optStr(w.u) || !optStr(w.n) || !optStr(w.a) || !optStr(w.x) || !optStr(w.g) || !optStr(w.r) ||
-      !optInt(w.v) || !optInt(w.c) || (w.c ?? 0) < 0 ||
+      !optInt(w.v) || !optInt(w.c) || (w.c ?? 0) < 0 || !(w.st === undefined || typeof w.st === 'boolean') ||
       !(w.ids === undefined || (Array.isArray(w.ids) && w.ids.every((id) => typeof id === 'string')))) {
     throw bad('message');
   }
@@ -125,6 +125,9 @@ export function toMessage(w, via) {
     text: w.x ?? '', gift: w.g ?? '', value: w.v ?? 0,
     count: w.c > 0 ? w.c : 1, // absent means one
     ids: w.ids ?? [], role: w.r ?? '', via,
+    // A site-wide broadcast: its id is the site stream's, de-duplicated in
+    // a lane of its own.
+    site: w.st === true,
   };
 }
 
@@ -195,7 +198,7 @@ export class SeenSet {
  */
 export function admit(seen, msg, now) {
   if (msg.ids.length === 0) {
-    const key = identityOf(msg.kind, msg.id);
+    const key = identityOf(msg.kind, msg.id, msg.site);
     if (seen.has(key)) return null;
     seen.add(key, now);
     return msg;

@@ -63,6 +63,7 @@ test('ids order like wire.CompareIDs, identities carry the lane', () => {
   assert.equal(identityOf(KIND_BARRAGE, '1-0'), 'b/1-0');
   assert.equal(identityOf(KIND_GIFT, '1-0'), 'l/1-0');
   assert.equal(identityOf(KIND_SYSTEM, '1-0'), 'l/1-0');
+  assert.equal(identityOf(KIND_SYSTEM, '1-0', true), 's/1-0', 'a site-wide broadcast has a lane of its own');
 });
 
 test('text normalisation and length like the Go SDK', () => {
@@ -221,7 +222,7 @@ const segBytes = (o) => encode({ v: 1, room: 'demo', t: 5, seq: 1, dur: 1000, m:
 
 test('segments, frames and manifests decode as docs/segment-format.md says', () => {
   const s = decodeSegment(segBytes({ m: [{ id: '5120-0', k: 1, o: 120, u: 'alice', x: 'hi', zz: 'unknown keys ignored' }] }));
-  assert.deepEqual(s.messages[0], { id: '5120-0', kind: 1, offset: 120, user: 'alice', nick: '', avatar: '', text: 'hi', gift: '', value: 0, count: 1, ids: [], role: '', via: 'segment' });
+  assert.deepEqual(s.messages[0], { id: '5120-0', kind: 1, offset: 120, user: 'alice', nick: '', avatar: '', text: 'hi', gift: '', value: 0, count: 1, ids: [], role: '', via: 'segment', site: false });
   assert.ok(segmentMatches(s, 'demo', 5, 1000));
   assert.ok(!segmentMatches(s, 'demo', 6, 1000));
   assert.ok(!segmentMatches(s, 'other', 5, 1000));

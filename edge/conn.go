@@ -50,6 +50,7 @@ type conn struct {
 	askedExp int64
 
 	queue    chan *frame   // bounded; filled by the hub without blocking
+	site     chan *frame   // site-wide broadcasts, beside queue (site.go)
 	done     chan struct{} // closed by kick
 	readDone chan struct{} // closed when readLoop returns
 	once     sync.Once
@@ -70,6 +71,7 @@ func newConn(s *Server, h *hub, ws *websocket.Conn, claims *auth.Claims) *conn {
 		ws:       ws,
 		user:     claims.User(),
 		queue:    make(chan *frame, s.cfg.QueueSize),
+		site:     make(chan *frame, siteQueueSize),
 		done:     make(chan struct{}),
 		readDone: make(chan struct{}),
 		idx:      -1,
@@ -158,6 +160,12 @@ func (c *conn) writeLoop(p resumePlan) {
 			if !c.writeFrame(f) {
 				return
 			}
+		case f := <-c.site:
+			// As it is: site messages are outside the room's id order, so
+			// a resume's skip does not apply to them.
+			if !c.writePrepared(f) {
+				return
+			}
 		case <-ping.C:
 			if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.s.cfg.WriteTimeout)); err != nil {
 				return
@@ -238,13 +246,7 @@ func (c *conn) writeFrame(f *frame) bool {
 			return c.writeMessages(f.msgs[i:], "")
 		}
 	}
-	_ = c.ws.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
-	if err := c.ws.WritePreparedMessage(f.pm); err != nil {
-		return false
-	}
-	c.s.m.framesSent.Inc()
-	c.s.m.messagesSent.Add(float64(len(f.msgs)))
-	return true
+	return c.writePrepared(f)
 }
 
 // writeMessages encodes msgs for this connection alone and writes them.

@@ -70,11 +70,14 @@ type metrics struct {
 	// fresh tokens taken in-band by outcome (ok, refused, stale).
 	tokenAsks, tokenExpired prometheus.Counter
 	tokenRefreshes          *prometheus.CounterVec
-	catchUp                 *prometheus.CounterVec
-	readErrors              prometheus.Counter
-	renderDrops             prometheus.Counter
-	heldSends               prometheus.Counter
-	badReports              prometheus.Counter
+	// site counts site-wide broadcast messages offered to connections,
+	// and skipped for a full site queue (the segments carry them).
+	site        *prometheus.CounterVec
+	catchUp     *prometheus.CounterVec
+	readErrors  prometheus.Counter
+	renderDrops prometheus.Counter
+	heldSends   prometheus.Counter
+	badReports  prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
@@ -99,6 +102,10 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 			Name: "danmaku_edge_closes_total",
 			Help: "Closed connections, by reason (resume, resume_gap, draining, policy, room_ended, token_expired, gone).",
 		}, []string{"reason"}),
+		site: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "danmaku_edge_site_messages_total",
+			Help: "Site-wide broadcast messages by outcome: offered to a connection's site queue, or skipped for a full one (the room's segments carry them).",
+		}, []string{"outcome"}),
 		tokenAsks: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "danmaku_edge_token_asks_total",
 			Help: "Connections asked in-band for a fresh token (theirs expires within two ping intervals).",
@@ -135,6 +142,8 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 	for _, c := range rejectCodes {
 		m.rejects.WithLabelValues(c)
 	}
+	m.site.WithLabelValues("offered")
+	m.site.WithLabelValues("skipped")
 	for _, o := range []string{"ok", "refused", "stale"} {
 		m.tokenRefreshes.WithLabelValues(o)
 	}
@@ -144,7 +153,7 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 	m.catchUp.WithLabelValues("ring")
 	m.catchUp.WithLabelValues("store")
 	cs := []prometheus.Collector{
-		m.framesSent, m.messagesSent, m.slow, m.rejects, m.closes, m.catchUp, m.tokenAsks, m.tokenExpired, m.tokenRefreshes,
+		m.framesSent, m.messagesSent, m.slow, m.rejects, m.closes, m.catchUp, m.tokenAsks, m.tokenExpired, m.tokenRefreshes, m.site,
 		m.readErrors, m.renderDrops, m.heldSends, m.badReports,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "danmaku_edge_connections",

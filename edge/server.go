@@ -46,6 +46,7 @@ type Server struct {
 	conns    atomic.Int64 // connections, handshakes in progress included
 	draining atomic.Bool
 	connects *connectBucket // admission: new connections a second
+	siteOnce sync.Once      // the site reader starts with the first hub
 	users    *userConns     // admission: connections per user
 	running  atomic.Bool
 	wg       sync.WaitGroup // hub goroutines and the load reporter
@@ -171,6 +172,7 @@ func (s *Server) acquire(room string) (*hub, error) {
 		s.hubs[room] = h
 		s.wg.Add(1)
 		go h.run()
+		s.startSite()
 	}
 	h.refs++
 	return h, nil

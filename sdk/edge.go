@@ -283,7 +283,9 @@ func (c *Client) readEdge(ctx context.Context, conn *websocket.Conn, last *strin
 			continue
 		}
 		for i := range f.Messages {
-			if wire.CompareIDs(f.Messages[i].ID, *last) > 0 {
+			// A site-wide broadcast's id is the site stream's, another id
+			// space: it must not move the room's resume point.
+			if !f.Messages[i].Site && wire.CompareIDs(f.Messages[i].ID, *last) > 0 {
 				*last = f.Messages[i].ID
 			}
 		}

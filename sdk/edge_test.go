@@ -346,3 +346,41 @@ func TestEdgeTokenAskAnsweredInBand(t *testing.T) {
 		t.Errorf("stats = %+v, want one ask on one connection", st)
 	}
 }
+
+// A site-wide broadcast pushed by the edge is delivered, but its id (the
+// site stream's) does not move the resume point: the reconnect after a
+// resume close asks for what follows the room's own last message.
+func TestEdgeSiteMessageKeepsLast(t *testing.T) {
+	w := newWorld(t)
+	s0 := w.serverSecond()
+	g := msgAt(s0, 100, 0, KindGift, "")
+	site := msgAt(s0, 900, 5, KindSystem, "site news")
+	site.Site = true
+	w.edgeHandler = func(conn *websocket.Conn, n int) {
+		if n == 0 {
+			_ = conn.WriteMessage(websocket.BinaryMessage, frameBytes(t, g, site))
+			_ = conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(CloseResume, "bye"), time.Now().Add(time.Second))
+		}
+		for {
+			if _, _, err := conn.ReadMessage(); err != nil {
+				return
+			}
+		}
+	}
+	c := w.newClient(nil)
+	w.run()
+	got := receive(t, c, 2)
+	if !got[1].Site && !got[0].Site {
+		t.Fatalf("the site message was not delivered: %+v", got)
+	}
+	eventually(t, "the resumed connection", func() bool {
+		var n int
+		w.lock(func() { n = len(w.edgeConns) })
+		return n >= 2
+	})
+	w.lock(func() {
+		if last := w.edgeConns[1].Get("last"); last != g.ID {
+			t.Fatalf("resumed with last %q, want the room gift's %q (not the site message's)", last, g.ID)
+		}
+	})
+}

@@ -903,7 +903,9 @@ export class DanmakuClient extends EventTarget {
           this._stats.edgeDecodeErrors++;
           return;
         }
-        for (const m of f.messages) if (compareIDs(m.id, last) > 0) last = m.id;
+        // A site-wide broadcast's id is the site stream's: it must not move
+        // the room's resume point.
+        for (const m of f.messages) if (!m.site && compareIDs(m.id, last) > 0) last = m.id;
         this._deliver(f.messages);
       };
       ws.onclose = (ev) => {

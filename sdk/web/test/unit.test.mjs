@@ -518,3 +518,20 @@ test('client: the edge asks for a fresh token; it is refreshed and sent in-band'
   c.stop();
   await run;
 });
+
+test('client: a site-wide broadcast from the edge does not move the resume point', async () => {
+  const fs = fakeStack();
+  const c = new DanmakuClient({ entryURL: 'http://gslb.test/', room: 'demo', ticket: 't', firstJoinJitterMs: 0, rejoinJitterMs: 0, fetch: fs.fetch, WebSocket: fs.FakeWS });
+  const got = [];
+  c.addEventListener('message', (e) => got.push(e.detail));
+  const run = c.start();
+  while (fs.log.sockets.length === 0 || fs.log.sockets[0].sent.length === 0) await new Promise((r) => setTimeout(r, 10));
+  const ws = fs.log.sockets[0];
+  ws.frame({ v: 1, room: 'demo', m: [{ id: '1000-1', k: 2, u: 'bob', g: 'rose' }, { id: '9000-5', k: 3, x: 'site news', r: 'ops', st: true }] });
+  ws.close(CLOSE.RESUME);
+  while (fs.log.sockets.length < 2 || fs.log.sockets[1].sent.length === 0) await new Promise((r) => setTimeout(r, 10));
+  assert.deepEqual(JSON.parse(fs.log.sockets[1].sent[0]), { token: 'tok', last: '1000-1' }, 'last is the room message');
+  assert.ok(got.some((m) => m.site && m.text === 'site news'), 'the site message was delivered');
+  c.stop();
+  await run;
+});

@@ -1,0 +1,134 @@
+package edge
+
+import (
+	"time"
+
+	"danmaku/internal/stream"
+	"danmaku/internal/wire"
+)
+
+// Site-wide broadcasts reach this edge's viewers through a path of their
+// own, beside the rooms': one reader of the site stream per edge (siteLoop,
+// started with the first room), which encodes each window's broadcasts
+// once per hub and offers the frame to every connection's site queue — not
+// its room queue. A storm of broadcasts therefore neither delays a room's
+// gifts (the room frames go on through their own queue) nor fills a room
+// queue and closes a connection with 4001. The edge is the fast path: every
+// live room's segments carry every broadcast once (the slicer), so a
+// connection whose site queue is full skips the frame (counted) and its
+// client gets the broadcast from the segments. Site messages are not in the
+// rooms' rings: a resume never replays them, and clients keep their ids
+// out of `last` (another id space).
+
+// siteQueueSize is each connection's site queue, in frames: a storm is
+// coalesced into one frame per merge window, so a few frames are a second
+// or so of it.
+const siteQueueSize = 4
+
+// startSite starts the site reader once, with the first hub.
+func (s *Server) startSite() {
+	s.siteOnce.Do(func() {
+		s.wg.Add(1)
+		go s.siteLoop()
+	})
+}
+
+// siteLoop tails the site stream from its end (broadcasts before this edge
+// started are in the segments) until the server stops, at most one batch
+// per merge window.
+func (s *Server) siteLoop() {
+	defer s.wg.Done()
+	ctx := s.ctx
+	backoff := 50 * time.Millisecond
+	var after string
+	for after == "" {
+		last, err := s.cfg.Store.LastID(ctx, stream.SiteKey)
+		if err == nil {
+			after = last
+			break
+		}
+		s.m.readErrors.Inc()
+		if !sleepCtx(ctx, backoff) {
+			return
+		}
+		backoff = min(2*backoff, maxBackoff)
+	}
+	var lastSent time.Time
+	for {
+		es, err := s.cfg.Store.Read(ctx, stream.SiteKey, after, readCount, s.cfg.ReadBlock)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			s.m.readErrors.Inc()
+			if !sleepCtx(ctx, backoff) {
+				return
+			}
+			backoff = min(2*backoff, maxBackoff)
+			continue
+		}
+		backoff = 50 * time.Millisecond
+		if len(es) == 0 {
+			continue
+		}
+		after = es[len(es)-1].ID
+		if wait := s.cfg.MergeWindow - time.Since(lastSent); wait > 0 && !sleepCtx(ctx, wait) {
+			return
+		}
+		// What arrived while waiting shares the frame.
+		if more, err := s.cfg.Store.Read(ctx, stream.SiteKey, after, readCount, 0); err == nil && len(more) > 0 {
+			es = append(es, more...)
+			after = more[len(more)-1].ID
+		}
+		s.fanSite(es)
+		lastSent = time.Now()
+	}
+}
+
+// fanSite offers es to every connection of every hub, encoded once per hub.
+func (s *Server) fanSite(es []stream.Entry) {
+	msgs := make([]wire.Message, 0, len(es))
+	for i := range es {
+		if es[i].Site && es[i].Kind == wire.KindSystem {
+			msgs = append(msgs, wire.Slim(es[i]))
+		}
+	}
+	if len(msgs) == 0 {
+		return
+	}
+	s.mu.Lock()
+	hubs := make([]*hub, 0, len(s.hubs))
+	for _, h := range s.hubs {
+		hubs = append(hubs, h)
+	}
+	s.mu.Unlock()
+	for _, h := range hubs {
+		frames, err := encodeFrames(h.room, msgs, true)
+		if err != nil {
+			s.log.Error("edge: encode site frame", "room", h.room, "err", err)
+			continue
+		}
+		for _, c := range h.snapshot() {
+			for _, f := range frames {
+				select {
+				case c.site <- f:
+					s.m.site.WithLabelValues("offered").Add(float64(len(f.msgs)))
+				default:
+					// The segments carry it; the room's traffic is untouched.
+					s.m.site.WithLabelValues("skipped").Add(float64(len(f.msgs)))
+				}
+			}
+		}
+	}
+}
+
+// writePrepared writes a shared frame as it is.
+func (c *conn) writePrepared(f *frame) bool {
+	_ = c.ws.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
+	if err := c.ws.WritePreparedMessage(f.pm); err != nil {
+		return false
+	}
+	c.s.m.framesSent.Inc()
+	c.s.m.messagesSent.Add(float64(len(f.msgs)))
+	return true
+}

@@ -485,6 +485,12 @@ func (s *Slicer) finish(ctx context.Context, st *roomState) error {
 	if err := s.cfg.Streams.CloseRoom(ctx, st.room, s.cfg.Retention); err != nil {
 		s.cfg.Logger.Warn("slicer: close room", "room", st.room, "err", err)
 	}
+	// The room's group on the site stream would otherwise stay for good
+	// (the site stream outlives every room). A room that opens again later
+	// starts a new one, skipping what precedes its opening.
+	if err := s.cfg.Streams.DropGroup(ctx, stream.SiteKey, s.siteGroup(st.room)); err != nil {
+		s.cfg.Logger.Warn("slicer: drop the room's site group", "room", st.room, "err", err)
+	}
 	s.cfg.Logger.Info("slicer: room ended", "room", st.room, "last_seq", st.seq-1)
 	return errRoomEnded
 }

@@ -260,8 +260,19 @@ func TestSiteWindowClosesAtRoomEnd(t *testing.T) {
 	if _, ok := r.siteCounts("r1")[out[0].ID]; ok {
 		t.Fatal("a broadcast after the room's end was written")
 	}
-	if st := r.st["r1"]; !r.s.finished(st, st.handle.endMs.Load()) {
+	st := r.st["r1"]
+	if !r.s.finished(st, st.handle.endMs.Load()) {
 		t.Fatal("the room cannot finish")
+	}
+	// Finishing drops the room's site group: read again, a group of that
+	// name starts afresh from the stream's start (the old one had settled
+	// both broadcasts and would hand out nothing).
+	if err := r.s.finish(context.Background(), st); !errors.Is(err, errRoomEnded) {
+		t.Fatalf("finish: %v", err)
+	}
+	again, err := r.streams.ReadGroup(context.Background(), stream.SiteKey, r.s.siteGroup("r1"), "check", 0, 0)
+	if err != nil || len(again) != 2 {
+		t.Fatalf("the ended room's site group was kept: a read gave %d entries, %v", len(again), err)
 	}
 }
 

@@ -92,6 +92,12 @@ type Store interface {
 	// has settled) survive until someone claims them.
 	PendingFloor(ctx context.Context, key Key, group string) (id string, ok bool, err error)
 
+	// DropGroup forgets group and whatever it holds pending (a room's group
+	// on the site stream once the room has ended: the site stream outlives
+	// every room). Dropping a group or a stream that does not exist is no
+	// error.
+	DropGroup(ctx context.Context, key Key, group string) error
+
 	// Ack acknowledges ids in group.
 	Ack(ctx context.Context, key Key, group string, ids ...string) error
 

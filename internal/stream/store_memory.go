@@ -223,6 +223,17 @@ func (s *MemoryStore) Ack(ctx context.Context, key Key, group string, ids ...str
 	return nil
 }
 
+// DropGroup implements Store.
+func (s *MemoryStore) DropGroup(ctx context.Context, key Key, group string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	delete(s.stream(key).groups, group)
+	return nil
+}
+
 // TrimBefore implements Store.
 func (s *MemoryStore) TrimBefore(ctx context.Context, key Key, minID string) error {
 	ms, seq, err := wire.ParseID(minID)

@@ -543,6 +543,19 @@ func (s *RedisStore) Ack(ctx context.Context, key Key, group string, ids ...stri
 	return nil
 }
 
+// DropGroup implements Store with XGROUP DESTROY; a stream that does not
+// exist (expired, never written) has no group to drop.
+func (s *RedisStore) DropGroup(ctx context.Context, key Key, group string) error {
+	if err := s.live(ctx); err != nil {
+		return opErr("drop group", key, err)
+	}
+	err := s.client.XGroupDestroy(ctx, s.StreamKey(key), group).Err()
+	if err != nil && !strings.Contains(err.Error(), "requires the key to exist") {
+		return opErr("drop group", key, err)
+	}
+	return nil
+}
+
 // TrimBefore implements Store with XTRIM key MINID = minID.
 //
 // Exact trimming, although "~" is cheaper (it only drops whole radix-tree

@@ -87,6 +87,7 @@ func Run(t *testing.T, newStore func(t *testing.T, clk *clock.Fake) stream.Store
 		{"AckRemovesPending", testAckRemovesPending},
 		{"PendingFloor", testPendingFloor},
 		{"TrimBefore", testTrimBefore},
+		{"DropGroup", testDropGroup},
 		{"ReadAfterID", testReadAfterID},
 		{"ReadAfterDollar", testReadAfterDollar},
 		{"ReadBlockWakes", testReadBlockWakes},
@@ -570,6 +571,28 @@ func testAckRemovesPending(e *env) {
 	e.expectIDs("claim after ack", idsOf(e.claim(keyB, "g", "c2", minIdle, 0)))
 	// Acks are per group: the other group still holds all four.
 	e.expectIDs("other group", e.claimIdle(keyB, "other", "c2", 4), idsOf(all)...)
+}
+
+func testDropGroup(e *env) {
+	all := e.append(keyB, sample(3))
+	e.readGroup(keyB, "room-a", "c", 0) // all three pending in room-a
+	e.readGroup(keyB, "room-b", "c", 0)
+	if err := e.s.DropGroup(e.ctx, keyB, "room-a"); err != nil {
+		e.t.Fatalf("DropGroup: %v", err)
+	}
+	if _, ok, err := e.s.PendingFloor(e.ctx, keyB, "room-b"); err != nil || !ok {
+		e.t.Fatalf("the other group lost its pending entries: %v, %v", ok, err)
+	}
+	// Gone with its pending entries: read again, it starts afresh.
+	e.expectEntries("a dropped group read again", e.readGroup(keyB, "room-a", "c", 0), all)
+	for _, tc := range []struct {
+		key   stream.Key
+		group string
+	}{{keyB, "never-made"}, {stream.Key{Room: "missing"}, "g"}} {
+		if err := e.s.DropGroup(e.ctx, tc.key, tc.group); err != nil {
+			e.t.Fatalf("DropGroup(%v, %s) of nothing: %v", tc.key, tc.group, err)
+		}
+	}
 }
 
 func testTrimBefore(e *env) {

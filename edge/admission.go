@@ -4,6 +4,8 @@ import (
 	"math/rand/v2"
 	"sync"
 	"time"
+
+	"danmaku/internal/bucket"
 )
 
 // Admission defaults. A show's start brings a whole audience at once; an
@@ -27,9 +29,8 @@ const (
 type connectBucket struct {
 	rate, burst float64 // rate ≤ 0: unlimited
 
-	mu     sync.Mutex
-	tokens float64
-	last   time.Time
+	mu sync.Mutex
+	b  bucket.Bucket
 }
 
 func newConnectBucket(rate float64, burst int) *connectBucket {
@@ -37,7 +38,6 @@ func newConnectBucket(rate float64, burst int) *connectBucket {
 	if b.burst <= 0 {
 		b.burst = max(1, rate)
 	}
-	b.tokens = b.burst
 	return b
 }
 
@@ -47,13 +47,9 @@ func (b *connectBucket) take(now time.Time) (bool, time.Duration) {
 		return true, 0
 	}
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	if !b.last.IsZero() {
-		b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
-	}
-	b.last = now
-	if b.tokens >= 1 {
-		b.tokens--
+	ok := b.b.Take(now, b.burst, b.rate, 1)
+	b.mu.Unlock()
+	if ok {
 		return true, 0
 	}
 	return false, time.Duration(connectRetryMin+rand.IntN(connectRetryMax-connectRetryMin+1)) * time.Second

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"danmaku/auth"
+	"danmaku/internal/bucket"
 	"danmaku/internal/clock"
 	"danmaku/internal/httpx"
 	"danmaku/internal/stream"
@@ -60,33 +61,24 @@ func normalizeText(s string, maxRunes int) (string, error) {
 	return t, nil
 }
 
-// rateBucket is a small token bucket. Safe for concurrent use.
+// rateBucket is a token bucket on a clock. Safe for concurrent use.
 type rateBucket struct {
 	rate, burst float64
 	clk         clock.Clock
 
-	mu     sync.Mutex
-	tokens float64
-	last   time.Time
+	mu sync.Mutex
+	b  bucket.Bucket
 }
 
 func newRateBucket(rate, burst float64, clk clock.Clock) *rateBucket {
-	return &rateBucket{rate: rate, burst: burst, clk: clock.Or(clk), tokens: burst}
+	return &rateBucket{rate: rate, burst: burst, clk: clock.Or(clk)}
 }
 
 func (b *rateBucket) take() bool {
+	now := b.clk.Now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	now := b.clk.Now()
-	if !b.last.IsZero() {
-		b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
-	}
-	b.last = now
-	if b.tokens < 1 {
-		return false
-	}
-	b.tokens--
-	return true
+	return b.b.Take(now, b.burst, b.rate, 1)
 }
 
 // BroadcastAPI is the operator API for site-wide broadcasts, on gin:

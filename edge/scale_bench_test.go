@@ -2,13 +2,13 @@ package edge
 
 import (
 	"bufio"
+	"danmaku/internal/wsbench"
 	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"testing"
@@ -80,7 +80,7 @@ func runEdgeScale(b *testing.B, n, fast, slow int) {
 	}
 	sb = strings.Builder{}
 	settle()
-	before := scaleSample()
+	before := wsbench.SampleMemory()
 
 	// Bounds the whole run: connecting (generously, 2 ms a connection),
 	// both phases, and a margin for a loaded machine.
@@ -157,7 +157,7 @@ func runEdgeScale(b *testing.B, n, fast, slow int) {
 	waitFor(b, "every connection", func() bool { return e.srv.Load().Conns == n })
 	b.StopTimer()
 	settle()
-	idle := scaleSample()
+	idle := wsbench.SampleMemory()
 
 	// 2. 10 gifts/s. CPU from the first append until the client has the
 	// last one: the server's work plus what it waits on, nothing else runs
@@ -179,9 +179,9 @@ func runEdgeScale(b *testing.B, n, fast, slow int) {
 		b.Fatalf("%v slow disconnects", d)
 	}
 	fn := float64(n)
-	b.ReportMetric(float64(idle.rss-before.rss)/fn, "rss-B/conn")
-	b.ReportMetric(float64(idle.heapStack-before.heapStack)/fn, "heap+stack-B/conn")
-	b.ReportMetric(float64(idle.goroutines-before.goroutines)/fn, "goroutines/conn")
+	b.ReportMetric(float64(idle.RSS-before.RSS)/fn, "rss-B/conn")
+	b.ReportMetric(float64(idle.HeapStack-before.HeapStack)/fn, "heap+stack-B/conn")
+	b.ReportMetric(float64(idle.Goroutines-before.Goroutines)/fn, "goroutines/conn")
 	b.ReportMetric(float64(cpu.Nanoseconds())/1e3/float64(r10.Deliveries), "cpu-µs/delivery")
 	// Per frame written to a connection: comparable across edges whether
 	// or not they batch gifts (a saturated one does, which lowers the
@@ -225,31 +225,4 @@ func settle() {
 			g = h
 		}
 	}
-}
-
-type scaleMem struct{ rss, heapStack, goroutines int64 }
-
-// scaleSample collects garbage and returns freed pages to the OS first, so
-// that RSS counts what is held, not what the scavenger has not returned yet.
-func scaleSample() scaleMem {
-	runtime.GC()
-	debug.FreeOSMemory()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	return scaleMem{rss: vmRSS(), heapStack: int64(ms.HeapInuse + ms.StackInuse), goroutines: int64(runtime.NumGoroutine())}
-}
-
-// vmRSS is this process's resident set from /proc (Linux); 0 elsewhere.
-func vmRSS() int64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for line := range strings.SplitSeq(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
 }

@@ -3,6 +3,7 @@
 package edge
 
 import (
+	"danmaku/internal/sysload"
 	"syscall"
 	"time"
 )
@@ -15,10 +16,4 @@ func smallRcvBuf(network, address string, c syscall.RawConn) error {
 }
 
 // cpuTime returns the CPU time (user + system) this process has used.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
+func cpuTime() time.Duration { return sysload.ProcessTime() }

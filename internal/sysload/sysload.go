@@ -12,6 +12,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -90,6 +91,29 @@ func (s *Sampler) sample(now time.Time) {
 }
 
 func clamp(f float64) float64 { return min(max(f, 0), 1) }
+
+// ProcessTime is the process's user + system CPU time so far; 0 where it
+// cannot be read. Benchmarks divide its growth by the work done.
+func ProcessTime() time.Duration {
+	d, _ := processCPU()
+	return d
+}
+
+// ResidentBytes is the process's resident set (VmRSS of /proc/self/status);
+// 0 where there is none to read.
+func ResidentBytes() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
 
 // processCPU is the process's user + system CPU time so far.
 func processCPU() (time.Duration, bool) {

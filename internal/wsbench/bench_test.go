@@ -2,16 +2,15 @@ package wsbench
 
 import (
 	"bufio"
+	"danmaku/internal/sysload"
 	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"runtime"
-	"runtime/debug"
 	"runtime/pprof"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -74,38 +73,6 @@ func envDur(k string, def time.Duration) time.Duration {
 	return def
 }
 
-type memSample struct{ rss, heapStack, goroutines int64 }
-
-// sample collects garbage and returns freed pages to the OS first, so that
-// RSS counts what is held, not what the scavenger has not returned yet.
-func sample() memSample {
-	runtime.GC()
-	debug.FreeOSMemory()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	return memSample{rss: vmRSS(), heapStack: int64(ms.HeapInuse + ms.StackInuse), goroutines: int64(runtime.NumGoroutine())}
-}
-
-func vmRSS() int64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for line := range strings.SplitSeq(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
-}
-
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // BenchmarkCandidates runs each candidate with WSBENCH_CONNS idle
 // connections (memory), then WSBENCH_BROADCASTS broadcasts WSBENCH_INTERVAL
 // apart (CPU per delivery and latency):
@@ -140,7 +107,7 @@ func runCandidate(b *testing.B, newSrv func(Options) (Server, error), n, bc int,
 		b.Fatal(err)
 	}
 	defer srv.Close()
-	before := sample()
+	before := SampleMemory()
 
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childAddr+"="+srv.Addr(), childConns+"="+strconv.Itoa(n), childBcasts+"="+strconv.Itoa(bc))
@@ -180,7 +147,7 @@ func runCandidate(b *testing.B, newSrv func(Options) (Server, error), n, bc int,
 	}
 	b.StopTimer()
 	time.Sleep(500 * time.Millisecond) // let handshake goroutines and buffers go
-	idle := sample()
+	idle := SampleMemory()
 	if p := os.Getenv("WSBENCH_HEAPPROFILE"); p != "" { // e.g. /tmp/heap-%s.pb.gz
 		if f, err := os.Create(fmt.Sprintf(p, strings.ReplaceAll(b.Name(), "/", "_"))); err == nil {
 			_ = pprof.Lookup("heap").WriteTo(f, 0)
@@ -188,7 +155,7 @@ func runCandidate(b *testing.B, newSrv func(Options) (Server, error), n, bc int,
 		}
 	}
 
-	cpu0 := cpuTime()
+	cpu0 := sysload.ProcessTime()
 	fmt.Fprintln(stdin, "GO")
 	t := time.NewTicker(every)
 	for i := range bc {
@@ -200,14 +167,14 @@ func runCandidate(b *testing.B, newSrv func(Options) (Server, error), n, bc int,
 	if err := json.Unmarshal([]byte(next("RESULT")), &res); err != nil {
 		b.Fatal(err)
 	}
-	cpu := cpuTime() - cpu0
+	cpu := sysload.ProcessTime() - cpu0
 	if want := int64(n * bc); res.Deliveries != want {
 		b.Errorf("delivered %d of %d (client errors %d)", res.Deliveries, want, res.Errors)
 	}
 	fn := float64(n)
-	b.ReportMetric(float64(idle.rss-before.rss)/fn, "rss-B/conn")
-	b.ReportMetric(float64(idle.heapStack-before.heapStack)/fn, "heap+stack-B/conn")
-	b.ReportMetric(float64(idle.goroutines-before.goroutines)/fn, "goroutines/conn")
+	b.ReportMetric(float64(idle.RSS-before.RSS)/fn, "rss-B/conn")
+	b.ReportMetric(float64(idle.HeapStack-before.HeapStack)/fn, "heap+stack-B/conn")
+	b.ReportMetric(float64(idle.Goroutines-before.Goroutines)/fn, "goroutines/conn")
 	b.ReportMetric(float64(cpu.Nanoseconds())/1e3/float64(max(res.Deliveries, 1)), "cpu-µs/delivery")
 	b.ReportMetric(res.P50ms, "p50-ms")
 	b.ReportMetric(res.P99ms, "p99-ms")

@@ -18,6 +18,7 @@ import (
 	"github.com/maxmind/mmdbwriter/mmdbtype"
 
 	"danmaku/gslb/lines"
+	"danmaku/internal/testenv"
 )
 
 // writeMMDB builds a database of recs (CIDR → record) at path, through a
@@ -316,24 +317,6 @@ func TestParseMapping(t *testing.T) {
 	}
 }
 
-// syncBuf is a log sink the Run goroutine and the test share.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestRefresh(t *testing.T) {
 	dir := t.TempDir()
 	db, cidr := filepath.Join(dir, "lines.mmdb"), filepath.Join(dir, "lines.txt")
@@ -453,7 +436,7 @@ func TestRefreshInPlace(t *testing.T) {
 func TestRun(t *testing.T) {
 	cidr := filepath.Join(t.TempDir(), "lines.txt")
 	writeFile(t, cidr, []byte("198.51.100.0/24 unicom\n"))
-	var logs syncBuf
+	var logs testenv.SyncBuffer
 	c, err := lines.New(lines.Config{CIDR: cidr, Poll: time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package reload_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -11,29 +10,13 @@ import (
 	"time"
 
 	"danmaku/internal/reload"
+	"danmaku/internal/testenv"
 )
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestEvery: refreshed at once and then on every tick; a run of failures
 // is logged once, the recovery once; ctx ends it with nil.
 func TestEvery(t *testing.T) {
-	var buf syncBuf
+	var buf testenv.SyncBuffer
 	log := slog.New(slog.NewTextHandler(&buf, nil))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -1,7 +1,6 @@
 package tlsx_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -10,30 +9,13 @@ import (
 	"net"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"danmaku/internal/testenv"
 	"danmaku/internal/tlsx"
 	"danmaku/internal/tlsx/tlsxtest"
 )
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
 
@@ -76,7 +58,7 @@ func TestNewErrors(t *testing.T) {
 func TestReload(t *testing.T) {
 	dir := t.TempDir()
 	first := tlsxtest.Write(t, dir, "first")
-	var logs syncBuf
+	var logs testenv.SyncBuffer
 	p, err := tlsx.New(tlsx.Config{CertFile: first.CertFile, KeyFile: first.KeyFile, Poll: 10 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)

@@ -161,13 +161,7 @@ func TestAuditCommandErrors(t *testing.T) {
 func TestServeAuditFlags(t *testing.T) {
 	parse := func(args ...string) (stack.Config, stack.BackendConfig, error) {
 		t.Helper()
-		var f serveFlags
-		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-		f.register(fs)
-		if err := fs.Parse(args); err != nil {
-			t.Fatal(err)
-		}
-		return f.stackConfig([]string{"ingest"})
+		return parseServe(t, "ingest", args...)
 	}
 	if _, _, err := parse("-audit-dir", ""); err == nil || !strings.Contains(err.Error(), "cannot be switched off") {
 		t.Fatalf("no audit store: err = %v", err)
@@ -189,13 +183,7 @@ func TestServeAuditFlags(t *testing.T) {
 func TestServeGSLBFlags(t *testing.T) {
 	parse := func(args ...string) (stack.Config, error) {
 		t.Helper()
-		var f serveFlags
-		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-		f.register(fs)
-		if err := fs.Parse(args); err != nil {
-			t.Fatal(err)
-		}
-		cfg, _, err := f.stackConfig([]string{"gslb"})
+		cfg, _, err := parseServe(t, "gslb", args...)
 		return cfg, err
 	}
 	cfg, err := parse("-trusted-proxies", "10.0.0.0/8, 192.0.2.7", "-lines-cidr", "/x/lines.txt", "-lines-isp", "as4134=telecom",
@@ -216,4 +204,17 @@ func TestServeGSLBFlags(t *testing.T) {
 			t.Errorf("%v: no error", bad)
 		}
 	}
+}
+
+// parseServe parses a role's serve flags from args and returns its stack
+// configuration, as the role would start with.
+func parseServe(t *testing.T, role string, args ...string) (stack.Config, stack.BackendConfig, error) {
+	t.Helper()
+	var f serveFlags
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	f.register(fs)
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	return f.stackConfig([]string{role})
 }

@@ -1,49 +1,24 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"danmaku/internal/stack"
+	"danmaku/internal/testenv"
 	"danmaku/internal/tlsx/tlsxtest"
 )
-
-type lockedBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestServeEdgeTLSFlags: the two files reach the stack from flags or the
 // environment, and one without the other is a usage error.
 func TestServeEdgeTLSFlags(t *testing.T) {
 	parse := func(args ...string) (stack.Config, error) {
 		t.Helper()
-		var f serveFlags
-		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-		f.register(fs)
-		if err := fs.Parse(args); err != nil {
-			t.Fatal(err)
-		}
-		cfg, _, err := f.stackConfig([]string{"edge"})
+		cfg, _, err := parseServe(t, "edge", args...)
 		return cfg, err
 	}
 	t.Setenv("DANMAKU_EDGE_TLS_CERT", "")
@@ -87,7 +62,7 @@ func TestServeEdgeTLS(t *testing.T) {
 	}
 
 	missing := filepath.Join(dir, "missing.pem")
-	var out, errOut lockedBuf
+	var out, errOut testenv.SyncBuffer
 	err := edge(context.Background(), args(missing, c.KeyFile), &out, &errOut)
 	var ue usageError
 	if err == nil || errors.As(err, &ue) || !strings.Contains(err.Error(), missing) {

@@ -200,17 +200,29 @@ func NewEngine(cfg EngineConfig) *gin.Engine {
 	}
 	e := gin.New()
 	e.HandleMethodNotAllowed = true
-	// An API answers a path it does not serve with a coded 404, not a
-	// body-less redirect a POST cannot follow (a user id of "/" in
-	// /v1/admin/bans/%2F would otherwise be sent to another path).
+	// Every path has one spelling. gin's redirects (trailing slash, fixed
+	// case or dots) answer with an HTML body a POST cannot follow, and
+	// copy the query — a ?ticket= or ?token= — into Location, where
+	// proxies and browser histories keep it; a path no route names is a
+	// coded 404 instead.
 	e.RedirectTrailingSlash = false
+	e.RedirectFixedPath = false
+	e.RemoveExtraSlash = false
+	// Routes match the path as sent, and parameters are unescaped after
+	// matching: a ban of user "a/b" is /v1/admin/bans/a%2Fb, not a path
+	// of four segments that no route has.
+	e.UseEscapedPath = true
+	e.UnescapePathValues = true
 	if err := e.SetTrustedProxies(cfg.TrustedProxies); err != nil {
 		log.Error("httpx: bad trusted proxies; trusting none", "err", err)
 		_ = e.SetTrustedProxies(nil)
 	}
 	e.Use(gin.CustomRecoveryWithWriter(io.Discard, func(c *gin.Context, rec any) {
-		// A panic is a bug; the client still gets the coded shape.
-		log.Error("panic in handler", "role", cfg.Role, "path", c.FullPath(), "panic", rec)
+		// A panic is a bug; the client still gets the coded shape. The
+		// log names the route, never the query or the headers: those may
+		// hold a ticket, a token or a service key (gin's own dump, which
+		// prints the headers, goes to io.Discard).
+		log.Error("panic in handler", "role", cfg.Role, "method", c.Request.Method, "route", c.FullPath(), "panic", rec)
 		Abort(c, Errorf(http.StatusInternalServerError, CodeInternal, "internal error"))
 	}))
 	if cfg.CORS != nil {
@@ -233,17 +245,44 @@ func NewEngine(cfg EngineConfig) *gin.Engine {
 	e.GET("/healthz", health)
 	e.HEAD("/healthz", health)
 	if cfg.Gatherer != nil {
-		h := promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{})
+		// A collector that fails leaves its metrics out (and is logged)
+		// rather than turning the whole scrape into promhttp's plain-text
+		// 500.
+		h := promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{
+			ErrorHandling: promhttp.ContinueOnError,
+			ErrorLog:      promLog{log},
+		})
 		e.GET("/metrics", gin.WrapH(h))
 	}
 	return e
 }
+
+// promLog hands promhttp's errors to the role's logger.
+type promLog struct{ log *slog.Logger }
+
+func (p promLog) Println(v ...any) { p.log.Error("metrics: " + fmt.Sprint(v...)) }
+
+// MaxHeaderBytes bounds a request's header block. Clients send a bearer
+// token of at most 4 KiB and little else; net/http reads up to 4 KiB past
+// the bound before it answers 431.
+const MaxHeaderBytes = 16 << 10
 
 // NewServer returns an http.Server with explicit timeouts. Clients of every
 // role are on the open internet: without a header timeout a slow-loris holds a
 // connection forever, and without an idle timeout keep-alive connections of
 // millions of pollers pile up. WriteTimeout is left to the caller because the
 // edge upgrades to long-lived WebSockets.
+//
+// Some answers net/http writes itself, before any handler runs, in plain
+// text, closing the connection: 400 for a request line, header or Host it
+// cannot parse, 431 for a header block over MaxHeaderBytes, 501 for a
+// Transfer-Encoding it does not know, 505 for an HTTP version other than
+// 1.x, 417 (without a body) for an Expect other than 100-continue, and (the
+// TLS edge) 400 to plain HTTP. net/http offers no hook for them; only a
+// listener that parsed every request a second time could rewrite them, a
+// second HTTP parser in front of the first for answers no real client
+// provokes. docs/api.md lists them. A request that times out reading its
+// header gets no answer at all.
 func NewServer(h http.Handler, writeTimeout time.Duration) *http.Server {
 	return &http.Server{
 		Handler:           h,
@@ -251,7 +290,7 @@ func NewServer(h http.Handler, writeTimeout time.Duration) *http.Server {
 		ReadTimeout:       15 * time.Second,
 		WriteTimeout:      writeTimeout,
 		IdleTimeout:       90 * time.Second,
-		MaxHeaderBytes:    16 << 10,
+		MaxHeaderBytes:    MaxHeaderBytes,
 	}
 }
 

@@ -175,6 +175,79 @@ func TestIfNoneMatch(t *testing.T) {
 	}
 }
 
+// TestConditionalGet: what a CDN revalidating its copy sends, answered as
+// RFC 9110 says; 304s carry the headers a cache refreshes its copy from.
+func TestConditionalGet(t *testing.T) {
+	store, etag := newStoreWithSegment(t)
+	srv := newOrigin(t, store)
+	weak := "W/" + etag
+	tests := []struct {
+		name   string
+		header http.Header
+		status int
+	}{
+		{"star", http.Header{"If-None-Match": {"*"}}, http.StatusNotModified},
+		{"weak", http.Header{"If-None-Match": {weak}}, http.StatusNotModified},
+		{"list", http.Header{"If-None-Match": {`"old", ` + etag}}, http.StatusNotModified},
+		{"two lines", http.Header{"If-None-Match": {`"old"`, weak}}, http.StatusNotModified},
+		{"list without it", http.Header{"If-None-Match": {`"old", W/"older"`}}, http.StatusOK},
+		{"a date alone is ignored: no Last-Modified", http.Header{"If-Modified-Since": {"Fri, 01 Jan 2100 00:00:00 GMT"}}, http.StatusOK},
+		{"If-None-Match decides over a date", http.Header{"If-None-Match": {`"old"`}, "If-Modified-Since": {"Fri, 01 Jan 2100 00:00:00 GMT"}}, http.StatusOK},
+		{"If-Match holds", http.Header{"If-Match": {etag}}, http.StatusOK},
+		{"If-Match holds, If-None-Match matches", http.Header{"If-Match": {etag}, "If-None-Match": {etag}}, http.StatusNotModified},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, method := range []string{http.MethodGet, http.MethodHead} {
+				resp, body := do(t, method, srv.URL+"/"+segKey, tt.header)
+				if resp.StatusCode != tt.status {
+					t.Fatalf("%s: status %d, want %d", method, resp.StatusCode, tt.status)
+				}
+				if resp.Header.Get("ETag") != etag || resp.Header.Get("Cache-Control") != wire.SegmentCacheControl {
+					t.Errorf("%s: headers %v", method, resp.Header)
+				}
+				if tt.status == http.StatusNotModified && len(body) != 0 {
+					t.Errorf("%s: 304 with a body %q", method, body)
+				}
+			}
+		})
+	}
+	// If-Match names another version: 412, coded.
+	resp, body := do(t, http.MethodGet, srv.URL+"/"+segKey, http.Header{"If-Match": {`"old"`}})
+	expectCoded(t, resp, body, http.StatusPreconditionFailed, origin.CodePreconditionFailed)
+	// Conditions on a missing object change nothing: 404.
+	resp, body = do(t, http.MethodGet, srv.URL+"/rooms/r1/s/1.msgpack", http.Header{"If-None-Match": {"*"}, "If-Match": {"*"}})
+	expectCoded(t, resp, body, http.StatusNotFound, httpx.CodeNotFound)
+}
+
+// TestOneURLPerObject: an object is served under its key as written and no
+// other spelling, so a cache never holds a manifest twice (one copy going
+// stale under a second key).
+func TestOneURLPerObject(t *testing.T) {
+	store := objstore.NewMemoryStore()
+	key := wire.ManifestKey("demo")
+	if _, err := store.Put(context.Background(), key, []byte(`{"v":1}`), objstore.PutOptions{
+		ContentType: wire.ManifestContentType, CacheControl: wire.ManifestCacheControl,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	srv := newOrigin(t, store)
+	if resp, body := rawGet(t, srv, "/"+key); resp.StatusCode != http.StatusOK {
+		t.Fatalf("the key as written: %d %s", resp.StatusCode, body)
+	}
+	for _, path := range []string{
+		"/rooms%2Fdemo%2Flive.json", "/rooms%2fdemo/live.json", "/rooms/de%6Do/live.json",
+		"/%72ooms/demo/live.json", "/rooms/demo/live%2Ejson", "/rooms/demo%2F..%2Fdemo/live.json",
+		"/rooms/demo/live.json%00", "/rooms/demo/live.json%3F",
+	} {
+		resp, body := rawGet(t, srv, path)
+		expectCoded(t, resp, body, http.StatusNotFound, httpx.CodeNotFound)
+		if cc := resp.Header.Get("Cache-Control"); cc != origin.NotFoundCacheControl {
+			t.Errorf("%s: Cache-Control = %q", path, cc)
+		}
+	}
+}
+
 func TestHead(t *testing.T) {
 	store, etag := newStoreWithSegment(t)
 	resp, body := do(t, http.MethodHead, newOrigin(t, store).URL+"/"+segKey, nil)

@@ -20,7 +20,7 @@ GOBIN_DIR := $(firstword $(subst :, ,$(shell $(GO) env GOPATH)))/bin
 endif
 export PATH := $(GOBIN_DIR):$(PATH):/usr/sbin:/usr/local/sbin
 
-.PHONY: help deps fmt-check vet test bench bench-latency bench-web bench-rooms bench-ingest local-up local-down
+.PHONY: help deps fmt-check vet test bench bench-latency bench-web bench-rooms bench-ingest bench-limits local-up local-down
 
 help: ## list the targets
 	@echo "Targets:"
@@ -62,6 +62,9 @@ bench-ingest: deps ## upload path: loopback throughput vs a bare gin handler (5 
 	for run in 1 2 3; do \
 		DANMAKU_REQUIRE_SERVERS=1 DANMAKU_LOAD=1 $(GO) test -run 'TestLoad' -count 1 -v -timeout 20m ./ingest | grep -E '^(=== RUN|--- |    load_test)'; \
 	done
+
+bench-limits: deps ## rate limits: 10 s entry pulse (workers 0 → 256) per rule set, per-IP and node-wide, 3 runs: admitted/s once a rule binds, /healthz p99, 5xx (docs/benchmarks.md)
+	DANMAKU_REQUIRE_SERVERS=1 DANMAKU_PULSE_SECONDS=10 DANMAKU_PULSE_WORKERS=256 $(GO) test -run '^$$' -bench EntryPulse -benchtime 1x -count 3 -timeout 10m ./internal/loadgen
 
 bench-gslb: deps ## gslb and tokens: allocation, entry over HTTP vs a bare handler (5 runs), token schemes and the hand-built path, load-table sync old vs new at 10x10/100x100/1000x10 (5 runs), balance simulation, idle edge CPU (docs/benchmarks.md)
 	DANMAKU_REQUIRE_SERVERS=1 $(GO) test -run '^$$' -bench 'Allocate$$' -benchmem -count 5 ./gslb

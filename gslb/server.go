@@ -20,6 +20,7 @@ import (
 	"danmaku/internal/clock"
 	"danmaku/internal/event"
 	"danmaku/internal/httpx"
+	"danmaku/internal/ratelimit"
 	"danmaku/internal/wire"
 )
 
@@ -61,6 +62,17 @@ type ServerConfig struct {
 	// for a 2-core gslb: an entry takes ~20 µs of CPU (BenchmarkEntry), so
 	// 128 admitted are about a millisecond of work. Negative: refused.
 	MaxInFlight int
+	// RateLimit applies the rate-limit rules to the entry and time routes,
+	// after the MaxInFlight admission (overload stays a 503, answered before
+	// anything else). Its "user" rules count the ticket's verified subject.
+	// Near a rule's limit the entry is answered from the user's last
+	// allocation with a stretched refresh hint (docs/api-limits.md). Nil:
+	// no limits.
+	RateLimit *ratelimit.Limiter
+	// LastEntries is how many users' last entry answers the server keeps
+	// to answer them again near a limit, without allocating or signing.
+	// Zero: 32,768 (about 40 MiB at 1.2 KiB each); negative: none.
+	LastEntries int
 	// Registerer receives the metrics (the entry server's and the
 	// allocator's). Nil: a private registry.
 	Registerer prometheus.Registerer
@@ -72,6 +84,9 @@ type ServerConfig struct {
 
 // defaultMaxInFlight: see ServerConfig.MaxInFlight.
 const defaultMaxInFlight = 128
+
+// defaultLastEntries: see ServerConfig.LastEntries.
+const defaultLastEntries = 32 << 10
 
 // Retry-After of every 503 the entry answers is drawn from [1 s, 3 s] (whole
 // seconds, as the header carries), so that the clients a surge turned away
@@ -89,6 +104,14 @@ type Server struct {
 	// ok and overloaded are entries' most frequent children, resolved once:
 	// a surge's refusals must stay cheap.
 	ok, overloaded prometheus.Counter
+	// degraded counts the entries answered near a rate limit (nil: no
+	// RateLimit).
+	degraded prometheus.Counter
+	// last holds users' last entry answers (nil: no RateLimit, or
+	// LastEntries negative).
+	last *lastEntries
+	// limit is the rate-limit middleware (nil: none).
+	limit gin.HandlerFunc
 }
 
 // NewServer checks cfg and returns a Server.
@@ -117,6 +140,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.MaxInFlight < 0 {
 		return nil, fmt.Errorf("gslb: server: MaxInFlight %d is negative", cfg.MaxInFlight)
 	}
+	if cfg.LastEntries == 0 {
+		cfg.LastEntries = defaultLastEntries
+	}
 	if cfg.Registerer == nil {
 		cfg.Registerer = prometheus.NewRegistry()
 	}
@@ -134,6 +160,13 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}, []string{"status", "code"})
 	s.ok = s.entries.WithLabelValues("200", "ok")
 	s.overloaded = s.entries.WithLabelValues("503", codeOverloaded)
+	if cfg.RateLimit != nil {
+		s.limit = cfg.RateLimit.Handler(s.identify)
+		s.degraded = s.entries.WithLabelValues("200", codeDegraded)
+		if cfg.LastEntries > 0 {
+			s.last = newLastEntries(cfg.LastEntries)
+		}
+	}
 	inflight := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "danmaku_gslb_entry_inflight",
 		Help: "Entry requests being answered; at MaxInFlight new ones get 503 overloaded.",
@@ -152,6 +185,8 @@ const (
 	codeOverloaded = "overloaded"
 	codeNoNodes    = "no_nodes"
 	codeTableStale = "table_stale"
+	// codeDegraded labels the 200s answered near a rate limit.
+	codeDegraded = "degraded"
 )
 
 // TimePath answers the store clock's time, for clients refining their
@@ -160,10 +195,16 @@ const (
 // call.
 const TimePath = "/v1/time"
 
-// Register adds the entry and time routes to r.
+// Register adds the entry and time routes to r: admission first, then
+// the rate limits, then the handler.
 func (s *Server) Register(r gin.IRoutes) {
-	r.GET("/v1/entry", s.entry)
-	r.GET(TimePath, s.time)
+	if s.limit == nil {
+		r.GET("/v1/entry", s.admit, s.entry)
+		r.GET(TimePath, s.time)
+		return
+	}
+	r.GET("/v1/entry", s.admit, s.limit, s.entry)
+	r.GET(TimePath, s.limit, s.time)
 }
 
 func (s *Server) time(c *gin.Context) {
@@ -190,9 +231,11 @@ func retryAfter() time.Duration {
 // is what a surge gets most of.
 var overloadedAnswer = httpx.Errorf(http.StatusServiceUnavailable, codeOverloaded, "too many entry requests; retry after the Retry-After delay")
 
-func (s *Server) entry(c *gin.Context) {
-	// Admission first: beyond the bound the answer costs an atomic add and
-	// a small write, whatever the request holds.
+// admit bounds the entries answered at once. It runs first: beyond the
+// bound the answer costs an atomic add and a small write, whatever the
+// request holds, and a whole-server overload stays a 503 (a rate limit is
+// a client's 429).
+func (s *Server) admit(c *gin.Context) {
 	if s.inflight.Add(1) > int64(s.cfg.MaxInFlight) {
 		s.inflight.Add(-1)
 		s.overloaded.Inc()
@@ -202,6 +245,44 @@ func (s *Server) entry(c *gin.Context) {
 		return
 	}
 	defer s.inflight.Add(-1)
+	c.Next()
+}
+
+// verifiedKey is where identify leaves the ticket it verified, so that
+// the entry does not verify it twice.
+const verifiedKey = "danmaku.gslb.ticket"
+
+type verified struct {
+	t   *auth.Ticket
+	err error
+}
+
+// verifyTicket verifies the request's ticket once per request.
+func (s *Server) verifyTicket(c *gin.Context, ticket string) (*auth.Ticket, error) {
+	if v, ok := c.Get(verifiedKey); ok {
+		vt := v.(verified)
+		return vt.t, vt.err
+	}
+	t, err := s.cfg.Tickets.Verify(ticket)
+	c.Set(verifiedKey, verified{t, err})
+	return t, err
+}
+
+// identify is the rate limiter's user: the subject of a ticket that
+// verifies. A request without one is left to the entry, which refuses it.
+func (s *Server) identify(c *gin.Context) ratelimit.Identity {
+	ticket := httpx.BearerToken(c, "ticket")
+	if ticket == "" {
+		return ratelimit.Identity{}
+	}
+	t, err := s.verifyTicket(c, ticket)
+	if err != nil {
+		return ratelimit.Identity{}
+	}
+	return ratelimit.Identity{User: t.Subject}
+}
+
+func (s *Server) entry(c *gin.Context) {
 	room := c.Query("room")
 	if !wire.ValidRoom(room) {
 		s.fail(c, httpx.Errorf(http.StatusBadRequest, "bad_room", "room must be 1-64 characters of A-Z a-z 0-9 _ -"))
@@ -223,7 +304,7 @@ func (s *Server) entry(c *gin.Context) {
 		s.fail(c, httpx.Errorf(http.StatusUnauthorized, "no_ticket", "a business ticket is required (Authorization: Bearer or ?ticket=)"))
 		return
 	}
-	t, err := s.cfg.Tickets.Verify(ticket)
+	t, err := s.verifyTicket(c, ticket)
 	if err != nil {
 		// A ticket that verifies but breaks an identity rule is the login
 		// service's to fix: say which claim, and that retrying will not help.
@@ -233,6 +314,10 @@ func (s *Server) entry(c *gin.Context) {
 			return
 		}
 		s.fail(c, httpx.Errorf(http.StatusUnauthorized, "bad_ticket", "ticket rejected"))
+		return
+	}
+	_, near := ratelimit.Near(c)
+	if near && s.answerLast(c, t, room, segmentMs) {
 		return
 	}
 	ip, _ := netip.ParseAddr(c.ClientIP())
@@ -268,24 +353,90 @@ func (s *Server) entry(c *gin.Context) {
 		s.fail(c, httpx.Errorf(http.StatusServiceUnavailable, "token_unavailable", "token secrets not loaded yet; retry shortly"))
 		return
 	}
-	s.ok.Inc()
+	last := &lastEntry{
+		ingest: alloc.Ingest, edge: alloc.Edge, token: tok, exp: exp,
+		role: t.Role, nick: t.Nick, avatar: t.Avatar,
+	}
+	if s.last != nil {
+		s.last.put(t.Subject, room, last)
+	}
+	if near && s.degraded != nil {
+		s.degraded.Inc()
+	} else {
+		s.ok.Inc()
+	}
+	s.answer(c, t, room, segmentMs, last, near)
+}
+
+// answerLast answers an entry near a rate limit from the user's last
+// answer in the room, if the server holds one whose token has at least
+// half its life left and was signed for the same identity: no allocation
+// and no signature, the two costs of an entry. The client keeps its nodes
+// (a user's ingest bucket stays where it is) and its refresh hint is
+// stretched. It reports whether it answered.
+func (s *Server) answerLast(c *gin.Context, t *auth.Ticket, room string, segmentMs int64) bool {
+	if s.last == nil {
+		return false
+	}
+	last := s.last.get(t.Subject, room)
+	now := s.cfg.Clock.Now()
+	if last == nil || last.role != t.Role || last.nick != t.Nick || last.avatar != t.Avatar ||
+		last.exp.Sub(now) < s.cfg.Keyring.TokenTTL()/2 {
+		return false
+	}
+	s.degraded.Inc()
+	s.answer(c, t, room, segmentMs, last, true)
+	return true
+}
+
+// Refresh hints (RefreshMs of the answer): when the client should fetch
+// its next entry, in a share of the token's remaining life. Normally the
+// SDK's own 80 %; near a limit later, 90-95 % drawn at random, so that a
+// crowd answered near a limit in one second does not come back in one
+// second, and comes back less often.
+const (
+	refreshShare          = 0.8
+	degradedRefreshShare  = 0.9
+	degradedRefreshSpread = 0.05
+)
+
+// answer writes the entry answer for last.
+func (s *Server) answer(c *gin.Context, t *auth.Ticket, room string, segmentMs int64, last *lastEntry, degraded bool) {
+	serverNow := s.cfg.ServerClock.Now()
 	answer := Entry{
 		Room:           room,
 		User:           t.Subject,
 		Role:           t.Role,
-		Ingest:         alloc.Ingest,
-		Edge:           alloc.Edge,
+		Ingest:         last.ingest,
+		Edge:           last.edge,
 		CDN:            s.cfg.CDN,
-		Token:          tok,
-		TokenExpiresMs: exp.UnixMilli(),
-		ServerTimeMs:   s.cfg.ServerClock.Now().UnixMilli(),
+		Token:          last.token,
+		TokenExpiresMs: last.exp.UnixMilli(),
+		ServerTimeMs:   serverNow.UnixMilli(),
 		SegmentMs:      segmentMs,
 		PublishDelayMs: s.cfg.PublishDelay.Milliseconds(),
 	}
+	life := max(0, last.exp.Sub(s.cfg.Clock.Now()))
+	share := refreshShare
+	if degraded {
+		share = degradedRefreshShare + rand.Float64()*degradedRefreshSpread
+	}
+	refresh := time.Duration(float64(life) * share)
 	// Built by hand into a pooled buffer: encoding/json's reflection was a
-	// tenth of an entry's CPU beside the signature.
+	// tenth of an entry's CPU beside the signature. With rate limits on,
+	// the refresh hint and the degraded flag follow wire.Entry's fields
+	// (docs/api-limits.md).
 	buf := answerBufs.Get().(*[]byte)
-	*buf = answer.AppendJSON((*buf)[:0])
+	b := answer.AppendJSON((*buf)[:0])
+	if s.limit != nil {
+		b = append(b[:len(b)-1], `,"refresh_ms":`...)
+		b = strconv.AppendInt(b, refresh.Milliseconds(), 10)
+		if degraded {
+			b = append(b, `,"degraded":true`...)
+		}
+		b = append(b, '}')
+	}
+	*buf = b
 	c.Data(http.StatusOK, "application/json; charset=utf-8", *buf)
 	if cap(*buf) <= maxPooledAnswer {
 		answerBufs.Put(buf)
@@ -297,3 +448,65 @@ var answerBufs = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return 
 
 // maxPooledAnswer: a buffer grown past it (a huge identity) is not kept.
 const maxPooledAnswer = 16 << 10
+
+// lastEntry is what a user's entry answer in a room was built from.
+type lastEntry struct {
+	ingest, edge []string
+	token        string
+	exp          time.Time
+	// role, nick and avatar are the ticket's when the token was signed: a
+	// ticket saying otherwise gets a new token.
+	role, nick, avatar string
+}
+
+// lastEntries holds users' last entry answers, at most max, sharded. A
+// full shard forgets an arbitrary entry: near a limit a missing one costs
+// a normal entry, nothing more.
+type lastEntries struct {
+	perShard int
+	shards   [lastShards]lastShard
+}
+
+const lastShards = 32
+
+type lastShard struct {
+	mu sync.Mutex
+	m  map[string]*lastEntry
+}
+
+func newLastEntries(max int) *lastEntries {
+	l := &lastEntries{perShard: (max + lastShards - 1) / lastShards}
+	for i := range l.shards {
+		l.shards[i].m = map[string]*lastEntry{}
+	}
+	return l
+}
+
+func lastKey(user, room string) string { return user + "\x00" + room }
+
+func (l *lastEntries) shard(key string) *lastShard {
+	return &l.shards[mix(hash64(key))%lastShards]
+}
+
+func (l *lastEntries) get(user, room string) *lastEntry {
+	k := lastKey(user, room)
+	sh := l.shard(k)
+	sh.mu.Lock()
+	e := sh.m[k]
+	sh.mu.Unlock()
+	return e
+}
+
+func (l *lastEntries) put(user, room string, e *lastEntry) {
+	k := lastKey(user, room)
+	sh := l.shard(k)
+	sh.mu.Lock()
+	if _, ok := sh.m[k]; !ok && len(sh.m) >= l.perShard {
+		for old := range sh.m {
+			delete(sh.m, old)
+			break
+		}
+	}
+	sh.m[k] = e
+	sh.mu.Unlock()
+}

@@ -21,6 +21,7 @@ import (
 	"danmaku/internal/clock"
 	"danmaku/internal/event"
 	"danmaku/internal/httpx"
+	"danmaku/internal/ratelimit"
 	"danmaku/internal/stream"
 	"danmaku/internal/wire"
 )
@@ -163,6 +164,11 @@ type Config struct {
 	// as its capacity so the allocator hands it out by headroom. Zero:
 	// unlimited.
 	MaxInFlight int
+	// RateLimit applies the rate-limit rules to the upload routes (and,
+	// through RateLimitHandler, to the operator APIs beside them); its
+	// "user" rules count the dynamic token's verified user. Nil: no limits
+	// beyond the buckets above.
+	RateLimit *ratelimit.Limiter
 	// Logger. Nil: slog.Default().
 	Logger *slog.Logger
 }
@@ -198,6 +204,9 @@ type Server struct {
 	rejected  *prometheus.CounterVec
 	accepted  *prometheus.CounterVec
 	overflows *prometheus.CounterVec
+
+	// limit is Config.RateLimit's middleware (nil: none).
+	limit gin.HandlerFunc
 
 	shutdownOnce sync.Once
 }
@@ -345,14 +354,50 @@ func New(cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("ingest: metrics: %w", err)
 		}
 	}
+	if cfg.RateLimit != nil {
+		s.limit = cfg.RateLimit.Handler(s.limitIdentity)
+	}
 	return s, nil
 }
 
-// Register adds the upload routes to r.
+// Register adds the upload routes to r, behind the rate limits when
+// Config.RateLimit is set.
 func (s *Server) Register(r gin.IRoutes) {
-	r.POST("/v1/rooms/:room/barrage", s.track, s.barrage)
-	r.POST("/v1/rooms/:room/announce", s.track, s.announce)
-	r.POST("/v1/gifts", s.track, s.gift)
+	pre := []gin.HandlerFunc{s.track}
+	if h := s.RateLimitHandler(); h != nil {
+		// Limits first: a refused request is not in flight.
+		pre = []gin.HandlerFunc{h, s.track}
+	}
+	with := func(h gin.HandlerFunc) []gin.HandlerFunc { return append(pre[:len(pre):len(pre)], h) }
+	r.POST("/v1/rooms/:room/barrage", with(s.barrage)...)
+	r.POST("/v1/rooms/:room/announce", with(s.announce)...)
+	r.POST("/v1/gifts", with(s.gift)...)
+}
+
+// RateLimitHandler is the rate-limit middleware of this node (nil without
+// Config.RateLimit), for the operator APIs registered beside the upload
+// routes.
+func (s *Server) RateLimitHandler() gin.HandlerFunc {
+	return s.limit
+}
+
+// LiveNodes is how many ingest nodes were live in the last load snapshot,
+// at least this one: they share a shared rate-limit window's limit while
+// it is unreachable.
+func (s *Server) LiveNodes() int { return s.liveIngestNodes() }
+
+// limitIdentity is the rate limiter's user: the user of a dynamic token
+// that verifies (through the token cache, which the handler then hits).
+func (s *Server) limitIdentity(c *gin.Context) ratelimit.Identity {
+	tok := httpx.BearerToken(c, "")
+	if tok == "" {
+		return ratelimit.Identity{}
+	}
+	claims, err := s.tokens.Verify(tok)
+	if err != nil {
+		return ratelimit.Identity{}
+	}
+	return ratelimit.Identity{User: claims.Subject}
 }
 
 // Run reports load and syncs per-room online counts until ctx is done.

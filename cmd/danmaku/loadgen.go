@@ -55,6 +55,11 @@ type loadgenOpts struct {
 	// merge: the arguments are report files to merge, nothing is run.
 	merge      bool
 	mergeFiles []string
+	// entryPulse: a pulse at the entry endpoint (loadgen.RunEntryPulse)
+	// instead of an audience; pulseSources and pulseWorkers shape it.
+	entryPulse   bool
+	pulseSources string
+	pulseWorkers int
 }
 
 // parseLoadgen reads the flags and the environment (getenv) into a
@@ -100,6 +105,9 @@ func parseLoadgen(args []string, getenv func(string) string, stderr io.Writer) (
 	fs.DurationVar(&cfg.Drain, "drain", 0, "longest wait after the offer for the pollers to decode (default: 2 segments + publish delay + 2s)")
 	fs.StringVar(&cfg.UserPrefix, "user-prefix", "lg", "prefix of the simulated user ids (users PREFIXn, pollers PREFIXpn)")
 	fs.StringVar(&cfg.RunID, "run-id", "", "tag of this run's comments and order ids (default: random)")
+	fs.BoolVar(&o.entryPulse, "entry-pulse", false, "instead of an audience, a closed-loop pulse at GET /v1/entry: workers rise from 0 to -pulse-workers over -pulse-ramp, /healthz timed alongside; reports admitted/s per second and per source (docs/api-limits.md)")
+	fs.StringVar(&o.pulseSources, "pulse-sources", "", "-entry-pulse: comma-separated local addresses to send from in turn, so that per-IP limits see several clients (e.g. 127.0.0.2,127.0.0.3)")
+	fs.IntVar(&o.pulseWorkers, "pulse-workers", 256, "-entry-pulse: requests in flight at the peak")
 	fs.StringVar(&o.jsonPath, "json", "", "write the report as JSON to this file (-: stdout, and the summary to stderr)")
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress line")
 	fs.StringVar(&o.logLevel, "log-level", "error", "level of the pollers' SDK logs on stderr")
@@ -197,6 +205,9 @@ func runLoadgen(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if o.merge {
 		return mergeReports(o, stdout, stderr)
 	}
+	if o.entryPulse {
+		return runEntryPulse(ctx, cfg, o, stdout)
+	}
 	if o.procs > 1 {
 		rep, err := runChildren(ctx, o, stderr)
 		if err != nil {
@@ -225,6 +236,34 @@ func runLoadgen(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	return writeReport(rep, o, stdout, stderr)
+}
+
+// runEntryPulse runs -entry-pulse and writes its report.
+func runEntryPulse(ctx context.Context, cfg loadgen.Config, o loadgenOpts, stdout io.Writer) error {
+	pc := loadgen.EntryPulseConfig{GSLB: cfg.GSLB, Room: cfg.Room, TicketKey: cfg.TicketKey, Ramp: cfg.PulseRamp, Workers: o.pulseWorkers, HTTPTimeout: cfg.HTTPTimeout}
+	if o.pulseSources != "" {
+		pc.Sources = strings.Split(o.pulseSources, ",")
+	}
+	rep, err := loadgen.RunEntryPulse(ctx, pc)
+	if err != nil {
+		return err
+	}
+	if err := rep.WriteText(stdout); err != nil {
+		return err
+	}
+	if o.jsonPath == "" {
+		return nil
+	}
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	b = append(b, '\n')
+	if o.jsonPath == "-" {
+		_, err = stdout.Write(b)
+		return err
+	}
+	return os.WriteFile(o.jsonPath, b, 0o644)
 }
 
 // writeReport writes the summary (stdout, or stderr when the JSON goes to

@@ -10,6 +10,7 @@ import (
 	"context"
 	linesclass "danmaku/gslb/lines"
 	"danmaku/internal/objstore"
+	"danmaku/internal/ratelimit"
 	"danmaku/internal/redisx"
 	"fmt"
 	"io"
@@ -57,6 +58,8 @@ type serveFlags struct {
 	gslbInFlight        int
 	gslbTableAge        time.Duration
 	trustedProxies      string
+	rateLimits          string
+	gslbNodes           int
 }
 
 // envInt returns the environment variable name as an integer, 0 when it is
@@ -144,6 +147,8 @@ func (f *serveFlags) register(fs interface {
 	fs.IntVar(&f.gslbInFlight, "gslb-max-inflight", envInt("DANMAKU_GSLB_MAX_INFLIGHT"), "gslb: entry requests answered at once; beyond, 503 overloaded at once with a jittered Retry-After (default 128, about 64 per core) [DANMAKU_GSLB_MAX_INFLIGHT]")
 	fs.DurationVar(&f.gslbTableAge, "gslb-max-table-age", envDuration("DANMAKU_GSLB_MAX_TABLE_AGE"), "gslb: how long the last good load table is used while syncs fail; then 503 table_stale (default 3s) [DANMAKU_GSLB_MAX_TABLE_AGE]")
 	fs.StringVar(&f.trustedProxies, "trusted-proxies", env("DANMAKU_TRUSTED_PROXIES", ""), "comma list of addresses or CIDRs of the load balancers whose X-Forwarded-For is believed (the gslb classifies clients by address); empty: none [DANMAKU_TRUSTED_PROXIES]")
+	fs.StringVar(&f.rateLimits, "rate-limits", env("DANMAKU_RATE_LIMITS", ""), "gslb, ingest: rate-limit rules (JSON, docs/api-limits.md), re-read every 250 ms; with -redis the rules may instead be changed in Redis (default: the built-in rules) [DANMAKU_RATE_LIMITS]")
+	fs.IntVar(&f.gslbNodes, "gslb-nodes", envInt("DANMAKU_GSLB_NODES"), "gslb: how many gslb processes share the gslb's shared-window rate limits; each admits its share while Redis is unreachable (default 1) [DANMAKU_GSLB_NODES]")
 	fs.StringVar(&f.words, "words", env("DANMAKU_WORDS_FILE", ""), "sensitive-word list, one word a line, re-read when it changes [DANMAKU_WORDS_FILE]")
 	fs.StringVar(&f.wordPolicy, "word-policy", env("DANMAKU_WORD_POLICY", "mask"), "what a listed word does unless the room's event says: mask, reject (dropped silently), refuse (422) or off [DANMAKU_WORD_POLICY]")
 	fs.BoolVar(&f.s3.PathStyle, "s3-path-style", env("DANMAKU_S3_PATH_STYLE", "") == "true", "path-style S3 addressing (most S3-compatible servers) [DANMAKU_S3_PATH_STYLE=true]")
@@ -161,6 +166,7 @@ func (f *serveFlags) stackConfig(roles []string) (stack.Config, stack.BackendCon
 		EdgeCapacity: f.edgeCap, IngestCapacity: f.ingestCap, Line: f.line, Region: f.region, Lines: f.lines,
 		GSLBMaxInFlight: f.gslbInFlight, GSLBMaxTableAge: f.gslbTableAge,
 		AuditDir: f.auditDir, AuditRetention: f.auditRetention, WordsFile: f.words, WordPolicy: f.wordPolicy,
+		RateLimitsFile: f.rateLimits, GSLBNodes: f.gslbNodes,
 	}
 	// The audit trail cannot be switched off: with neither a directory nor
 	// a bucket it would live in memory and die with the process.
@@ -179,6 +185,9 @@ func (f *serveFlags) stackConfig(roles []string) (stack.Config, stack.BackendCon
 			return cfg, stack.BackendConfig{}, usageError{fmt.Errorf("%s: %w", m.flag, err)}
 		}
 		*m.into = mp
+	}
+	if f.gslbNodes < 0 {
+		return cfg, stack.BackendConfig{}, usageError{errors.New("-gslb-nodes must not be negative")}
 	}
 	if f.edgeCap < 0 || f.maxConns < 0 || f.ingestCap < 0 || f.gslbInFlight < 0 || f.gslbTableAge < 0 || f.edgeDrain < 0 || f.edgeRoomConns < 0 {
 		return cfg, stack.BackendConfig{}, usageError{errors.New("-max-conns, -edge-capacity, -ingest-capacity, -gslb-max-inflight, -gslb-max-table-age, -edge-drain and -edge-max-room-conns must not be negative")}
@@ -275,6 +284,17 @@ func serveRoles(ctx context.Context, roles []string, f *serveFlags, stdout, stde
 	}
 	defer closeBackends()
 	cfg.Backends = backends
+	if bcfg.Redis.URL != "" {
+		// The rate limits' windows and rules live in the same Redis as the
+		// other backends, on a client of their own.
+		rdb, err := redisx.Connect(ctx, bcfg.Redis)
+		if err != nil {
+			return fmt.Errorf("rate limits: %w", err)
+		}
+		defer rdb.Close()
+		cfg.Backends.LimitWindow = ratelimit.NewRedisWindow(rdb)
+		cfg.Backends.LimitRules = ratelimit.NewRedisSource(rdb)
+	}
 	st, err := stack.New(cfg)
 	if err != nil {
 		return err

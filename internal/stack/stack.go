@@ -41,6 +41,7 @@ import (
 	"danmaku/internal/httpx"
 	"danmaku/internal/objstore"
 	"danmaku/internal/origin"
+	"danmaku/internal/ratelimit"
 	"danmaku/internal/redisx"
 	"danmaku/internal/stream"
 	"danmaku/internal/sysload"
@@ -100,6 +101,12 @@ type Backends struct {
 	Backlog slicer.Backlog
 	// Events keeps the events: which rooms exist, when, with what settings.
 	Events event.Store
+	// LimitWindow keeps the rate limits' shared windows. Nil: in memory.
+	LimitWindow ratelimit.Window
+	// LimitRules is where the rate-limit rules are changed at run time,
+	// shared by the nodes (Redis). Nil: Config.RateLimitsFile, else the
+	// rules at start for good.
+	LimitRules ratelimit.RuleSource
 }
 
 // Config configures a Stack.
@@ -226,6 +233,18 @@ type Config struct {
 	// with Demo the gslb's own origin is added (the demo page's).
 	CORSOrigins []string
 
+	// RateLimits are the gslb's and the ingest's rate-limit rules at start
+	// (docs/api-limits.md). Nil: ratelimit.DefaultRules().
+	RateLimits *ratelimit.Rules
+	// RateLimitsFile is a rules document re-read every 250 ms, so that
+	// the rules change without a restart; it wins over
+	// Backends.LimitRules. Zero: none.
+	RateLimitsFile string
+	// GSLBNodes is how many gslb processes share the gslb's window rules,
+	// each admitting its share while the shared window is unreachable.
+	// Zero: 1. (An ingest counts the live ingest nodes itself.)
+	GSLBNodes int
+
 	// EntryClock is the gslb host's clock: login times, and what the store
 	// clock is followed against. Nil: the system clock. Tests skew it to
 	// show that clients schedule on the store clock, not the gslb host's.
@@ -258,6 +277,9 @@ type Stack struct {
 	cpu *sysload.Sampler
 	// lines classifies the gslb's clients (nil: none configured).
 	lines *lines.Classifier
+	// limiter applies the rate limits of this process's gslb and ingest
+	// (nil: neither role).
+	limiter *ratelimit.Limiter
 	// audit is the process's audit recorder, shared by its ingest (every
 	// comment's decision) and slicer (comments sampled away); Run runs it
 	// and writes what it holds after every role has stopped.
@@ -573,6 +595,11 @@ func New(cfg Config) (*Stack, error) {
 		}
 		return httpx.NewEngine(ec)
 	}
+	if cfg.has(RoleGSLB) || cfg.has(RoleIngest) {
+		if s.limiter, err = s.newLimiter(); err != nil {
+			return nil, err
+		}
+	}
 	for _, n := range []struct{ what, v string }{{"line", cfg.Line}, {"region", cfg.Region}} {
 		if n.v != "" && !lines.ValidName(n.v) {
 			return nil, fmt.Errorf("stack: %s %q: want 1-%d characters of a-z, 0-9, '_' and '-', starting with a letter or digit", n.what, n.v, lines.MaxNameLen)
@@ -605,7 +632,7 @@ func New(cfg Config) (*Stack, error) {
 		gs, err := gslb.NewServer(gslb.ServerConfig{
 			Allocator: s.allocator, Keyring: s.keyring, Tickets: tickets, CDN: cfg.PublicCDN,
 			ServerClock: s.storeTime, Events: s.events, SegmentMs: cfg.SegmentMs, Clock: cfg.EntryClock, Registerer: s.registry, Logger: s.log,
-			MaxInFlight: cfg.GSLBMaxInFlight,
+			MaxInFlight: cfg.GSLBMaxInFlight, RateLimit: s.limiter,
 		})
 		if err != nil {
 			return nil, err
@@ -613,7 +640,7 @@ func New(cfg Config) (*Stack, error) {
 		e := engine(RoleGSLB)
 		gs.Register(e)
 		api := &event.API{Store: b.Events, Keys: cfg.OperatorKeys, Changed: func(ctx context.Context) { _ = s.events.Refresh(ctx) }}
-		api.Register(e)
+		api.Register(e.Group("", s.limiter.Handler(nil)))
 		if cfg.Dev {
 			gslb.RegisterDevTickets(e, cfg.TicketKey)
 			web.Register(e)
@@ -653,22 +680,24 @@ func New(cfg Config) (*Stack, error) {
 			Gate: b.Gate, Gifts: b.Gifts, GiftBacklog: giftBacklog, FastLane: b.FastLane, Lotteries: b.Lotteries,
 			GiftKeys: cfg.GiftKeys, AnnounceKeys: cfg.AnnounceKeys, Events: s.events, Registerer: s.registry, Logger: s.log,
 			MaxInFlight: cfg.IngestCapacity, Line: cfg.Line, Region: cfg.Region, CPU: s.nodeCPU(),
-			BroadcastGiftValue: cfg.BroadcastGiftValue,
+			BroadcastGiftValue: cfg.BroadcastGiftValue, RateLimit: s.limiter,
 		})
 		if err != nil {
 			return nil, err
 		}
 		e := engine(RoleIngest)
 		s.ingest.Register(e)
+		// The operator APIs beside the upload routes, behind the same limits.
+		ops := e.Group("", s.ingest.RateLimitHandler())
 		bans := s.ingest.Bans()
-		(&ingest.BanAPI{Store: s.ingest.BanStore(), Keys: cfg.OperatorKeys, Changed: func(ctx context.Context) { _ = bans.Refresh(ctx) }}).Register(e)
-		(&ingest.BroadcastAPI{Streams: b.Streams, Keys: cfg.OperatorKeys, Registerer: s.registry}).Register(e)
+		(&ingest.BanAPI{Store: s.ingest.BanStore(), Keys: cfg.OperatorKeys, Changed: func(ctx context.Context) { _ = bans.Refresh(ctx) }}).Register(ops)
+		(&ingest.BroadcastAPI{Streams: b.Streams, Keys: cfg.OperatorKeys, Registerer: s.registry}).Register(ops)
 		lotteries := s.ingest.Lotteries()
 		(&ingest.LotteryAPI{Store: b.Lotteries, Keys: cfg.OperatorKeys, Hosts: s.keyring, Changed: func(ctx context.Context) {
 			if lotteries != nil {
 				_ = lotteries.Refresh(ctx)
 			}
-		}}).Register(e)
+		}}).Register(ops)
 		rs.srv = httpx.NewServer(e, 10*time.Second)
 	}
 	if rs := byRole[RoleEdge]; rs != nil {
@@ -775,6 +804,9 @@ func (s *Stack) Run(ctx context.Context) error {
 	}
 	if s.ingest != nil {
 		goRun(s.ingest.Run)
+	}
+	if s.limiter != nil {
+		goRun(s.limiter.Run)
 	}
 	if s.slicer != nil {
 		goRun(s.slicer.Run)
@@ -908,4 +940,45 @@ func (s *Stack) PrintAddrs(w *os.File) {
 			fmt.Fprintf(w, "%-7s %s\n", role, u)
 		}
 	}
+}
+
+// newLimiter builds the process's rate limiter, shared by its gslb and
+// ingest (one set of metrics): the rules at start, changed at run time
+// from RateLimitsFile or Backends.LimitRules; the service keys as the
+// credentials the rules count.
+func (s *Stack) newLimiter() (*ratelimit.Limiter, error) {
+	cfg := s.cfg
+	rules := ratelimit.DefaultRules()
+	if cfg.RateLimits != nil {
+		rules = *cfg.RateLimits
+	}
+	var src ratelimit.RuleSource = cfg.Backends.LimitRules
+	if cfg.RateLimitsFile != "" {
+		fs := ratelimit.FileSource{Path: cfg.RateLimitsFile}
+		// Read at start, so that a file that does not parse stops the
+		// process instead of leaving it on the defaults.
+		doc, err := fs.Load(context.Background())
+		if err != nil {
+			return nil, fmt.Errorf("stack: rate limits: %w", err)
+		}
+		if rules, err = ratelimit.Parse(doc); err != nil {
+			return nil, fmt.Errorf("stack: rate limits %s: %w", cfg.RateLimitsFile, err)
+		}
+		src = fs
+	}
+	lim, err := ratelimit.New(ratelimit.Config{
+		Rules: rules, Source: src, Window: cfg.Backends.LimitWindow,
+		Credentials: map[string][]string{"gift": cfg.GiftKeys, "announce": cfg.AnnounceKeys, "operator": cfg.OperatorKeys},
+		Nodes: func() int {
+			if s.ingest != nil {
+				return s.ingest.LiveNodes()
+			}
+			return max(1, cfg.GSLBNodes)
+		},
+		Registerer: s.registry, Logger: s.log.With("component", "ratelimit"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("stack: rate limits: %w", err)
+	}
+	return lim, nil
 }

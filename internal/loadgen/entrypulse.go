@@ -1,0 +1,378 @@
+package loadgen
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"danmaku/auth"
+)
+
+// EntryPulseConfig configures RunEntryPulse: a pulse at the entry
+// endpoint, closed loop, whose attempts rise from nothing to the most the
+// machine sends, while a prober times /healthz. It measures what the
+// rate limits let through per second and per source address.
+type EntryPulseConfig struct {
+	// GSLB is the entry endpoint's base URL. Zero: `danmaku dev`'s.
+	GSLB string
+	// Room is a room of a live event. Zero: "demo".
+	Room string
+	// TicketKey signs the users' tickets. Zero: the public dev key.
+	TicketKey []byte
+	// Users is how many distinct users' tickets the workers take turns
+	// with. Zero: 2,000.
+	Users int
+	// Sources are the local addresses requests are sent from, one per
+	// worker in turn, so that per-IP rules see several clients (on
+	// Linux every 127.0.0.0/8 address is the loopback). Zero: the
+	// system's choice.
+	Sources []string
+	// Ramp is how long the pulse lasts: the workers, each sending back to
+	// back, rise evenly from 0 to Workers over it. Zero: 10 s.
+	Ramp time.Duration
+	// Workers is how many requests are in flight at the peak. Zero: 256.
+	Workers int
+	// HealthEvery is how often /healthz is probed, on its own connection.
+	// Zero: 10 ms.
+	HealthEvery time.Duration
+	// HTTPTimeout bounds every request. Zero: 5 s.
+	HTTPTimeout time.Duration
+}
+
+// Defaults of EntryPulseConfig.
+const (
+	defaultPulseUsers   = 2000
+	defaultPulseWorkers = 256
+	defaultHealthEvery  = 10 * time.Millisecond
+	defaultPulseTimeout = 5 * time.Second
+)
+
+// EntryPulseReport is what RunEntryPulse measured.
+type EntryPulseReport struct {
+	// Seconds is how long the pulse ran.
+	Seconds float64 `json:"seconds"`
+	// Attempts is every entry request sent; Answers counts them by status
+	// and code ("200", "200 degraded", "429 rate_limited", "503
+	// overloaded", "error" for no answer).
+	Attempts int64            `json:"attempts"`
+	Answers  map[string]int64 `json:"answers"`
+	// PerSecond is, for each whole second of the pulse, the attempts and
+	// the admitted (200) answers.
+	PerSecond []PulseSecond `json:"per_second"`
+	// PerSource and PerSourceLimited are the admitted and the limited
+	// answers per second of each source address.
+	PerSource        map[string][]int64 `json:"per_source,omitempty"`
+	PerSourceLimited map[string][]int64 `json:"per_source_limited,omitempty"`
+	// Health is the /healthz prober's latency; HealthFailed the probes not
+	// answered 200.
+	Health       Summary `json:"health"`
+	HealthFailed int64   `json:"health_failed"`
+}
+
+// PulseSecond is one second of a pulse.
+type PulseSecond struct {
+	Attempts int64 `json:"attempts"`
+	Admitted int64 `json:"admitted"`
+	Limited  int64 `json:"limited"`
+}
+
+// ServerErrors is how many answers were 5xx.
+func (r *EntryPulseReport) ServerErrors() int64 {
+	var n int64
+	for k, v := range r.Answers {
+		if len(k) >= 1 && k[0] == '5' {
+			n += v
+		}
+	}
+	return n
+}
+
+// Admitted returns the admitted answers of each second.
+func (r *EntryPulseReport) Admitted() []int64 {
+	out := make([]int64, len(r.PerSecond))
+	for i, s := range r.PerSecond {
+		out[i] = s.Admitted
+	}
+	return out
+}
+
+// Limited returns the limited (429) answers of each second.
+func (r *EntryPulseReport) Limited() []int64 {
+	out := make([]int64, len(r.PerSecond))
+	for i, s := range r.PerSecond {
+		out[i] = s.Limited
+	}
+	return out
+}
+
+// SaturatedRate is the mean admitted per second over the seconds in which
+// some request was limited, leaving out the first of them (it spends the
+// buckets' bursts): what a rule lets through once it binds. ok is false
+// with fewer than two such seconds.
+func SaturatedRate(perSecond []int64, limited []int64) (rate float64, ok bool) {
+	var sum, n int64
+	first := true
+	for i := range perSecond {
+		if limited[i] == 0 {
+			continue
+		}
+		if first {
+			first = false
+			continue
+		}
+		sum += perSecond[i]
+		n++
+	}
+	if n == 0 {
+		return 0, false
+	}
+	return float64(sum) / float64(n), true
+}
+
+// RunEntryPulse runs the pulse until cfg.Ramp has passed or ctx ends.
+func RunEntryPulse(ctx context.Context, cfg EntryPulseConfig) (*EntryPulseReport, error) {
+	if cfg.GSLB == "" {
+		cfg.GSLB = "http://127.0.0.1:7700"
+	}
+	if cfg.Room == "" {
+		cfg.Room = "demo"
+	}
+	if len(cfg.TicketKey) == 0 {
+		cfg.TicketKey = auth.DevTicketKey
+	}
+	if cfg.Users == 0 {
+		cfg.Users = defaultPulseUsers
+	}
+	if cfg.Ramp == 0 {
+		cfg.Ramp = defaultPulseRamp
+	}
+	if cfg.Workers == 0 {
+		cfg.Workers = defaultPulseWorkers
+	}
+	if cfg.HealthEvery == 0 {
+		cfg.HealthEvery = defaultHealthEvery
+	}
+	if cfg.HTTPTimeout == 0 {
+		cfg.HTTPTimeout = defaultPulseTimeout
+	}
+	if cfg.Users < 1 || cfg.Workers < 1 || cfg.Ramp < 0 || cfg.HealthEvery < 0 {
+		return nil, errors.New("loadgen: entry pulse: Users and Workers must be positive, Ramp and HealthEvery not negative")
+	}
+	tickets := make([]string, cfg.Users)
+	for i := range tickets {
+		tk, err := auth.MintTicket(cfg.TicketKey, fmt.Sprintf("pulse-%d", i), auth.Ticket{Nick: "p"}, time.Hour)
+		if err != nil {
+			return nil, fmt.Errorf("loadgen: entry pulse: ticket: %w", err)
+		}
+		tickets[i] = tk
+	}
+	sources := cfg.Sources
+	if len(sources) == 0 {
+		sources = []string{""}
+	}
+	clients := make([]*http.Client, len(sources))
+	for i, src := range sources {
+		d := &net.Dialer{Timeout: cfg.HTTPTimeout}
+		if src != "" {
+			ip := net.ParseIP(src)
+			if ip == nil {
+				return nil, fmt.Errorf("loadgen: entry pulse: source %q is not an address", src)
+			}
+			d.LocalAddr = &net.TCPAddr{IP: ip}
+		}
+		clients[i] = &http.Client{Timeout: cfg.HTTPTimeout, Transport: &http.Transport{
+			DialContext: d.DialContext, MaxIdleConns: cfg.Workers, MaxIdleConnsPerHost: cfg.Workers,
+			IdleConnTimeout: time.Minute,
+		}}
+	}
+	entryURL := cfg.GSLB + "/v1/entry?room=" + url.QueryEscape(cfg.Room)
+	secs := int(cfg.Ramp/time.Second) + 1
+	type counts struct {
+		attempts, admitted, limited []atomic.Int64
+		perSource, perSourceLimited [][]atomic.Int64
+	}
+	c := counts{attempts: make([]atomic.Int64, secs), admitted: make([]atomic.Int64, secs), limited: make([]atomic.Int64, secs),
+		perSource: make([][]atomic.Int64, len(sources)), perSourceLimited: make([][]atomic.Int64, len(sources))}
+	for i := range c.perSource {
+		c.perSource[i] = make([]atomic.Int64, secs)
+		c.perSourceLimited[i] = make([]atomic.Int64, secs)
+	}
+	var (
+		answersMu sync.Mutex
+		answers   = map[string]int64{}
+		health    Histogram
+		healthBad atomic.Int64
+	)
+	pctx, cancel := context.WithTimeout(ctx, cfg.Ramp)
+	defer cancel()
+	start := time.Now()
+	second := func() int { return min(secs-1, int(time.Since(start)/time.Second)) }
+
+	var wg sync.WaitGroup
+	worker := func(w int) {
+		src := w % len(sources)
+		client := clients[src]
+		for n := w; pctx.Err() == nil; n += cfg.Workers {
+			// Sent under ctx, not the pulse's: a request sent before the
+			// end is answered and counted in its second, which would
+			// otherwise lose what was still in flight.
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, entryURL, nil)
+			req.Header.Set("Authorization", "Bearer "+tickets[n%len(tickets)])
+			sec := second()
+			c.attempts[sec].Add(1)
+			resp, err := client.Do(req)
+			key := "error"
+			if err == nil {
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				key = strconv.Itoa(resp.StatusCode)
+				switch {
+				case resp.StatusCode == http.StatusOK:
+					c.admitted[sec].Add(1)
+					c.perSource[src][sec].Add(1)
+					if bytes.Contains(body, []byte(`"degraded":true`)) {
+						key += " degraded"
+					}
+				case resp.StatusCode == http.StatusTooManyRequests:
+					c.limited[sec].Add(1)
+					c.perSourceLimited[src][sec].Add(1)
+					key += " " + errorCodeOf(body)
+				default:
+					key += " " + errorCodeOf(body)
+				}
+			} else if ctx.Err() != nil {
+				c.attempts[sec].Add(-1) // the caller gave up: not answered
+				return
+			}
+			answersMu.Lock()
+			answers[key]++
+			answersMu.Unlock()
+		}
+	}
+	// The prober: one connection of its own, at a fixed pace, so that its
+	// latency is the server's answer to a health check under the pulse.
+	wg.Go(func() {
+		hc := &http.Client{Timeout: cfg.HTTPTimeout, Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
+		t := time.NewTicker(cfg.HealthEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-pctx.Done():
+				return
+			case <-t.C:
+			}
+			req, _ := http.NewRequestWithContext(pctx, http.MethodGet, cfg.GSLB+"/healthz", nil)
+			t0 := time.Now()
+			resp, err := hc.Do(req)
+			if err != nil {
+				if pctx.Err() == nil {
+					healthBad.Add(1)
+				}
+				continue
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			health.Observe(time.Since(t0))
+			if resp.StatusCode != http.StatusOK {
+				healthBad.Add(1)
+			}
+		}
+	})
+	// The ramp: workers join evenly over the pulse.
+	started := 0
+	tick := time.NewTicker(5 * time.Millisecond)
+	for pctx.Err() == nil {
+		want := min(cfg.Workers, int(float64(cfg.Workers)*float64(time.Since(start))/float64(cfg.Ramp))+1)
+		for ; started < want; started++ {
+			w := started
+			wg.Go(func() { worker(w) })
+		}
+		select {
+		case <-pctx.Done():
+		case <-tick.C:
+		}
+	}
+	tick.Stop()
+	wg.Wait()
+	for _, cl := range clients {
+		cl.CloseIdleConnections()
+	}
+
+	elapsed := time.Since(start)
+	rep := &EntryPulseReport{Seconds: elapsed.Seconds(), Answers: answers, Health: health.Summary(), HealthFailed: healthBad.Load()}
+	for i := range secs {
+		ps := PulseSecond{Attempts: c.attempts[i].Load(), Admitted: c.admitted[i].Load(), Limited: c.limited[i].Load()}
+		rep.Attempts += ps.Attempts
+		// Only whole seconds are rates; the pulse's last moments (its
+		// end rarely falls on a second) are in the totals only.
+		if time.Duration(i+1)*time.Second <= elapsed {
+			rep.PerSecond = append(rep.PerSecond, ps)
+		}
+	}
+	if len(cfg.Sources) > 0 {
+		rep.PerSource, rep.PerSourceLimited = map[string][]int64{}, map[string][]int64{}
+		for i, src := range cfg.Sources {
+			for j := range rep.PerSecond {
+				rep.PerSource[src] = append(rep.PerSource[src], c.perSource[i][j].Load())
+				rep.PerSourceLimited[src] = append(rep.PerSourceLimited[src], c.perSourceLimited[i][j].Load())
+			}
+		}
+	}
+	return rep, nil
+}
+
+// errorCodeOf is the code of a coded JSON error body, or "?".
+func errorCodeOf(body []byte) string {
+	const k = `"code":"`
+	i := bytes.Index(body, []byte(k))
+	if i < 0 {
+		return "?"
+	}
+	rest := body[i+len(k):]
+	j := bytes.IndexByte(rest, '"')
+	if j < 0 {
+		return "?"
+	}
+	return string(rest[:j])
+}
+
+// WriteText writes the report for people: answers, the admitted rate per
+// second, the health prober's latency.
+func (r *EntryPulseReport) WriteText(w io.Writer) error {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "entry pulse: %.1f s, %d attempts (%.0f/s)\n", r.Seconds, r.Attempts, float64(r.Attempts)/r.Seconds)
+	keys := make([]string, 0, len(r.Answers))
+	for k := range r.Answers {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(&b, "  %-22s %d\n", k, r.Answers[k])
+	}
+	fmt.Fprintf(&b, "  second  attempts  admitted  limited\n")
+	for i, s := range r.PerSecond {
+		fmt.Fprintf(&b, "  %6d  %8d  %8d  %7d\n", i, s.Attempts, s.Admitted, s.Limited)
+	}
+	srcs := make([]string, 0, len(r.PerSource))
+	for s := range r.PerSource {
+		srcs = append(srcs, s)
+	}
+	sort.Strings(srcs)
+	for _, s := range srcs {
+		fmt.Fprintf(&b, "  admitted/s from %s: %v\n", s, r.PerSource[s])
+	}
+	fmt.Fprintf(&b, "  /healthz: %d probes, p50 %.2f ms, p99 %.2f ms, max %.2f ms, %d failed\n",
+		r.Health.Count, r.Health.P50Ms, r.Health.P99Ms, r.Health.MaxMs, r.HealthFailed)
+	_, err := w.Write(b.Bytes())
+	return err
+}

@@ -241,6 +241,9 @@ type BanAPI struct {
 	// Changed, when set, is called after every successful write, so that
 	// the process's own BanList reflects it at once.
 	Changed func(ctx context.Context)
+	// Logger receives the store errors, which answers do not carry. Nil:
+	// slog.Default().
+	Logger *slog.Logger
 }
 
 // BanRequest is the body of PUT /v1/admin/bans/{user}; every field may be
@@ -270,8 +273,21 @@ func (a *BanAPI) Register(r gin.IRoutes) {
 
 func (a *BanAPI) now() time.Time { return clock.Or(a.Clock).Now() }
 
-func banStoreError(c *gin.Context, err error) {
-	e := httpx.Errorf(http.StatusServiceUnavailable, "backend_unavailable", "bans store unavailable; nothing changed: %v", err)
+func (a *BanAPI) storeError(c *gin.Context, op string, err error) {
+	backendUnavailable(c, a.Logger, "bans store unavailable; nothing changed", op, err)
+}
+
+// backendUnavailable answers an operator API's store failure with the
+// fixed message msg (503 backend_unavailable, Retry-After) and logs err
+// with op and the route. The error's text is for the logs only: it can name
+// a Redis address, a key or a driver's internals, none of which a client
+// can act on.
+func backendUnavailable(c *gin.Context, log *slog.Logger, msg, op string, err error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	log.ErrorContext(c.Request.Context(), "ingest: backend failed", "op", op, "route", c.FullPath(), "err", err)
+	e := httpx.Errorf(http.StatusServiceUnavailable, "backend_unavailable", "%s", msg)
 	e.RetryAfter = time.Second
 	httpx.Abort(c, e)
 }
@@ -305,7 +321,7 @@ func (a *BanAPI) put(c *gin.Context) {
 	}
 	ctx := c.Request.Context()
 	if err := a.Store.Put(ctx, b); err != nil {
-		banStoreError(c, err)
+		a.storeError(c, "put ban", err)
 		return
 	}
 	if a.Changed != nil {
@@ -322,7 +338,7 @@ func (a *BanAPI) delete(c *gin.Context) {
 	}
 	ctx := c.Request.Context()
 	if err := a.Store.Delete(ctx, user, room); err != nil {
-		banStoreError(c, err)
+		a.storeError(c, "delete ban", err)
 		return
 	}
 	if a.Changed != nil {
@@ -334,7 +350,7 @@ func (a *BanAPI) delete(c *gin.Context) {
 func (a *BanAPI) get(c *gin.Context) {
 	bans, err := a.Store.User(c.Request.Context(), c.Param("user"))
 	if err != nil {
-		banStoreError(c, err)
+		a.storeError(c, "read bans", err)
 		return
 	}
 	c.JSON(http.StatusOK, gin.H{"bans": a.active(bans)})
@@ -343,7 +359,7 @@ func (a *BanAPI) get(c *gin.Context) {
 func (a *BanAPI) list(c *gin.Context) {
 	bans, _, err := a.Store.List(c.Request.Context())
 	if err != nil {
-		banStoreError(c, err)
+		a.storeError(c, "list bans", err)
 		return
 	}
 	c.JSON(http.StatusOK, gin.H{"bans": a.active(bans)})

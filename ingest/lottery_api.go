@@ -3,6 +3,7 @@ package ingest
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"time"
@@ -42,6 +43,9 @@ type LotteryAPI struct {
 	// the process's own Lotteries reflect it at once rather than within
 	// its reload interval.
 	Changed func(ctx context.Context)
+	// Logger receives the store errors, which answers do not carry. Nil:
+	// slog.Default().
+	Logger *slog.Logger
 }
 
 // LotteryRequest is the body of a start.
@@ -90,8 +94,10 @@ func (a *LotteryAPI) auth(c *gin.Context) {
 	httpx.Abort(c, httpx.Errorf(http.StatusUnauthorized, "bad_operator_key", "the lotteries API needs an operator key or a host token"))
 }
 
-// lotteryFail answers a store error with its code.
-func lotteryFail(c *gin.Context, err error) {
+// fail answers a validation or store error of op with its code. The
+// sentinel errors' texts are the client's to read; any other is logged and
+// answered with a fixed message.
+func (a *LotteryAPI) fail(c *gin.Context, op string, err error) {
 	var e *httpx.Error
 	switch {
 	case errors.Is(err, ErrBadLottery):
@@ -101,8 +107,8 @@ func lotteryFail(c *gin.Context, err error) {
 	case errors.Is(err, ErrLotteryExists):
 		e = httpx.Errorf(http.StatusConflict, "lottery_exists", "%v; choose another id", err)
 	default:
-		e = httpx.Errorf(http.StatusServiceUnavailable, "backend_unavailable", "lottery store unavailable: %v", err)
-		e.RetryAfter = time.Second
+		backendUnavailable(c, a.Logger, "lottery store unavailable", op, err)
+		return
 	}
 	httpx.Abort(c, e)
 }
@@ -140,13 +146,13 @@ func (a *LotteryAPI) start(c *gin.Context) {
 		return
 	}
 	if err := l.Validate(now); err != nil {
-		lotteryFail(c, err)
+		a.fail(c, "validate lottery", err)
 		return
 	}
 	ctx := c.Request.Context()
 	l, err := a.Store.Start(ctx, l)
 	if err != nil {
-		lotteryFail(c, err)
+		a.fail(c, "start lottery", err)
 		return
 	}
 	a.changed(ctx)
@@ -156,7 +162,7 @@ func (a *LotteryAPI) start(c *gin.Context) {
 func (a *LotteryAPI) list(c *gin.Context) {
 	running, _, err := a.Store.Running(c.Request.Context())
 	if err != nil {
-		lotteryFail(c, err)
+		a.fail(c, "list lotteries", err)
 		return
 	}
 	out := []Lottery{}
@@ -173,7 +179,7 @@ func (a *LotteryAPI) list(c *gin.Context) {
 func (a *LotteryAPI) answer(c *gin.Context, l Lottery) {
 	n, err := a.Store.Count(c.Request.Context(), l.Room, l.ID)
 	if err != nil {
-		lotteryFail(c, err)
+		a.fail(c, "count entrants", err)
 		return
 	}
 	c.JSON(http.StatusOK, gin.H{"lottery": l, "open": l.Open(a.now()), "entrants": n})
@@ -182,7 +188,7 @@ func (a *LotteryAPI) answer(c *gin.Context, l Lottery) {
 func (a *LotteryAPI) get(c *gin.Context) {
 	l, err := a.Store.Get(c.Request.Context(), c.Param("room"), c.Param("id"))
 	if err != nil {
-		lotteryFail(c, err)
+		a.fail(c, "get lottery", err)
 		return
 	}
 	a.answer(c, l)
@@ -192,7 +198,7 @@ func (a *LotteryAPI) stop(c *gin.Context) {
 	ctx := c.Request.Context()
 	l, err := a.Store.Stop(ctx, c.Param("room"), c.Param("id"), a.now())
 	if err != nil {
-		lotteryFail(c, err)
+		a.fail(c, "stop lottery", err)
 		return
 	}
 	a.changed(ctx)
@@ -222,17 +228,17 @@ func (a *LotteryAPI) entrants(c *gin.Context) {
 	room, id := c.Param("room"), c.Param("id")
 	// Get first: an unknown lottery is a 404, not an empty list.
 	if _, err := a.Store.Get(ctx, room, id); err != nil {
-		lotteryFail(c, err)
+		a.fail(c, "get lottery", err)
 		return
 	}
 	users, next, err := a.Store.Entrants(ctx, room, id, cursor, count)
 	if err != nil {
-		lotteryFail(c, err)
+		a.fail(c, "list entrants", err)
 		return
 	}
 	total, err := a.Store.Count(ctx, room, id)
 	if err != nil {
-		lotteryFail(c, err)
+		a.fail(c, "count entrants", err)
 		return
 	}
 	if users == nil {

@@ -152,7 +152,11 @@ func (s *Slicer) RegisterAdmin(r gin.IRoutes, keys []string) {
 		// Saved first: applied only here, it would be reverted by the next
 		// sync with the shared store anyway.
 		if err := s.cfg.Settings.Save(c.Request.Context(), in); err != nil {
-			e := httpx.Errorf(http.StatusServiceUnavailable, "backend_unavailable", "settings not saved, nothing changed: %v", err)
+			// The error is logged, not answered: its text (a Redis
+			// address, a driver's internals) is nothing a client can
+			// act on.
+			s.cfg.Logger.ErrorContext(c.Request.Context(), "slicer: settings not saved", "op", "save settings", "route", c.FullPath(), "err", err)
+			e := httpx.Errorf(http.StatusServiceUnavailable, "backend_unavailable", "settings not saved, nothing changed")
 			e.RetryAfter = time.Second
 			httpx.Abort(c, e)
 			return

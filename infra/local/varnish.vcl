@@ -36,6 +36,13 @@ sub vcl_recv {
     # One cache object per key: query strings (cache busters, S3
     # sub-resources) are neither forwarded nor part of the cache key.
     set req.url = regsub(req.url, "\?.*$", "");
+    # Keys never need escaping, and S3 decodes %2F: /rooms%2Fdemo%2Flive.json
+    # would reach the manifest under a second cache key, where an old one
+    # could outlive the new. A percent-escape is refused here, before the
+    # cache, with the 404 the origin of embedded mode answers.
+    if (req.url ~ "%") {
+        return (synth(404, "Not Found"));
+    }
     # Everything is public; credentials and cookies must not split the cache.
     unset req.http.Authorization;
     unset req.http.Cookie;
@@ -73,4 +80,19 @@ sub vcl_deliver {
     }
     # The browser demo polls segments from another origin.
     set resp.http.Access-Control-Allow-Origin = "*";
+}
+
+sub vcl_synth {
+    # vcl_recv's 404 for a percent-escape: the coded JSON error of
+    # docs/api.md, as the origin of embedded mode answers it. vcl_deliver
+    # does not run for synthetic answers, so CORS is set here too, or the
+    # browser SDK could not read the error. (The spaces before the closing
+    # braces keep "} out of the body: it would end the VCL long string.)
+    if (resp.status == 404) {
+        set resp.http.Content-Type = "application/json; charset=utf-8";
+        set resp.http.Cache-Control = "no-cache";
+        set resp.http.Access-Control-Allow-Origin = "*";
+        set resp.body = {"{"error": {"code": "not_found", "message": "no such object: an object is asked for by its key as written, without percent-escapes" } }"};
+        return (deliver);
+    }
 }

@@ -126,6 +126,18 @@ resource "aws_cloudfront_response_headers_policy" "cors" {
   }
 }
 
+# One URL per key: a path with a percent-escape is a coded 404 at the edge,
+# before the cache, so S3 (which decodes %2F) never serves a key under a
+# second cache key. refuse-escapes.js says why; infra/local/varnish.vcl does
+# the same for the local CDN.
+resource "aws_cloudfront_function" "refuse_escapes" {
+  name    = "${local.name}-refuse-escapes"
+  comment = "404 for a path with a percent-escape"
+  runtime = "cloudfront-js-2.0"
+  publish = true
+  code    = file("${path.module}/refuse-escapes.js")
+}
+
 resource "aws_cloudfront_distribution" "cdn" {
   enabled         = true
   comment         = "${local.name} segments"
@@ -160,6 +172,10 @@ resource "aws_cloudfront_distribution" "cdn" {
     cache_policy_id            = aws_cloudfront_cache_policy.manifest.id
     origin_request_policy_id   = aws_cloudfront_origin_request_policy.none.id
     response_headers_policy_id = aws_cloudfront_response_headers_policy.cors.id
+    function_association {
+      event_type   = "viewer-request"
+      function_arn = aws_cloudfront_function.refuse_escapes.arn
+    }
   }
 
   dynamic "ordered_cache_behavior" {
@@ -178,6 +194,10 @@ resource "aws_cloudfront_distribution" "cdn" {
       cache_policy_id            = ordered_cache_behavior.value.policy
       origin_request_policy_id   = aws_cloudfront_origin_request_policy.none.id
       response_headers_policy_id = aws_cloudfront_response_headers_policy.cors.id
+      function_association {
+        event_type   = "viewer-request"
+        function_arn = aws_cloudfront_function.refuse_escapes.arn
+      }
     }
   }
 

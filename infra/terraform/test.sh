@@ -4,7 +4,8 @@
 #   test.sh [check]   terraform fmt -check, validate, and terraform test with
 #                     a mocked AWS provider (the module's tests/, those of
 #                     modules/segments-bucket, and a plan of each
-#                     examples/*.tfvars); bash -n of the shell scripts
+#                     examples/*.tfvars); bash -n of the shell scripts; the
+#                     CloudFront Function on sample requests (node)
 #   test.sh s3-apply  applies testdata/s3-compat (modules/segments-bucket) to
 #                     an S3-compatible server and prints `terraform output
 #                     -json`; the server comes from DANMAKU_TF_S3_ENDPOINT,
@@ -230,6 +231,16 @@ step "bash -n on the shell scripts"
 for f in node-boot.sh env.sh test.sh; do
 	bash -n "$f"
 done
+
+step "the CloudFront Function on sample requests (node)"
+if command -v node >/dev/null 2>&1; then
+	node tests/refuse-escapes.mjs >&2
+elif required; then
+	log "FAIL: node not found, and CI or DANMAKU_REQUIRE_SERVERS is set, so a missing tool is a failure"
+	exit 1
+else
+	log "node not found: refuse-escapes.js not run (terraform validate still checks its resource)"
+fi
 
 step "terraform fmt -check -recursive"
 if ! "$tf" fmt -check -recursive -diff -no-color; then

@@ -3,6 +3,7 @@ package event
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -25,6 +26,9 @@ type API struct {
 	// the process's own Directory reflects it at once rather than within
 	// its reload interval.
 	Changed func(ctx context.Context)
+	// Logger receives the store errors, which answers do not carry. Nil:
+	// slog.Default().
+	Logger *slog.Logger
 }
 
 // maxEventBody bounds a request body: 1,000 rooms with every setting fit.
@@ -61,8 +65,11 @@ func (a *API) changed(ctx context.Context) {
 	}
 }
 
-// fail answers a store or validation error with its code.
-func fail(c *gin.Context, err error) {
+// fail answers a validation or store error of op with its code. The coded
+// and sentinel errors' texts are the client's to read; any other is logged
+// and answered with a fixed message, since its text (a Redis address, a
+// key, a driver's internals) is nothing a client can act on.
+func (a *API) fail(c *gin.Context, op string, err error) {
 	var e *httpx.Error
 	switch {
 	case errors.As(err, &e):
@@ -73,7 +80,12 @@ func fail(c *gin.Context, err error) {
 	case errors.Is(err, ErrExists):
 		e = httpx.Errorf(http.StatusConflict, "event_exists", "%v", err)
 	default:
-		e = httpx.Errorf(http.StatusServiceUnavailable, "backend_unavailable", "events store unavailable; nothing changed: %v", err)
+		log := a.Logger
+		if log == nil {
+			log = slog.Default()
+		}
+		log.ErrorContext(c.Request.Context(), "event: store failed", "op", op, "route", c.FullPath(), "err", err)
+		e = httpx.Errorf(http.StatusServiceUnavailable, "backend_unavailable", "events store unavailable; nothing changed")
 		e.RetryAfter = time.Second
 	}
 	httpx.Abort(c, e)
@@ -82,7 +94,7 @@ func fail(c *gin.Context, err error) {
 func (a *API) list(c *gin.Context) {
 	events, err := a.Store.List(c.Request.Context())
 	if err != nil {
-		fail(c, err)
+		a.fail(c, "list events", err)
 		return
 	}
 	out := make([]View, 0, len(events))
@@ -95,7 +107,7 @@ func (a *API) list(c *gin.Context) {
 func (a *API) get(c *gin.Context) {
 	e, err := a.Store.Get(c.Request.Context(), c.Param("id"))
 	if err != nil {
-		fail(c, err)
+		a.fail(c, "get event", err)
 		return
 	}
 	c.JSON(http.StatusOK, a.view(e))
@@ -109,7 +121,7 @@ func (a *API) decode(c *gin.Context) (Event, bool) {
 		return Event{}, false
 	}
 	if err := e.Validate(); err != nil {
-		fail(c, err)
+		a.fail(c, "validate event", err)
 		return Event{}, false
 	}
 	return e, true
@@ -139,11 +151,11 @@ func (a *API) create(c *gin.Context) {
 	ctx := c.Request.Context()
 	e.EndedAt = nil
 	if err := a.free(ctx, &e); err != nil {
-		fail(c, err)
+		a.fail(c, "check rooms", err)
 		return
 	}
 	if err := a.Store.Create(ctx, e); err != nil {
-		fail(c, err)
+		a.fail(c, "create event", err)
 		return
 	}
 	a.changed(ctx)
@@ -164,7 +176,7 @@ func (a *API) update(c *gin.Context) {
 	ctx := c.Request.Context()
 	old, err := a.Store.Get(ctx, e.ID)
 	if err != nil {
-		fail(c, err)
+		a.fail(c, "get event", err)
 		return
 	}
 	if old.StateAt(a.now()) == Ended {
@@ -173,11 +185,11 @@ func (a *API) update(c *gin.Context) {
 	}
 	e.EndedAt = old.EndedAt
 	if err := a.free(ctx, &e); err != nil {
-		fail(c, err)
+		a.fail(c, "check rooms", err)
 		return
 	}
 	if err := a.Store.Update(ctx, e); err != nil {
-		fail(c, err)
+		a.fail(c, "update event", err)
 		return
 	}
 	a.changed(ctx)
@@ -189,14 +201,14 @@ func (a *API) end(c *gin.Context) {
 	ctx := c.Request.Context()
 	e, err := a.Store.Get(ctx, c.Param("id"))
 	if err != nil {
-		fail(c, err)
+		a.fail(c, "get event", err)
 		return
 	}
 	if e.StateAt(a.now()) != Ended {
 		now := a.now()
 		e.EndedAt = &now
 		if err := a.Store.Update(ctx, e); err != nil {
-			fail(c, err)
+			a.fail(c, "end event", err)
 			return
 		}
 		a.changed(ctx)
@@ -210,7 +222,7 @@ func (a *API) delete(c *gin.Context) {
 	ctx := c.Request.Context()
 	e, err := a.Store.Get(ctx, c.Param("id"))
 	if err != nil {
-		fail(c, err)
+		a.fail(c, "get event", err)
 		return
 	}
 	if e.StateAt(a.now()) != Ended {
@@ -218,7 +230,7 @@ func (a *API) delete(c *gin.Context) {
 		return
 	}
 	if err := a.Store.Delete(ctx, e.ID); err != nil {
-		fail(c, err)
+		a.fail(c, "delete event", err)
 		return
 	}
 	a.changed(ctx)

@@ -27,7 +27,7 @@ const NotFoundCacheControl = "no-cache"
 
 // CodePreconditionFailed answers an If-Match or If-Unmodified-Since that
 // the object does not meet.
-const CodePreconditionFailed = "precondition_failed"
+const CodePreconditionFailed = httpx.CodePreconditionFailed
 
 // Register serves every key at the root of e, beside the engine's own routes
 // (/healthz, /metrics): objects are looked up for any path no route matches,
@@ -67,11 +67,11 @@ func serve(c *gin.Context, store objstore.Store) {
 	// Last-Modified and, as RFC 9110 13.1.3 and 13.1.4 require of a
 	// resource without one, ignores If-Modified-Since and
 	// If-Unmodified-Since.
-	switch evaluate(c.Request.Header, obj.ETag, time.Time{}) {
-	case notModified:
+	switch httpx.EvaluatePreconditions(c.Request.Header, obj.ETag, time.Time{}) {
+	case httpx.NotModified:
 		c.Status(http.StatusNotModified)
 		return
-	case preconditionFailed:
+	case httpx.PreconditionFailed:
 		httpx.Abort(c, httpx.Errorf(http.StatusPreconditionFailed, CodePreconditionFailed, "the object does not meet If-Match or If-Unmodified-Since"))
 		return
 	}
@@ -109,109 +109,18 @@ func objectKey(r *http.Request) (string, bool) {
 	return strings.TrimPrefix(r.URL.Path, "/"), true
 }
 
-// outcome is what the conditional headers make of a request.
-type outcome int
+// The precondition logic lives in httpx, shared with sdk/web; these names
+// keep this package's own table and fuzz tests of it (conditional_test.go)
+// reading as they did.
+type outcome = httpx.Precondition
 
 const (
-	proceed outcome = iota
-	notModified
-	preconditionFailed
+	proceed            = httpx.Proceed
+	notModified        = httpx.NotModified
+	preconditionFailed = httpx.PreconditionFailed
 )
 
-// evaluate applies a GET or HEAD's preconditions to an object that exists,
-// with etag and (zero: unknown) modified, in the order of RFC 9110 13.2.2:
-// If-Match, else If-Unmodified-Since; then If-None-Match, else
-// If-Modified-Since. If-None-Match uses the weak comparison, so a CDN
-// revalidating with W/"…", a list of the tags it holds, or "*" gets its
-// 304.
-func evaluate(h http.Header, etag string, modified time.Time) outcome {
-	if im := h.Values("If-Match"); len(im) > 0 {
-		if !matchAny(im, etag, true) {
-			return preconditionFailed
-		}
-	} else if t, ok := headerTime(h, "If-Unmodified-Since"); ok && !modified.IsZero() && modified.Truncate(time.Second).After(t) {
-		return preconditionFailed
-	}
-	if inm := h.Values("If-None-Match"); len(inm) > 0 {
-		if matchAny(inm, etag, false) {
-			return notModified
-		}
-		return proceed
-	}
-	if t, ok := headerTime(h, "If-Modified-Since"); ok && !modified.IsZero() && !modified.Truncate(time.Second).After(t) {
-		return notModified
-	}
-	return proceed
-}
-
-// headerTime parses an HTTP date; an invalid one is ignored (RFC 9110
-// 13.1.3).
-func headerTime(h http.Header, name string) (time.Time, bool) {
-	v := h.Get(name)
-	if v == "" {
-		return time.Time{}, false
-	}
-	t, err := http.ParseTime(v)
-	return t, err == nil
-}
-
-// matchAny reports whether the field values (each "*" or a list of entity
-// tags, possibly over several header lines) name etag. strong asks for the
-// strong comparison (If-Match): both tags strong and equal. Otherwise the
-// weak one: equal opaque tags, W/ or not. An unparsable member ends the
-// list, as in net/http: what precedes it still counts.
-func matchAny(values []string, etag string, strong bool) bool {
-	ours, ourWeak, ok := parseETag(etag)
-	if !ok {
-		return false
-	}
-	for _, v := range values {
-		for {
-			v = strings.TrimLeft(v, " \t,")
-			if v == "" {
-				break
-			}
-			if v[0] == '*' {
-				return true
-			}
-			end := tagEnd(v)
-			if end < 0 {
-				break
-			}
-			tag, weak, _ := parseETag(v[:end])
-			if tag == ours && (!strong || (!weak && !ourWeak)) {
-				return true
-			}
-			v = v[end:]
-		}
-	}
-	return false
-}
-
-// tagEnd is the length of the entity tag that starts s, or -1.
-func tagEnd(s string) int {
-	start := 0
-	if strings.HasPrefix(s, "W/") {
-		start = 2
-	}
-	if len(s) < start+2 || s[start] != '"' {
-		return -1
-	}
-	i := strings.IndexByte(s[start+1:], '"')
-	if i < 0 {
-		return -1
-	}
-	return start + 1 + i + 1
-}
-
-// parseETag splits an entity tag into its opaque tag (quotes included) and
-// whether it is weak.
-func parseETag(s string) (tag string, weak, ok bool) {
-	if tagEnd(s) != len(s) {
-		return "", false, false
-	}
-	if strings.HasPrefix(s, "W/") {
-		return s[2:], true, true
-	}
-	return s, false, true
-}
+var (
+	evaluate = httpx.EvaluatePreconditions
+	matchAny = httpx.MatchETag
+)

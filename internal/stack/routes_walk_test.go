@@ -187,10 +187,9 @@ func walkCases() []walkCase {
 	add(RoleGSLB, ticket, 400, "bad_role", probe{method: "GET", path: "/v1/dev/ticket?user=a&role=king"})
 	not(RoleGSLB, ticket, 500, "internal", "the ticket cannot be signed; a bug, not provoked by any test")
 	add(RoleGSLB, "GET /sdk/*file", 404, "not_found", probe{method: "GET", path: "/sdk/nope.js"})
-	for _, route := range []string{"GET /", "GET /sdk/*file"} {
-		not(RoleGSLB, route, 412, "-", "not coded yet; sdk/web serves files with net/http's ServeContent, which answers this itself")
-		not(RoleGSLB, route, 416, "-", "not coded yet; sdk/web serves files with net/http's ServeContent, which answers this itself")
-	}
+	// The demo page ignores Range (the whole file, never a 416).
+	add(RoleGSLB, "GET /", 412, "precondition_failed", probe{method: "GET", path: "/", header: map[string]string{"If-Match": `"stale"`}})
+	add(RoleGSLB, "GET /sdk/*file", 412, "precondition_failed", probe{method: "GET", path: "/sdk/danmaku.js", header: map[string]string{"If-Match": `"stale"`}})
 
 	// gslb: events API.
 	for _, route := range []string{"GET /v1/admin/events", "POST /v1/admin/events", "GET /v1/admin/events/:id",

@@ -5,13 +5,13 @@
 package web
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
 	"io/fs"
 	"net/http"
 	"path"
+	"strconv"
 	"strings"
 	"time"
 
@@ -82,6 +82,11 @@ func Register(e *gin.Engine) {
 	e.HEAD("/sdk/*file", file)
 }
 
+// serve answers with the whole file. Preconditions are evaluated here,
+// not by http.ServeContent, which answers a failed If-Match with an empty
+// 412 and a bad Range with a plain-text 416: every answer but a success is
+// the coded error. Range is ignored (RFC 9110 14.2 lets a server do so):
+// the files are small, and a page loads each whole.
 func serve(c *gin.Context, name string) {
 	a, ok := assets[name]
 	if !ok {
@@ -89,10 +94,25 @@ func serve(c *gin.Context, name string) {
 		return
 	}
 	h := c.Writer.Header()
-	h.Set("Content-Type", a.typ)
 	h.Set("Cache-Control", "no-cache")
 	h.Set("ETag", a.etag)
 	h.Set("X-Content-Type-Options", "nosniff")
-	// ServeContent answers HEAD, If-None-Match (304) and ranges.
-	http.ServeContent(c.Writer, c.Request, name, time.Time{}, bytes.NewReader(a.body))
+	// The files carry no modification time (embed.FS has none), so there
+	// is no Last-Modified and the date preconditions are ignored, as RFC
+	// 9110 13.1.3 and 13.1.4 require of a resource without one.
+	switch httpx.EvaluatePreconditions(c.Request.Header, a.etag, time.Time{}) {
+	case httpx.NotModified:
+		c.Status(http.StatusNotModified)
+		return
+	case httpx.PreconditionFailed:
+		httpx.Abort(c, httpx.Errorf(http.StatusPreconditionFailed, httpx.CodePreconditionFailed, "the file does not meet If-Match"))
+		return
+	}
+	h.Set("Content-Length", strconv.Itoa(len(a.body)))
+	if c.Request.Method == http.MethodHead {
+		h.Set("Content-Type", a.typ)
+		c.Status(http.StatusOK)
+		return
+	}
+	c.Data(http.StatusOK, a.typ, a.body)
 }

@@ -91,6 +91,16 @@ run "cdn_and_bucket" {
     error_message = "Every behaviour: the forward-nothing origin request policy, CORS headers, compression, HTTPS only, no legacy forwarded_values."
   }
   assert {
+    condition = alltrue([for b in concat(aws_cloudfront_distribution.cdn.default_cache_behavior, aws_cloudfront_distribution.cdn.ordered_cache_behavior) :
+      [for f in b.function_association : "${f.event_type} ${f.function_arn}"] == ["viewer-request ${aws_cloudfront_function.refuse_escapes.arn}"]
+    ])
+    error_message = "Every behaviour refuses a percent-escaped path at viewer request, before the cache."
+  }
+  assert {
+    condition     = aws_cloudfront_function.refuse_escapes.runtime == "cloudfront-js-2.0" && aws_cloudfront_function.refuse_escapes.publish
+    error_message = "The function is published (behaviours run the LIVE stage) on the runtime its code is written for."
+  }
+  assert {
     condition     = aws_cloudfront_distribution.cdn.http_version == "http2and3" && aws_cloudfront_distribution.cdn.price_class == "PriceClass_All"
     error_message = "HTTP/2 and HTTP/3, and the configured price class."
   }

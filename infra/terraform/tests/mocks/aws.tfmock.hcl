@@ -32,6 +32,12 @@ mock_resource "aws_s3_bucket" {
   }
 }
 
+mock_resource "aws_cloudfront_function" {
+  defaults = {
+    arn = "arn:aws:cloudfront::123456789012:function/danmaku-test-refuse-escapes"
+  }
+}
+
 mock_resource "aws_cloudfront_distribution" {
   defaults = {
     arn            = "arn:aws:cloudfront::123456789012:distribution/EDFDVBD6EXAMPLE"

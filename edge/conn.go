@@ -283,8 +283,8 @@ func (c *conn) sendLocked(f *frame) bool {
 	return true
 }
 
-// offerSite sends a site-wide frame when the socket holds less than the
-// site queue; otherwise (or during the catch-up) it is skipped: the
+// offerSite sends a site-wide frame when the socket holds fewer than
+// siteQueueSize unwritten frames; otherwise (or during the catch-up) it is skipped: the
 // segments carry it, and the room's frames are not held up behind it.
 func (c *conn) offerSite(f *frame) {
 	c.mu.Lock()

@@ -10,20 +10,20 @@ import (
 // Site-wide broadcasts reach this edge's viewers through a path of their
 // own, beside the rooms': one reader of the site stream per edge (siteLoop,
 // started with the first room), which encodes each window's broadcasts
-// once per hub and offers the frame to every connection's site queue — not
-// its room queue. A storm of broadcasts therefore neither delays a room's
-// gifts (the room frames go on through their own queue) nor fills a room
-// queue and closes a connection with 4001. The edge is the fast path: every
-// live room's segments carry every broadcast once (the slicer), so a
-// connection whose socket already holds siteQueueSize frames unwritten
-// skips the frame (counted) and its client gets the broadcast from the
-// segments. Site messages are not in the
-// rooms' rings: a resume never replays them, and clients keep their ids
-// out of `last` (another id space).
+// once per hub and offers the frame to every connection whose socket holds
+// fewer than siteQueueSize unwritten frames (room frames may fill it to
+// QueueSize). A storm of broadcasts, coalesced to a frame per window,
+// therefore never fills a socket into a 4001 close, and a room's gifts
+// never wait behind more than a few site frames. The edge is the fast path:
+// every live room's segments carry every broadcast once (the slicer), so a
+// skipped frame is counted and its client gets the broadcast from the
+// segments. Site messages are not in the rooms' rings: a resume never
+// replays them, and clients keep their ids out of `last` (another id
+// space).
 
-// siteQueueSize is each connection's site queue, in frames: a storm is
-// coalesced into one frame per merge window, so a few frames are a second
-// or so of it.
+// siteQueueSize is how many unwritten frames a socket may hold for a site
+// frame still to be offered: a storm is coalesced into one frame per merge
+// window, so a few frames are a second or so of it.
 const siteQueueSize = 4
 
 // startSite starts the site reader once, with the first hub.

@@ -63,9 +63,9 @@ type conn struct {
 	sk sock // nil until the catch-up is written
 	// backlog holds frames offered while the catch-up is written, at most
 	// QueueSize; they follow it.
-	backlog []*frame
-	closing bool // kicked: nothing more is sent
-	code    int  // the close code sent (0: none), for the closes metric
+	backlog  []*frame
+	closing  bool  // kicked: nothing more is sent
+	code     int   // the close code sent (0: none), for the closes metric
 	lastPing int64 // Unix ns
 	// asked: a tokenAsk was sent for askedExp.
 	asked    bool

@@ -33,12 +33,12 @@ var ErrRunning = errors.New("edge: Run already called")
 // Server is an edge node: it accepts viewers' WebSocket connections and
 // pushes their rooms' live messages. Create it with New.
 type Server struct {
-	cfg      Config
-	log      *slog.Logger
-	m        *metrics
-	up       ws.HTTPUpgrader
-	handler  http.Handler
-	fanBuf   connBufs
+	cfg     Config
+	log     *slog.Logger
+	m       *metrics
+	up      ws.HTTPUpgrader
+	handler http.Handler
+	fanBuf  connBufs
 
 	// poll owns the plain TCP sockets (Linux): started with the first
 	// connection, stopped at the end of Shutdown.

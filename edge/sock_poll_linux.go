@@ -47,16 +47,16 @@ type pollSock struct {
 	l *loop
 	c *conn
 
-	mu      sync.Mutex
-	fd      int
-	state   uint8 // sockOpen, sockClosing (close frame sent), sockClosed
-	out     bool  // EPOLLOUT armed (or to be, once registered)
+	mu    sync.Mutex
+	fd    int
+	state uint8 // sockOpen, sockClosing (close frame sent), sockClosed
+	out   bool  // EPOLLOUT armed (or to be, once registered)
 	// registered: the socket is in its loop's epoll set (begin).
 	registered bool
-	pending [][]byte
-	off     int    // bytes of pending[0] on the wire already
-	partial []byte // an incomplete client frame
-	timer   *time.Timer
+	pending    [][]byte
+	off        int    // bytes of pending[0] on the wire already
+	partial    []byte // an incomplete client frame
+	timer      *time.Timer
 }
 
 const (
@@ -187,7 +187,7 @@ func (ps *pollSock) begin() {
 // nothing, and its connection finishes once told to close.
 type deadSock struct{ c *conn }
 
-func (d deadSock) begin()                 {}
+func (d deadSock) begin()               {}
 func (d deadSock) send([]byte, int) int { return sendClosed }
 func (d deadSock) closeWith(int, string) {
 	go d.c.finish() // the caller holds the connection's lock

@@ -37,13 +37,15 @@ import (
 //
 //   - memory per idle connection: the edges' RSS and heap+stack growth,
 //     summed, ÷ connections;
+//
 //   - server CPU per delivery: the edges' user+sys CPU over the 10/s phase
 //     ÷ deliveries (Redis's CPU is not in it: one reader per room and
 //     edge, not per connection);
+//
 //   - latency from append to receipt, percentiles over every client's
 //     histogram.
 //
-//	EDGE_SCALE_CONNS=100000 go test -run '^$' -bench EdgeScaleProcs -benchtime 1x -timeout 30m ./edge
+//     EDGE_SCALE_CONNS=100000 go test -run '^$' -bench EdgeScaleProcs -benchtime 1x -timeout 30m ./edge
 //
 // Knobs: EDGE_SCALE_CONNS (2,000), EDGE_SCALE_PROCS (enough for 16,000
 // connections each, at least 2), EDGE_SCALE_GIFTS, EDGE_SCALE_SLOW_GIFTS

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gobwas/ws"
 
@@ -208,7 +209,7 @@ func closeReason(code int) string {
 		return reasonDraining
 	case CloseRoomEnded:
 		return reasonEnded
-	case ClosePolicy:
+	case ClosePolicy, closeUnsupported, closeBadData, closeTooBig, closeProtocol:
 		return reasonPolicy
 	}
 	return reasonGone
@@ -495,7 +496,8 @@ func (c *conn) onFrame(f clientFrame) bool {
 	switch {
 	case f.op == ws.OpContinuation && c.frag == nil:
 		c.s.m.badReports.Inc()
-		return true
+		c.kick(closeProtocol, "continuation without a message")
+		return false
 	case f.op == ws.OpContinuation:
 		if int64(len(c.frag)+len(f.payload)) > c.s.cfg.ReadLimit {
 			c.kick(closeTooBig, "message too large")
@@ -513,9 +515,18 @@ func (c *conn) onFrame(f clientFrame) bool {
 		c.frag, c.fragBinary = append([]byte(nil), f.payload...), f.op == ws.OpBinary
 		return true
 	}
-	if f.op != ws.OpText {
+	// What breaks the protocol closes with its code; a well-formed report
+	// whose values are out of range is counted and ignored (a newer SDK
+	// may send what this edge does not know).
+	switch {
+	case f.op != ws.OpText:
 		c.s.m.badReports.Inc()
-		return true
+		c.kick(closeUnsupported, "only text reports are accepted")
+		return false
+	case !utf8.Valid(f.payload) || !json.Valid(f.payload):
+		c.s.m.badReports.Inc()
+		c.kick(closeBadData, "reports are JSON objects")
+		return false
 	}
 	r, err := parseReport(f.payload)
 	if err != nil {

@@ -85,9 +85,9 @@ func closeFrame(code int, text string) []byte {
 
 // Close codes of the protocol itself (RFC 6455).
 const (
-	closeNormal      = 1000
 	closeProtocol    = 1002
 	closeUnsupported = 1003
+	closeBadData     = 1007
 	closeTooBig      = 1009
 )
 

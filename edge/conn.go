@@ -299,26 +299,32 @@ func (c *conn) offerSite(f *frame) {
 	c.s.m.site.WithLabelValues(outcome).Add(float64(len(f.msgs)))
 }
 
-// tick runs every ping interval: a client silent since the last ping and
-// the grace is closed; the others are pinged, and asked for a fresh token
-// or closed when theirs expires.
+// tick runs a few times per ping interval: a client that answered
+// nothing since its last ping, for the grace, is closed; the others are
+// pinged once an interval, and asked for a fresh token or closed when
+// theirs expires.
 func (c *conn) tick(now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closing || c.sk == nil {
 		return
 	}
-	if now.UnixNano()-c.lastRead.Load() > int64(c.s.cfg.PingInterval+c.s.cfg.PongGrace) {
-		c.kickLocked(0, "")
-		return
+	t, read := now.UnixNano(), c.lastRead.Load()
+	if read < c.lastPing {
+		// The last ping is unanswered. Dead: silent for a ping interval
+		// and the ping unanswered for the grace — whatever the pinger's
+		// granularity, a client has the whole grace to answer.
+		if t-c.lastPing > int64(c.s.cfg.PongGrace) && t-read > int64(c.s.cfg.PingInterval) {
+			c.kickLocked(0, "")
+			return
+		}
+	} else if t-c.lastPing >= int64(c.s.cfg.PingInterval) {
+		// A ping that does not fit is not needed: the client is behind on
+		// frames already, and closed as slow if it stays so.
+		if c.sk.send(pingFrame, c.s.cfg.QueueSize) == sendOK {
+			c.lastPing = t
+		}
 	}
-	if now.UnixNano()-c.lastPing < int64(c.s.cfg.PingInterval) {
-		return
-	}
-	c.lastPing = now.UnixNano()
-	// A ping that does not fit is not needed: the frames ahead of it
-	// prove the connection alive as well, once the client reads them.
-	c.sk.send(pingFrame, c.s.cfg.QueueSize)
 	c.checkExpiryLocked()
 }
 

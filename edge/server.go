@@ -167,10 +167,12 @@ func (s *Server) newSock(nc net.Conn, br *bufio.Reader, c *conn) sock {
 
 // pingLoop ticks every connection a few times per ping interval (one
 // timer for the node, none per connection): each is pinged once an
-// interval, and closed when silent for the interval and the grace.
+// interval, and closed when it leaves a ping unanswered for the grace.
 func (s *Server) pingLoop() {
 	defer s.wg.Done()
-	t := time.NewTicker(max(s.cfg.PingInterval/4, time.Millisecond))
+	// Fine enough that a ping goes out within a quarter interval of its
+	// time and a dead client is closed within half a grace of its.
+	t := time.NewTicker(max(min(s.cfg.PingInterval/4, s.cfg.PongGrace/2), time.Millisecond))
 	defer t.Stop()
 	for {
 		select {

@@ -272,9 +272,10 @@ func (c *conn) sendFrameLocked(f *frame) bool {
 func (c *conn) sendLocked(f *frame) bool {
 	switch c.sk.send(f.data, c.s.cfg.QueueSize) {
 	case sendFull:
-		if c.kickLocked(CloseResume, closeText(CloseResume)) {
-			c.s.m.slow.Inc()
+		if !c.closing {
+			c.s.m.slow.Inc() // before the close frame reaches the client
 		}
+		c.kickLocked(CloseResume, closeText(CloseResume))
 		return false
 	case sendClosed:
 		return false
@@ -338,8 +339,8 @@ func (c *conn) checkExpiryLocked() {
 	}
 	now := c.s.cfg.Clock.Now().UnixMilli()
 	if now >= exp+c.s.cfg.TokenGrace.Milliseconds() {
+		c.s.m.tokenExpired.Inc() // before the close frame reaches the client
 		c.kickLocked(CloseTokenRejected, closeText(CloseTokenRejected))
-		c.s.m.tokenExpired.Inc()
 		return
 	}
 	if now < exp-2*c.s.cfg.PingInterval.Milliseconds() || (c.asked && c.askedExp == exp) {

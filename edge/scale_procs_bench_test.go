@@ -63,6 +63,8 @@ func BenchmarkEdgeScaleProcs(b *testing.B) {
 // Environment of a TestEdgeScaleServer child.
 const (
 	scaleServerRedis = "EDGE_SCALE_SERVER_REDIS" // Redis address
+	scaleServerPing  = "EDGE_SCALE_PING"         // the edges' ping interval (optional)
+	scaleServerGrace = "EDGE_SCALE_GRACE"        // the edges' pong grace (optional; default 30 s)
 )
 
 // scaleSample is what a server child reports on SAMPLE.
@@ -72,6 +74,9 @@ type scaleSample struct {
 	Goroutines int64 `json:"goroutines"`
 	Conns      int   `json:"conns"`
 	CPUNs      int64 `json:"cpu_ns"`
+	// Closes counts the connections the edge closed, by reason: none
+	// should be, before the end.
+	Closes map[string]float64 `json:"closes,omitempty"`
 }
 
 // scaleKey is the benchmark's master key: the edges and the signer derive
@@ -114,9 +119,20 @@ func runScaleServer(redisAddr string) error {
 	if err != nil {
 		return err
 	}
+	ping, _ := time.ParseDuration(os.Getenv(scaleServerPing)) // zero: the default
+	// The load clients share 2 cores with every edge and fall seconds
+	// behind at 100k (a ping waits behind the frames before it in the
+	// socket); a real client answers within milliseconds. Dead-client
+	// detection has its own tests; here it must not take a starved load
+	// client for a dead one.
+	grace := 30 * time.Second
+	if g, err := time.ParseDuration(os.Getenv(scaleServerGrace)); err == nil && g > 0 {
+		grace = g
+	}
 	srv, err := New(Config{
 		Store: store, Verifier: keys, Addr: "ws://" + ln.Addr().String(),
 		ConnectRate: -1, MaxConnsPerUser: -1, DrainPeriod: time.Millisecond,
+		PingInterval: ping, PongGrace: grace,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {
@@ -137,6 +153,14 @@ func runScaleServer(redisAddr string) error {
 			continue
 		}
 		x.Conns, x.CPUNs = srv.Load().Conns, cpuTime().Nanoseconds()
+		for _, r := range []string{reasonResume, reasonGap, reasonDraining, reasonPolicy, reasonGone, reasonEnded, reasonExpired} {
+			if v := counter(srv.m.closes.WithLabelValues(r)); v > 0 {
+				if x.Closes == nil {
+					x.Closes = map[string]float64{}
+				}
+				x.Closes[r] = v
+			}
+		}
 		j, _ := json.Marshal(x)
 		fmt.Println(scaleLine+"SAMPLE", string(j))
 	}
@@ -244,7 +268,7 @@ func runEdgeScaleProcs(b *testing.B, n, procs, fast, slow int) {
 	servers := make([]*scaleChild, procs)
 	addrs := make([]string, procs)
 	for i := range servers {
-		servers[i] = startScaleChild(b, fmt.Sprintf("edge %d", i), "TestEdgeScaleServer", []string{scaleServerRedis + "=" + redisAddr})
+		servers[i] = startScaleChild(b, fmt.Sprintf("edge %d", i), "TestEdgeScaleServer", []string{scaleServerRedis + "=" + redisAddr, scaleServerPing + "=" + os.Getenv(scaleServerPing), scaleServerGrace + "=" + os.Getenv(scaleServerGrace)})
 		addrs[i] = servers[i].next("ADDR", deadline)
 	}
 	sample := func(what string) (sum scaleSample) {
@@ -261,6 +285,12 @@ func runEdgeScaleProcs(b *testing.B, n, procs, fast, slow int) {
 			sum.Goroutines += x.Goroutines
 			sum.Conns += x.Conns
 			sum.CPUNs += x.CPUNs
+			for r, v := range x.Closes {
+				if sum.Closes == nil {
+					sum.Closes = map[string]float64{}
+				}
+				sum.Closes[r] += v
+			}
 		}
 		return sum
 	}
@@ -300,7 +330,7 @@ func runEdgeScaleProcs(b *testing.B, n, procs, fast, slow int) {
 				b.Fatal(err)
 			}
 			if r.Phase != phase || r.Errors != 0 {
-				b.Fatalf("%s phase %d: %d connections failed (first: %s)", c.name, phase, r.Errors, r.FirstErr)
+				b.Fatalf("%s phase %d: %d connections failed (first: %s); the edges closed %v", c.name, phase, r.Errors, r.FirstErr, sample("CPU").Closes)
 			}
 			deliveries += r.Deliveries
 			frames += r.Frames

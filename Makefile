@@ -78,9 +78,10 @@ bench-gslb: deps ## gslb and tokens: allocation, entry over HTTP vs a bare handl
 	DANMAKU_SIM=1 $(GO) test -count=1 -run TestBalanceSimulationFull -v ./gslb/gslbsim
 	DANMAKU_REQUIRE_SERVERS=1 DANMAKU_IDLE_SECONDS=4s $(GO) test -run '^$$' -bench IdleEdgeCPU -benchtime 1x -count 3 ./edge
 
-bench-edge: deps ## edge: idle connection memory, fan-out CPU, connects with and without TLS, and the event-loop candidates at 10,000 connections (3 runs) (docs/benchmarks.md)
+bench-edge: deps ## edge: idle connection memory, fan-out CPU and latency at 10,000 connections (one process, 3 runs) and 100,000 (7 edge processes), connects with and without TLS, the event-loop candidates (docs/benchmarks.md)
 	$(GO) test -run '^$$' -bench 'IdleConnMemory|Fanout' -benchtime 1x -count 3 ./edge
-	EDGE_SCALE_CONNS=10000 $(GO) test -run '^$$' -bench EdgeScale -benchtime 1x -count 3 -timeout 20m ./edge
+	EDGE_SCALE_CONNS=10000 $(GO) test -run '^$$' -bench 'EdgeScale$$' -benchtime 1x -count 3 -timeout 20m ./edge
+	EDGE_SCALE_CONNS=100000 $(GO) test -run '^$$' -bench 'EdgeScaleProcs$$' -benchtime 1x -count 1 -timeout 30m ./edge
 	$(GO) test -run '^$$' -bench ConnectTLS -benchtime 2s -count 5 ./internal/stack
 	WSBENCH_CONNS=10000 WSBENCH_BROADCASTS=50 $(GO) test -run '^$$' -bench . -benchtime 1x -count 3 -timeout 25m ./internal/wsbench
 

@@ -1,13 +1,16 @@
 package edge
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
-	"github.com/gorilla/websocket"
+	"github.com/gobwas/ws"
 
 	"danmaku/auth"
 	"danmaku/internal/wire"
@@ -32,92 +35,166 @@ const (
 	CloseRoomEnded = 4004
 	// ClosePolicy (1008): the client broke the protocol (it sent too many
 	// messages). Back off before reconnecting.
-	ClosePolicy = websocket.ClosePolicyViolation
+	ClosePolicy = 1008
 )
 
-// conn is one client connection: serve's goroutine writes, readLoop drains
-// what the client sends.
+// Results of sock.send.
+const (
+	sendOK     = iota // written, or queued behind what the socket holds
+	sendFull          // max frames wait already: the frame was not taken
+	sendClosed        // the socket is closing or gone
+)
+
+// conn is one client connection. It has no goroutine of its own: the
+// room's flusher offers it frames, the server's pinger ticks it, and its
+// socket's reader (an epoll loop, or a goSock's reader) hands it what the
+// client sends. mu orders all three.
 type conn struct {
 	s    *Server
 	h    *hub
-	ws   *websocket.Conn
 	user string // the token's subject: online counts are of distinct users
 	// exp is the token's expiry (Unix ms; 0: none), moved on by a fresh
 	// token sent in-band.
 	exp atomic.Int64
-	// asked: a tokenAsk was sent for the current exp. Writer goroutine only.
+	// lastRead is when the client last sent anything (Unix ns): a client
+	// silent for a ping interval and the grace is dead.
+	lastRead atomic.Int64
+
+	mu sync.Mutex
+	sk sock // nil until the catch-up is written
+	// backlog holds frames offered while the catch-up is written, at most
+	// QueueSize; they follow it.
+	backlog  []*frame
+	closing  bool  // kicked: nothing more is sent
+	code     int   // the close code sent (0: none), for the closes metric
+	lastPing int64 // Unix ns
+	// asked: a tokenAsk was sent for askedExp.
 	asked    bool
 	askedExp int64
-
-	queue    chan *frame   // bounded; filled by the hub without blocking
-	site     chan *frame   // site-wide broadcasts, beside queue (site.go)
-	done     chan struct{} // closed by kick
-	readDone chan struct{} // closed when readLoop returns
-	once     sync.Once
-	code     int // close code to send, 0: none; written before done closes
-	text     string
-
-	idx int // position in h.conns, -1 when not there; guarded by h.mu
-
-	// Writer goroutine only (set by register before the writer starts).
+	// skip: the client is ahead of the hub (it resumed from a node that
+	// had read further); frames up to skip are left out, once.
 	skip    msgID
 	hasSkip bool
+
+	// The client's allowance (a token bucket): read by its socket's
+	// reader only.
+	tokens  float32
+	tokenAt int64 // Unix ns
+	// frag is a message whose first fragments arrived; reader only.
+	frag       []byte
+	fragBinary bool
+
+	idx  int // position in h.conns, -1 when not there; guarded by h.mu
+	gone sync.Once
 }
 
-func newConn(s *Server, h *hub, ws *websocket.Conn, claims *auth.Claims) *conn {
-	c := &conn{
-		s:        s,
-		h:        h,
-		ws:       ws,
-		user:     claims.User(),
-		queue:    make(chan *frame, s.cfg.QueueSize),
-		site:     make(chan *frame, siteQueueSize),
-		done:     make(chan struct{}),
-		readDone: make(chan struct{}),
-		idx:      -1,
-	}
+func newConn(s *Server, h *hub, claims *auth.Claims) *conn {
+	c := &conn{s: s, h: h, user: claims.User(), idx: -1, tokens: clientMsgBurst}
+	now := time.Now().UnixNano()
+	c.lastRead.Store(now)
+	c.tokenAt, c.lastPing = now, now
 	if claims.ExpiresAt != nil {
 		c.exp.Store(claims.ExpiresAt.UnixMilli())
 	}
 	return c
 }
 
-// kick asks the connection to close with code (0: without a close frame).
-// Only the first call counts; it reports whether this call was it. It never
-// blocks, so the hub may call it under its lock.
+// kick closes the connection with code (0: without a close frame). Only
+// the first call counts; it reports whether this call was it.
 func (c *conn) kick(code int, text string) bool {
-	first := false
-	c.once.Do(func() {
-		c.code, c.text = code, text
-		close(c.done)
-		first = true
-	})
-	return first
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.kickLocked(code, text)
 }
 
-// serve runs the connection until it is closed, then cleans up. p is the
-// catch-up computed when the connection joined the hub.
-func (c *conn) serve(p resumePlan) {
-	go c.readLoop()
-	c.writeLoop(p)
-	c.kick(0, "") // the writer failed: nothing more can be sent
-	if c.code != 0 {
-		msg := websocket.FormatCloseMessage(c.code, c.text)
-		if err := c.ws.WriteControl(websocket.CloseMessage, msg, time.Now().Add(closeGrace)); err == nil {
-			// Let the client answer and close first: it then holds the
-			// TIME_WAIT, not this node with its 100k sockets.
-			t := time.NewTimer(closeGrace)
-			select {
-			case <-c.readDone:
-			case <-t.C:
-			}
-			t.Stop()
+func (c *conn) kickLocked(code int, text string) bool {
+	if c.closing {
+		return false
+	}
+	c.closing, c.code = true, code
+	c.backlog = nil
+	if c.sk != nil {
+		c.sk.closeWith(code, text)
+	}
+	// Without a socket the catch-up is still being written: start sees
+	// closing and closes with code.
+	return true
+}
+
+// start writes the catch-up p to nc, hands the socket to a loop (or a
+// goSock) and then sends what was offered meanwhile. br holds what the
+// client sent past the handshake. The connection's holds (slot, user,
+// hub) are released by finish, once the socket is gone.
+func (c *conn) start(nc net.Conn, br *bufio.Reader, p resumePlan) {
+	frames, code := c.catchUp(p)
+	if code == 0 && len(frames) > 0 {
+		if err := writeAll(nc, c.s.cfg.WriteTimeout, frames...); err != nil {
+			code = -1
 		}
 	}
-	_ = c.ws.Close()
-	<-c.readDone
-	c.h.unregister(c)
-	c.s.m.closes.WithLabelValues(closeReason(c.code)).Inc()
+	if code != 0 {
+		c.mu.Lock()
+		c.closing, c.code = true, max(code, 0)
+		c.mu.Unlock()
+		if code > 0 {
+			refuseConn(nc, br, code, closeText(code))
+		} else {
+			_ = nc.Close()
+		}
+		c.finish()
+		return
+	}
+	sk := c.s.newSock(nc, br, c)
+	c.mu.Lock()
+	c.sk = sk
+	if c.closing {
+		sk.closeWith(c.code, closeText(c.code))
+	} else {
+		for _, f := range c.backlog {
+			if !c.sendFrameLocked(f) {
+				break
+			}
+		}
+		c.backlog = nil
+	}
+	c.mu.Unlock()
+	sk.begin()
+}
+
+// closeText is the reason sent with a close code.
+func closeText(code int) string {
+	switch code {
+	case CloseResume:
+		return "resume"
+	case CloseResumeGap:
+		return "resume point too old; reconnect without last"
+	case CloseGoingAway:
+		return "going away"
+	case CloseRoomEnded:
+		return "room ended"
+	case CloseTokenRejected:
+		return "token expired"
+	case ClosePolicy:
+		return "too many messages"
+	}
+	return ""
+}
+
+// finish runs once the socket is closed: the connection leaves its hub
+// and releases its slot, its user's count and its hold on the hub.
+func (c *conn) finish() {
+	c.gone.Do(func() {
+		c.h.unregister(c)
+		c.mu.Lock()
+		code := c.code
+		c.closing = true
+		c.backlog = nil
+		c.mu.Unlock()
+		c.s.m.closes.WithLabelValues(closeReason(code)).Inc()
+		c.s.users.release(c.user)
+		c.s.release(c.h)
+		c.s.conns.Add(-1)
+	})
 }
 
 func closeReason(code int) string {
@@ -132,77 +209,149 @@ func closeReason(code int) string {
 		return reasonDraining
 	case CloseRoomEnded:
 		return reasonEnded
-	case ClosePolicy:
+	case ClosePolicy, closeUnsupported, closeBadData, closeTooBig, closeProtocol:
 		return reasonPolicy
 	}
 	return reasonGone
 }
 
-// writeLoop sends the catch-up, then queued frames and pings, until the
-// connection is kicked or a write fails.
-func (c *conn) writeLoop(p resumePlan) {
-	if !c.catchUp(p) {
-		return
+// offer sends a room frame, or keeps it while the catch-up is written. A
+// connection that cannot take it is closed with CloseResume; it reports
+// false then.
+func (c *conn) offer(f *frame) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing {
+		return true
 	}
-	ping := time.NewTicker(c.s.cfg.PingInterval)
-	defer ping.Stop()
-	for {
-		// A kicked connection sends nothing more, even with frames queued.
-		select {
-		case <-c.done:
-			return
-		default:
+	if c.sk == nil {
+		if len(c.backlog) >= c.s.cfg.QueueSize {
+			c.kickLocked(CloseResume, closeText(CloseResume))
+			return false
 		}
-		select {
-		case <-c.done:
-			return
-		case f := <-c.queue:
-			if !c.writeFrame(f) {
-				return
-			}
-		case f := <-c.site:
-			// As it is: site messages are outside the room's id order, so
-			// a resume's skip does not apply to them.
-			if !c.writePrepared(f) {
-				return
-			}
-		case <-ping.C:
-			if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.s.cfg.WriteTimeout)); err != nil {
-				return
-			}
-			if !c.checkExpiry() {
-				return
-			}
-		}
+		c.backlog = append(c.backlog, f)
+		return true
 	}
+	return c.sendFrameLocked(f)
 }
 
-// checkExpiry runs at each ping: a connection whose token expires within
-// two ping intervals is asked (once per expiry) for a fresh one, and one
-// past its expiry and the grace is closed with CloseTokenRejected. It
-// reports whether the connection goes on.
-func (c *conn) checkExpiry() bool {
+// sendFrameLocked sends a shared frame, leaving out what the client
+// already has. Never drop: a client that cannot keep up resumes from its
+// last id on a fresh connection.
+func (c *conn) sendFrameLocked(f *frame) bool {
+	if c.hasSkip {
+		if !c.skip.less(f.last) {
+			return true // all of it is at or before the client's last id
+		}
+		c.hasSkip = false
+		if !c.skip.less(f.first) {
+			i := 0
+			for i < len(f.msgs) {
+				if id, _ := parseMsgID(f.msgs[i].ID); c.skip.less(id) {
+					break
+				}
+				i++
+			}
+			own, err := encodeFrames(c.h.room, f.msgs[i:])
+			if err != nil {
+				c.s.log.Error("edge: encode frame", "room", c.h.room, "err", err)
+				c.kickLocked(CloseResume, closeText(CloseResume))
+				return false
+			}
+			for _, f := range own {
+				if !c.sendLocked(f) {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	return c.sendLocked(f)
+}
+
+func (c *conn) sendLocked(f *frame) bool {
+	switch c.sk.send(f.data, c.s.cfg.QueueSize) {
+	case sendFull:
+		if !c.closing {
+			c.s.m.slow.Inc() // before the close frame reaches the client
+		}
+		c.kickLocked(CloseResume, closeText(CloseResume))
+		return false
+	case sendClosed:
+		return false
+	}
+	c.s.m.framesSent.Inc()
+	c.s.m.messagesSent.Add(float64(len(f.msgs)))
+	return true
+}
+
+// offerSite sends a site-wide frame when the socket holds fewer than
+// siteQueueSize unwritten frames; otherwise (or during the catch-up) it is skipped: the
+// segments carry it, and the room's frames are not held up behind it.
+func (c *conn) offerSite(f *frame) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	outcome := "skipped"
+	if !c.closing && c.sk != nil && c.sk.send(f.data, siteQueueSize) == sendOK {
+		outcome = "offered"
+		c.s.m.framesSent.Inc()
+		c.s.m.messagesSent.Add(float64(len(f.msgs)))
+	}
+	c.s.m.site.WithLabelValues(outcome).Add(float64(len(f.msgs)))
+}
+
+// tick runs a few times per ping interval: a client that answered
+// nothing since its last ping, for the grace, is closed; the others are
+// pinged once an interval, and asked for a fresh token or closed when
+// theirs expires.
+func (c *conn) tick(now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing || c.sk == nil {
+		return
+	}
+	t, read := now.UnixNano(), c.lastRead.Load()
+	if read < c.lastPing {
+		// The last ping is unanswered. Dead: silent for a ping interval
+		// and the ping unanswered for the grace — whatever the pinger's
+		// granularity, a client has the whole grace to answer.
+		if t-c.lastPing > int64(c.s.cfg.PongGrace) && t-read > int64(c.s.cfg.PingInterval) {
+			c.kickLocked(0, "")
+			return
+		}
+	} else if t-c.lastPing >= int64(c.s.cfg.PingInterval) {
+		// A ping that does not fit is not needed: the client is behind on
+		// frames already, and closed as slow if it stays so.
+		if c.sk.send(pingFrame, c.s.cfg.QueueSize) == sendOK {
+			c.lastPing = t
+		}
+	}
+	c.checkExpiryLocked()
+}
+
+// checkExpiryLocked: a connection whose token expires within two ping
+// intervals is asked (once per expiry) for a fresh one, and one past its
+// expiry and the grace is closed with CloseTokenRejected.
+func (c *conn) checkExpiryLocked() {
 	exp := c.exp.Load()
 	if exp == 0 {
-		return true
+		return
 	}
 	now := c.s.cfg.Clock.Now().UnixMilli()
 	if now >= exp+c.s.cfg.TokenGrace.Milliseconds() {
-		c.kick(CloseTokenRejected, "token expired")
-		c.s.m.tokenExpired.Inc()
-		return false
+		c.s.m.tokenExpired.Inc() // before the close frame reaches the client
+		c.kickLocked(CloseTokenRejected, closeText(CloseTokenRejected))
+		return
 	}
 	if now < exp-2*c.s.cfg.PingInterval.Milliseconds() || (c.asked && c.askedExp == exp) {
-		return true
+		return
 	}
 	b, _ := json.Marshal(tokenAsk{Refresh: "token", ExpMs: exp}) // always marshals
-	_ = c.ws.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
-	if err := c.ws.WriteMessage(websocket.TextMessage, b); err != nil {
-		return false
+	if c.sk.send(serverFrame(ws.OpText, b), c.s.cfg.QueueSize) != sendOK {
+		return // asked again at the next ping
 	}
 	c.asked, c.askedExp = true, exp
 	c.s.m.tokenAsks.Inc()
-	return true
 }
 
 // refreshToken takes a fresh token a client sent in-band: valid, for the
@@ -228,83 +377,33 @@ func (c *conn) refreshToken(tok string) {
 	}
 }
 
-// writeFrame writes a shared frame, leaving out what the client already has.
-func (c *conn) writeFrame(f *frame) bool {
-	if c.hasSkip {
-		if !c.skip.less(f.last) {
-			return true // all of it is at or before the client's last id
-		}
-		c.hasSkip = false
-		if !c.skip.less(f.first) {
-			i := 0
-			for i < len(f.msgs) {
-				if id, _ := parseMsgID(f.msgs[i].ID); c.skip.less(id) {
-					break
-				}
-				i++
-			}
-			return c.writeMessages(f.msgs[i:], "")
-		}
-	}
-	return c.writePrepared(f)
-}
-
-// writeMessages encodes msgs for this connection alone and writes them.
-// source labels catch-up messages ("ring", "store"); "" for live ones.
-func (c *conn) writeMessages(msgs []wire.Message, source string) bool {
-	frames, err := encodeFrames(c.h.room, msgs, false)
-	if err != nil {
-		c.s.log.Error("edge: encode frame", "room", c.h.room, "err", err)
-		c.kick(CloseResume, "resume")
-		return false
-	}
-	for _, f := range frames {
-		select {
-		case <-c.done:
-			return false
-		default:
-		}
-		_ = c.ws.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
-		if err := c.ws.WriteMessage(websocket.BinaryMessage, f.data); err != nil {
-			return false
-		}
-		c.s.m.framesSent.Inc()
-		c.s.m.messagesSent.Add(float64(len(f.msgs)))
-		if source != "" {
-			c.s.m.catchUp.WithLabelValues(source).Add(float64(len(f.msgs)))
-		}
-	}
-	return true
-}
-
-// catchUp sends what a resuming client missed: the pushable messages in
-// (storeFrom, storeUntil] read back from the store, then those the ring
-// held when the connection joined.
-func (c *conn) catchUp(p resumePlan) bool {
+// catchUp returns what a resuming client missed, encoded for it alone:
+// the pushable messages in (storeFrom, storeUntil] read back from the
+// store, then those the ring held when the connection joined. A nonzero
+// code closes the connection instead.
+func (c *conn) catchUp(p resumePlan) (frames [][]byte, code int) {
+	var msgs []wire.Message
 	if p.fromStore {
 		switch gap, err := c.resumeGap(p); {
 		case err != nil:
 			c.s.log.Warn("edge: catch-up read", "room", c.h.room, "err", err)
-			c.kick(CloseResume, "resume")
-			return false
+			return nil, CloseResume
 		case gap:
 			// Replaying from here would skip what the trim took, silently.
-			c.kick(CloseResumeGap, "resume point too old; reconnect without last")
-			return false
+			return nil, CloseResumeGap
 		}
 		lo := c.s.minGift(c.h.room)
 		after := p.storeFrom.String()
+		n := 0
 		for done := false; !done; {
 			es, err := c.s.cfg.Store.Read(c.s.ctx, c.h.key, after, readCount, 0)
 			if err != nil {
 				c.s.log.Warn("edge: catch-up read", "room", c.h.room, "err", err)
-				c.kick(CloseResume, "resume")
-				return false
+				return nil, CloseResume
 			}
 			if len(es) == 0 {
 				break
 			}
-			var batch []wire.Message
 			for i := range es {
 				id, err := parseMsgID(es[i].ID)
 				if err != nil {
@@ -315,23 +414,36 @@ func (c *conn) catchUp(p resumePlan) bool {
 					break
 				}
 				if pushable(&es[i], lo) {
-					batch = append(batch, wire.Slim(es[i]))
+					msgs = append(msgs, wire.Slim(es[i]))
+					n++
 				}
 				if id == p.storeUntil {
 					done = true
 					break
 				}
 			}
-			if len(batch) > 0 && !c.writeMessages(batch, "store") {
-				return false
-			}
 			after = es[len(es)-1].ID
 		}
+		c.s.m.catchUp.WithLabelValues("store").Add(float64(n))
 	}
 	if len(p.ring) > 0 {
-		return c.writeMessages(p.ring, "ring")
+		msgs = append(msgs, p.ring...)
+		c.s.m.catchUp.WithLabelValues("ring").Add(float64(len(p.ring)))
 	}
-	return true
+	if len(msgs) == 0 {
+		return nil, 0
+	}
+	fs, err := encodeFrames(c.h.room, msgs)
+	if err != nil {
+		c.s.log.Error("edge: encode frame", "room", c.h.room, "err", err)
+		return nil, CloseResume
+	}
+	for _, f := range fs {
+		frames = append(frames, f.data)
+		c.s.m.framesSent.Inc()
+		c.s.m.messagesSent.Add(float64(len(f.msgs)))
+	}
+	return frames, 0
 }
 
 // resumeGap reports whether the stream no longer holds the resume point:
@@ -360,67 +472,78 @@ func (c *conn) resumeGap(p resumePlan) (bool, error) {
 // errClientFlood ends a connection whose client sends more than its allowance.
 var errClientFlood = errors.New("edge: client sends too much")
 
-// readLoop drains the client: pongs (which keep the connection alive) and
-// counter reports. It ends the connection when the client goes silent for
-// a ping interval and the pong grace, closes, or floods.
-func (c *conn) readLoop() {
-	defer close(c.readDone)
-	ws := c.ws
-	wait := c.s.cfg.PingInterval + c.s.cfg.PongGrace
-	ws.SetReadLimit(c.s.cfg.ReadLimit)
-	_ = ws.SetReadDeadline(time.Now().Add(wait))
-	ws.SetPongHandler(func(string) error { return ws.SetReadDeadline(time.Now().Add(wait)) })
+// onFrame handles one frame the client sent: pings (answered), pongs,
+// counter reports and in-band tokens. Close frames are the socket's. It
+// is called by the socket's reader only, one frame at a time; false ends
+// the connection (it has been kicked).
+func (c *conn) onFrame(f clientFrame) bool {
+	if f.op == ws.OpPong {
+		return true // lastRead, moved by the reader, is all a pong is for
+	}
 	// One allowance for everything a client sends, pings included: each
 	// ping costs a pong written by this server.
-	tokens, last := float64(clientMsgBurst), time.Now()
-	allow := func() bool {
-		now := time.Now()
-		_ = ws.SetReadDeadline(now.Add(wait))
-		tokens = min(clientMsgBurst, tokens+float64(now.Sub(last))/float64(clientMsgEvery))
-		last = now
-		if tokens < 1 {
-			return false
+	now := time.Now().UnixNano()
+	c.tokens = min(clientMsgBurst, c.tokens+float32(now-c.tokenAt)/float32(clientMsgEvery))
+	c.tokenAt = now
+	if c.tokens < 1 {
+		c.kick(ClosePolicy, closeText(ClosePolicy))
+		return false
+	}
+	c.tokens--
+	if f.op == ws.OpPing {
+		c.mu.Lock()
+		if !c.closing && c.sk != nil {
+			c.sk.send(serverFrame(ws.OpPong, f.payload), c.s.cfg.QueueSize+1)
 		}
-		tokens--
+		c.mu.Unlock()
 		return true
 	}
-	ws.SetPingHandler(func(data string) error {
-		if !allow() {
-			return errClientFlood
+	// A message may come in fragments (a client library splits what is
+	// longer than its buffer): they are joined, within ReadLimit.
+	switch {
+	case f.op == ws.OpContinuation && c.frag == nil:
+		c.s.m.badReports.Inc()
+		c.kick(closeProtocol, "continuation without a message")
+		return false
+	case f.op == ws.OpContinuation:
+		if int64(len(c.frag)+len(f.payload)) > c.s.cfg.ReadLimit {
+			c.kick(closeTooBig, "message too large")
+			return false
 		}
-		err := ws.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(closeGrace))
-		if errors.Is(err, websocket.ErrCloseSent) {
-			return nil
+		c.frag = append(c.frag, f.payload...)
+		if !f.fin {
+			return true
 		}
-		return err
-	})
-	for {
-		typ, b, err := ws.ReadMessage()
-		if errors.Is(err, errClientFlood) {
-			c.kick(ClosePolicy, "too many messages")
-			return
+		f.op, f.payload, c.frag = ws.OpText, c.frag, nil
+		if c.fragBinary {
+			f.op = ws.OpBinary
 		}
-		if err != nil {
-			c.kick(0, "")
-			return
-		}
-		if !allow() {
-			c.kick(ClosePolicy, "too many messages")
-			return
-		}
-		if typ != websocket.TextMessage {
-			c.s.m.badReports.Inc()
-			continue
-		}
-		r, err := parseReport(b)
-		if err != nil {
-			c.s.m.badReports.Inc()
-			continue
-		}
-		c.s.m.renderDrops.Add(float64(r.Drops))
-		c.s.m.heldSends.Add(float64(r.Held))
-		if r.Token != "" {
-			c.refreshToken(r.Token)
-		}
+	case !f.fin:
+		c.frag, c.fragBinary = append([]byte(nil), f.payload...), f.op == ws.OpBinary
+		return true
 	}
+	// What breaks the protocol closes with its code; a well-formed report
+	// whose values are out of range is counted and ignored (a newer SDK
+	// may send what this edge does not know).
+	switch {
+	case f.op != ws.OpText:
+		c.s.m.badReports.Inc()
+		c.kick(closeUnsupported, "only text reports are accepted")
+		return false
+	case !utf8.Valid(f.payload) || !json.Valid(f.payload):
+		c.s.m.badReports.Inc()
+		c.kick(closeBadData, "reports are JSON objects")
+		return false
+	}
+	r, err := parseReport(f.payload)
+	if err != nil {
+		c.s.m.badReports.Inc()
+		return true
+	}
+	c.s.m.renderDrops.Add(float64(r.Drops))
+	c.s.m.heldSends.Add(float64(r.Held))
+	if r.Token != "" {
+		c.refreshToken(r.Token)
+	}
+	return true
 }

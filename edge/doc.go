@@ -3,9 +3,10 @@
 // viewer's room in near-real time, resumes a reconnecting client from its
 // last message id, and reports load and per-room online counts to the gslb.
 //
-// It uses github.com/gorilla/websocket because its PreparedMessage lets a
-// room's frame be framed once and written as the same bytes to every
-// connection, and its pooled write buffers keep idle connections small.
+// An idle connection holds no goroutine and no buffer: after the handshake
+// a plain TCP socket is owned by one of the node's epoll loops (pollSock);
+// TLS sockets keep a reader and a writer goroutine (goSock). Framing uses
+// github.com/gobwas/ws; the edge encodes its own frames once per room.
 //
 // # Data path
 //
@@ -15,8 +16,9 @@
 // Config.MinGiftValue) in a bounded ring for resume, and hands them to the
 // hub's flusher, which encodes at most one batch of frames per merge window
 // (Config.MergeWindow, never below 50 ms: faster frames get cut by
-// middleboxes) and offers the same encoded frames to every connection's
-// bounded queue without blocking. A connection whose queue is full is never
+// middleboxes) and writes the same encoded frames to every connection's
+// socket without blocking (what a socket does not take waits, bounded by
+// Config.QueueSize frames). A connection that falls that far behind is never
 // skipped: it is closed with CloseResume (4001) and the client reconnects
 // with its last id, so a slow client neither stalls the room nor loses a
 // gift. The hub is removed when its last connection leaves.
@@ -37,9 +39,10 @@
 //
 // A Server is safe for concurrent use. New starts no goroutine. Hubs start
 // theirs (one reader, one flusher) on the first connection of a room and
-// stop them when its last connection leaves. Each connection has two
-// goroutines: a writer (catch-up, queued frames, pings) and a reader that
-// drains what the client sends (pongs, SDK counter reports). Run runs the
-// load reporter; Shutdown drains gradually (lame duck) and is safe to call
-// more than once.
+// stop them when its last connection leaves; the node's epoll loops, its
+// pinger and its site reader start with the first connection. A
+// connection's catch-up is written by its handshake's goroutine; then the
+// connection has no goroutine (a TLS one has a reader and a writer). Run
+// runs the load reporter; Shutdown drains gradually (lame duck) and is safe
+// to call more than once.
 package edge

@@ -1,6 +1,8 @@
 package edge
 
 import (
+	"bufio"
+	"bytes"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -100,6 +102,43 @@ func FuzzParseReport(f *testing.F) {
 		}
 		if r.Drops > maxReportCount || r.Held > maxReportCount {
 			t.Fatalf("parseReport(%q) = %+v, above the bound", b, r)
+		}
+	})
+}
+
+// FuzzParseClientFrame: the frame parser of the epoll loops never panics,
+// never claims more than it was given, and agrees with the goSock's reader
+// (readClientFrame over a bufio.Reader) on every input.
+func FuzzParseClientFrame(f *testing.F) {
+	f.Add([]byte{0x81, 0x82, 0, 0, 0, 0, '{', '}'})
+	f.Add([]byte{0x89, 0x80, 1, 2, 3, 4})
+	f.Add([]byte{0x82, 0xFE, 0x01, 0x00, 0, 0, 0, 0})
+	f.Add([]byte{0x81, 0xFF, 0x7F, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF})
+	f.Add([]byte{0x81, 0x02, '{', '}'})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		const limit = 1 << 10
+		a := append([]byte(nil), data...)
+		fr, n, err := parseClientFrame(a, limit)
+		if n < 0 || n > len(data) {
+			t.Fatalf("took %d of %d bytes", n, len(data))
+		}
+		if err == nil && n > 0 && int64(len(fr.payload)) > limit {
+			t.Fatalf("payload %d over the limit", len(fr.payload))
+		}
+		g, gerr := readClientFrame(bufio.NewReader(bytes.NewReader(data)), limit)
+		switch {
+		case err != nil:
+			if gerr == nil {
+				t.Fatalf("parse: %v; read: ok", err)
+			}
+		case n == 0:
+			if gerr == nil {
+				t.Fatalf("parse: incomplete; read: a frame")
+			}
+		default:
+			if gerr != nil || g.op != fr.op || g.fin != fr.fin || !bytes.Equal(g.payload, fr.payload) {
+				t.Fatalf("parse: %v %v %q; read: %v %v %q (%v)", fr.op, fr.fin, fr.payload, g.op, g.fin, g.payload, gerr)
+			}
 		}
 	})
 }

@@ -1,16 +1,20 @@
 package edge
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
-	"github.com/gorilla/websocket"
+	"github.com/gobwas/ws"
 
 	"danmaku/auth"
 	"danmaku/internal/httpx"
@@ -102,31 +106,31 @@ func (s *Server) checkToken(tok string) (*auth.Claims, *refusal) {
 var errClientGone = &refusal{close: -1}
 
 // join holds the room's hub and registers a new connection in its fan-out.
-// On success the caller owns the hub reference (release it) and the
-// connection (set its ws and serve it, or unregister it).
-func (s *Server) join(ctx context.Context, claims *auth.Claims, last msgID, hasLast bool) (*hub, *conn, resumePlan, *refusal) {
+// On success the caller owns the connection and its holds (the hub, the
+// user's count, the slot): start it, which releases them when it ends.
+func (s *Server) join(ctx context.Context, claims *auth.Claims, last msgID, hasLast bool) (*conn, resumePlan, *refusal) {
 	h, err := s.acquire(claims.Room)
 	if err != nil {
-		return nil, nil, resumePlan{}, refuseDraining
+		return nil, resumePlan{}, refuseDraining
 	}
 	select {
 	case <-h.ready:
 	case <-ctx.Done():
 		s.release(h)
-		return nil, nil, resumePlan{}, errClientGone
+		return nil, resumePlan{}, errClientGone
 	}
 	if h.initErr != nil {
 		s.release(h)
 		s.log.Warn("edge: handshake", "room", claims.Room, "err", h.initErr)
-		return nil, nil, resumePlan{}, &refusal{http.StatusServiceUnavailable, CodeUnavailable, CloseTryLater, "room unavailable; retry shortly"}
+		return nil, resumePlan{}, &refusal{http.StatusServiceUnavailable, CodeUnavailable, CloseTryLater, "room unavailable; retry shortly"}
 	}
-	cn := newConn(s, h, nil, claims)
+	cn := newConn(s, h, claims)
 	p, r := h.register(cn, last, hasLast)
 	if r != nil {
 		s.release(h)
-		return nil, nil, resumePlan{}, r
+		return nil, resumePlan{}, r
 	}
-	return h, cn, p, nil
+	return cn, p, nil
 }
 
 // Refusals of join.
@@ -142,6 +146,10 @@ var (
 // Authorization header and is checked before the upgrade; a browser's
 // comes in its first frame, after it (serveHello). Either way the token
 // never travels in the URL: a query token is refused.
+//
+// The handler writes the connection's catch-up itself and returns: the
+// socket then belongs to an epoll loop (or a goSock), and net/http's
+// per-request state and the handler's deep stack are freed.
 func (s *Server) handleWS(c *gin.Context) {
 	if s.draining.Load() {
 		s.reject(c, http.StatusServiceUnavailable, CodeDraining, "node is draining; try another address")
@@ -160,9 +168,9 @@ func (s *Server) handleWS(c *gin.Context) {
 		s.reject(c, http.StatusServiceUnavailable, CodeOverCapacity, "node is full; try another address")
 		return
 	}
-	handedOff := false // to the connection's goroutine, which then undoes both
+	slotHeld := true // until the connection owns it
 	defer func() {
-		if !handedOff {
+		if slotHeld {
 			s.conns.Add(-1)
 		}
 	}()
@@ -188,32 +196,32 @@ func (s *Server) handleWS(c *gin.Context) {
 			return
 		}
 	}
-	userHeld := claims != nil // released here unless handed off with the connection
+	userHeld := claims != nil // released here unless the connection owns it
 	defer func() {
 		if userHeld {
 			s.users.release(claims.User())
 		}
 	}()
-	if !websocket.IsWebSocketUpgrade(c.Request) {
-		s.reject(c, http.StatusBadRequest, CodeBadRequest, "WebSocket upgrade required")
+	if r := s.checkUpgrade(c.Request); r != nil {
+		if r.code == CodeBadRequest {
+			c.Header("Sec-WebSocket-Version", "13")
+		}
+		s.reject(c, r.status, r.code, r.msg)
 		return
 	}
 	if claims == nil {
-		ws, err := s.upgrader.Upgrade(c.Writer, c.Request, nil)
-		if err != nil {
-			return // the upgrader has answered
+		nc, br, ok := s.upgrade(c)
+		if !ok {
+			return
 		}
-		handedOff = true
-		go func() {
-			defer s.conns.Add(-1)
-			s.serveHello(ws, last, hasLast)
-		}()
+		slotHeld = false // serveHello owns it
+		s.serveHello(nc, br, last, hasLast)
 		return
 	}
 
 	// Join the fan-out before the 101 goes out: a client that has seen the
 	// handshake complete gets everything appended from then on.
-	h, cn, p, r := s.join(c.Request.Context(), claims, last, hasLast)
+	cn, p, r := s.join(c.Request.Context(), claims, last, hasLast)
 	if r == errClientGone {
 		return
 	}
@@ -221,94 +229,161 @@ func (s *Server) handleWS(c *gin.Context) {
 		s.reject(c, r.status, r.code, r.msg)
 		return
 	}
-	ws, err := s.upgrader.Upgrade(c.Writer, c.Request, nil)
-	if err != nil {
-		h.unregister(cn) // the upgrader has answered
-		s.release(h)
+	nc, br, ok := s.upgrade(c)
+	slotHeld, userHeld = false, false // the connection owns them now
+	if !ok {
+		cn.finish()
 		return
 	}
-	cn.ws = ws
 	s.log.Debug("edge: connected", "room", claims.Room, "user", claims.User(), "resume", hasLast)
-	// The connection gets a goroutine of its own and the handler returns:
-	// net/http's per-request state and the handler's deep stack are then
-	// freed, which keeps an idle connection small.
-	handedOff, userHeld = true, false
-	go func() {
-		defer s.conns.Add(-1)
-		defer s.users.release(claims.User())
-		defer s.release(h)
-		cn.serve(p)
-	}()
+	cn.start(nc, br, p)
+}
+
+// checkUpgrade refuses, with a coded answer, what the upgrade would: the
+// WebSocket library then never answers in a shape of its own.
+func (s *Server) checkUpgrade(r *http.Request) *refusal {
+	bad := func(msg string) *refusal {
+		return &refusal{status: http.StatusBadRequest, code: CodeBadRequest, msg: msg}
+	}
+	switch {
+	case r.Method != http.MethodGet:
+		return bad("WebSocket upgrade required")
+	case !headerHasToken(r.Header, "Connection", "upgrade") || !headerHasToken(r.Header, "Upgrade", "websocket"):
+		return bad("WebSocket upgrade required")
+	case r.Header.Get("Sec-WebSocket-Version") != "13":
+		return bad("unsupported WebSocket version: 13 is required")
+	}
+	if k, err := base64.StdEncoding.DecodeString(r.Header.Get("Sec-WebSocket-Key")); err != nil || len(k) != 16 {
+		return bad("bad Sec-WebSocket-Key")
+	}
+	if o := r.Header.Get("Origin"); o != "" && !s.cfg.AllowOrigins.Allowed(o) {
+		return &refusal{status: http.StatusForbidden, code: CodeOrigin, msg: "origin not allowed"}
+	}
+	return nil
+}
+
+// headerHasToken reports whether a comma-separated header holds token
+// (case-insensitive).
+func headerHasToken(h http.Header, name, token string) bool {
+	for _, v := range h.Values(name) {
+		for t := range strings.SplitSeq(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), token) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// upgrade answers 101 and takes the socket from net/http.
+func (s *Server) upgrade(c *gin.Context) (net.Conn, *bufio.Reader, bool) {
+	nc, rw, _, err := s.up.Upgrade(c.Request, c.Writer)
+	if err != nil {
+		// Checked above, so only a failed hijack or write gets here: the
+		// client is gone or the server misconfigured.
+		s.m.rejects.WithLabelValues(CodeBadRequest).Inc()
+		s.log.Debug("edge: upgrade", "err", err)
+		if nc != nil {
+			_ = nc.Close()
+		}
+		return nil, nil, false
+	}
+	// net/http's deadlines stay on a hijacked socket: clear them.
+	_ = nc.SetDeadline(time.Time{})
+	var br *bufio.Reader
+	if rw != nil {
+		br = rw.Reader
+	}
+	return nc, br, true
 }
 
 // serveHello authenticates an upgraded connection by its first frame, then
-// serves it. A last id in the first frame wins over one in the query.
-func (s *Server) serveHello(ws *websocket.Conn, last msgID, hasLast bool) {
-	ws.SetReadLimit(s.cfg.ReadLimit)
-	_ = ws.SetReadDeadline(time.Now().Add(s.cfg.HelloTimeout))
-	typ, b, err := ws.ReadMessage()
+// starts it. A last id in the first frame wins over one in the query. It
+// owns the connection's slot.
+func (s *Server) serveHello(nc net.Conn, br *bufio.Reader, last msgID, hasLast bool) {
+	slotHeld := true
+	defer func() {
+		if slotHeld {
+			s.conns.Add(-1)
+		}
+	}()
+	if br == nil {
+		br = bufio.NewReaderSize(nc, goReadBuffer)
+	}
+	_ = nc.SetReadDeadline(time.Now().Add(s.cfg.HelloTimeout))
+	f, err := readClientMessage(br, s.cfg.ReadLimit)
 	var ne interface{ Timeout() bool }
 	switch {
 	case errors.As(err, &ne) && ne.Timeout():
-		s.refuse(ws, &refusal{code: CodeHelloTimeout, close: CloseHelloTimeout, msg: "no hello"})
+		s.refuse(nc, br, &refusal{code: CodeHelloTimeout, close: CloseHelloTimeout, msg: "no hello"})
 		return
-	case errors.Is(err, websocket.ErrReadLimit):
-		s.refuse(ws, &refusal{code: CodeBadHello, close: websocket.CloseMessageTooBig, msg: "hello too large"})
+	case errors.Is(err, errFrameTooBig):
+		s.refuse(nc, br, &refusal{code: CodeBadHello, close: closeTooBig, msg: "hello too large"})
+		return
+	case errors.Is(err, errFrameBad):
+		s.refuse(nc, br, &refusal{code: CodeBadHello, close: closeProtocol, msg: "bad frame"})
 		return
 	case err != nil:
-		_ = ws.Close() // the client left
+		_ = nc.Close() // the client left
 		return
 	}
-	hl, err := parseHello(b)
-	if err == nil && typ != websocket.TextMessage {
+	_ = nc.SetReadDeadline(time.Time{})
+	hl, err := parseHello(f.payload)
+	if err == nil && (f.op != ws.OpText || !f.fin) {
 		err = fmt.Errorf("%w: not a text frame", errBadHello)
 	}
 	if err == nil && hl.Last != "" {
 		last, hasLast, err = parseLast(hl.Last)
 	}
 	if err != nil {
-		s.refuse(ws, &refusal{code: CodeBadHello, close: CloseBadHello, msg: "first frame must be {\"token\":…,\"last\":…}"})
+		s.refuse(nc, br, &refusal{code: CodeBadHello, close: CloseBadHello, msg: "first frame must be {\"token\":…,\"last\":…}"})
 		return
 	}
 	claims, r := s.checkToken(hl.Token)
 	if r != nil {
-		s.refuse(ws, r)
+		s.refuse(nc, br, r)
 		return
 	}
 	if !s.users.acquire(claims.User()) {
-		s.refuse(ws, refuseTooManyConns)
+		s.refuse(nc, br, refuseTooManyConns)
 		return
 	}
-	defer s.users.release(claims.User())
-	h, cn, p, r := s.join(s.ctx, claims, last, hasLast)
+	cn, p, r := s.join(s.ctx, claims, last, hasLast)
 	if r != nil {
-		s.refuse(ws, r)
+		s.users.release(claims.User())
+		s.refuse(nc, br, r)
 		return
 	}
-	_ = ws.SetReadDeadline(time.Time{})
-	cn.ws = ws
+	slotHeld = false // the connection owns it, and the user's count
 	s.log.Debug("edge: connected", "room", claims.Room, "user", claims.User(), "resume", hasLast, "hello", true)
-	defer s.release(h)
-	cn.serve(p)
+	cn.start(nc, br, p)
 }
 
 // refuse closes an upgraded connection with r's close code and counts it.
 // Close texts are short: a control frame carries at most 123 bytes.
-func (s *Server) refuse(ws *websocket.Conn, r *refusal) {
+func (s *Server) refuse(nc net.Conn, br *bufio.Reader, r *refusal) {
 	if r.close < 0 {
-		_ = ws.Close()
+		_ = nc.Close()
 		return
 	}
 	s.m.rejects.WithLabelValues(r.code).Inc()
-	msg := websocket.FormatCloseMessage(r.close, wire.TruncateRunes(r.msg, 40))
-	if err := ws.WriteControl(websocket.CloseMessage, msg, time.Now().Add(closeGrace)); err == nil {
-		// Let the client close first, so it holds the TIME_WAIT.
-		_ = ws.SetReadDeadline(time.Now().Add(closeGrace))
+	refuseConn(nc, br, r.close, wire.TruncateRunes(r.msg, 40))
+}
+
+// refuseConn sends a close frame on a socket no loop owns, waits (at most
+// closeGrace) for the client to close first, so that the client holds
+// the TIME_WAIT, and closes it.
+func refuseConn(nc net.Conn, br *bufio.Reader, code int, text string) {
+	if err := writeAll(nc, closeGrace, closeFrame(code, text)); err == nil {
+		_ = nc.SetReadDeadline(time.Now().Add(closeGrace))
+		if br == nil {
+			br = bufio.NewReaderSize(nc, goReadBuffer)
+		}
 		for {
-			if _, _, err := ws.NextReader(); err != nil {
+			if f, err := readClientFrame(br, maxTokenLen); err != nil || f.op == ws.OpClose {
 				break
 			}
 		}
 	}
-	_ = ws.Close()
+	_ = nc.Close()
 }

@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gorilla/websocket"
+	"github.com/gobwas/ws"
 
 	"danmaku/internal/stream"
 	"danmaku/internal/wire"
@@ -186,41 +186,35 @@ func (h *hub) flush() bool {
 	// Encoding happens outside the lock; a connection joining meanwhile
 	// sees flushed not yet advanced, so it gets these from the fan-out
 	// below, not from its catch-up.
-	frames, err := encodeFrames(h.room, msgs, true)
+	frames, err := encodeFrames(h.room, msgs)
 	if err != nil {
 		// Only a bug gets here (a Message always encodes). Connections
 		// would miss these messages, so send them all away to resume.
 		h.s.log.Error("edge: encode frame", "room", h.room, "err", err)
 	}
 
+	// The connections and the new flushed position are taken together:
+	// one that joins later has these messages in its catch-up (the ring
+	// up to flushed), one in the snapshot gets them below.
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	last, _ := parseMsgID(msgs[len(msgs)-1].ID)
 	h.flushed = last
-	// Backwards, so that removing conns[i] (swapping in the last one,
-	// already visited) is safe.
-	for i := len(h.conns) - 1; i >= 0; i-- {
-		c := h.conns[i]
+	conns := h.s.fanBuf.get(h.conns)
+	h.mu.Unlock()
+	defer h.s.fanBuf.put(conns)
+	// The writes happen outside the lock (a join waits for none of them),
+	// spread over the cores: each is a syscall, the bulk of an edge's CPU.
+	h.s.fanOut(conns, func(c *conn) {
 		if err != nil {
-			c.kick(CloseResume, "resume")
-			h.removeAt(i)
-			continue
+			c.kick(CloseResume, closeText(CloseResume))
+			return
 		}
 		for _, f := range frames {
-			select {
-			case c.queue <- f:
-				continue
-			default:
+			if !c.offer(f) {
+				return
 			}
-			// Never drop: a client that cannot keep up resumes from its
-			// last id on a fresh connection.
-			if c.kick(CloseResume, "resume") {
-				h.s.m.slow.Inc()
-			}
-			h.removeAt(i)
-			break
 		}
-	}
+	})
 	return true
 }
 
@@ -306,19 +300,18 @@ func (h *hub) snapshot() []*conn {
 	return append([]*conn(nil), h.conns...)
 }
 
-// frame is one encoded frame shared by every connection of a room.
+// frame is one encoded WebSocket frame, shared by every connection of a
+// room (or, for a resume's partial frames, one connection's own).
 type frame struct {
-	pm          *websocket.PreparedMessage // nil for per-connection frames
-	data        []byte
+	data        []byte // the whole WebSocket frame: header and payload
 	msgs        []wire.Message
 	first, last msgID
 }
 
-// encodeFrames encodes msgs as frames of at most maxFrameMessages messages
-// and at most wire.MaxFrameBytes bytes (a single larger message still gets
-// its own frame). With prepared, each frame is framed for WebSocket once, to
-// be shared by every connection.
-func encodeFrames(room string, msgs []wire.Message, prepared bool) ([]*frame, error) {
+// encodeFrames encodes msgs as binary WebSocket frames of at most
+// maxFrameMessages messages and at most wire.MaxFrameBytes bytes of
+// payload (a single larger message still gets its own frame).
+func encodeFrames(room string, msgs []wire.Message) ([]*frame, error) {
 	var out []*frame
 	var enc func([]wire.Message) error
 	enc = func(ms []wire.Message) error {
@@ -332,15 +325,9 @@ func encodeFrames(room string, msgs []wire.Message, prepared bool) ([]*frame, er
 			}
 			return enc(ms[len(ms)/2:])
 		}
-		f := &frame{data: b, msgs: ms}
+		f := &frame{data: serverFrame(ws.OpBinary, b), msgs: ms}
 		f.first, _ = parseMsgID(ms[0].ID)
 		f.last, _ = parseMsgID(ms[len(ms)-1].ID)
-		if prepared {
-			if f.pm, err = websocket.NewPreparedMessage(websocket.BinaryMessage, b); err != nil {
-				return err
-			}
-			f.data = nil // the prepared message holds its own copy
-		}
 		out = append(out, f)
 		return nil
 	}

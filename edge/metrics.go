@@ -71,7 +71,7 @@ type metrics struct {
 	tokenAsks, tokenExpired prometheus.Counter
 	tokenRefreshes          *prometheus.CounterVec
 	// site counts site-wide broadcast messages offered to connections,
-	// and skipped for a full site queue (the segments carry them).
+	// and skipped when its socket held siteQueueSize frames unwritten (the segments carry them).
 	site        *prometheus.CounterVec
 	catchUp     *prometheus.CounterVec
 	readErrors  prometheus.Counter
@@ -104,7 +104,7 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 		}, []string{"reason"}),
 		site: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "danmaku_edge_site_messages_total",
-			Help: "Site-wide broadcast messages by outcome: offered to a connection's site queue, or skipped for a full one (the room's segments carry them).",
+			Help: "Site-wide broadcast messages by outcome: offered to a connection, or skipped when its socket was behind (the room's segments carry them).",
 		}, []string{"outcome"}),
 		tokenAsks: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "danmaku_edge_token_asks_total",

@@ -122,6 +122,7 @@ func runEdgeScale(b *testing.B, n, fast, slow int) {
 	go func() {
 		defer close(lines)
 		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 64<<10), 4<<20) // results carry a histogram
 		for sc.Scan() {
 			if l, ok := strings.CutPrefix(sc.Text(), scaleLine); ok {
 				lines <- l

@@ -28,6 +28,7 @@ const (
 	scaleChildTokens   = "EDGE_SCALE_CHILD_TOKENS"   // file with one token per line, one per connection
 	scaleChildPlan     = "EDGE_SCALE_CHILD_PLAN"     // gifts per phase, comma-separated
 	scaleChildDeadline = "EDGE_SCALE_CHILD_DEADLINE" // unix nanos after which the child gives up
+	scaleChildSource   = "EDGE_SCALE_CHILD_SOURCE"   // local IP to connect from (optional)
 
 	// scaleLine prefixes the child's protocol lines on stdout: the testing
 	// package prints there too ("PASS").
@@ -47,6 +48,33 @@ type scaleResult struct {
 	P50ms      float64 `json:"p50_ms"`
 	P99ms      float64 `json:"p99_ms"`
 	Maxms      float64 `json:"max_ms"`
+	// Hist counts latencies by whole milliseconds (the last bucket: that
+	// and more), so that several clients' results merge into exact
+	// percentiles.
+	Hist []int64 `json:"hist,omitempty"`
+}
+
+// scaleHistMs is the histogram's range.
+const scaleHistMs = 10_000
+
+// histQuantile is the q-quantile (in ms) of a merged histogram.
+func histQuantile(h []int64, q float64) float64 {
+	var total int64
+	for _, n := range h {
+		total += n
+	}
+	if total == 0 {
+		return 0
+	}
+	want := int64(q * float64(total))
+	var seen int64
+	for ms, n := range h {
+		seen += n
+		if seen > want {
+			return float64(ms)
+		}
+	}
+	return float64(len(h) - 1)
 }
 
 // scaleGiftText is the Text of the seq-th gift of a phase: the client reads
@@ -103,6 +131,10 @@ func runScaleClient(addr string) error {
 		return err
 	}
 	tokens := strings.Fields(string(b))
+	var source net.Addr
+	if ip := os.Getenv(scaleChildSource); ip != "" {
+		source = &net.TCPAddr{IP: net.ParseIP(ip)}
+	}
 	var plan []int
 	for f := range strings.SplitSeq(os.Getenv(scaleChildPlan), ",") {
 		k, err := strconv.Atoi(f)
@@ -149,7 +181,7 @@ func runScaleClient(addr string) error {
 				}
 				errMu.Unlock()
 			}
-			c, br, err := wsbench.Dial(addr, tok)
+			c, br, err := wsbench.DialFrom(source, addr, tok)
 			if err == nil {
 				_, err = c.Write(ping)
 			}
@@ -240,6 +272,14 @@ func runScaleClient(addr string) error {
 		if len(all) > 0 {
 			q := func(x float64) float64 { return float64(all[min(len(all)-1, int(x*float64(len(all))))]) / 1e6 }
 			r.P50ms, r.P99ms, r.Maxms = q(0.50), q(0.99), float64(all[len(all)-1])/1e6
+			r.Hist = make([]int64, scaleHistMs)
+			top := 0
+			for _, ns := range all {
+				b := min(scaleHistMs-1, int(ns/1e6))
+				r.Hist[b]++
+				top = max(top, b)
+			}
+			r.Hist = r.Hist[:top+1]
 		}
 		j, _ := json.Marshal(r)
 		fmt.Println(scaleLine+"RESULT", string(j))

@@ -1,19 +1,20 @@
 package edge
 
 import (
+	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/gin-gonic/gin"
-	"github.com/gorilla/websocket"
+	"github.com/gobwas/ws"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"danmaku/auth"
@@ -32,11 +33,18 @@ var ErrRunning = errors.New("edge: Run already called")
 // Server is an edge node: it accepts viewers' WebSocket connections and
 // pushes their rooms' live messages. Create it with New.
 type Server struct {
-	cfg      Config
-	log      *slog.Logger
-	m        *metrics
-	upgrader websocket.Upgrader
-	handler  http.Handler
+	cfg     Config
+	log     *slog.Logger
+	m       *metrics
+	up      ws.HTTPUpgrader
+	handler http.Handler
+	fanBuf  connBufs
+
+	// poll owns the plain TCP sockets (Linux): started with the first
+	// connection, stopped at the end of Shutdown.
+	pollOnce sync.Once
+	poll     *poller
+	pollErr  error
 
 	// ctx bounds hubs, catch-up reads and the load reporter; Shutdown
 	// cancels it once every connection is gone.
@@ -47,6 +55,7 @@ type Server struct {
 	draining atomic.Bool
 	connects *connectBucket // admission: new connections a second
 	siteOnce sync.Once      // the site reader starts with the first hub
+	pingOnce sync.Once      // so does the pinger
 	users    *userConns     // admission: connections per user
 	running  atomic.Bool
 	wg       sync.WaitGroup // hub goroutines and the load reporter
@@ -91,17 +100,10 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 
-	s.upgrader = websocket.Upgrader{
-		// Bounds the 101 write; reading the request is bounded by the
-		// HTTP server's ReadHeaderTimeout.
-		HandshakeTimeout: cfg.WriteTimeout,
-		ReadBufferSize:   readBufferSize,
-		// Pooled: an idle connection holds no write buffer, and frames
-		// bypass it anyway (prepared messages are written directly).
-		WriteBufferPool: &sync.Pool{},
-		CheckOrigin:     func(r *http.Request) bool { return cfg.AllowOrigins.Allowed(r.Header.Get("Origin")) },
-		Error:           s.upgradeError,
-	}
+	// Bounds the 101 write; reading the request is bounded by the HTTP
+	// server's ReadHeaderTimeout. Origins and versions are checked before
+	// (checkUpgrade), with coded answers.
+	s.up = ws.HTTPUpgrader{Timeout: cfg.WriteTimeout}
 
 	e := httpx.NewEngine(httpx.EngineConfig{
 		Role:     "edge",
@@ -142,20 +144,58 @@ func (s *Server) rejectRetry(c *gin.Context, status int, code, msg string, retry
 	httpx.Abort(c, e)
 }
 
-// upgradeError answers a handshake the WebSocket library refused (bad
-// version or key, foreign origin) with the coded error.
-func (s *Server) upgradeError(w http.ResponseWriter, r *http.Request, status int, reason error) {
-	code := CodeBadRequest
-	switch status {
-	case http.StatusForbidden:
-		code = CodeOrigin
-	case http.StatusInternalServerError:
-		code = httpx.CodeInternal
+// newSock hands an upgraded socket to an epoll loop, or to a goSock when
+// no loop can own it (TLS, wrapped listeners, other systems). br holds
+// what the client sent past the handshake.
+func (s *Server) newSock(nc net.Conn, br *bufio.Reader, c *conn) sock {
+	s.pollOnce.Do(func() {
+		if s.poll, s.pollErr = newPoller(); s.pollErr != nil {
+			s.log.Warn("edge: no epoll loops; every socket gets goroutines", "err", s.pollErr)
+		}
+	})
+	if s.pollErr == nil {
+		var pre []byte
+		if br != nil && br.Buffered() > 0 {
+			pre, _ = br.Peek(br.Buffered())
+		}
+		if ps := s.poll.add(nc, pre, c); ps != nil {
+			return ps
+		}
 	}
-	s.m.rejects.WithLabelValues(code).Inc()
-	w.Header().Set("Content-Type", "application/json; charset=utf-8")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(map[string]any{"error": httpx.Errorf(status, code, "%v", reason)})
+	return newGoSock(nc, br, c)
+}
+
+// pingLoop ticks every connection a few times per ping interval (one
+// timer for the node, none per connection): each is pinged once an
+// interval, and closed when it leaves a ping unanswered for the grace.
+func (s *Server) pingLoop() {
+	defer s.wg.Done()
+	// Fine enough that a ping goes out within a quarter interval of its
+	// time and a dead client is closed within half a grace of its.
+	t := time.NewTicker(max(min(s.cfg.PingInterval/4, s.cfg.PongGrace/2), time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case now := <-t.C:
+			s.mu.Lock()
+			hubs := make([]*hub, 0, len(s.hubs))
+			for _, h := range s.hubs {
+				hubs = append(hubs, h)
+			}
+			s.mu.Unlock()
+			for _, h := range hubs {
+				h.mu.Lock()
+				conns := s.fanBuf.get(h.conns)
+				h.mu.Unlock()
+				for _, c := range conns {
+					c.tick(now)
+				}
+				s.fanBuf.put(conns)
+			}
+		}
+	}
 }
 
 // acquire returns the room's hub, starting it if needed, and holds it until
@@ -173,6 +213,10 @@ func (s *Server) acquire(room string) (*hub, error) {
 		s.wg.Add(1)
 		go h.run()
 		s.startSite()
+		s.pingOnce.Do(func() {
+			s.wg.Add(1)
+			go s.pingLoop()
+		})
 	}
 	h.refs++
 	return h, nil
@@ -423,6 +467,9 @@ func (s *Server) drain(ctx context.Context) error {
 		if err == nil {
 			err = fmt.Errorf("edge: shutdown: %w", ctx.Err())
 		}
+	}
+	if s.poll != nil {
+		s.poll.stop()
 	}
 	s.log.Info("edge: drained", "err", err)
 	return err

@@ -10,19 +10,20 @@ import (
 // Site-wide broadcasts reach this edge's viewers through a path of their
 // own, beside the rooms': one reader of the site stream per edge (siteLoop,
 // started with the first room), which encodes each window's broadcasts
-// once per hub and offers the frame to every connection's site queue — not
-// its room queue. A storm of broadcasts therefore neither delays a room's
-// gifts (the room frames go on through their own queue) nor fills a room
-// queue and closes a connection with 4001. The edge is the fast path: every
-// live room's segments carry every broadcast once (the slicer), so a
-// connection whose site queue is full skips the frame (counted) and its
-// client gets the broadcast from the segments. Site messages are not in the
-// rooms' rings: a resume never replays them, and clients keep their ids
-// out of `last` (another id space).
+// once per hub and offers the frame to every connection whose socket holds
+// fewer than siteQueueSize unwritten frames (room frames may fill it to
+// QueueSize). A storm of broadcasts, coalesced to a frame per window,
+// therefore never fills a socket into a 4001 close, and a room's gifts
+// never wait behind more than a few site frames. The edge is the fast path:
+// every live room's segments carry every broadcast once (the slicer), so a
+// skipped frame is counted and its client gets the broadcast from the
+// segments. Site messages are not in the rooms' rings: a resume never
+// replays them, and clients keep their ids out of `last` (another id
+// space).
 
-// siteQueueSize is each connection's site queue, in frames: a storm is
-// coalesced into one frame per merge window, so a few frames are a second
-// or so of it.
+// siteQueueSize is how many unwritten frames a socket may hold for a site
+// frame still to be offered: a storm is coalesced into one frame per merge
+// window, so a few frames are a second or so of it.
 const siteQueueSize = 4
 
 // startSite starts the site reader once, with the first hub.
@@ -103,32 +104,19 @@ func (s *Server) fanSite(es []stream.Entry) {
 	}
 	s.mu.Unlock()
 	for _, h := range hubs {
-		frames, err := encodeFrames(h.room, msgs, true)
+		frames, err := encodeFrames(h.room, msgs)
 		if err != nil {
 			s.log.Error("edge: encode site frame", "room", h.room, "err", err)
 			continue
 		}
-		for _, c := range h.snapshot() {
+		h.mu.Lock()
+		conns := s.fanBuf.get(h.conns)
+		h.mu.Unlock()
+		s.fanOut(conns, func(c *conn) {
 			for _, f := range frames {
-				select {
-				case c.site <- f:
-					s.m.site.WithLabelValues("offered").Add(float64(len(f.msgs)))
-				default:
-					// The segments carry it; the room's traffic is untouched.
-					s.m.site.WithLabelValues("skipped").Add(float64(len(f.msgs)))
-				}
+				c.offerSite(f)
 			}
-		}
+		})
+		s.fanBuf.put(conns)
 	}
-}
-
-// writePrepared writes a shared frame as it is.
-func (c *conn) writePrepared(f *frame) bool {
-	_ = c.ws.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
-	if err := c.ws.WritePreparedMessage(f.pm); err != nil {
-		return false
-	}
-	c.s.m.framesSent.Inc()
-	c.s.m.messagesSent.Add(float64(len(f.msgs)))
-	return true
 }

@@ -60,7 +60,14 @@ func handshakeReq(addr, token string) string {
 
 // Dial does the handshake; it returns the status line's code on refusal.
 func Dial(addr, token string) (net.Conn, *bufio.Reader, error) {
-	c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	return DialFrom(nil, addr, token)
+}
+
+// DialFrom is Dial from a local address (nil: any): a load spread over
+// several 127.x sources, so that no source runs out of ephemeral ports.
+func DialFrom(local net.Addr, addr, token string) (net.Conn, *bufio.Reader, error) {
+	d := net.Dialer{Timeout: 10 * time.Second, LocalAddr: local}
+	c, err := d.Dial("tcp", addr)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -1,0 +1,274 @@
+package edge
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"time"
+
+	"github.com/gobwas/ws"
+)
+
+// A sock is one upgraded client socket: how frames leave, and how the
+// connection ends. There are two kinds:
+//
+//   - pollSock (Linux, plain TCP): the socket is taken out of Go's
+//     netpoller and owned by one of the server's epoll loops. An idle
+//     connection has no goroutine and no buffer; frames are written by
+//     whoever sends them (the room's flusher) straight to the socket,
+//     and only what the socket does not take is kept (references to
+//     the shared frames), flushed with one writev when it drains.
+//   - goSock (TLS, other systems, wrapped listeners): a reader and a
+//     writer goroutine per connection, as a TLS record layer needs a
+//     blocking net.Conn. It costs ~10 KiB more per connection; at 100k
+//     connections a machine terminates TLS at its balancer (see the
+//     README).
+//
+// Either way the connection's logic (conn) sees only send, closeWith and
+// its onFrame/gone callbacks.
+type sock interface {
+	// begin starts reading the client, once the connection holds the
+	// socket (so that what the client sent with its handshake, a ping
+	// say, can be answered).
+	begin()
+	// send writes frame (a whole encoded WebSocket frame, shared and
+	// never modified) or queues it behind what the socket has not taken
+	// (sendOK). It refuses the frame when max frames are waiting already
+	// (sendFull), or once the socket is closing (sendClosed).
+	send(frame []byte, max int) int
+	// closeWith sends a close frame with code (0: none) and closes: after
+	// the client's answer, so that the client holds the TIME_WAIT, or
+	// after closeGrace. Later calls do nothing.
+	closeWith(code int, text string)
+}
+
+// Pre-encoded server frames.
+var (
+	pingFrame = serverFrame(ws.OpPing, nil)
+)
+
+// serverFrame encodes one unmasked, unfragmented server frame.
+func serverFrame(op ws.OpCode, payload []byte) []byte {
+	var hdr [10]byte
+	hdr[0] = 0x80 | byte(op)
+	n := 2
+	switch l := len(payload); {
+	case l <= 125:
+		hdr[1] = byte(l)
+	case l <= 0xFFFF:
+		hdr[1] = 126
+		binary.BigEndian.PutUint16(hdr[2:], uint16(l))
+		n = 4
+	default:
+		hdr[1] = 127
+		binary.BigEndian.PutUint64(hdr[2:], uint64(l))
+		n = 10
+	}
+	b := make([]byte, n+len(payload))
+	copy(b, hdr[:n])
+	copy(b[n:], payload)
+	return b
+}
+
+// closeFrame encodes a close frame; the text is cut to fit a control frame.
+func closeFrame(code int, text string) []byte {
+	if len(text) > 120 {
+		text = text[:120]
+	}
+	p := make([]byte, 2+len(text))
+	binary.BigEndian.PutUint16(p, uint16(code))
+	copy(p[2:], text)
+	return serverFrame(ws.OpClose, p)
+}
+
+// Close codes of the protocol itself (RFC 6455).
+const (
+	closeProtocol    = 1002
+	closeUnsupported = 1003
+	closeBadData     = 1007
+	closeTooBig      = 1009
+)
+
+// errFrameTooBig and errFrameBad end a connection whose client broke the
+// framing; their close codes are closeTooBig and closeProtocol.
+var (
+	errFrameTooBig = errors.New("edge: client frame too large")
+	errFrameBad    = errors.New("edge: bad client frame")
+)
+
+// clientFrame is one whole frame read from a client, unmasked.
+type clientFrame struct {
+	op      ws.OpCode
+	fin     bool
+	payload []byte
+}
+
+// parseClientFrame reads one frame from the front of data: the frame and
+// the bytes it took; n == 0 when data holds only part of a frame. Client
+// frames must be masked (RFC 6455 5.1), control frames short and final,
+// and none longer than limit. The payload is unmasked in place.
+func parseClientFrame(data []byte, limit int64) (f clientFrame, n int, err error) {
+	if len(data) < 2 {
+		return f, 0, nil
+	}
+	b0, b1 := data[0], data[1]
+	f.fin = b0&0x80 != 0
+	f.op = ws.OpCode(b0 & 0x0F)
+	if b0&0x70 != 0 { // no extension was negotiated
+		return f, 0, errFrameBad
+	}
+	if b1&0x80 == 0 {
+		return f, 0, errFrameBad
+	}
+	hl := 2
+	length := int64(b1 & 0x7F)
+	switch length {
+	case 126:
+		if len(data) < 4 {
+			return f, 0, nil
+		}
+		length, hl = int64(binary.BigEndian.Uint16(data[2:])), 4
+	case 127:
+		if len(data) < 10 {
+			return f, 0, nil
+		}
+		u := binary.BigEndian.Uint64(data[2:])
+		if u > 1<<62 {
+			return f, 0, errFrameTooBig
+		}
+		length, hl = int64(u), 10
+	}
+	if f.op.IsControl() && (length > 125 || !f.fin) {
+		return f, 0, errFrameBad
+	}
+	if f.op.IsReserved() {
+		return f, 0, errFrameBad
+	}
+	if length > limit {
+		return f, 0, errFrameTooBig
+	}
+	total := hl + 4 + int(length)
+	if len(data) < total {
+		return f, 0, nil
+	}
+	var mask [4]byte
+	copy(mask[:], data[hl:hl+4])
+	f.payload = data[hl+4 : total]
+	ws.Cipher(f.payload, mask, 0)
+	return f, total, nil
+}
+
+// frameErrCode is the close code for a framing error; 0 for any other
+// error (the socket failed: nothing can be sent).
+func frameErrCode(err error) int {
+	switch {
+	case errors.Is(err, errFrameTooBig):
+		return closeTooBig
+	case errors.Is(err, errFrameBad):
+		return closeProtocol
+	}
+	return 0
+}
+
+// readClientFrame reads one whole frame from r (a goSock's reader, or a
+// handshake's before the socket goes to a loop).
+func readClientFrame(r *bufio.Reader, limit int64) (clientFrame, error) {
+	hdr, err := r.Peek(2)
+	if err != nil {
+		return clientFrame{}, err
+	}
+	need := 2
+	switch hdr[1] & 0x7F {
+	case 126:
+		need = 4
+	case 127:
+		need = 10
+	}
+	if hdr[1]&0x80 != 0 {
+		need += 4
+	}
+	head, err := r.Peek(need)
+	if err != nil {
+		return clientFrame{}, err
+	}
+	// A header alone says how long the frame is: check it before reading
+	// the payload, so an oversized frame is refused without buffering it.
+	probe := append([]byte(nil), head...)
+	if _, _, err := parseClientFrame(probe, limit); err != nil {
+		return clientFrame{}, err
+	}
+	length := int64(head[1] & 0x7F)
+	switch length {
+	case 126:
+		length = int64(binary.BigEndian.Uint16(head[2:]))
+	case 127:
+		length = int64(binary.BigEndian.Uint64(head[2:]))
+	}
+	buf := make([]byte, need+int(length))
+	if _, err := io.ReadFull(r, buf); err != nil {
+		return clientFrame{}, err
+	}
+	f, n, err := parseClientFrame(buf, limit)
+	if err == nil && n == 0 {
+		err = errFrameBad // cannot happen: buf holds the whole frame
+	}
+	return f, err
+}
+
+// readClientMessage reads one whole message from r, joining fragments
+// (control frames between them are skipped), within limit in all.
+func readClientMessage(r *bufio.Reader, limit int64) (clientFrame, error) {
+	f, err := readClientFrame(r, limit)
+	for err == nil && f.op.IsControl() && f.op != ws.OpClose {
+		f, err = readClientFrame(r, limit)
+	}
+	if err != nil || f.fin || f.op == ws.OpClose {
+		return f, err
+	}
+	msg := f
+	msg.payload = append([]byte(nil), f.payload...)
+	for !msg.fin {
+		f, err = readClientFrame(r, limit)
+		switch {
+		case err != nil:
+			return clientFrame{}, err
+		case f.op.IsControl():
+			continue
+		case f.op != ws.OpContinuation:
+			return clientFrame{}, errFrameBad
+		case int64(len(msg.payload)+len(f.payload)) > limit:
+			return clientFrame{}, errFrameTooBig
+		}
+		msg.payload = append(msg.payload, f.payload...)
+		msg.fin = f.fin
+	}
+	return msg, nil
+}
+
+// writeAll writes frames to nc with one deadline: the catch-up of a
+// connection, written before its socket goes to a loop or a writer.
+func writeAll(nc net.Conn, timeout time.Duration, frames ...[]byte) error {
+	_ = nc.SetWriteDeadline(time.Now().Add(timeout))
+	var err error
+	if len(frames) == 1 {
+		_, err = nc.Write(frames[0])
+	} else {
+		bufs := net.Buffers(append([][]byte(nil), frames...)) // WriteTo consumes it
+		_, err = bufs.WriteTo(nc)
+	}
+	_ = nc.SetWriteDeadline(time.Time{})
+	return err
+}
+
+// echoClose is the answer to a client's close frame: its code, or none.
+func echoClose(payload []byte) []byte {
+	if len(payload) >= 2 {
+		code := int(binary.BigEndian.Uint16(payload))
+		if code >= 1000 && code != 1005 && code != 1006 && code != 1015 {
+			return closeFrame(code, "")
+		}
+	}
+	return serverFrame(ws.OpClose, nil)
+}

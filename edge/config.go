@@ -13,6 +13,7 @@ import (
 	"danmaku/internal/clock"
 	"danmaku/internal/event"
 	"danmaku/internal/httpx"
+	"danmaku/internal/ratelimit"
 	"danmaku/internal/stream"
 )
 
@@ -124,6 +125,12 @@ type Config struct {
 	// room_full (close 4503 after a hello), and the client tries its next
 	// edge address. Zero: unlimited.
 	MaxRoomConns int
+	// RateLimit applies the process's rate-limit rules to the handshake
+	// (per client address and node-wide: a browser's token comes after
+	// the upgrade), before any other check, with the coded 429
+	// rate_limited. Nil: none. The connect-rate bucket and the per-user
+	// and per-room caps apply either way.
+	RateLimit *ratelimit.Limiter
 	// MinGiftValue is the lowest total value (Value × max(Count, 1)) of a
 	// gift that is pushed; cheaper gifts reach viewers through segments
 	// only. System messages are always pushed. Zero: every gift.

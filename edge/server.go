@@ -121,7 +121,11 @@ func New(cfg Config) (*Server, error) {
 			return nil
 		},
 	})
-	e.GET(Path, s.handleWS)
+	if cfg.RateLimit != nil {
+		e.GET(Path, cfg.RateLimit.Handler(nil), s.handleWS)
+	} else {
+		e.GET(Path, s.handleWS)
+	}
 	s.handler = e
 	return s, nil
 }

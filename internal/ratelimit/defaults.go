@@ -13,6 +13,7 @@ func DefaultRules() Rules {
 		{Name: "entry-node", Route: "GET /v1/entry", Key: KeyGlobal, Algorithm: AlgorithmLocal, Limit: 20000, Per: "1s", Burst: 40000},
 		{Name: "entry-user", Route: "GET /v1/entry", Key: KeyUser, Algorithm: AlgorithmWindow, Limit: 30, Per: "1m"},
 		{Name: "time-ip", Route: "GET /v1/time", Key: KeyIP, Algorithm: AlgorithmLocal, Limit: 500, Per: "1s", Burst: 3000},
+		{Name: "ws-ip", Route: "GET /v1/ws", Key: KeyIP, Algorithm: AlgorithmLocal, Limit: 1000, Per: "1s", Burst: 5000},
 		{Name: "upload-ip", Route: "POST /v1/rooms/*", Key: KeyIP, Algorithm: AlgorithmLocal, Limit: 2000, Per: "1s", Burst: 6000},
 		{Name: "gift-credential", Route: "POST /v1/gifts", Key: KeyCredential, Algorithm: AlgorithmWindow, Limit: 5000, Per: "1s"},
 		{Name: "admin-credential", Route: "/v1/admin/*", Key: KeyCredential, Algorithm: AlgorithmWindow, Limit: 50, Per: "1s"},

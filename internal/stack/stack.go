@@ -595,7 +595,7 @@ func New(cfg Config) (*Stack, error) {
 		}
 		return httpx.NewEngine(ec)
 	}
-	if cfg.has(RoleGSLB) || cfg.has(RoleIngest) {
+	if cfg.has(RoleGSLB) || cfg.has(RoleIngest) || cfg.has(RoleEdge) {
 		if s.limiter, err = s.newLimiter(); err != nil {
 			return nil, err
 		}
@@ -706,6 +706,7 @@ func New(cfg Config) (*Stack, error) {
 			MaxConns: cfg.EdgeCapacity, Line: cfg.Line, Region: cfg.Region, CPU: s.nodeCPU(),
 			ConnectRate: cfg.EdgeConnectRate, MaxConnsPerUser: cfg.EdgeMaxUserConns, MaxRoomConns: cfg.EdgeMaxRoomConns,
 			MinGiftValue: cfg.MinGiftValue, DrainPeriod: cfg.EdgeDrain, AllowOrigins: origins, Events: s.events, Registerer: s.registry, Logger: s.log,
+			RateLimit: s.limiter,
 		})
 		if err != nil {
 			return nil, err

@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"danmaku/internal/breaker"
 	"danmaku/internal/bucket"
 	"danmaku/internal/clock"
 )
@@ -79,10 +80,11 @@ type GlobalGateConfig struct {
 // GlobalGate admits comments against their event's global rate: each node
 // holds a few tokens taken from the shared GlobalLimiter in a batch and
 // spends them locally, so the shared bucket sees one call per batch. When
-// the Limiter fails (Redis unreachable), the node admits at its share of
-// the rate (rate / Nodes) from a local bucket until it can ask again:
-// never open (the event's rate still holds, roughly), never closed (the
-// event does not fall silent). Safe for concurrent use.
+// the Limiter fails (Redis unreachable, or its breaker open: an error
+// matching breaker.ErrOpen, at once), the node admits at its share of the
+// rate (rate / Nodes) from a local bucket until it can ask again: never
+// open (the event's rate still holds, roughly), never closed (the event
+// does not fall silent). Safe for concurrent use.
 //
 // The batch is taken while holding the event's lock, so the comments that
 // arrive meanwhile wait for that one call (at most Timeout) instead of each
@@ -148,7 +150,7 @@ func NewGlobalGate(cfg GlobalGateConfig) (*GlobalGate, error) {
 	})
 	g.takes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "danmaku_ingest_global_takes_total",
-		Help: "Batches asked of the shared global limiter, by result (ok, short, error).",
+		Help: "Batches asked of the shared global limiter, by result (ok, short, error; open: refused by the open Redis breaker, no call made).",
 	}, []string{"result"})
 	for _, c := range []prometheus.Collector{g.overflow, g.fallback, g.takes} {
 		if err := cfg.Registerer.Register(c); err != nil {
@@ -212,7 +214,14 @@ func (g *GlobalGate) Allow(event string, perSec float64) bool {
 	got, err := g.cfg.Limiter.Take(ctx, event, burst, perSec, batch)
 	cancel()
 	if err != nil {
-		g.takes.WithLabelValues("error").Inc()
+		// An open Redis breaker answers at once: the fallback is the same,
+		// and the label tells an outage being waited out from calls that
+		// each failed on their own.
+		result := "error"
+		if errors.Is(err, breaker.ErrOpen) {
+			result = "open"
+		}
+		g.takes.WithLabelValues(result).Inc()
 		if !st.failing {
 			g.log.Warn("ingest: global limiter failed; admitting this node's share", "event", event, "nodes", nodes, "err", err)
 			st.failing = true

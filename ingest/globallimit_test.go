@@ -3,6 +3,7 @@ package ingest_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"danmaku/ingest"
+	"danmaku/internal/breaker"
 	"danmaku/internal/clock"
 	"danmaku/internal/redisx/redistest"
 )
@@ -270,6 +272,58 @@ func TestGlobalGateFallback(t *testing.T) {
 	if _, err := ingest.NewGlobalGate(ingest.GlobalGateConfig{Batch: -1}); err == nil {
 		t.Fatal("negative batch accepted")
 	}
+}
+
+// openLimiter is a shared limiter behind an open Redis breaker: every call
+// is refused at once.
+type openLimiter struct{ calls atomic.Int64 }
+
+func (o *openLimiter) Take(context.Context, string, float64, float64, int) (int, error) {
+	o.calls.Add(1)
+	return 0, fmt.Errorf("ingest: global bucket ev: redis 127.0.0.1:1: %w", breaker.ErrOpen)
+}
+
+// TestGlobalGateBreakerOpen: a limiter refused by an open breaker gets the
+// same fallback as a failing one — the node's share, asked again only
+// after RetryAfter — counted as takes{result="open"}.
+func TestGlobalGateBreakerOpen(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+	shared := &openLimiter{}
+	reg := prometheus.NewRegistry()
+	g := newGate(t, ingest.GlobalGateConfig{Limiter: shared, Nodes: func() int { return 4 }, Clock: clk, Registerer: reg})
+	const rate = 400 // a share of 100/s, burst 100
+	if got := allowN(g, "ev", rate, 1000); got != 100 {
+		t.Fatalf("breaker open: %d admitted, want the share's burst 100", got)
+	}
+	if shared.calls.Load() != 1 {
+		t.Fatalf("the limiter was asked %d times within RetryAfter", shared.calls.Load())
+	}
+	if got := testutil.ToFloat64(mustCounterVec(t, reg, "danmaku_ingest_global_takes_total", "open")); got != 1 {
+		t.Fatalf("takes{result=open} = %v, want 1", got)
+	}
+}
+
+// mustCounterVec reads one labelled counter from reg.
+func mustCounterVec(t *testing.T, reg *prometheus.Registry, name, result string) prometheus.Collector {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "result" && l.GetValue() == result {
+					return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "x", Help: "x"}, func() float64 { return m.GetCounter().GetValue() })
+				}
+			}
+		}
+	}
+	t.Fatalf("no %s{result=%q}", name, result)
+	return nil
 }
 
 // TestGlobalGateRedis: the gate over Redis on two "nodes" admits about the

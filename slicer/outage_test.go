@@ -2,11 +2,17 @@ package slicer_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"danmaku/internal/breaker"
+	"danmaku/internal/breaker/breakertest"
 	"danmaku/internal/objstore"
 	"danmaku/internal/redisx/redistest"
 	"danmaku/internal/stream"
@@ -15,28 +21,80 @@ import (
 	"danmaku/slicer/slicertest"
 )
 
-// TestS3Outage stops versitygw for 10 s while a slicer writes a room with a
-// steady flow of gifts, then starts it again: every second's segment is
-// eventually written, in order, and no gift is lost or duplicated.
+// timedStore records every call of the store it wraps in a Timeline.
+type timedStore struct {
+	objstore.Store
+	tl *breakertest.Timeline
+}
+
+func (s timedStore) Put(ctx context.Context, key string, body []byte, opts objstore.PutOptions) (string, error) {
+	start := time.Now()
+	etag, err := s.Store.Put(ctx, key, body, opts)
+	s.tl.Record(start, answer(err))
+	return etag, err
+}
+
+func (s timedStore) Get(ctx context.Context, key string) (*objstore.Object, error) {
+	start := time.Now()
+	obj, err := s.Store.Get(ctx, key)
+	s.tl.Record(start, answer(err))
+	return obj, err
+}
+
+// answer is nil for the store's answers (not found, a failed condition):
+// the server worked.
+func answer(err error) error {
+	if errors.Is(err, objstore.ErrNotFound) || errors.Is(err, objstore.ErrPrecondition) {
+		return nil
+	}
+	return err
+}
+
+// TestS3Outage takes object storage away for DANMAKU_OUTAGE (default 4 s)
+// while a slicer writes four rooms with a steady flow of gifts, in two
+// ways: versitygw stopped (connections refused) and the path to it cut
+// (a proxy that swallows every byte: requests hang until their deadline).
+// The S3 breaker opens and the slots wait, read, in each room's queue of
+// unwritten slots; once the server is back the breaker closes and every
+// slot's segment is written, in order, with every gift exactly once. No
+// call to the store outlives its deadline.
 func TestS3Outage(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs ~20 s against real servers")
+		t.Skip("runs an outage of seconds against real servers")
 	}
+	for _, mode := range []string{"stopped", "cut"} {
+		t.Run(mode, func(t *testing.T) { runS3Outage(t, mode) })
+	}
+}
+
+func runS3Outage(t *testing.T, mode string) {
+	outage := breakertest.Outage(t, 4*time.Second)
 	rdb := redistest.Client(t)
 	env, s3srv := testenv.S3Restartable(t)
+	var proxy *breakertest.Proxy
+	if mode == "cut" {
+		proxy = breakertest.NewProxy(t, strings.TrimPrefix(env.Endpoint, "http://"))
+		env.Endpoint = "http://" + proxy.Addr()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	streams, err := stream.NewRedisStore(stream.RedisConfig{Client: rdb})
 	if err != nil {
 		t.Fatal(err)
 	}
-	objects, err := objstore.NewS3Store(ctx, objstore.S3Config{
+	// Attempts of 1 s, so that a cut path fails within the test's seconds
+	// (production: 5 s); the breaker's own settings are the defaults.
+	const callTimeout = time.Second
+	s3, err := objstore.NewS3Store(ctx, objstore.S3Config{
 		Bucket: env.Bucket, Endpoint: env.Endpoint, Region: env.Region, PathStyle: true,
-		AccessKey: env.AccessKey, SecretKey: env.SecretKey, Timeout: 2 * time.Second, Prefix: "outage/",
+		AccessKey: env.AccessKey, SecretKey: env.SecretKey, Timeout: callTimeout, Prefix: "outage/",
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	b, _ := breaker.For(breaker.Config{Dep: "s3", Target: env.Endpoint + "/" + env.Bucket})
+	var tl breakertest.Timeline
+	objects := timedStore{Store: s3, tl: &tl}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	s, err := slicer.New(slicer.Config{Streams: streams, Objects: objects, Lease: slicer.NewRedisLease(rdb), NodeID: "solo", Logger: quiet})
 	if err != nil {
@@ -47,22 +105,64 @@ func TestS3Outage(t *testing.T) {
 	go func() { defer close(slicerDone); _ = s.Run(runCtx) }()
 	defer func() { stopSlicer(); <-slicerDone }()
 
-	p := &slicertest.Producer{Store: streams, Room: "outage"}
-	prodCtx, stopProducer := context.WithCancel(ctx)
-	prodDone := make(chan struct{})
-	go func() { defer close(prodDone); p.Run(prodCtx, 50*time.Millisecond) }()
+	var producers []*slicertest.Producer
+	prodCtx, stopProducers := context.WithCancel(ctx)
+	var prodWG sync.WaitGroup
+	for i := range 4 {
+		p := &slicertest.Producer{Store: streams, Room: fmt.Sprintf("outage-%s-%d", mode, i)}
+		producers = append(producers, p)
+		prodWG.Go(func() { p.Run(prodCtx, 50*time.Millisecond) })
+	}
 
 	time.Sleep(3 * time.Second)
-	s3srv.Stop()
-	t.Log("versitygw stopped")
-	time.Sleep(10 * time.Second)
-	s3srv.Start()
-	t.Log("versitygw started again")
+	tl.Cut()
+	if proxy != nil {
+		proxy.Cut()
+	} else {
+		s3srv.Stop()
+	}
+	var opened time.Duration
+	for start := time.Now(); time.Since(start) < outage; time.Sleep(10 * time.Millisecond) {
+		if opened == 0 && b.State() == breaker.Open {
+			opened = time.Since(start)
+		}
+	}
+	if proxy != nil {
+		proxy.Restore()
+	} else {
+		s3srv.Start()
+	}
+	tl.Restored()
+	restored := time.Now()
+	var closed time.Duration
+	for deadline := restored.Add(15 * time.Second); closed == 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		// A late fifth failure (a busy machine) may open it just now.
+		if opened == 0 && b.State() == breaker.Open {
+			opened = outage + time.Since(restored)
+		}
+		if opened != 0 && b.State() == breaker.Closed && tl.Figures().ClosedAfter > 0 {
+			closed = time.Since(restored)
+		}
+	}
 	time.Sleep(2 * time.Second)
-	stopProducer()
-	<-prodDone
+	stopProducers()
+	prodWG.Wait()
 
-	accepted, last := p.Accepted()
-	first, lastSec := slicertest.VerifySegments(t, ctx, objects, "outage", accepted, last)
-	t.Logf("%d gifts, seconds %d..%d (%d segments), every gift exactly once", len(accepted), first, lastSec, lastSec-first+1)
+	for _, p := range producers {
+		accepted, last := p.Accepted()
+		first, lastSec := slicertest.VerifySegments(t, ctx, objects, p.Room, accepted, last)
+		t.Logf("%s: %d gifts, slots %d..%d (%d segments), every gift exactly once", p.Room, len(accepted), first, lastSec, lastSec-first+1)
+	}
+	f := tl.Figures()
+	t.Logf("s3 %s for %v, 4 rooms: breaker open after %v, closed %v after recovery; store calls: %v",
+		mode, outage, opened.Round(time.Millisecond), closed.Round(time.Millisecond), f)
+	if opened == 0 {
+		t.Errorf("the S3 breaker never opened")
+	}
+	if closed == 0 {
+		t.Errorf("the S3 breaker did not close after recovery")
+	}
+	if limit := callTimeout + time.Second; f.Longest > limit {
+		t.Errorf("a store call took %v during the outage, past its deadline (%v + slack)", f.Longest, callTimeout)
+	}
 }

@@ -189,7 +189,12 @@ func (s *S3Store) List(ctx context.Context, prefix, startAfter string, fn func(s
 	}
 	p := s3.NewListObjectsV2Paginator(s.client, in)
 	for p.HasMorePages() {
-		page, err := p.NextPage(ctx)
+		// Each page is one call: through the breaker, within CallTimeout.
+		var page *s3.ListObjectsV2Output
+		err := s.guard(ctx, func(ctx context.Context) (err error) {
+			page, err = p.NextPage(ctx)
+			return err
+		})
 		if err != nil {
 			return fmt.Errorf("objstore: s3 list %s: %w", prefix, err)
 		}
@@ -212,9 +217,12 @@ func (s *S3Store) Delete(ctx context.Context, key string) error {
 	if err := CheckKey(key); err != nil {
 		return fmt.Errorf("objstore: s3 delete %q: %w", key, err)
 	}
-	_, err := s.client.DeleteObject(ctx, &s3.DeleteObjectInput{
-		Bucket: aws.String(s.bucket),
-		Key:    aws.String(s.prefix + key),
+	err := s.guard(ctx, func(ctx context.Context) error {
+		_, err := s.client.DeleteObject(ctx, &s3.DeleteObjectInput{
+			Bucket: aws.String(s.bucket),
+			Key:    aws.String(s.prefix + key),
+		})
+		return err
 	})
 	if err != nil {
 		if code, status := apiError(err); code == "NoSuchKey" || status == 404 && code != "NoSuchBucket" {

@@ -18,6 +18,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
+
+	"danmaku/internal/breaker"
 )
 
 var _ Store = (*S3Store)(nil)
@@ -64,9 +66,26 @@ type S3Config struct {
 	SecretKey string
 	// Timeout bounds each HTTP attempt, body included, so that a server that
 	// accepts the connection and then stalls cannot hold a segment writer
-	// past its second for long. Retries each get their own Timeout; the
-	// caller's context bounds the whole call. Default: 5 s.
+	// past its second for long. Retries each get their own Timeout, within
+	// CallTimeout. Default: 5 s.
 	Timeout time.Duration
+	// CallTimeout bounds one Put, Get, Delete or page of List, retries and
+	// backoff included, unless the caller's context ends sooner: a segment
+	// later than that is a failed write the slicer retries in order, not a
+	// loop stuck on one request. Default: Timeout, so retries fit only
+	// after fast failures (a refused connection, a 5xx), never after a
+	// stall.
+	CallTimeout time.Duration
+	// Breaker tunes the circuit breaker of the store's endpoint and bucket
+	// (Failures, SlowCall, OpenFor, Probes; Dep, Target and IsFailure are
+	// set here). Zero fields: breaker's defaults. The breaker is the
+	// process's, shared by every store of that endpoint and bucket: the
+	// first store's settings hold. While it is open, every call (Put, Get,
+	// Delete, each page of List) fails at once with an error that matches
+	// breaker.ErrOpen (docs/reliability.md). A failure is a connection
+	// error, a timeout, a 5xx or a throttling answer; not found, a failed
+	// condition or a refused request are answers.
+	Breaker breaker.Config
 	// MaxRetries is how many times a failed attempt (connection error,
 	// throttling, 5xx) is retried, with the SDK's exponential backoff with
 	// jitter. Default (0): 3. Negative: no retries.
@@ -98,6 +117,8 @@ type S3Store struct {
 	bucket   string
 	prefix   string
 	maxBytes int64
+	call     time.Duration
+	breaker  *breaker.Breaker
 }
 
 // NewS3Store checks cfg, applies its defaults and returns a store. It talks
@@ -121,8 +142,8 @@ func NewS3Store(ctx context.Context, cfg S3Config) (*S3Store, error) {
 	if (cfg.AccessKey == "") != (cfg.SecretKey == "") {
 		return nil, errors.New("objstore: s3: set both AccessKey and SecretKey, or neither")
 	}
-	if cfg.Timeout < 0 {
-		return nil, fmt.Errorf("objstore: s3: negative Timeout %v", cfg.Timeout)
+	if cfg.Timeout < 0 || cfg.CallTimeout < 0 {
+		return nil, fmt.Errorf("objstore: s3: negative Timeout %v or CallTimeout %v", cfg.Timeout, cfg.CallTimeout)
 	}
 	if cfg.MaxObjectBytes < 0 {
 		return nil, fmt.Errorf("objstore: s3: negative MaxObjectBytes %d", cfg.MaxObjectBytes)
@@ -132,6 +153,9 @@ func NewS3Store(ctx context.Context, cfg S3Config) (*S3Store, error) {
 	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = defaultS3Timeout
+	}
+	if cfg.CallTimeout == 0 {
+		cfg.CallTimeout = cfg.Timeout
 	}
 	switch {
 	case cfg.MaxRetries == 0:
@@ -175,6 +199,12 @@ func NewS3Store(ctx context.Context, cfg S3Config) (*S3Store, error) {
 			return nil, fmt.Errorf("objstore: s3: load AWS config: %w", err)
 		}
 	}
+	bc := cfg.Breaker
+	bc.Dep, bc.Target, bc.IsFailure = "s3", s3Target(cfg), isS3Failure
+	br, err := breaker.For(bc)
+	if err != nil {
+		return nil, fmt.Errorf("objstore: s3: %w", err)
+	}
 	attempts := cfg.MaxRetries + 1
 	client := s3.NewFromConfig(awsCfg, func(o *s3.Options) {
 		o.HTTPClient = hc
@@ -195,7 +225,51 @@ func NewS3Store(ctx context.Context, cfg S3Config) (*S3Store, error) {
 		o.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenRequired
 		o.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
 	})
-	return &S3Store{client: client, bucket: cfg.Bucket, prefix: cfg.Prefix, maxBytes: cfg.MaxObjectBytes}, nil
+	return &S3Store{client: client, bucket: cfg.Bucket, prefix: cfg.Prefix, maxBytes: cfg.MaxObjectBytes, call: cfg.CallTimeout, breaker: br}, nil
+}
+
+// s3Target names what a store's breaker guards: its endpoint (or AWS's
+// region) and bucket.
+func s3Target(cfg S3Config) string {
+	where := cfg.Endpoint
+	if where == "" {
+		where = "aws:" + cfg.Region
+	}
+	return where + "/" + cfg.Bucket
+}
+
+// isS3Failure reports whether err says the server is unreachable, too slow
+// or failing (a connection error, a timeout, a 5xx, throttling), as opposed
+// to an answer about the request (not found, a failed condition, access
+// denied), which says the server works.
+func isS3Failure(err error) bool {
+	if errors.Is(err, breaker.ErrOpen) {
+		return false
+	}
+	code, status := apiError(err)
+	switch {
+	case status >= 500, status == http.StatusTooManyRequests, code == "SlowDown", code == "RequestTimeout":
+		return true
+	case status != 0 || code != "":
+		return false
+	}
+	return true
+}
+
+// guard runs one call of the store through its breaker, bounded by
+// CallTimeout. A refused call returns an error matching breaker.ErrOpen
+// and sends nothing.
+func (s *S3Store) guard(ctx context.Context, call func(ctx context.Context) error) error {
+	done, err := s.breaker.Allow()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.call)
+	defer cancel()
+	start := time.Now()
+	err = call(ctx)
+	done(err, time.Since(start))
+	return err
 }
 
 // Put implements Store.
@@ -218,7 +292,11 @@ func (s *S3Store) Put(ctx context.Context, key string, body []byte, opts PutOpti
 	if opts.IfNoneMatch {
 		in.IfNoneMatch = aws.String("*")
 	}
-	out, err := s.client.PutObject(ctx, in)
+	var out *s3.PutObjectOutput
+	err := s.guard(ctx, func(ctx context.Context) (err error) {
+		out, err = s.client.PutObject(ctx, in)
+		return err
+	})
 	if err != nil {
 		if isPreconditionFailed(err, opts.IfMatch != "") {
 			return "", fmt.Errorf("objstore: s3 put %s: %w", key, ErrPrecondition)
@@ -233,10 +311,24 @@ func (s *S3Store) Get(ctx context.Context, key string) (*Object, error) {
 	if err := CheckKey(key); err != nil {
 		return nil, fmt.Errorf("objstore: s3 get %q: %w", key, err)
 	}
-	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{
-		Bucket: aws.String(s.bucket),
-		Key:    aws.String(s.prefix + key),
+	var (
+		obj     *Object
+		bodyErr error // not the server's fault: the store's own limit
+	)
+	err := s.guard(ctx, func(ctx context.Context) error {
+		out, err := s.client.GetObject(ctx, &s3.GetObjectInput{
+			Bucket: aws.String(s.bucket),
+			Key:    aws.String(s.prefix + key),
+		})
+		if err != nil {
+			return err
+		}
+		obj, bodyErr, err = s.readBody(key, out)
+		return err
 	})
+	if bodyErr != nil {
+		return nil, bodyErr
+	}
 	if err != nil {
 		code, status := apiError(err)
 		switch {
@@ -259,25 +351,32 @@ func (s *S3Store) Get(ctx context.Context, key string) (*Object, error) {
 		}
 		return nil, fmt.Errorf("objstore: s3 get %s: %w", key, err)
 	}
+	return obj, nil
+}
+
+// readBody reads a Get's body within the store's limit. tooLarge is an
+// object over the limit (the request went well); err is a failed read
+// (the connection broke or stalled).
+func (s *S3Store) readBody(key string, out *s3.GetObjectOutput) (obj *Object, tooLarge, err error) {
 	defer out.Body.Close()
 	if n := aws.ToInt64(out.ContentLength); n > s.maxBytes {
-		return nil, fmt.Errorf("objstore: s3 get %s: %w: %d bytes, limit %d", key, ErrTooLarge, n, s.maxBytes)
+		return nil, fmt.Errorf("objstore: s3 get %s: %w: %d bytes, limit %d", key, ErrTooLarge, n, s.maxBytes), nil
 	}
 	// Read one byte past the limit so that a body longer than its
 	// Content-Length said (or one sent without it) is caught too.
 	b, err := io.ReadAll(io.LimitReader(out.Body, s.maxBytes+1))
 	if err != nil {
-		return nil, fmt.Errorf("objstore: s3 get %s: read body: %w", key, err)
+		return nil, nil, fmt.Errorf("read body: %w", err)
 	}
 	if int64(len(b)) > s.maxBytes {
-		return nil, fmt.Errorf("objstore: s3 get %s: %w: over %d bytes", key, ErrTooLarge, s.maxBytes)
+		return nil, fmt.Errorf("objstore: s3 get %s: %w: over %d bytes", key, ErrTooLarge, s.maxBytes), nil
 	}
 	return &Object{
 		Body:         b,
 		ContentType:  aws.ToString(out.ContentType),
 		CacheControl: aws.ToString(out.CacheControl),
 		ETag:         aws.ToString(out.ETag),
-	}, nil
+	}, nil, nil
 }
 
 // isPreconditionFailed reports whether a conditional put was refused: 412

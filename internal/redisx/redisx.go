@@ -18,6 +18,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
+
+	"danmaku/internal/breaker"
 )
 
 // Prefix starts every key the project writes, so that a shared Redis can be
@@ -56,6 +58,11 @@ const (
 	defaultIOTimeout = time.Second
 	// defaultPingTimeout bounds Connect's check when ctx has no deadline.
 	defaultPingTimeout = 5 * time.Second
+	// defaultCallTimeout bounds one whole call — the wait for a pooled
+	// connection, a dial, the command's write and read — which otherwise
+	// could wait out each of those timeouts in a row (pool 2 s, dial 2 s,
+	// write and read 1 s each) while Redis hangs.
+	defaultCallTimeout = 3 * time.Second
 )
 
 // dialAttempts is go-redis's DialerRetries (total attempts per dial). Its
@@ -105,11 +112,25 @@ type Config struct {
 	// PoolSize is the number of connections per node. Zero: go-redis's
 	// default (10 per CPU), unless the URL sets pool_size.
 	PoolSize int
+	// CallTimeout bounds one command or pipeline from the wait for a
+	// connection to its answer, plus what the command itself asks to block
+	// (XREADGROUP BLOCK, WAIT), unless the caller's context ends sooner.
+	// Zero: 3 s.
+	CallTimeout time.Duration
+	// Breaker tunes the circuit breaker every server (or Cluster node)
+	// gets: Failures, SlowCall, OpenFor and Probes (Dep, Target and
+	// IsFailure are set here). Zero fields: breaker's defaults, OpenFor
+	// 1 s and SlowCall half the IOTimeout. A server's breaker is the
+	// process's, shared by every client of its address: the first
+	// client's settings hold. While it is open, commands fail at once with
+	// an error that matches breaker.ErrOpen (docs/reliability.md).
+	Breaker breaker.Config
 }
 
 // Connect returns a client for cfg after checking, with PING, that Redis
 // answers and accepts the credentials. Context deadlines bound every command
-// (ContextTimeoutEnabled). The caller closes the client.
+// (ContextTimeoutEnabled), and so does CallTimeout; every server the client
+// talks to is guarded by its breaker. The caller closes the client.
 func Connect(ctx context.Context, cfg Config) (redis.UniversalClient, error) {
 	c, where, err := newClient(cfg)
 	if err != nil {
@@ -134,12 +155,15 @@ func newClient(cfg Config) (c redis.UniversalClient, where string, err error) {
 	if u == "" {
 		return nil, "", ErrNoAddr
 	}
-	dial, rw := cfg.DialTimeout, cfg.IOTimeout
+	dial, rw, call := cfg.DialTimeout, cfg.IOTimeout, cfg.CallTimeout
 	if dial <= 0 {
 		dial = defaultDialTimeout
 	}
 	if rw <= 0 {
 		rw = defaultIOTimeout
+	}
+	if call <= 0 {
+		call = defaultCallTimeout
 	}
 	var addrs []string
 	if !strings.Contains(u, "://") {
@@ -171,7 +195,19 @@ func newClient(cfg Config) (c redis.UniversalClient, where string, err error) {
 		o.MaxRetries = noRetries
 		o.DialerRetries = dialAttempts
 		o.ContextTimeoutEnabled = true
+		// Each node gets its own breaker: one dead master must not cut
+		// the rooms of the others off.
+		if err := checkBreaker(cfg); err != nil {
+			return nil, "", err
+		}
+		read := o.ReadTimeout
 		cc := redis.NewClusterClient(o)
+		cc.OnNewNode(func(node *redis.Client) {
+			// Cannot fail: checkBreaker passed the same settings.
+			if h, err := newBreakerHook(node.Options().Addr, cfg, call, read); err == nil {
+				node.AddHook(h)
+			}
+		})
 		cc.AddHook(reloadOnFailure{cc})
 		cc.AddHook(countTrips{})
 		return cc, "cluster " + strings.Join(o.Addrs, ","), nil
@@ -193,7 +229,13 @@ func newClient(cfg Config) (c redis.UniversalClient, where string, err error) {
 	o.MaxRetries = noRetries
 	o.DialerRetries = dialAttempts
 	o.ContextTimeoutEnabled = true
+	h, err := newBreakerHook(o.Addr, cfg, call, o.ReadTimeout)
+	if err != nil {
+		return nil, "", fmt.Errorf("redisx: %w", err)
+	}
 	rc := redis.NewClient(o)
+	// First, so outermost: a command the breaker refuses is no round trip.
+	rc.AddHook(h)
 	rc.AddHook(countTrips{})
 	return rc, o.Addr, nil
 }
@@ -206,9 +248,12 @@ var roundTrips = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Help: "Round trips to Redis by this process, by command (a pipeline counts once as \"pipeline\").",
 }, []string{"cmd"})
 
-// Collectors returns the metrics of the clients Connect makes, for the
-// process's registry (register them once).
-func Collectors() []prometheus.Collector { return []prometheus.Collector{roundTrips} }
+// Collectors returns the metrics of the clients Connect makes — and the
+// process's breakers', Redis's and S3's alike — for the process's registry
+// (register them once).
+func Collectors() []prometheus.Collector {
+	return append([]prometheus.Collector{roundTrips}, breaker.Collectors()...)
+}
 
 // RoundTrips returns how many round trips the clients of this process
 // made so far, all commands together.

@@ -1,0 +1,125 @@
+package ingest
+
+import (
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"danmaku/internal/breaker"
+	"danmaku/internal/breaker/breakertest"
+	"danmaku/internal/testenv"
+)
+
+// TestRedisOutageFallsBackToShare cuts the path to Redis (requests hang,
+// as with a paused server) for DANMAKU_OUTAGE (default 5 s) while two
+// ingest nodes take a room's barrage at three times its refill. The nodes
+// fall back to their share of the room limit: comments go on being
+// admitted at about the room's rate — never all of them (open), never
+// none (closed) — every request is answered within the hold (what the
+// shares admitted waits there for the room gate), the Redis breaker opens,
+// and once Redis is back what the shares admitted is stored and the
+// breaker closes.
+func TestRedisOutageFallsBackToShare(t *testing.T) {
+	if testing.Short() {
+		t.Skip("an outage of seconds against a real Redis")
+	}
+	// 5 s: the room gate's flushes, backed off, are the only Redis calls
+	// here, and the breaker needs 5 failures in a row (each a 500 ms read
+	// timeout) to open.
+	outage := breakertest.Outage(t, 5*time.Second)
+	const (
+		nodes    = 2
+		refill   = 200.0
+		capacity = 100.0
+		offered  = 3 * refill
+		users    = 2000
+		before   = time.Second
+		after    = 6 * time.Second
+	)
+	proxy := breakertest.NewProxy(t, testenv.Redis(t))
+	r := newLoadRig(t, proxy.Addr(), nodes, "outage-room", capacity, refill)
+	tokens := r.tokens(t, users)
+	b, _ := breaker.For(breaker.Config{Dep: "redis", Target: proxy.Addr()})
+
+	var (
+		res  *loadResult
+		done = make(chan struct{})
+		wg   sync.WaitGroup
+	)
+	wg.Go(func() {
+		defer close(done)
+		res = r.drive(tokens, before+outage+after, func(time.Duration) float64 { return offered })
+	})
+	time.Sleep(before)
+	cut := time.Now()
+	proxy.Cut()
+	// The room gate's flushes, backed off, are the only Redis calls here:
+	// on a busy machine the fifth failure in a row can come late in the
+	// outage, so an opening is watched for until the breaker closes again.
+	var opened, closed time.Duration
+	watch := func() {
+		if opened == 0 && b.State() == breaker.Open {
+			opened = time.Since(cut)
+		}
+	}
+	for end := cut.Add(outage); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		watch()
+	}
+	proxy.Restore()
+	restored := time.Now()
+	for closed == 0 && time.Since(restored) < after {
+		if watch(); opened != 0 && b.State() == breaker.Closed {
+			closed = time.Since(restored)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	<-done
+	wg.Wait()
+	// Let the held comments land (they were answered once stored).
+	stored := len(r.stored(t))
+	run := (before + outage + after).Seconds()
+	longest := res.pct(100)
+	t.Logf("outage %v: breaker open after %v, closed %v after recovery; %d comments offered, %d stored (room limit about %.0f), p50 %v, p99 %v, longest %v; answers %v",
+		outage, opened.Round(time.Millisecond), closed.Round(time.Millisecond), res.attempts, stored, refill*run+capacity,
+		res.pct(50).Round(time.Millisecond), res.pct(99).Round(time.Millisecond), longest.Round(time.Millisecond), codes(res))
+
+	if opened == 0 {
+		t.Errorf("the Redis breaker never opened")
+	}
+	if closed == 0 {
+		t.Errorf("the Redis breaker did not close within %v of recovery", after)
+	}
+	// A comment the share admitted waits for the gate up to the hold
+	// (15 s), then is answered 503: only an outage that nearly outlasts
+	// the hold may see those.
+	c := codes(res)
+	if c[http.StatusOK]+c[http.StatusServiceUnavailable] != res.attempts || (outage < defaultHold-5*time.Second && c[http.StatusServiceUnavailable] > 0) {
+		t.Errorf("answers %v to %d requests: want all 200 (503 only past the hold)", c, res.attempts)
+	}
+	// Never open: the shares together admit about the room's limit
+	// (each share's bucket starts full: one more burst).
+	if limit := refill*run + 2*capacity; float64(stored) > 1.2*limit {
+		t.Errorf("%d comments stored in %.0f s, over the room's limit %.0f: the fallback let everything in", stored, run, limit)
+	}
+	// Never closed: the outage's seconds admitted their share too.
+	if low := 0.6 * refill * run; float64(stored) < low {
+		t.Errorf("%d comments stored in %.0f s, under %.0f: the room fell silent", stored, run, low)
+	}
+	// The hold is checked by the room's flusher, late by what a loaded
+	// machine under the race detector delays it.
+	if longest > defaultHold+5*time.Second {
+		t.Errorf("a request took %v, past the hold (%v)", longest, defaultHold)
+	}
+}
+
+// codes lists the answers of a run by status.
+func codes(res *loadResult) map[int]int64 {
+	out := map[int]int64{}
+	for _, c := range []int{http.StatusOK, http.StatusTooManyRequests, http.StatusServiceUnavailable, http.StatusInternalServerError} {
+		if n := res.count(c); n > 0 {
+			out[c] = n
+		}
+	}
+	return out
+}

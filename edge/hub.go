@@ -92,19 +92,28 @@ func (h *hub) run() {
 
 	after := last
 	backoff := 50 * time.Millisecond
+	failed := 0 // reads failed in a row: logged at the first and on recovery
 	for {
 		es, err := h.s.cfg.Store.Read(h.ctx, h.key, after, readCount, h.s.cfg.ReadBlock)
 		if h.ctx.Err() != nil {
 			return
 		}
 		if err != nil {
+			// The connections stay: they get what was missed once the
+			// store answers again (reads resume after the last id).
 			h.s.m.readErrors.Inc()
-			h.s.log.Warn("edge: read live stream", "room", h.room, "err", err, "retry_in", backoff)
+			if failed++; failed == 1 {
+				h.s.log.Warn("edge: read live stream; retrying, connections kept", "room", h.room, "err", err)
+			}
 			if !sleepCtx(h.ctx, backoff) {
 				return
 			}
 			backoff = min(2*backoff, maxBackoff)
 			continue
+		}
+		if failed > 0 {
+			h.s.log.Info("edge: live stream read again", "room", h.room, "failed_reads", failed)
+			failed = 0
 		}
 		backoff = 50 * time.Millisecond
 		if len(es) > 0 {
@@ -204,6 +213,8 @@ func (h *hub) flush() bool {
 	defer h.s.fanBuf.put(conns)
 	// The writes happen outside the lock (a join waits for none of them),
 	// spread over the cores: each is a syscall, the bulk of an edge's CPU.
+	start := time.Now()
+	defer func() { h.s.m.fanout.Observe(time.Since(start).Seconds()) }()
 	h.s.fanOut(conns, func(c *conn) {
 		if err != nil {
 			c.kick(CloseResume, closeText(CloseResume))

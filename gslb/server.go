@@ -416,26 +416,21 @@ func (s *Server) answer(c *gin.Context, t *auth.Ticket, room string, segmentMs i
 		SegmentMs:      segmentMs,
 		PublishDelayMs: s.cfg.PublishDelay.Milliseconds(),
 	}
-	life := max(0, last.exp.Sub(s.cfg.Clock.Now()))
-	share := refreshShare
-	if degraded {
-		share = degradedRefreshShare + rand.Float64()*degradedRefreshSpread
+	// The refresh hint and the degraded flag come with rate limits only:
+	// without them the client's own rule is the gslb's.
+	if s.limit != nil {
+		life := max(0, last.exp.Sub(s.cfg.Clock.Now()))
+		share := refreshShare
+		if degraded {
+			share = degradedRefreshShare + rand.Float64()*degradedRefreshSpread
+		}
+		answer.RefreshMs = time.Duration(float64(life) * share).Milliseconds()
+		answer.Degraded = degraded
 	}
-	refresh := time.Duration(float64(life) * share)
 	// Built by hand into a pooled buffer: encoding/json's reflection was a
-	// tenth of an entry's CPU beside the signature. With rate limits on,
-	// the refresh hint and the degraded flag follow wire.Entry's fields
-	// (docs/api-limits.md).
+	// tenth of an entry's CPU beside the signature.
 	buf := answerBufs.Get().(*[]byte)
 	b := answer.AppendJSON((*buf)[:0])
-	if s.limit != nil {
-		b = append(b[:len(b)-1], `,"refresh_ms":`...)
-		b = strconv.AppendInt(b, refresh.Milliseconds(), 10)
-		if degraded {
-			b = append(b, `,"degraded":true`...)
-		}
-		b = append(b, '}')
-	}
 	*buf = b
 	c.Data(http.StatusOK, "application/json; charset=utf-8", *buf)
 	if cap(*buf) <= maxPooledAnswer {

@@ -214,16 +214,31 @@ func (c *Client) rejoin(ctx context.Context, stale *session, jitter time.Duratio
 	return err
 }
 
-// refreshLoop re-fetches the entry at 80 % of the token's lifetime, before
-// the ingest and the edge start refusing it.
+// refreshLoop re-fetches the entry before the ingest and the edge start
+// refusing its token, when refreshAfter says.
 func (c *Client) refreshLoop(ctx context.Context) {
 	for ctx.Err() == nil {
 		s := c.sess.Load()
-		life := time.Duration(s.entry.TokenExpiresMs-s.entry.ServerTimeMs) * time.Millisecond
-		at := time.UnixMilli(s.entry.ServerTimeMs).Add(max(life*8/10, minTokenRefresh))
+		at := time.UnixMilli(s.entry.ServerTimeMs).Add(refreshAfter(&s.entry))
 		if err := c.waitServer(ctx, at); err != nil {
 			return
 		}
 		_ = c.rejoin(ctx, s, 0)
 	}
+}
+
+// refreshAfter is how long after the entry's server time the client fetches
+// the next one: the gslb's refresh_ms hint when it gives one (near a rate
+// limit it stretches and spreads a crowd's refreshes), else 80 % of the
+// token's lifetime. A hint that would outlive the token is ignored, so that
+// a bad one cannot let the token lapse; minTokenRefresh bounds both.
+func refreshAfter(e *Entry) time.Duration {
+	lifeMs := e.TokenExpiresMs - e.ServerTimeMs
+	d := time.Duration(lifeMs) * time.Millisecond * 8 / 10
+	// Compared in milliseconds: a huge hint must not wrap around in the
+	// conversion to a Duration.
+	if e.RefreshMs > 0 && e.RefreshMs < lifeMs {
+		d = time.Duration(e.RefreshMs) * time.Millisecond
+	}
+	return max(d, minTokenRefresh)
 }

@@ -80,6 +80,46 @@ func TestTokenRefreshAndOffset(t *testing.T) {
 	})
 }
 
+// The gslb's refresh hint, near a rate limit, replaces the 80 % rule.
+func TestTokenRefreshHint(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	w.tokenTTL = 20 * time.Second
+	w.refreshMs = 9_000
+	c := w.newClient(func(cfg *Config) { cfg.NoEdge = true })
+	w.run()
+	eventually(t, "a token refresh", func() bool { return c.Entry().Token == "tok-2" })
+	w.lock(func() {
+		if d := w.entryAt[1].Sub(w.entryAt[0]); d < 9*time.Second || d >= 12*time.Second {
+			t.Errorf("refreshed %v after joining (fake time), want at the 9s hint, not the 16s rule", d)
+		}
+	})
+}
+
+func TestRefreshAfter(t *testing.T) {
+	const now = 1_700_000_000_000
+	for _, tc := range []struct {
+		name              string
+		lifeMs, refreshMs int64
+		want              time.Duration
+	}{
+		{"no hint: 80 % of the life", 600_000, 0, 480 * time.Second},
+		{"hint", 600_000, 561_000, 561 * time.Second},
+		{"hint past the token: ignored", 600_000, 600_000, 480 * time.Second},
+		{"huge hint: ignored", 600_000, 1 << 62, 480 * time.Second},
+		{"negative hint: ignored", 600_000, -1, 480 * time.Second},
+		{"tiny hint: floored", 600_000, 10, minTokenRefresh},
+		{"tiny life: floored", 1_000, 0, minTokenRefresh},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := Entry{ServerTimeMs: now, TokenExpiresMs: now + tc.lifeMs, RefreshMs: tc.refreshMs}
+			if got := refreshAfter(&e); got != tc.want {
+				t.Errorf("refreshAfter = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
 func TestReadAPIError(t *testing.T) {
 	for _, tc := range []struct {
 		name, body, retryAfter string

@@ -53,6 +53,7 @@ type world struct {
 
 	role        string
 	tokenTTL    time.Duration
+	refreshMs   int64 // the entry's refresh_ms hint; 0: none, as without rate limits
 	noEdge      bool
 	extraEdges  []string // put before the real edge address
 	entryHits   int
@@ -183,7 +184,7 @@ func (w *world) serveEntry(rw http.ResponseWriter, r *http.Request) {
 	if w.noEdge {
 		edges = nil
 	}
-	_ = json.NewEncoder(rw).Encode(map[string]any{
+	e := map[string]any{
 		"room":             testRoom,
 		"user":             "alice",
 		"role":             w.role,
@@ -195,7 +196,11 @@ func (w *world) serveEntry(rw http.ResponseWriter, r *http.Request) {
 		"server_time_ms":   now.UnixMilli(),
 		"segment_ms":       1000,
 		"publish_delay_ms": testDelay,
-	})
+	}
+	if w.refreshMs != 0 {
+		e["refresh_ms"] = w.refreshMs
+	}
+	_ = json.NewEncoder(rw).Encode(e)
 }
 
 func (w *world) serveCDN(rw http.ResponseWriter, r *http.Request) {

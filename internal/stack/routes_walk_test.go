@@ -27,6 +27,7 @@ import (
 	"danmaku/internal/clock"
 	"danmaku/internal/event"
 	"danmaku/internal/objstore"
+	"danmaku/internal/ratelimit"
 	"danmaku/internal/stream"
 	"danmaku/internal/wire"
 	"danmaku/slicer"
@@ -77,6 +78,9 @@ type walkCase struct {
 	// on names another stack of the walk for the case (walk.other): ""
 	// is the main one.
 	on string
+	// check, when set, checks more of the answer than the walk does for
+	// every case.
+	check func(t *testing.T, resp *http.Response, body []byte)
 }
 
 // The walk's other stacks, each started at its first case.
@@ -87,7 +91,28 @@ const (
 	// stackCrowded's edge takes one connection, and one new connection a
 	// second.
 	stackCrowded = "crowded"
+	// stackLimited runs limitedRules: the walk comes from loopback, which
+	// the built-in rules allowlist, so their 429s need rules of its own.
+	stackLimited = "limited"
 )
+
+// limitedRules admit one request per client address an hour on each
+// limited prefix, and allowlist nothing: a route's second request is
+// refused, whatever it holds. Both algorithms answer alike; the walk uses
+// each.
+func limitedRules() *ratelimit.Rules {
+	rule := func(name, route, algorithm string) ratelimit.Rule {
+		return ratelimit.Rule{Name: name, Route: route, Key: ratelimit.KeyIP, Algorithm: algorithm, Limit: 1, Per: "1h"}
+	}
+	return &ratelimit.Rules{Rules: []ratelimit.Rule{
+		rule("walk-entry", "GET /v1/entry", ratelimit.AlgorithmLocal),
+		rule("walk-time", "GET /v1/time", ratelimit.AlgorithmLocal),
+		rule("walk-upload", "POST /v1/rooms/*", ratelimit.AlgorithmLocal),
+		rule("walk-gifts", "POST /v1/gifts", ratelimit.AlgorithmWindow),
+		rule("walk-admin", "/v1/admin/*", ratelimit.AlgorithmWindow),
+		rule("walk-ws", "GET /v1/ws", ratelimit.AlgorithmLocal),
+	}}
+}
 
 // rowAll is the role of a row that holds for every role.
 const rowAll = "all"
@@ -126,6 +151,25 @@ func walkCases() []walkCase {
 	// unloaded is the answer of a route while the events are not loaded.
 	unloaded := func(role, route string, req probe) {
 		add(role, route, 503, "events_unavailable", req).on = stackUnloaded
+	}
+	// limited is a route's 429 over a rate-limit rule, on stackLimited:
+	// its first request spends the rule's budget (an earlier case on the
+	// same rule may have), its second is refused before anything else is
+	// read, credential or body.
+	limited := func(role, route, rule string) {
+		method, path, _ := strings.Cut(route, " ")
+		path = strings.NewReplacer(":room", "demo", ":user", "spammer", ":id", "draw-1").Replace(path)
+		c := add(role, route, 429, "rate_limited", probe{method: method, path: path})
+		c.on, c.tries = stackLimited, 2
+		c.check = func(t *testing.T, resp *http.Response, body []byte) {
+			t.Helper()
+			if ra, err := strconv.Atoi(resp.Header.Get("Retry-After")); err != nil || ra < 1 {
+				t.Errorf("Retry-After %q, want whole seconds, at least 1", resp.Header.Get("Retry-After"))
+			}
+			if !strings.Contains(string(body), `\"`+rule+`\"`) {
+				t.Errorf("the message does not name the rule %q: %s", rule, body)
+			}
+		}
 	}
 	// JSON bodies: the same three answers on every route that reads one.
 	bodies := func(role, route string, limit int, auth string) {
@@ -352,6 +396,22 @@ func walkCases() []walkCase {
 	not(RoleEdge, ws, 503, "unavailable", "the room's stream cannot be opened; edge tests")
 	unloaded(RoleEdge, ws, probe{method: "GET", path: "/v1/ws", auth: "host"})
 
+	// Rate limits: every route behind the limiter, each refused in turn by
+	// the rule that covers it.
+	limited(RoleGSLB, entry, "walk-entry")
+	limited(RoleGSLB, "GET /v1/time", "walk-time")
+	for _, route := range []string{"GET /v1/admin/events", "POST /v1/admin/events", "GET /v1/admin/events/:id",
+		"PUT /v1/admin/events/:id", "POST /v1/admin/events/:id/end", "DELETE /v1/admin/events/:id"} {
+		limited(RoleGSLB, route, "walk-admin")
+	}
+	limited(RoleIngest, "POST /v1/rooms/:room/barrage", "walk-upload")
+	limited(RoleIngest, "POST /v1/rooms/:room/announce", "walk-upload")
+	limited(RoleIngest, gifts, "walk-gifts")
+	for _, route := range slices.Concat(lotteryRoutes, banRoutes, []string{broadcasts, "GET /v1/admin/broadcasts"}) {
+		limited(RoleIngest, route, "walk-admin")
+	}
+	limited(RoleEdge, ws, "walk-ws")
+
 	// slicer: run-time budget.
 	add(RoleSlicer, "GET /v1/admin/budget", 401, "bad_admin_key", probe{method: "GET", path: "/v1/admin/budget", auth: "junk"})
 	add(RoleSlicer, "PUT /v1/admin/budget", 401, "bad_admin_key", probe{method: "PUT", path: "/v1/admin/budget", auth: "junk", body: `{}`})
@@ -475,6 +535,9 @@ func TestWalkEveryAnswer(t *testing.T) {
 			if strings.Contains(string(body), "SECRET") {
 				t.Errorf("the answer repeats a secret: %s", body)
 			}
+			if tc.check != nil {
+				tc.check(t, resp, body)
+			}
 		})
 	}
 }
@@ -528,6 +591,8 @@ func (w *walk) stack(t *testing.T, name string) *walk {
 		cfg.Backends.Events = flakyEvents{event.NewMemoryStore(), f}
 	case stackCrowded:
 		cfg.EdgeCapacity, cfg.EdgeConnectRate = 1, 1
+	case stackLimited:
+		cfg.RateLimits = limitedRules()
 	}
 	st := startStack(w.t, cfg)
 	u := &walk{t: w.t, st: st, faults: f, creds: map[string]string{"op": DevServiceKey, "ticket": w.creds["ticket"]}}

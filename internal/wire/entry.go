@@ -24,6 +24,16 @@ type Entry struct {
 	ServerTimeMs   int64  `json:"server_time_ms"`
 	SegmentMs      int64  `json:"segment_ms"`
 	PublishDelayMs int64  `json:"publish_delay_ms"`
+	// RefreshMs is the gslb's hint for when to fetch the next entry, in
+	// milliseconds after ServerTimeMs; absent when the gslb runs without
+	// rate limits, and then the client keeps its own rule. It lets a gslb
+	// near its limits stretch and spread a crowd's refreshes
+	// (docs/api-limits.md).
+	RefreshMs int64 `json:"refresh_ms,omitempty"`
+	// Degraded says the request came near a rate limit: the answer is the
+	// user's last allocation and token again when the gslb still held
+	// them (nothing allocated or signed), and RefreshMs is later.
+	Degraded bool `json:"degraded,omitempty"`
 }
 
 // AppendJSON appends e as json.Marshal writes it, without reflection: the
@@ -52,5 +62,12 @@ func (e *Entry) AppendJSON(b []byte) []byte {
 	b = strconv.AppendInt(b, e.SegmentMs, 10)
 	b = append(b, `,"publish_delay_ms":`...)
 	b = strconv.AppendInt(b, e.PublishDelayMs, 10)
+	if e.RefreshMs != 0 {
+		b = append(b, `,"refresh_ms":`...)
+		b = strconv.AppendInt(b, e.RefreshMs, 10)
+	}
+	if e.Degraded {
+		b = append(b, `,"degraded":true`...)
+	}
 	return append(b, '}')
 }

@@ -131,6 +131,10 @@ type Config struct {
 	// rate_limited. Nil: none. The connect-rate bucket and the per-user
 	// and per-room caps apply either way.
 	RateLimit *ratelimit.Limiter
+	// TrustedProxies are the balancers (addresses or CIDRs) whose
+	// X-Forwarded-For gives the client address the rate limiter counts.
+	// Zero: none; the peer is the client.
+	TrustedProxies []string
 	// MinGiftValue is the lowest total value (Value × max(Count, 1)) of a
 	// gift that is pushed; cheaper gifts reach viewers through segments
 	// only. System messages are always pushed. Zero: every gift.

@@ -106,9 +106,10 @@ func New(cfg Config) (*Server, error) {
 	s.up = ws.HTTPUpgrader{Timeout: cfg.WriteTimeout}
 
 	e := httpx.NewEngine(httpx.EngineConfig{
-		Role:     "edge",
-		Logger:   cfg.Logger,
-		Gatherer: gatherer,
+		Role:           "edge",
+		Logger:         cfg.Logger,
+		Gatherer:       gatherer,
+		TrustedProxies: cfg.TrustedProxies,
 		// A draining node fails its health check so that the load
 		// balancer stops sending it new clients.
 		Healthy: func() error {

@@ -706,7 +706,7 @@ func New(cfg Config) (*Stack, error) {
 			MaxConns: cfg.EdgeCapacity, Line: cfg.Line, Region: cfg.Region, CPU: s.nodeCPU(),
 			ConnectRate: cfg.EdgeConnectRate, MaxConnsPerUser: cfg.EdgeMaxUserConns, MaxRoomConns: cfg.EdgeMaxRoomConns,
 			MinGiftValue: cfg.MinGiftValue, DrainPeriod: cfg.EdgeDrain, AllowOrigins: origins, Events: s.events, Registerer: s.registry, Logger: s.log,
-			RateLimit: s.limiter,
+			RateLimit: s.limiter, TrustedProxies: cfg.TrustedProxies,
 		})
 		if err != nil {
 			return nil, err

@@ -1,12 +1,10 @@
 package edge
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -92,60 +90,13 @@ func runEdgeScale(b *testing.B, n, fast, slow int) {
 	budget := 30*time.Second + time.Duration(n)*2*time.Millisecond +
 		time.Duration(fast)*100*time.Millisecond + time.Duration(slow)*time.Second
 	deadline := time.Now().Add(budget)
-	cmd := exec.Command(os.Args[0], "-test.run=^TestEdgeScaleClient$")
-	cmd.Env = append(os.Environ(),
-		scaleChildAddr+"="+e.ts.Listener.Addr().String(),
-		scaleChildTokens+"="+tokFile,
-		scaleChildPlan+"="+strconv.Itoa(fast)+","+strconv.Itoa(slow),
-		scaleChildDeadline+"="+strconv.FormatInt(deadline.UnixNano(), 10))
-	cmd.Stderr = os.Stderr
-	// The child exits when this pipe closes: on return here, or when this
-	// process dies.
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	defer func() {
-		stdin.Close()
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-	}()
-	lines := make(chan string, 4)
-	go func() {
-		defer close(lines)
-		sc := bufio.NewScanner(stdout)
-		sc.Buffer(make([]byte, 64<<10), 4<<20) // results carry a histogram
-		for sc.Scan() {
-			if l, ok := strings.CutPrefix(sc.Text(), scaleLine); ok {
-				lines <- l
-			}
-		}
-	}()
-	next := func(want string) string {
-		select {
-		case l, ok := <-lines:
-			if !ok || !strings.HasPrefix(l, want) {
-				b.Fatalf("client: want %s, got %q", want, l)
-			}
-			return strings.TrimSpace(strings.TrimPrefix(l, want))
-		case <-time.After(time.Until(deadline)):
-			b.Fatalf("client: no %s before the deadline", want)
-		}
-		return ""
-	}
+	child := startScaleChild(b, "client", "TestEdgeScaleClient", []string{
+		scaleChildAddr + "=" + e.ts.Listener.Addr().String(),
+		scaleChildTokens + "=" + tokFile,
+		scaleChildPlan + "=" + strconv.Itoa(fast) + "," + strconv.Itoa(slow),
+		scaleChildDeadline + "=" + strconv.FormatInt(deadline.UnixNano(), 10),
+	})
+	next := func(want string) string { return child.next(want, deadline) }
 	result := func(phase, gifts int) scaleResult {
 		var r scaleResult
 		if err := json.Unmarshal([]byte(next("RESULT")), &r); err != nil {

@@ -184,13 +184,7 @@ func (s *Server) pingLoop() {
 		case <-s.ctx.Done():
 			return
 		case now := <-t.C:
-			s.mu.Lock()
-			hubs := make([]*hub, 0, len(s.hubs))
-			for _, h := range s.hubs {
-				hubs = append(hubs, h)
-			}
-			s.mu.Unlock()
-			for _, h := range hubs {
+			for _, h := range s.hubList() {
 				h.mu.Lock()
 				conns := s.fanBuf.get(h.conns)
 				h.mu.Unlock()
@@ -238,6 +232,17 @@ func (s *Server) release(h *hub) {
 		}
 		h.cancel()
 	}
+}
+
+// hubList returns the hubs, for a walk over them without the lock.
+func (s *Server) hubList() []*hub {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	hubs := make([]*hub, 0, len(s.hubs))
+	for _, h := range s.hubs {
+		hubs = append(hubs, h)
+	}
+	return hubs
 }
 
 func (s *Server) roomCount() int {

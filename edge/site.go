@@ -97,12 +97,7 @@ func (s *Server) fanSite(es []stream.Entry) {
 	if len(msgs) == 0 {
 		return
 	}
-	s.mu.Lock()
-	hubs := make([]*hub, 0, len(s.hubs))
-	for _, h := range s.hubs {
-		hubs = append(hubs, h)
-	}
-	s.mu.Unlock()
+	hubs := s.hubList()
 	for _, h := range hubs {
 		frames, err := encodeFrames(h.room, msgs)
 		if err != nil {

@@ -108,19 +108,3 @@ func objectKey(r *http.Request) (string, bool) {
 	}
 	return strings.TrimPrefix(r.URL.Path, "/"), true
 }
-
-// The precondition logic lives in httpx, shared with sdk/web; these names
-// keep this package's own table and fuzz tests of it (conditional_test.go)
-// reading as they did.
-type outcome = httpx.Precondition
-
-const (
-	proceed            = httpx.Proceed
-	notModified        = httpx.NotModified
-	preconditionFailed = httpx.PreconditionFailed
-)
-
-var (
-	evaluate = httpx.EvaluatePreconditions
-	matchAny = httpx.MatchETag
-)

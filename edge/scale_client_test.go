@@ -144,43 +144,33 @@ func runScaleClient(addr string) error {
 		plan = append(plan, k)
 	}
 
+	run := &scaleRun{
+		plan:      plan,
+		phaseDone: make([]sync.WaitGroup, len(plan)),
+		lats:      make([][][]int64, len(plan)),
+		errs:      make([]atomic.Int64, len(plan)),
+		frames:    make([]atomic.Int64, len(plan)),
+		firstErr:  make([]string, len(plan)),
+	}
 	var (
 		connected sync.WaitGroup
-		phaseDone = make([]sync.WaitGroup, len(plan))
-		// lats[p][i]: connection i's latencies in phase p, in ns.
-		lats     = make([][][]int64, len(plan))
-		errs     = make([]atomic.Int64, len(plan))
-		frames   = make([]atomic.Int64, len(plan))
-		errMu    sync.Mutex
-		firstErr = make([]string, len(plan))
-		dialErr  atomic.Value
-		sem      = make(chan struct{}, 64) // handshakes in flight
+		dialErr   atomic.Value
+		sem       = make(chan struct{}, 64) // handshakes in flight
 	)
 	for p := range plan {
-		lats[p] = make([][]int64, len(tokens))
-		phaseDone[p].Add(len(tokens))
+		run.lats[p] = make([][]int64, len(tokens))
+		run.phaseDone[p].Add(len(tokens))
 	}
 	connected.Add(len(tokens))
+	// Connections are read by an epoll loop where there is one (Linux):
+	// 10,000 reading goroutines would cost the shared cores more than the
+	// edge under test, and the edge's writes would wake them one by one.
+	poll := newScalePoller()
 	ping := wsbench.ClientFrame(0x9, []byte("p"))
 	for i, tok := range tokens {
 		sem <- struct{}{}
 		go func() {
-			phase, seq := 0, 0
-			l := make([]int64, 0, plan[0])
-			defer func() {
-				for ; phase < len(plan); phase++ {
-					phaseDone[phase].Done()
-				}
-			}()
-			fail := func(err error) {
-				lats[phase][i] = l // what arrived before the failure
-				errs[phase].Add(1)
-				errMu.Lock()
-				if firstErr[phase] == "" {
-					firstErr[phase] = fmt.Sprintf("conn %d: %v", i, err)
-				}
-				errMu.Unlock()
-			}
+			sc := &scaleConn{run: run, i: i, l: make([]int64, 0, plan[0])}
 			c, br, err := wsbench.DialFrom(source, addr, tok)
 			if err == nil {
 				_, err = c.Write(ping)
@@ -192,69 +182,42 @@ func runScaleClient(addr string) error {
 			if err != nil {
 				dialErr.CompareAndSwap(nil, fmt.Errorf("conn %d: %w", i, err))
 				connected.Done()
+				sc.finish()
 				if c != nil {
 					c.Close()
 				}
 				return
 			}
+			if poll != nil {
+				var pre []byte
+				if br.Buffered() > 0 {
+					pre, _ = br.Peek(br.Buffered())
+				}
+				if err := poll.add(c, pre, sc); err != nil {
+					sc.fail(err)
+					sc.finish()
+				}
+				connected.Done()
+				return
+			}
+			defer sc.finish()
 			defer c.Close()
 			connected.Done()
-			// Everything from here is in order on one connection: phase
-			// p's gifts 0..plan[p]-1, each once, then the end marker.
-			for phase < len(plan) {
+			for {
 				f, err := wsbench.ReadFrame(br)
 				if err != nil {
-					fail(err)
+					sc.fail(err)
 					return
 				}
-				switch f.Op {
-				case 0x9: // the edge's ping: answer it or be dropped as dead
-					if _, err := c.Write(wsbench.ClientFrame(0xA, f.Payload)); err != nil {
-						fail(err)
+				pong, stop := sc.frame(f.Op, f.Payload, time.Now().UnixNano())
+				if pong != nil {
+					if _, err := c.Write(pong); err != nil {
+						sc.fail(err)
 						return
 					}
-					continue
-				case 0x8:
-					fail(fmt.Errorf("closed: %x", f.Payload))
-					return
-				case 0x2:
-				default:
-					continue
 				}
-				now := time.Now().UnixNano()
-				fr, err := wire.DecodeFrame(f.Payload)
-				if err != nil {
-					fail(err)
+				if stop {
 					return
-				}
-				frames[phase].Add(1)
-				for k, m := range fr.Messages {
-					if m.Kind == wire.KindSystem && m.Text == scaleEnd && phase == len(plan)-1 && seq == plan[phase] {
-						if k != len(fr.Messages)-1 {
-							fail(fmt.Errorf("message %s after the end marker", fr.Messages[k+1].ID))
-							return
-						}
-						lats[phase][i] = l
-						phaseDone[phase].Done()
-						phase++
-						continue
-					}
-					ph, sq, sent, err := parseScaleGift(m.Text)
-					if err == nil && (m.Kind != wire.KindGift || ph != phase || sq != seq) {
-						err = fmt.Errorf("got %d/%d (%s), want %d/%d", ph, sq, m.ID, phase, seq)
-					}
-					if err != nil {
-						fail(err)
-						return
-					}
-					l = append(l, now-sent)
-					seq++
-					if seq == plan[phase] && phase < len(plan)-1 {
-						lats[phase][i] = l
-						phaseDone[phase].Done()
-						phase++
-						seq, l = 0, make([]int64, 0, plan[phase])
-					}
 				}
 			}
 		}()
@@ -265,10 +228,13 @@ func runScaleClient(addr string) error {
 	}
 	fmt.Println(scaleLine + "READY")
 	for p := range plan {
-		phaseDone[p].Wait()
-		all := slices.Concat(lats[p]...)
+		run.phaseDone[p].Wait()
+		run.errMu.Lock()
+		all := slices.Concat(run.lats[p]...)
+		first := run.firstErr[p]
+		run.errMu.Unlock()
 		slices.Sort(all)
-		r := scaleResult{Phase: p, Deliveries: int64(len(all)), Frames: frames[p].Load(), Errors: errs[p].Load(), FirstErr: firstErr[p]}
+		r := scaleResult{Phase: p, Deliveries: int64(len(all)), Frames: run.frames[p].Load(), Errors: run.errs[p].Load(), FirstErr: first}
 		if len(all) > 0 {
 			q := func(x float64) float64 { return float64(all[min(len(all)-1, int(x*float64(len(all))))]) / 1e6 }
 			r.P50ms, r.P99ms, r.Maxms = q(0.50), q(0.99), float64(all[len(all)-1])/1e6
@@ -302,5 +268,110 @@ func scaleAwaitPong(c net.Conn, br *bufio.Reader, deadline time.Time) error {
 		case 0x8:
 			return fmt.Errorf("closed: %x", f.Payload)
 		}
+	}
+}
+
+// scaleRun is what every connection of the client reports into.
+type scaleRun struct {
+	plan      []int
+	phaseDone []sync.WaitGroup
+	frames    []atomic.Int64
+	errs      []atomic.Int64
+	errMu     sync.Mutex
+	// lats[p][i]: connection i's latencies in phase p, in ns; firstErr[p]:
+	// the phase's first failure. Both under errMu.
+	lats     [][][]int64
+	firstErr []string
+}
+
+// scaleConn is one connection's progress: everything on it is in order,
+// phase p's gifts 0..plan[p]-1, each once, then the end marker.
+type scaleConn struct {
+	run        *scaleRun
+	i          int
+	phase, seq int
+	l          []int64
+	stopped    bool
+}
+
+// frame handles one frame from the edge: the pong to send for a ping, and
+// whether the connection is done (every phase, or failed).
+func (sc *scaleConn) frame(op byte, payload []byte, now int64) (pong []byte, stop bool) {
+	run := sc.run
+	switch op {
+	case 0x9: // the edge's ping: answer it or be dropped as dead
+		return wsbench.ClientFrame(0xA, payload), false
+	case 0x8:
+		sc.fail(fmt.Errorf("closed: %x", payload))
+		return nil, true
+	case 0x2:
+	default:
+		return nil, false
+	}
+	fr, err := wire.DecodeFrame(payload)
+	if err != nil {
+		sc.fail(err)
+		return nil, true
+	}
+	run.frames[sc.phase].Add(1)
+	for k, m := range fr.Messages {
+		if m.Kind == wire.KindSystem && m.Text == scaleEnd && sc.phase == len(run.plan)-1 && sc.seq == run.plan[sc.phase] {
+			if k != len(fr.Messages)-1 {
+				sc.fail(fmt.Errorf("message %s after the end marker", fr.Messages[k+1].ID))
+				return nil, true
+			}
+			sc.endPhase()
+			return nil, true
+		}
+		ph, sq, sent, err := parseScaleGift(m.Text)
+		if err == nil && (m.Kind != wire.KindGift || ph != sc.phase || sq != sc.seq) {
+			err = fmt.Errorf("got %d/%d (%s), want %d/%d", ph, sq, m.ID, sc.phase, sc.seq)
+		}
+		if err != nil {
+			sc.fail(err)
+			return nil, true
+		}
+		sc.l = append(sc.l, now-sent)
+		sc.seq++
+		if sc.seq == run.plan[sc.phase] && sc.phase < len(run.plan)-1 {
+			sc.endPhase()
+			sc.seq, sc.l = 0, make([]int64, 0, run.plan[sc.phase])
+		}
+	}
+	return nil, false
+}
+
+func (sc *scaleConn) endPhase() {
+	sc.run.errMu.Lock()
+	sc.run.lats[sc.phase][sc.i] = sc.l
+	sc.run.errMu.Unlock()
+	sc.run.phaseDone[sc.phase].Done()
+	sc.phase++
+}
+
+// fail counts the connection as failed in its phase, keeping what arrived
+// before; finish then ends its phases.
+func (sc *scaleConn) fail(err error) {
+	if sc.stopped || sc.phase >= len(sc.run.plan) {
+		return
+	}
+	run := sc.run
+	run.errs[sc.phase].Add(1)
+	run.errMu.Lock()
+	run.lats[sc.phase][sc.i] = sc.l
+	if run.firstErr[sc.phase] == "" {
+		run.firstErr[sc.phase] = fmt.Sprintf("conn %d: %v", sc.i, err)
+	}
+	run.errMu.Unlock()
+}
+
+// finish marks every phase the connection did not complete as done.
+func (sc *scaleConn) finish() {
+	if sc.stopped {
+		return
+	}
+	sc.stopped = true
+	for ; sc.phase < len(sc.run.plan); sc.phase++ {
+		sc.run.phaseDone[sc.phase].Done()
 	}
 }

@@ -150,12 +150,14 @@ func (c *conn) start(nc net.Conn, br *bufio.Reader, p resumePlan) {
 	if c.closing {
 		sk.closeWith(c.code, closeText(c.code))
 	} else {
+		var t tally
 		for _, f := range c.backlog {
-			if !c.sendFrameLocked(f) {
+			if !c.sendFrameLocked(f, &t) {
 				break
 			}
 		}
 		c.backlog = nil
+		c.s.count(&t)
 	}
 	c.mu.Unlock()
 	sk.begin()
@@ -215,10 +217,10 @@ func closeReason(code int) string {
 	return reasonGone
 }
 
-// offer sends a room frame, or keeps it while the catch-up is written. A
-// connection that cannot take it is closed with CloseResume; it reports
-// false then.
-func (c *conn) offer(f *frame) bool {
+// offer sends a room frame, or keeps it while the catch-up is written,
+// counting what it wrote in t. A connection that cannot take it is closed
+// with CloseResume; it reports false then.
+func (c *conn) offer(f *frame, t *tally) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closing {
@@ -232,13 +234,13 @@ func (c *conn) offer(f *frame) bool {
 		c.backlog = append(c.backlog, f)
 		return true
 	}
-	return c.sendFrameLocked(f)
+	return c.sendFrameLocked(f, t)
 }
 
 // sendFrameLocked sends a shared frame, leaving out what the client
 // already has. Never drop: a client that cannot keep up resumes from its
 // last id on a fresh connection.
-func (c *conn) sendFrameLocked(f *frame) bool {
+func (c *conn) sendFrameLocked(f *frame, t *tally) bool {
 	if c.hasSkip {
 		if !c.skip.less(f.last) {
 			return true // all of it is at or before the client's last id
@@ -259,17 +261,17 @@ func (c *conn) sendFrameLocked(f *frame) bool {
 				return false
 			}
 			for _, f := range own {
-				if !c.sendLocked(f) {
+				if !c.sendLocked(f, t) {
 					return false
 				}
 			}
 			return true
 		}
 	}
-	return c.sendLocked(f)
+	return c.sendLocked(f, t)
 }
 
-func (c *conn) sendLocked(f *frame) bool {
+func (c *conn) sendLocked(f *frame, t *tally) bool {
 	switch c.sk.send(f.data, c.s.cfg.QueueSize) {
 	case sendFull:
 		if !c.closing {
@@ -280,24 +282,24 @@ func (c *conn) sendLocked(f *frame) bool {
 	case sendClosed:
 		return false
 	}
-	c.s.m.framesSent.Inc()
-	c.s.m.messagesSent.Add(float64(len(f.msgs)))
+	t.frames++
+	t.msgs += len(f.msgs)
 	return true
 }
 
 // offerSite sends a site-wide frame when the socket holds fewer than
 // siteQueueSize unwritten frames; otherwise (or during the catch-up) it is skipped: the
 // segments carry it, and the room's frames are not held up behind it.
-func (c *conn) offerSite(f *frame) {
+func (c *conn) offerSite(f *frame, t *tally) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	outcome := "skipped"
 	if !c.closing && c.sk != nil && c.sk.send(f.data, siteQueueSize) == sendOK {
-		outcome = "offered"
-		c.s.m.framesSent.Inc()
-		c.s.m.messagesSent.Add(float64(len(f.msgs)))
+		t.frames++
+		t.msgs += len(f.msgs)
+		t.siteOffered += len(f.msgs)
+		return
 	}
-	c.s.m.site.WithLabelValues(outcome).Add(float64(len(f.msgs)))
+	t.siteSkipped += len(f.msgs)
 }
 
 // tick runs a few times per ping interval: a client that answered

@@ -215,13 +215,13 @@ func (h *hub) flush() bool {
 	// spread over the cores: each is a syscall, the bulk of an edge's CPU.
 	start := time.Now()
 	defer func() { h.s.m.fanout.Observe(time.Since(start).Seconds()) }()
-	h.s.fanOut(conns, func(c *conn) {
+	h.s.fanOut(conns, func(c *conn, t *tally) {
 		if err != nil {
 			c.kick(CloseResume, closeText(CloseResume))
 			return
 		}
 		for _, f := range frames {
-			if !c.offer(f) {
+			if !c.offer(f, t) {
 				return
 			}
 		}

@@ -72,12 +72,13 @@ type metrics struct {
 	tokenRefreshes          *prometheus.CounterVec
 	// site counts site-wide broadcast messages offered to connections,
 	// and skipped when its socket held siteQueueSize frames unwritten (the segments carry them).
-	site        *prometheus.CounterVec
-	catchUp     *prometheus.CounterVec
-	readErrors  prometheus.Counter
-	renderDrops prometheus.Counter
-	heldSends   prometheus.Counter
-	badReports  prometheus.Counter
+	site                     *prometheus.CounterVec
+	siteOffered, siteSkipped prometheus.Counter // site's two children
+	catchUp                  *prometheus.CounterVec
+	readErrors               prometheus.Counter
+	renderDrops              prometheus.Counter
+	heldSends                prometheus.Counter
+	badReports               prometheus.Counter
 	// fanout is how long one room frame takes to be written to every
 	// connection: the edge's share of a gift's latency.
 	fanout prometheus.Histogram
@@ -150,8 +151,8 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 	for _, c := range rejectCodes {
 		m.rejects.WithLabelValues(c)
 	}
-	m.site.WithLabelValues("offered")
-	m.site.WithLabelValues("skipped")
+	m.siteOffered = m.site.WithLabelValues("offered")
+	m.siteSkipped = m.site.WithLabelValues("skipped")
 	for _, o := range []string{"ok", "refused", "stale"} {
 		m.tokenRefreshes.WithLabelValues(o)
 	}

@@ -107,9 +107,9 @@ func (s *Server) fanSite(es []stream.Entry) {
 		h.mu.Lock()
 		conns := s.fanBuf.get(h.conns)
 		h.mu.Unlock()
-		s.fanOut(conns, func(c *conn) {
+		s.fanOut(conns, func(c *conn, t *tally) {
 			for _, f := range frames {
-				c.offerSite(f)
+				c.offerSite(f, t)
 			}
 		})
 		s.fanBuf.put(conns)

@@ -1,6 +1,6 @@
 // Package wsbench measures candidate WebSocket servers for the edge: the
-// goroutine-per-connection baseline (gorilla/websocket, as the edge runs
-// today), lesismal/nbio's event loop, and gobwas/ws over a hand-written
+// goroutine-per-connection baseline (gorilla/websocket, as the edge ran
+// before its event loop), lesismal/nbio's event loop, and gobwas/ws over a hand-written
 // epoll loop. Each candidate behaves the same way: GET /v1/ws upgraded when
 // it carries a non-empty bearer token, every connection in one room,
 // binary frames encoded once and broadcast to the room, client pings

@@ -639,7 +639,7 @@ func New(cfg Config) (*Stack, error) {
 		}
 		e := engine(RoleGSLB)
 		gs.Register(e)
-		api := &event.API{Store: b.Events, Keys: cfg.OperatorKeys, Changed: func(ctx context.Context) { _ = s.events.Refresh(ctx) }}
+		api := &event.API{Store: b.Events, Keys: cfg.OperatorKeys, Changed: func(ctx context.Context) { _ = s.events.Refresh(ctx) }, Logger: s.log.With("role", RoleGSLB)}
 		api.Register(e.Group("", s.limiter.Handler(nil)))
 		if cfg.Dev {
 			gslb.RegisterDevTickets(e, cfg.TicketKey)
@@ -690,10 +690,10 @@ func New(cfg Config) (*Stack, error) {
 		// The operator APIs beside the upload routes, behind the same limits.
 		ops := e.Group("", s.ingest.RateLimitHandler())
 		bans := s.ingest.Bans()
-		(&ingest.BanAPI{Store: s.ingest.BanStore(), Keys: cfg.OperatorKeys, Changed: func(ctx context.Context) { _ = bans.Refresh(ctx) }}).Register(ops)
+		(&ingest.BanAPI{Store: s.ingest.BanStore(), Keys: cfg.OperatorKeys, Changed: func(ctx context.Context) { _ = bans.Refresh(ctx) }, Logger: s.log.With("role", RoleIngest)}).Register(ops)
 		(&ingest.BroadcastAPI{Streams: b.Streams, Keys: cfg.OperatorKeys, Registerer: s.registry}).Register(ops)
 		lotteries := s.ingest.Lotteries()
-		(&ingest.LotteryAPI{Store: b.Lotteries, Keys: cfg.OperatorKeys, Hosts: s.keyring, Changed: func(ctx context.Context) {
+		(&ingest.LotteryAPI{Store: b.Lotteries, Keys: cfg.OperatorKeys, Hosts: s.keyring, Logger: s.log.With("role", RoleIngest), Changed: func(ctx context.Context) {
 			if lotteries != nil {
 				_ = lotteries.Refresh(ctx)
 			}

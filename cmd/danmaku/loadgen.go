@@ -206,7 +206,7 @@ func runLoadgen(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return mergeReports(o, stdout, stderr)
 	}
 	if o.entryPulse {
-		return runEntryPulse(ctx, cfg, o, stdout)
+		return runEntryPulse(ctx, cfg, o, stdout, stderr)
 	}
 	if o.procs > 1 {
 		rep, err := runChildren(ctx, o, stderr)
@@ -239,7 +239,7 @@ func runLoadgen(ctx context.Context, args []string, stdout, stderr io.Writer) er
 }
 
 // runEntryPulse runs -entry-pulse and writes its report.
-func runEntryPulse(ctx context.Context, cfg loadgen.Config, o loadgenOpts, stdout io.Writer) error {
+func runEntryPulse(ctx context.Context, cfg loadgen.Config, o loadgenOpts, stdout, stderr io.Writer) error {
 	pc := loadgen.EntryPulseConfig{GSLB: cfg.GSLB, Room: cfg.Room, TicketKey: cfg.TicketKey, Ramp: cfg.PulseRamp, Workers: o.pulseWorkers, HTTPTimeout: cfg.HTTPTimeout}
 	if o.pulseSources != "" {
 		pc.Sources = strings.Split(o.pulseSources, ",")
@@ -248,27 +248,12 @@ func runEntryPulse(ctx context.Context, cfg loadgen.Config, o loadgenOpts, stdou
 	if err != nil {
 		return err
 	}
-	if err := rep.WriteText(stdout); err != nil {
-		return err
-	}
-	if o.jsonPath == "" {
-		return nil
-	}
-	b, err := json.MarshalIndent(rep, "", "  ")
-	if err != nil {
-		return err
-	}
-	b = append(b, '\n')
-	if o.jsonPath == "-" {
-		_, err = stdout.Write(b)
-		return err
-	}
-	return os.WriteFile(o.jsonPath, b, 0o644)
+	return writeReport(rep, o, stdout, stderr)
 }
 
 // writeReport writes the summary (stdout, or stderr when the JSON goes to
 // stdout) and the JSON report when asked.
-func writeReport(rep *loadgen.Report, o loadgenOpts, stdout, stderr io.Writer) error {
+func writeReport(rep interface{ WriteText(io.Writer) error }, o loadgenOpts, stdout, stderr io.Writer) error {
 	text := stdout
 	if o.jsonPath == "-" {
 		text = stderr

@@ -105,59 +105,91 @@ type clientFrame struct {
 	payload []byte
 }
 
-// parseClientFrame reads one frame from the front of data: the frame and
-// the bytes it took; n == 0 when data holds only part of a frame. Client
-// frames must be masked (RFC 6455 5.1), control frames short and final,
-// and none longer than limit. The payload is unmasked in place.
-func parseClientFrame(data []byte, limit int64) (f clientFrame, n int, err error) {
+// clientHeader is a client frame's header: the frame is size bytes, the
+// payload the last length of them.
+type clientHeader struct {
+	op     ws.OpCode
+	fin    bool
+	length int64
+	size   int64
+}
+
+// parseClientHeader reads the header at the front of data; ok is false
+// when data holds only part of it. Client frames must be masked (RFC 6455
+// 5.1), control frames short and final, and none longer than limit — all
+// checked on the header alone, so an oversized frame is refused before
+// any of its payload is buffered.
+func parseClientHeader(data []byte, limit int64) (h clientHeader, ok bool, err error) {
 	if len(data) < 2 {
-		return f, 0, nil
+		return h, false, nil
 	}
 	b0, b1 := data[0], data[1]
-	f.fin = b0&0x80 != 0
-	f.op = ws.OpCode(b0 & 0x0F)
-	if b0&0x70 != 0 { // no extension was negotiated
-		return f, 0, errFrameBad
+	h.fin = b0&0x80 != 0
+	h.op = ws.OpCode(b0 & 0x0F)
+	if b0&0x70 != 0 || b1&0x80 == 0 { // no extension was negotiated; unmasked
+		return h, false, errFrameBad
 	}
-	if b1&0x80 == 0 {
-		return f, 0, errFrameBad
-	}
-	hl := 2
-	length := int64(b1 & 0x7F)
-	switch length {
+	hl := int64(2)
+	h.length = int64(b1 & 0x7F)
+	switch h.length {
 	case 126:
 		if len(data) < 4 {
-			return f, 0, nil
+			return h, false, nil
 		}
-		length, hl = int64(binary.BigEndian.Uint16(data[2:])), 4
+		h.length, hl = int64(binary.BigEndian.Uint16(data[2:])), 4
 	case 127:
 		if len(data) < 10 {
-			return f, 0, nil
+			return h, false, nil
 		}
 		u := binary.BigEndian.Uint64(data[2:])
 		if u > 1<<62 {
-			return f, 0, errFrameTooBig
+			return h, false, errFrameTooBig
 		}
-		length, hl = int64(u), 10
+		h.length, hl = int64(u), 10
 	}
-	if f.op.IsControl() && (length > 125 || !f.fin) {
-		return f, 0, errFrameBad
+	if h.op.IsControl() && (h.length > 125 || !h.fin) || h.op.IsReserved() {
+		return h, false, errFrameBad
 	}
-	if f.op.IsReserved() {
-		return f, 0, errFrameBad
+	if h.length > limit {
+		return h, false, errFrameTooBig
 	}
-	if length > limit {
-		return f, 0, errFrameTooBig
+	h.size = hl + 4 + h.length
+	return h, true, nil
+}
+
+// headerSize is how many bytes a masked header whose second byte is b1
+// takes, mask included.
+func headerSize(b1 byte) int {
+	n := 2 + 4
+	switch b1 & 0x7F {
+	case 126:
+		n += 2
+	case 127:
+		n += 8
 	}
-	total := hl + 4 + int(length)
-	if len(data) < total {
-		return f, 0, nil
+	return n
+}
+
+// parseClientFrame reads one frame from the front of data (see
+// parseClientHeader): the frame and the bytes it took; n == 0 when data
+// holds only part of a frame. The payload is unmasked in place.
+func parseClientFrame(data []byte, limit int64) (f clientFrame, n int, err error) {
+	h, ok, err := parseClientHeader(data, limit)
+	if err != nil || !ok || int64(len(data)) < h.size {
+		return f, 0, err
 	}
+	return unmask(data[:h.size], h), int(h.size), nil
+}
+
+// unmask returns the frame in b (exactly one whole frame), its payload
+// unmasked in place.
+func unmask(b []byte, h clientHeader) clientFrame {
+	start := len(b) - int(h.length)
 	var mask [4]byte
-	copy(mask[:], data[hl:hl+4])
-	f.payload = data[hl+4 : total]
-	ws.Cipher(f.payload, mask, 0)
-	return f, total, nil
+	copy(mask[:], b[start-4:start])
+	p := b[start:]
+	ws.Cipher(p, mask, 0)
+	return clientFrame{op: h.op, fin: h.fin, payload: p}
 }
 
 // frameErrCode is the close code for a framing error; 0 for any other
@@ -175,46 +207,29 @@ func frameErrCode(err error) int {
 // readClientFrame reads one whole frame from r (a goSock's reader, or a
 // handshake's before the socket goes to a loop).
 func readClientFrame(r *bufio.Reader, limit int64) (clientFrame, error) {
-	hdr, err := r.Peek(2)
+	b, err := r.Peek(2)
 	if err != nil {
 		return clientFrame{}, err
 	}
-	need := 2
-	switch hdr[1] & 0x7F {
-	case 126:
-		need = 4
-	case 127:
-		need = 10
+	if b[1]&0x80 == 0 {
+		return clientFrame{}, errFrameBad // unmasked: refused before reading on
 	}
-	if hdr[1]&0x80 != 0 {
-		need += 4
-	}
-	head, err := r.Peek(need)
+	head, err := r.Peek(headerSize(b[1]))
 	if err != nil {
 		return clientFrame{}, err
 	}
-	// A header alone says how long the frame is: check it before reading
-	// the payload, so an oversized frame is refused without buffering it.
-	probe := append([]byte(nil), head...)
-	if _, _, err := parseClientFrame(probe, limit); err != nil {
+	h, ok, err := parseClientHeader(head, limit)
+	if err != nil {
 		return clientFrame{}, err
 	}
-	length := int64(head[1] & 0x7F)
-	switch length {
-	case 126:
-		length = int64(binary.BigEndian.Uint16(head[2:]))
-	case 127:
-		length = int64(binary.BigEndian.Uint64(head[2:]))
+	if !ok {
+		return clientFrame{}, errFrameBad // cannot happen: head is a whole header
 	}
-	buf := make([]byte, need+int(length))
+	buf := make([]byte, h.size)
 	if _, err := io.ReadFull(r, buf); err != nil {
 		return clientFrame{}, err
 	}
-	f, n, err := parseClientFrame(buf, limit)
-	if err == nil && n == 0 {
-		err = errFrameBad // cannot happen: buf holds the whole frame
-	}
-	return f, err
+	return unmask(buf, h), nil
 }
 
 // readClientMessage reads one whole message from r, joining fragments

@@ -8,7 +8,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/gobwas/ws"
 
@@ -532,14 +531,14 @@ func (c *conn) onFrame(f clientFrame) bool {
 		c.s.m.badReports.Inc()
 		c.kick(closeUnsupported, "only text reports are accepted")
 		return false
-	case !utf8.Valid(f.payload) || !json.Valid(f.payload):
-		c.s.m.badReports.Inc()
-		c.kick(closeBadData, "reports are JSON objects")
-		return false
 	}
 	r, err := parseReport(f.payload)
 	if err != nil {
 		c.s.m.badReports.Inc()
+		if errors.Is(err, errReportSyntax) {
+			c.kick(closeBadData, "reports are JSON objects")
+			return false
+		}
 		return true
 	}
 	c.s.m.renderDrops.Add(float64(r.Drops))

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"unicode/utf8"
 )
 
 // maxLastLen bounds the last query parameter: "<ms>-<seq>" with 64-bit
@@ -53,16 +54,31 @@ type report struct {
 // poison the metric.
 const maxReportCount = 1_000_000
 
-var errBadReport = errors.New("edge: bad client report")
+var (
+	errBadReport = errors.New("edge: bad client report")
+	// errReportSyntax: not JSON, or not valid UTF-8 — the client broke the
+	// protocol, unlike a well-formed report with a value out of range.
+	errReportSyntax = fmt.Errorf("%w: not JSON", errBadReport)
+)
 
 // parseReport decodes a client's counter report.
 func parseReport(b []byte) (report, error) {
 	var r report
+	if !utf8.Valid(b) {
+		return r, errReportSyntax
+	}
 	b = bytes.TrimSpace(b)
 	if len(b) == 0 || b[0] != '{' {
-		return r, fmt.Errorf("%w: not a JSON object", errBadReport)
+		if json.Valid(b) {
+			return r, fmt.Errorf("%w: not a JSON object", errBadReport)
+		}
+		return r, errReportSyntax
 	}
 	if err := json.Unmarshal(b, &r); err != nil {
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			return report{}, fmt.Errorf("%w: %v", errReportSyntax, err)
+		}
 		return report{}, fmt.Errorf("%w: %v", errBadReport, err)
 	}
 	if r.Drops > maxReportCount || r.Held > maxReportCount {

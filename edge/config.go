@@ -43,8 +43,8 @@ const (
 	// maxFrameMessages bounds the messages in one frame, so that a burst
 	// never builds a frame near wire.MaxFrameBytes.
 	maxFrameMessages = 256
-	// closeGrace bounds the close handshake: how long the writer waits to
-	// put the close frame on the wire and for the client's answer.
+	// closeGrace bounds the close handshake: how long a socket waits for
+	// the client to answer its close frame before closing anyway.
 	closeGrace = 2 * time.Second
 	// drainSteps is how many batches a drain closes connections in.
 	drainSteps = 100
@@ -53,10 +53,6 @@ const (
 	// closed with ClosePolicy.
 	clientMsgBurst = 10
 	clientMsgEvery = time.Second
-	// readBufferSize is the per-connection read buffer: clients send only
-	// control frames and small reports, so a small buffer saves memory on
-	// 100k idle connections. Write buffers are pooled.
-	readBufferSize = 512
 	// maxBackoff caps the wait between failed store reads.
 	maxBackoff = time.Second
 )
@@ -143,8 +139,9 @@ type Config struct {
 	// messages arriving within a window share a frame. Zero: 55 ms. Values
 	// below 50 ms are rejected.
 	MergeWindow time.Duration
-	// QueueSize is each connection's queue, in frames. A connection whose
-	// queue is full is closed with CloseResume. Zero: 64.
+	// QueueSize is how many frames a connection's socket may hold
+	// unwritten (the kernel's buffer full); one more closes it with
+	// CloseResume. Zero: 64.
 	QueueSize int
 	// RingSize is how many recent pushable messages a room keeps for
 	// resuming clients; older ones are read back from the store. Zero: 4096.
@@ -165,8 +162,10 @@ type Config struct {
 	// for one (a tokenAsk text frame) two ping intervals before the
 	// expiry. Zero: 30 s.
 	TokenGrace time.Duration
-	// WriteTimeout bounds one write to a client; a client that cannot take
-	// a frame within it is dropped. Zero: 10 s.
+	// WriteTimeout bounds the blocking writes: a catch-up, the 101, a TLS
+	// connection's writer; a client that cannot take them within it is
+	// dropped. Live frames to a plain socket never block (QueueSize bounds
+	// them). Zero: 10 s.
 	WriteTimeout time.Duration
 	// ReadLimit is the largest message a client may send, in bytes. Zero: 4 KB.
 	ReadLimit int64

@@ -470,9 +470,6 @@ func (c *conn) resumeGap(p resumePlan) (bool, error) {
 	return p.storeFrom.less(first), nil
 }
 
-// errClientFlood ends a connection whose client sends more than its allowance.
-var errClientFlood = errors.New("edge: client sends too much")
-
 // onFrame handles one frame the client sent: pings (answered), pongs,
 // counter reports and in-band tokens. Close frames are the socket's. It
 // is called by the socket's reader only, one frame at a time; false ends

@@ -106,7 +106,11 @@ func New(cfg Config) (*Server, error) {
 	s.up = ws.HTTPUpgrader{Timeout: cfg.WriteTimeout}
 
 	e := httpx.NewEngine(httpx.EngineConfig{
-		Role:           "edge",
+		Role: "edge",
+		// No edge route reads a body: the handshake is a GET, /healthz and
+		// /metrics too. A declared body is refused and the socket closed at
+		// once instead of waiting for bytes that may never come.
+		NoBody:         true,
 		Logger:         cfg.Logger,
 		Gatherer:       gatherer,
 		TrustedProxies: cfg.TrustedProxies,

@@ -46,6 +46,7 @@ type serveFlags struct {
 	edgeCap, ingestCap  int
 	maxConns            int
 	edgeDrain           time.Duration
+	readTimeout         time.Duration
 	edgeConnectRate     float64
 	edgeUserConns       int
 	edgeRoomConns       int
@@ -132,6 +133,7 @@ func (f *serveFlags) register(fs interface {
 	fs.IntVar(&f.edgeCap, "edge-capacity", envInt("DANMAKU_EDGE_CAPACITY"), "WebSocket connections this edge is sized for, reported to the gslb (0: unlimited; headroom from CPU alone) [DANMAKU_EDGE_CAPACITY]")
 	fs.IntVar(&f.maxConns, "max-conns", envInt("DANMAKU_MAX_CONNS"), "edge: WebSocket connections this edge holds at most (beyond, 503 over_capacity), reported to the gslb as its capacity; -edge-capacity is its older name (0: unlimited) [DANMAKU_MAX_CONNS]")
 	fs.DurationVar(&f.edgeDrain, "edge-drain", envDuration("DANMAKU_EDGE_DRAIN"), "edge: how long a stopping edge spreads closing its connections over, so that its clients do not all come back at once (default 10s; dev 1s) [DANMAKU_EDGE_DRAIN]")
+	fs.DurationVar(&f.readTimeout, "read-timeout", envDuration("DANMAKU_READ_TIMEOUT"), "every role: how long a request's header and body may take to arrive before its connection is closed (default 15s) [DANMAKU_READ_TIMEOUT]")
 	fs.Float64Var(&f.edgeConnectRate, "edge-connect-rate", envFloat("DANMAKU_EDGE_CONNECT_RATE"), "edge: new connections a second the edge takes; beyond, 503 connect_rate with a jittered Retry-After (default 5000; negative: unlimited) [DANMAKU_EDGE_CONNECT_RATE]")
 	fs.IntVar(&f.edgeUserConns, "edge-max-user-conns", envInt("DANMAKU_EDGE_MAX_USER_CONNS"), "edge: connections one user may hold on this edge; beyond, 429 too_many_conns (default 8; negative: unlimited) [DANMAKU_EDGE_MAX_USER_CONNS]")
 	fs.IntVar(&f.edgeRoomConns, "edge-max-room-conns", envInt("DANMAKU_EDGE_MAX_ROOM_CONNS"), "edge: connections one room may hold on this edge; beyond, 503 room_full and the client tries its next edge (0: unlimited) [DANMAKU_EDGE_MAX_ROOM_CONNS]")
@@ -189,8 +191,8 @@ func (f *serveFlags) stackConfig(roles []string) (stack.Config, stack.BackendCon
 	if f.gslbNodes < 0 {
 		return cfg, stack.BackendConfig{}, usageError{errors.New("-gslb-nodes must not be negative")}
 	}
-	if f.edgeCap < 0 || f.maxConns < 0 || f.ingestCap < 0 || f.gslbInFlight < 0 || f.gslbTableAge < 0 || f.edgeDrain < 0 || f.edgeRoomConns < 0 {
-		return cfg, stack.BackendConfig{}, usageError{errors.New("-max-conns, -edge-capacity, -ingest-capacity, -gslb-max-inflight, -gslb-max-table-age, -edge-drain and -edge-max-room-conns must not be negative")}
+	if f.edgeCap < 0 || f.maxConns < 0 || f.ingestCap < 0 || f.gslbInFlight < 0 || f.gslbTableAge < 0 || f.edgeDrain < 0 || f.edgeRoomConns < 0 || f.readTimeout < 0 {
+		return cfg, stack.BackendConfig{}, usageError{errors.New("-max-conns, -edge-capacity, -ingest-capacity, -gslb-max-inflight, -gslb-max-table-age, -edge-drain, -edge-max-room-conns and -read-timeout must not be negative")}
 	}
 	switch {
 	case f.maxConns > 0 && f.edgeCap > 0 && f.maxConns != f.edgeCap:
@@ -198,6 +200,7 @@ func (f *serveFlags) stackConfig(roles []string) (stack.Config, stack.BackendCon
 	case f.maxConns > 0:
 		cfg.EdgeCapacity = f.maxConns
 	}
+	cfg.ReadTimeout = f.readTimeout
 	cfg.EdgeDrain, cfg.EdgeConnectRate, cfg.EdgeMaxUserConns, cfg.EdgeMaxRoomConns = f.edgeDrain, f.edgeConnectRate, f.edgeUserConns, f.edgeRoomConns
 	// File paths, not secrets: the key itself stays in its file.
 	if (f.edgeTLSCert == "") != (f.edgeTLSKey == "") {

@@ -49,6 +49,7 @@ const (
 	CodeBadUTF8      = "bad_utf8"
 	CodeBadRequest   = "bad_request"
 	CodeTooLarge     = "body_too_large"
+	CodeBodyRefused  = "body_not_allowed"
 	CodeUnauthorized = "unauthorized"
 	CodeForbidden    = "forbidden"
 	CodeNotFound     = "not_found"
@@ -188,6 +189,11 @@ type EngineConfig struct {
 	// these origins (a page on another origin calls the API). Nil: no CORS
 	// handling; a preflight answers 405.
 	CORS *Origins
+	// NoBody marks a role none of whose routes reads a request body (the
+	// edge). A request that declares one (Content-Length or chunked) is
+	// answered 400 body_not_allowed before any route runs, and its
+	// connection closed at once. False: bodies are the routes' business.
+	NoBody bool
 }
 
 // NewEngine returns a gin engine with coded 404/405 answers, panic recovery
@@ -225,6 +231,9 @@ func NewEngine(cfg EngineConfig) *gin.Engine {
 		log.Error("panic in handler", "role", cfg.Role, "method", c.Request.Method, "route", c.FullPath(), "panic", rec)
 		Abort(c, Errorf(http.StatusInternalServerError, CodeInternal, "internal error"))
 	}))
+	if cfg.NoBody {
+		e.Use(refuseBody)
+	}
 	if cfg.CORS != nil {
 		e.Use(CORS(*cfg.CORS))
 	}
@@ -255,6 +264,23 @@ func NewEngine(cfg EngineConfig) *gin.Engine {
 		e.GET("/metrics", gin.WrapH(h))
 	}
 	return e
+}
+
+// refuseBody answers a request that declares a body on a role that reads
+// none. After a handler returns, net/http reads what is left of an unread
+// body (up to 256 KiB) so that it can reuse the connection: for a body that
+// never comes that wait lasts until the read deadline, a socket held by
+// any client without a login. Closing the connection and expiring its read
+// deadline now ends that wait as soon as the answer is written.
+func refuseBody(c *gin.Context) {
+	r := c.Request
+	if r.ContentLength == 0 && len(r.TransferEncoding) == 0 {
+		c.Next()
+		return
+	}
+	c.Header("Connection", "close")
+	_ = http.NewResponseController(c.Writer).SetReadDeadline(time.Now())
+	Abort(c, Errorf(http.StatusBadRequest, CodeBodyRefused, "this endpoint takes no request body"))
 }
 
 // promLog hands promhttp's errors to the role's logger.

@@ -200,6 +200,7 @@ func walkCases() []walkCase {
 		add(role, "*", 403, "forbidden", probe{method: "OPTIONS", path: "/v1/entry", header: map[string]string{
 			"Origin": "https://elsewhere.example", "Access-Control-Request-Method": "GET"}})
 	}
+	add(RoleEdge, "*", 400, "body_not_allowed", probe{method: "GET", path: "/healthz", body: `{"x":1}`})
 	not(rowAll, "*", 500, "internal", "a handler panicked (a bug); httpx tests")
 	for _, role := range []string{RoleGSLB, RoleIngest, RoleEdge} {
 		why := "the token keys not loaded yet; httpx tests"

@@ -212,6 +212,11 @@ type Config struct {
 	// broadcasts a gift site-wide (ingest.Config.BroadcastGiftValue).
 	// Zero: never.
 	BroadcastGiftValue int64
+	// ReadTimeout bounds how long every role waits for a request's header
+	// and body (net/http's ReadTimeout; the header alone has at most 5 s). A
+	// request that has not arrived by then is closed, so a client that
+	// declares a body and never sends it cannot hold a socket. Zero: 15 s.
+	ReadTimeout time.Duration
 	// EdgeDrain is how long the edge drains on shutdown. Zero: 10 s; 1 s
 	// with Dev.
 	EdgeDrain time.Duration
@@ -712,9 +717,10 @@ func New(cfg Config) (*Stack, error) {
 			return nil, err
 		}
 		// WebSockets live long: no write timeout on the server; the edge
-		// sets per-write deadlines itself.
+		// sets per-write deadlines itself. The read timeout stays: it
+		// bounds the handshake request, and the upgrade clears it from the
+		// socket it takes over.
 		rs.srv = httpx.NewServer(s.edge.Handler(), 0)
-		rs.srv.ReadTimeout = 0
 		if s.edgeTLS != nil {
 			rs.srv.ErrorLog = handshakeQuiet(s.log.With("role", RoleEdge))
 		}
@@ -735,6 +741,12 @@ func New(cfg Config) (*Stack, error) {
 		e := engine(RoleOrigin)
 		origin.Register(e, b.Objects)
 		rs.srv = httpx.NewServer(e, 30*time.Second)
+	}
+	if cfg.ReadTimeout > 0 {
+		for _, rs := range s.servers {
+			rs.srv.ReadTimeout = cfg.ReadTimeout
+			rs.srv.ReadHeaderTimeout = min(rs.srv.ReadHeaderTimeout, cfg.ReadTimeout)
+		}
 	}
 	ok = true
 	return s, nil

@@ -189,8 +189,9 @@ type Config struct {
 	// may connect.
 	AllowOrigins httpx.Origins
 
-	// Clock stamps load reports. Nil: real clock. Network deadlines, pings
-	// and the merge window use real time, as the network does.
+	// Clock stamps load reports and refills the connect bucket. Nil: real
+	// clock. Network deadlines, pings and the merge window use real time,
+	// as the network does.
 	Clock clock.Clock
 	// Logger. Nil: slog.Default().
 	Logger *slog.Logger

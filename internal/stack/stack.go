@@ -17,6 +17,7 @@ import (
 	"fmt"
 	stdlog "log"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/netip"
@@ -630,6 +631,7 @@ func New(cfg Config) (*Stack, error) {
 		}
 		// Clients schedule their polls on the clock that decides segments.
 		s.storeTime = clock.NewFollower(cfg.EntryClock, b.Streams.Now, 0)
+		s.registry.MustRegister(clockMargin(s.storeTime))
 		tickets, err := auth.NewTicketVerifier(cfg.TicketKey, nil)
 		if err != nil {
 			return nil, err
@@ -938,6 +940,22 @@ func (s *Stack) Ready(ctx context.Context) error {
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
+}
+
+// clockMargin exports how far the server time in every entry answer may be
+// off: clients add it to the margin of their own clock estimate, and each
+// poll waits that much past a second's due time (the ClockMarginLarge alert).
+func clockMargin(f *clock.Follower) prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "danmaku_gslb_clock_margin_seconds",
+		Help: "Uncertainty of the store clock the gslb hands out as server time: half the round trip of its best sample (+Inf before the first).",
+	}, func() float64 {
+		_, rtt, ok := f.Offset()
+		if !ok {
+			return math.Inf(1)
+		}
+		return (rtt / 2).Seconds()
+	})
 }
 
 // Backends returns the stores the roles share.

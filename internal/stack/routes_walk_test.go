@@ -201,6 +201,10 @@ func walkCases() []walkCase {
 			"Origin": "https://elsewhere.example", "Access-Control-Request-Method": "GET"}})
 	}
 	add(RoleEdge, "*", 400, "body_not_allowed", probe{method: "GET", path: "/healthz", body: `{"x":1}`})
+	add(RoleOrigin, "*", 400, "body_not_allowed", probe{method: "GET", path: "/healthz", body: `{"x":1}`})
+	for _, role := range []string{RoleGSLB, RoleIngest, RoleSlicer} {
+		not(role, "*", 408, "body_timeout", "a body that stops arriving for the read timeout; TestSlowBodies and httpx tests")
+	}
 	not(rowAll, "*", 500, "internal", "a handler panicked (a bug); httpx tests")
 	for _, role := range []string{RoleGSLB, RoleIngest, RoleEdge} {
 		why := "the token keys not loaded yet; httpx tests"

@@ -586,6 +586,9 @@ func New(cfg Config) (*Stack, error) {
 	}
 	engine := func(role string) *gin.Engine {
 		ec := httpx.EngineConfig{Role: role, Logger: s.log.With("role", role), Gatherer: s.registry, TrustedProxies: cfg.TrustedProxies}
+		// The origin, like the edge, reads no body: one declared is
+		// refused at once rather than waited for until the read timeout.
+		ec.NoBody = role == RoleOrigin
 		if role == RoleGSLB || role == RoleIngest {
 			ec.CORS = &origins
 			// Healthy once it can sign or verify a token issued now: a

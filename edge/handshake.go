@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -174,7 +175,7 @@ func (s *Server) handleWS(c *gin.Context) {
 			s.conns.Add(-1)
 		}
 	}()
-	if _, inURL := c.GetQuery("token"); inURL {
+	if tokenInQuery(c.Request.URL.Query()) {
 		s.reject(c, http.StatusBadRequest, CodeTokenInURL, "the token must not travel in the URL: send it in the first frame or an Authorization header")
 		return
 	}
@@ -237,6 +238,18 @@ func (s *Server) handleWS(c *gin.Context) {
 	}
 	s.log.Debug("edge: connected", "room", claims.Room, "user", claims.User(), "resume", hasLast)
 	cn.start(nc, br, p)
+}
+
+// tokenInQuery reports whether a query carries a token under any spelling
+// of the name: a proxy or a log keeps ?Token= as surely as ?token=, and a
+// client library may well send the one it was given.
+func tokenInQuery(q url.Values) bool {
+	for k := range q {
+		if strings.EqualFold(k, "token") {
+			return true
+		}
+	}
+	return false
 }
 
 // checkUpgrade refuses, with a coded answer, what the upgrade would: the

@@ -158,7 +158,7 @@ func (s *Server) handleWS(c *gin.Context) {
 	}
 	// The connection rate first: past it a handshake costs a lock and a
 	// small answer, whatever it carries.
-	if ok, retry := s.connects.take(time.Now()); !ok {
+	if ok, retry := s.connects.take(s.cfg.Clock.Now()); !ok {
 		s.rejectRetry(c, http.StatusServiceUnavailable, CodeConnectRate, "too many new connections; retry after the Retry-After delay or try another address", retry)
 		return
 	}

@@ -378,6 +378,7 @@ func walkCases() []walkCase {
 	// edge: the WebSocket handshake, refused before the upgrade.
 	const ws = "GET /v1/ws"
 	add(RoleEdge, ws, 400, "token_in_url", probe{method: "GET", path: "/v1/ws?token=SECRET"})
+	add(RoleEdge, ws, 400, "token_in_url", probe{method: "GET", path: "/v1/ws?Token=SECRET"})
 	add(RoleEdge, ws, 400, "bad_request", probe{method: "GET", path: "/v1/ws?last=nope"})
 	add(RoleEdge, ws, 401, "unauthorized", probe{method: "GET", path: "/v1/ws", auth: "junk"})
 	add(RoleEdge, ws, 401, "token_epoch", probe{method: "GET", path: "/v1/ws", auth: "futureEpoch"})

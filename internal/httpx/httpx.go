@@ -79,10 +79,18 @@ func Abort(c *gin.Context, e *Error) {
 // different values; one JSON value, nothing after it. Messages speak of
 // fields by their JSON path and of JSON types, never of Go types.
 //
-// A body that stops arriving until the server's read timeout is answered
-// 408 body_timeout, and the connection closed: what is left of the body is
-// never read.
+// A body declared longer than limit is refused (413 body_too_large) before
+// a byte of it is read: net/http sends "100 Continue" at the first read, so
+// a client that asked for it (curl does above 1 MB) gets the 413 as its
+// answer instead of being told to go on and then reset while it sends. A
+// body that stops arriving until the server's read timeout is answered 408
+// body_timeout. Both answers close the connection: what is left of the
+// body is never read.
 func BindJSON(c *gin.Context, limit int64, v any) *Error {
+	if c.Request.ContentLength > limit {
+		closeAfterAnswer(c)
+		return tooLarge(limit)
+	}
 	bp := bodyPool.Get().(*[]byte)
 	defer func() {
 		// A rare large body (the event API's) is not kept for every

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -177,7 +178,10 @@ func walkCases() []walkCase {
 		path = strings.NewReplacer(":room", "demo", ":user", "spammer", ":id", "walk-later").Replace(path)
 		add(role, route, 400, "bad_json", probe{method: method, path: path, auth: auth, body: `{"text":`})
 		add(role, route, 400, "bad_utf8", probe{method: method, path: path, auth: auth, body: "{\"text\":\"\xff\"}"})
-		add(role, route, 413, "body_too_large", probe{method: method, path: path, auth: auth, body: `{"text":"` + strings.Repeat("x", limit) + `"}`})
+		// As curl sends a large body: the 413 must come instead of
+		// "100 Continue" (send checks), not after it.
+		add(role, route, 413, "body_too_large", probe{method: method, path: path, auth: auth, body: `{"text":"` + strings.Repeat("x", limit) + `"}`,
+			header: map[string]string{"Expect": "100-continue"}})
 	}
 	now := time.Now().UTC()
 	eventBody := func(id string, rooms ...string) string {
@@ -570,9 +574,14 @@ func (w *walk) send(t *testing.T, client *http.Client, role string, p probe) (*h
 	for k, v := range p.header {
 		req.Header.Set(k, v)
 	}
+	var continued atomic.Bool
+	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{Got100Continue: func() { continued.Store(true) }}))
 	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if continued.Load() && resp.StatusCode == http.StatusRequestEntityTooLarge {
+		t.Errorf("413 after a 100 Continue: the client was told to send the body it is then refused")
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)

@@ -361,7 +361,7 @@ func walkCases() []walkCase {
 		add(RoleIngest, route, 401, "bad_operator_key", probe{method: method, path: strings.Replace(path, ":user", "spammer", 1), auth: "junk"})
 	}
 	bodies(RoleIngest, "PUT /v1/admin/bans/:user", 4<<10, "op")
-	add(RoleIngest, "PUT /v1/admin/bans/:user", 400, "bad_ban", probe{method: "PUT", path: "/v1/admin/bans/spammer", auth: "op", body: `{"ttl_seconds":-1}`})
+	add(RoleIngest, "PUT /v1/admin/bans/:user", 400, "bad_ban", probe{method: "PUT", path: "/v1/admin/bans/spammer", auth: "op", body: `{"ttl_seconds":10000000000}`})
 	add(RoleIngest, "DELETE /v1/admin/bans/:user", 400, "bad_ban", probe{method: "DELETE", path: "/v1/admin/bans/spammer?room=a.b", auth: "op"})
 	for _, route := range banRoutes {
 		method, path, _ := strings.Cut(route, " ")

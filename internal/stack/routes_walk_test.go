@@ -425,7 +425,7 @@ func walkCases() []walkCase {
 	add(RoleSlicer, "GET /v1/admin/budget", 401, "bad_admin_key", probe{method: "GET", path: "/v1/admin/budget", auth: "junk"})
 	add(RoleSlicer, "PUT /v1/admin/budget", 401, "bad_admin_key", probe{method: "PUT", path: "/v1/admin/budget", auth: "junk", body: `{}`})
 	bodies(RoleSlicer, "PUT /v1/admin/budget", 1<<10, "op")
-	add(RoleSlicer, "PUT /v1/admin/budget", 400, "bad_settings", probe{method: "PUT", path: "/v1/admin/budget", auth: "op", body: `{"budget":0,"shares":[0.5,0.5]}`})
+	add(RoleSlicer, "PUT /v1/admin/budget", 400, "bad_settings", probe{method: "PUT", path: "/v1/admin/budget", auth: "op", body: `{"budget":60,"shares":[1]}`})
 	down(RoleSlicer, "PUT /v1/admin/budget", 503, "backend_unavailable", probe{method: "PUT", path: "/v1/admin/budget", auth: "op", body: `{"budget":60,"shares":[0.1,0.3,0.2,0.4]}`})
 
 	// origin: objects.

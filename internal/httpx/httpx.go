@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"reflect"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -412,11 +413,15 @@ func KeyMatches(c *gin.Context, keys []string) bool {
 
 // BearerToken returns the token of an "Authorization: Bearer" header, or the
 // named query parameter when the header is absent (browsers cannot set headers
-// on a WebSocket).
+// on a WebSocket). The scheme is matched in any case ("BEARER", "bearer"):
+// RFC 9110 (11.1) makes it case-insensitive, and a client that spells it
+// otherwise would be told its credential is missing.
 func BearerToken(c *gin.Context, query string) string {
 	h := c.GetHeader("Authorization")
-	if len(h) > 7 && (h[:7] == "Bearer " || h[:7] == "bearer ") {
-		return h[7:]
+	if scheme, tok, ok := strings.Cut(h, " "); ok && strings.EqualFold(scheme, "Bearer") {
+		if tok = strings.TrimLeft(tok, " "); tok != "" {
+			return tok
+		}
 	}
 	if query != "" {
 		return c.Query(query)

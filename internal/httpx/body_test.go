@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -99,4 +100,63 @@ func TestBodyTimeout(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestTooLargeBeforeContinue: a body declared over the limit, sent with
+// Expect: 100-continue, is answered 413 body_too_large as the final answer
+// to the header — no "100 Continue" first — and the connection closed, the
+// body never read. Within the limit, the server says continue and reads it.
+func TestTooLargeBeforeContinue(t *testing.T) {
+	const limit = 100
+	addr := serveBodies(t, limit, 10*time.Second, 10*time.Second)
+	send := func(t *testing.T, c net.Conn, n int) *bufio.Reader {
+		fmt.Fprintf(c, "POST /x HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nExpect: 100-continue\r\nContent-Length: %d\r\n\r\n", n)
+		return bufio.NewReader(c)
+	}
+	t.Run("over the limit", func(t *testing.T) {
+		c := rawConn(t, addr)
+		br := send(t, c, 1<<20)
+		// The first answer the client sees must be the final one.
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("no answer: %v", err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestEntityTooLarge || errorCode(t, b) != CodeTooLarge {
+			t.Fatalf("first answer %d %s, want 413 %s (no 100 Continue)", resp.StatusCode, b, CodeTooLarge)
+		}
+		if !closedAfter(br) {
+			t.Fatal("the connection stays open after the 413")
+		}
+	})
+	t.Run("within the limit", func(t *testing.T) {
+		c := rawConn(t, addr)
+		payload := `{"text":"hi","n":1}`
+		br := send(t, c, len(payload))
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil || resp.StatusCode != http.StatusContinue {
+			t.Fatalf("interim answer %v %v, want 100 Continue", resp, err)
+		}
+		io.WriteString(c, payload)
+		if resp, err = http.ReadResponse(br, nil); err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("final answer %v %v, want 200", resp, err)
+		}
+		resp.Body.Close()
+	})
+	// Without a declared length (chunked), the limit is met while reading.
+	t.Run("chunked over the limit", func(t *testing.T) {
+		c := rawConn(t, addr)
+		big := `{"text":"` + strings.Repeat("x", 2*limit) + `"}`
+		fmt.Fprintf(c, "POST /x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n", len(big), big)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestEntityTooLarge || errorCode(t, b) != CodeTooLarge {
+			t.Fatalf("%d %s, want 413 %s", resp.StatusCode, b, CodeTooLarge)
+		}
+	})
 }

@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"reflect"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -79,10 +80,18 @@ func Abort(c *gin.Context, e *Error) {
 // different values; one JSON value, nothing after it. Messages speak of
 // fields by their JSON path and of JSON types, never of Go types.
 //
-// A body that stops arriving until the server's read timeout is answered
-// 408 body_timeout, and the connection closed: what is left of the body is
-// never read.
+// A body declared longer than limit is refused (413 body_too_large) before
+// a byte of it is read: net/http sends "100 Continue" at the first read, so
+// a client that asked for it (curl does above 1 MB) gets the 413 as its
+// answer instead of being told to go on and then reset while it sends. A
+// body that stops arriving until the server's read timeout is answered 408
+// body_timeout. Both answers close the connection: what is left of the
+// body is never read.
 func BindJSON(c *gin.Context, limit int64, v any) *Error {
+	if c.Request.ContentLength > limit {
+		closeAfterAnswer(c)
+		return tooLarge(limit)
+	}
 	bp := bodyPool.Get().(*[]byte)
 	defer func() {
 		// A rare large body (the event API's) is not kept for every
@@ -404,11 +413,15 @@ func KeyMatches(c *gin.Context, keys []string) bool {
 
 // BearerToken returns the token of an "Authorization: Bearer" header, or the
 // named query parameter when the header is absent (browsers cannot set headers
-// on a WebSocket).
+// on a WebSocket). The scheme is matched in any case ("BEARER", "bearer"):
+// RFC 9110 (11.1) makes it case-insensitive, and a client that spells it
+// otherwise would be told its credential is missing.
 func BearerToken(c *gin.Context, query string) string {
 	h := c.GetHeader("Authorization")
-	if len(h) > 7 && (h[:7] == "Bearer " || h[:7] == "bearer ") {
-		return h[7:]
+	if scheme, tok, ok := strings.Cut(h, " "); ok && strings.EqualFold(scheme, "Bearer") {
+		if tok = strings.TrimLeft(tok, " "); tok != "" {
+			return tok
+		}
 	}
 	if query != "" {
 		return c.Query(query)

@@ -125,8 +125,9 @@ type Config struct {
 	// AuditDir keeps the audit trail on disk when Backends.Audit is nil.
 	// Zero: in memory (tests).
 	AuditDir string
-	// EdgeCapacity and IngestCapacity are the connections (edge) and
-	// in-flight requests (ingest) this process's nodes are sized for,
+	// EdgeCapacity (-max-conns) and IngestCapacity (-ingest-capacity) are
+	// the connections (edge) and in-flight requests (ingest) this process's
+	// nodes are sized for (the edge holds no more: 503 over_capacity),
 	// reported to the gslb as their capacity: it hands a node out by its
 	// headroom and stops at its overload bound. Zero: unlimited (headroom
 	// from CPU alone).

@@ -14,6 +14,7 @@ import (
 
 	"danmaku/internal/clock"
 	"danmaku/internal/httpx"
+	"danmaku/internal/ident"
 	"danmaku/internal/reload"
 	"danmaku/internal/wire"
 )
@@ -35,18 +36,26 @@ type Ban struct {
 // Active reports whether b is in force at now.
 func (b *Ban) Active(now time.Time) bool { return b.Until.IsZero() || now.Before(b.Until) }
 
-// maxUserLen bounds a banned user id; ticket subjects are far shorter.
-const maxUserLen = 256
+// maxReasonBytes bounds a ban's reason.
+const maxReasonBytes = 500
 
-// Validate checks b's fields.
+// Validate checks b's fields. The user id follows the user id rules of
+// tickets and gifts (ident.CheckUser): a ban of an id no ticket can carry
+// would ban nobody, and one that is not UTF-8 would be listed as U+FFFD,
+// an id the ban cannot be lifted by. The reason is shown text, as cleaned
+// (ident.CleanText): no control characters (a terminal escape in an
+// operator's console), no format characters (a bidi override).
 func (b *Ban) Validate() error {
+	if err := ident.CheckUser(b.User); err != nil {
+		return fmt.Errorf("ingest: ban: %w", err)
+	}
 	switch {
-	case b.User == "" || len(b.User) > maxUserLen:
-		return fmt.Errorf("ingest: ban: user must be 1-%d bytes", maxUserLen)
 	case b.Room != "" && !wire.ValidRoom(b.Room):
 		return fmt.Errorf("ingest: ban: room %q: 1-64 of A-Z a-z 0-9 _ -", b.Room)
-	case len(b.Reason) > 500:
-		return errors.New("ingest: ban: reason: at most 500 bytes")
+	case len(b.Reason) > maxReasonBytes:
+		return fmt.Errorf("ingest: ban: reason: at most %d bytes (got %d)", maxReasonBytes, len(b.Reason))
+	case b.Reason != ident.CleanText(b.Reason):
+		return errors.New("ingest: ban: reason: control or format characters, or white space to collapse; clean it as shown text (ident.CleanText)")
 	}
 	return nil
 }
@@ -307,7 +316,9 @@ func (a *BanAPI) put(c *gin.Context) {
 		}
 	}
 	now := a.now()
-	b := Ban{User: c.Param("user"), Room: req.Room, Until: req.Until, Reason: req.Reason, At: now}
+	// The reason is cleaned as comments are: kept, without what only a
+	// terminal or a bidi algorithm would act on.
+	b := Ban{User: c.Param("user"), Room: req.Room, Until: req.Until, Reason: ident.CleanText(req.Reason), At: now}
 	const maxTTLSeconds = int64(maxBanTTL / time.Second)
 	switch {
 	case req.TTLSeconds < 0 || req.TTLSeconds > maxTTLSeconds:

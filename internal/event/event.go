@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"time"
 
+	"danmaku/internal/ident"
 	"danmaku/internal/wire"
 )
 
@@ -150,6 +151,10 @@ func (e *Event) Validate() error {
 		return invalid("id", "must be 1-64 characters of A-Z a-z 0-9 _ - (got %q)", e.ID)
 	case len(e.Title) > 200:
 		return invalid("title", "at most 200 bytes")
+	case e.Title != ident.CleanText(e.Title):
+		// Shown to people, in consoles too: a terminal escape or a bidi
+		// override in a title acts on what shows it.
+		return invalid("title", "plain text only: no control or format characters, single spaces, none at either end")
 	case e.Start.IsZero():
 		return invalid("start", "required (RFC 3339 time)")
 	case e.End.IsZero():

@@ -31,6 +31,8 @@ func TestValidate(t *testing.T) {
 	}{
 		{"valid", func(*event.Event) {}, ""},
 		{"bad id", func(e *event.Event) { e.ID = "x mas" }, "id:"},
+		{"terminal escape in the title", func(e *event.Event) { e.Title = "\x1b]0;pwned\x07Xmas" }, "title: plain text only"},
+		{"bidi override in the title", func(e *event.Event) { e.Title = "Xmas\u202e" }, "title: plain text only"},
 		{"no start", func(e *event.Event) { e.Start = time.Time{} }, "start: required"},
 		{"end before start", func(e *event.Event) { e.End = e.Start }, "end: must be after start"},
 		{"too long", func(e *event.Event) { e.End = e.Start.Add(15 * 24 * time.Hour) }, "at most"},
@@ -209,7 +211,11 @@ func TestAPI(t *testing.T) {
 	if st, out := do("POST", "/v1/admin/events", "", valid()); st != 401 || code(out) != "bad_operator_key" {
 		t.Fatalf("no key: %d %v", st, out)
 	}
-	if st, out := do("POST", "/v1/admin/events", "op", valid()); st != 201 || out["state"] != "live" {
+	// The title is cleaned as comments are: a terminal escape and a bidi
+	// override are dropped, white space collapsed.
+	titled := valid()
+	titled.Title = "\x1b[2J Xmas\u202e\n  concert\x00 "
+	if st, out := do("POST", "/v1/admin/events", "op", titled); st != 201 || out["state"] != "live" || out["title"] != "[2J Xmas concert" {
 		t.Fatalf("create: %d %v", st, out)
 	}
 	if st, out := do("POST", "/v1/admin/events", "op", valid()); st != 409 || code(out) != "event_exists" {

@@ -57,6 +57,9 @@ func TestOnePathOneAnswer(t *testing.T) {
 		"/v1/admin/bans/%2F":       "/",
 		"/v1/admin/bans/a%20b":     "a b",
 		"/v1/admin/bans/%E4%B8%AD": "中",
+		// As a path unescapes, not a query: "+" is a plus.
+		"/v1/admin/bans/a+b":   "a+b",
+		"/v1/admin/bans/a%2Bb": "a+b",
 	} {
 		w := httptest.NewRecorder()
 		e.ServeHTTP(w, httptest.NewRequest("GET", target, nil))

@@ -239,7 +239,8 @@ type Config struct {
 	CORSOrigins []string
 
 	// RateLimits are the gslb's and the ingest's rate-limit rules at start
-	// (docs/api-limits.md). Nil: ratelimit.DefaultRules().
+	// (docs/api-limits.md). Nil: ratelimit.DefaultRules for this machine's
+	// cores, loopback allowlisted with Dev only.
 	RateLimits *ratelimit.Rules
 	// RateLimitsFile is a rules document re-read every 250 ms, so that
 	// the rules change without a restart; it wins over
@@ -961,7 +962,7 @@ func (s *Stack) PrintAddrs(w *os.File) {
 // credentials the rules count.
 func (s *Stack) newLimiter() (*ratelimit.Limiter, error) {
 	cfg := s.cfg
-	rules := ratelimit.DefaultRules()
+	rules := ratelimit.DefaultRules(ratelimit.Machine{Dev: cfg.Dev})
 	if cfg.RateLimits != nil {
 		rules = *cfg.RateLimits
 	}

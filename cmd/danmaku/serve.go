@@ -51,6 +51,8 @@ type serveFlags struct {
 	edgeRoomConns       int
 	edgeTLSCert         string
 	edgeTLSKey          string
+	ingestTLSCert       string
+	ingestTLSKey        string
 	line                string
 	region              string
 	lines               linesclass.Config
@@ -119,6 +121,8 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	countVar(ss, &f.edgeRoomConns, "edge-max-room-conns", "DANMAKU_EDGE_MAX_ROOM_CONNS", atLeast(0), "edge: connections one room may hold on this edge; beyond, 503 room_full and the client tries its next edge (0: unlimited)")
 	fs.StringVar(&f.edgeTLSCert, "edge-tls-cert", env("DANMAKU_EDGE_TLS_CERT", ""), "edge: PEM certificate chain; with -edge-tls-key the edge serves wss:// itself, re-reading both files when they change (empty: plain ws://, e.g. behind a TLS-terminating balancer) [DANMAKU_EDGE_TLS_CERT]")
 	fs.StringVar(&f.edgeTLSKey, "edge-tls-key", env("DANMAKU_EDGE_TLS_KEY", ""), "edge: PEM private key of -edge-tls-cert [DANMAKU_EDGE_TLS_KEY]")
+	fs.StringVar(&f.ingestTLSCert, "ingest-tls-cert", env("DANMAKU_INGEST_TLS_CERT", ""), "ingest: PEM certificate chain; with -ingest-tls-key the ingest serves https:// itself, re-reading both files when they change (empty: plain http://) [DANMAKU_INGEST_TLS_CERT]")
+	fs.StringVar(&f.ingestTLSKey, "ingest-tls-key", env("DANMAKU_INGEST_TLS_KEY", ""), "ingest: PEM private key of -ingest-tls-cert [DANMAKU_INGEST_TLS_KEY]")
 	countVar(ss, &f.ingestCap, "ingest-capacity", "DANMAKU_INGEST_CAPACITY", atLeast(0), "ingest: in-flight requests this ingest is sized for, reported to the gslb as its capacity (0: unlimited)")
 	fs.StringVar(&f.line, "line", env("DANMAKU_LINE", ""), "ISP line this node's edge and ingest addresses serve, as the gslb's classifier names lines (empty: BGP, every line) [DANMAKU_LINE]")
 	fs.StringVar(&f.region, "region", env("DANMAKU_REGION", ""), "region this node stands in, reported to the gslb, as its classifier names regions (empty: unknown) [DANMAKU_REGION]")
@@ -169,10 +173,16 @@ func (f *serveFlags) stackConfig(roles []string) (stack.Config, stack.BackendCon
 	cfg.ReadTimeout = f.readTimeout
 	cfg.EdgeDrain, cfg.EdgeConnectRate, cfg.EdgeMaxUserConns, cfg.EdgeMaxRoomConns = f.edgeDrain, f.edgeConnectRate, f.edgeUserConns, f.edgeRoomConns
 	// File paths, not secrets: the key itself stays in its file.
-	if (f.edgeTLSCert == "") != (f.edgeTLSKey == "") {
-		return cfg, stack.BackendConfig{}, usageError{errors.New("-edge-tls-cert and -edge-tls-key go together: give both (the edge serves wss://) or neither (plain ws://)")}
+	for _, p := range []struct{ role, cert, key, secure, plain string }{
+		{"edge", f.edgeTLSCert, f.edgeTLSKey, "wss://", "ws://"},
+		{"ingest", f.ingestTLSCert, f.ingestTLSKey, "https://", "http://"},
+	} {
+		if (p.cert == "") != (p.key == "") {
+			return cfg, stack.BackendConfig{}, usageError{fmt.Errorf("-%[1]s-tls-cert and -%[1]s-tls-key go together: give both (the %[1]s serves %[2]s) or neither (plain %[3]s)", p.role, p.secure, p.plain)}
+		}
 	}
 	cfg.EdgeTLSCert, cfg.EdgeTLSKey = f.edgeTLSCert, f.edgeTLSKey
+	cfg.IngestTLSCert, cfg.IngestTLSKey = f.ingestTLSCert, f.ingestTLSKey
 	if v := os.Getenv("DANMAKU_MASTER_KEY"); v != "" {
 		k, err := hex.DecodeString(v)
 		if err != nil || len(k) < 32 {

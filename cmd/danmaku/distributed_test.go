@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -113,15 +112,7 @@ func testDistributedPipeline(t *testing.T, startRedis func(t *testing.T) (string
 		"DANMAKU_TICKET_KEY=distributed-test-ticket-key",
 	)
 	start := func(extraEnv []string, args ...string) *lines {
-		cmd := exec.CommandContext(ctx, bin, args...)
-		cmd.Env = append(append([]string(nil), base...), extraEnv...)
-		l := startLines(t, cmd)
-		t.Cleanup(func() {
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			_ = cmd.Wait()
-		})
-		l.waitFor(t, ctx, "press Ctrl-C to stop")
-		return l
+		return startRole(t, ctx, bin, append(append([]string(nil), base...), extraEnv...), args...)
 	}
 	master := "DANMAKU_MASTER_KEY=" + hex.EncodeToString([]byte("0123456789abcdef0123456789abcdef"))
 	users := redisUsers(t, ctx, bin, redisServers)

@@ -15,7 +15,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -122,14 +121,7 @@ func TestEventLifecycle(t *testing.T) {
 		"DANMAKU_GIFT_KEYS=gift-key", "DANMAKU_OPERATOR_KEYS=op-key", "DANMAKU_TICKET_KEY="+ticketKey,
 	)
 	start := func(extraEnv []string, args ...string) {
-		cmd := exec.CommandContext(ctx, bin, args...)
-		cmd.Env = append(append([]string(nil), base...), extraEnv...)
-		l := startLines(t, cmd)
-		t.Cleanup(func() {
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			_ = cmd.Wait()
-		})
-		l.waitFor(t, ctx, "press Ctrl-C to stop")
+		startRole(t, ctx, bin, append(append([]string(nil), base...), extraEnv...), args...)
 	}
 	start([]string{"DANMAKU_MASTER_KEY=" + hex.EncodeToString([]byte("0123456789abcdef0123456789abcdef"))}, "gslb", "-gslb", addr(0), "-cdn", cdn)
 	start(nil, "ingest", "-ingest", addr(1))

@@ -341,6 +341,7 @@ func walkCases() []walkCase {
 		method, path, _ := strings.Cut(route, " ")
 		path = strings.NewReplacer(":room", "demo", ":id", "draw-1").Replace(path)
 		add(RoleIngest, route, 401, "bad_operator_key", probe{method: method, path: path, auth: "junk", body: `{}`})
+		add(RoleIngest, route, 403, "wrong_node", probe{method: method, path: path, auth: "otherNode", body: `{}`})
 		add(RoleIngest, route, 403, "forbidden", probe{method: method, path: path, auth: "viewer", body: `{}`})
 	}
 	const lotteries = "POST /v1/admin/rooms/:room/lotteries"

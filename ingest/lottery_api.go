@@ -37,6 +37,10 @@ type LotteryAPI struct {
 	Keys []string
 	// Hosts verifies hosts' dynamic tokens. Nil: operator keys only.
 	Hosts *auth.Keyring
+	// Addr is this node's advertised address: a host's token not issued
+	// for it is refused (403 wrong_node), as an announcement's is. Empty:
+	// not checked (a single node).
+	Addr string
 	// Clock stamps starts and stops. Nil: real clock.
 	Clock clock.Clock
 	// Changed, when set, is called after every start and stop, so that
@@ -83,6 +87,10 @@ func (a *LotteryAPI) auth(c *gin.Context) {
 	}
 	if a.Hosts != nil {
 		if claims, err := a.Hosts.Verify(httpx.BearerToken(c, "")); err == nil {
+			if a.Addr != "" && !claims.HasAddr(a.Addr) {
+				httpx.Abort(c, httpx.Errorf(http.StatusForbidden, "wrong_node", "token was not issued for this node"))
+				return
+			}
 			if claims.Room != c.Param("room") || (claims.Role != auth.RoleHost && claims.Role != auth.RoleAdmin) {
 				httpx.Abort(c, httpx.Errorf(http.StatusForbidden, "forbidden", "lotteries of a room need its host's or an admin's token, or an operator key"))
 				return

@@ -608,14 +608,20 @@ func newLotteryAPIFixture(t testing.TB) *lotteryAPIFixture {
 	}
 	f := &lotteryAPIFixture{store: ingest.NewMemoryLotteryStore(c), ring: ring}
 	f.engine = httpx.NewEngine(httpx.EngineConfig{Role: "ingest", Logger: quiet})
-	api := &ingest.LotteryAPI{Store: f.store, Keys: []string{lotteryOpKey}, Hosts: ring, Clock: c, Changed: func(context.Context) { f.changed++ }}
+	api := &ingest.LotteryAPI{Store: f.store, Keys: []string{lotteryOpKey}, Hosts: ring, Addr: "http://ingest-1", Clock: c, Changed: func(context.Context) { f.changed++ }}
 	api.Register(f.engine)
 	return f
 }
 
 func (f *lotteryAPIFixture) token(t testing.TB, room, user, role string) string {
 	t.Helper()
-	tok, _, err := f.ring.Sign(auth.Claims{Room: room, Role: role, Addrs: []string{"http://ingest-1"}, RegisteredClaims: jwt.RegisteredClaims{Subject: user}})
+	return f.tokenFor(t, "http://ingest-1", room, user, role)
+}
+
+// tokenFor is a token issued for the node at addr.
+func (f *lotteryAPIFixture) tokenFor(t testing.TB, addr, room, user, role string) string {
+	t.Helper()
+	tok, _, err := f.ring.Sign(auth.Claims{Room: room, Role: role, Addrs: []string{addr}, RegisteredClaims: jwt.RegisteredClaims{Subject: user}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -721,6 +727,9 @@ func TestLotteryAPI(t *testing.T) {
 		{"wrong key", "GET", base + "/l1", "nope", "", 401, "bad_operator_key"},
 		{"viewer token", "GET", base + "/l1", f.token(t, "r1", "v", auth.RoleViewer), "", 403, "forbidden"},
 		{"host of another room", "GET", base + "/l1", f.token(t, "r2", "h", auth.RoleHost), "", 403, "forbidden"},
+		// As announcements: a host's token must be issued for this node.
+		{"host token for another node", "GET", base + "/l1", f.tokenFor(t, "http://ingest-2", "r1", "h", auth.RoleHost), "", 403, "wrong_node"},
+		{"host token for another node, start", "POST", base, f.tokenFor(t, "http://ingest-2", "r1", "h", auth.RoleHost), `{"id": "l9", "keyword": "go", "duration_seconds": 5}`, 403, "wrong_node"},
 		{"unknown lottery", "GET", base + "/nope", lotteryOpKey, "", 404, "no_such_lottery"},
 		{"entrants of an unknown lottery", "GET", base + "/nope/entrants", lotteryOpKey, "", 404, "no_such_lottery"},
 		{"stop unknown", "POST", base + "/nope/stop", lotteryOpKey, "", 404, "no_such_lottery"},

@@ -318,6 +318,11 @@ func walkCases() []walkCase {
 	add(RoleIngest, gifts, 400, "bad_field", probe{method: "POST", path: "/v1/gifts", auth: "op", body: gift("demo", "bob\u0000")})
 	add(RoleIngest, gifts, 404, "no_such_room", probe{method: "POST", path: "/v1/gifts", auth: "op", body: gift("nosuch", "bob")})
 	add(RoleIngest, gifts, 409, "room_not_live", probe{method: "POST", path: "/v1/gifts", auth: "op", body: gift("later", "bob")})
+	c = add(RoleIngest, gifts, 409, "order_conflict", probe{method: "POST", path: "/v1/gifts", auth: "op", body: `{"order_id":"o-reused","room":"demo","user":"alice","gift":"rose","value":1}`})
+	c.before = func(t *testing.T, w *walk) {
+		// The order as first sent: bob's.
+		w.op(t, "POST", RoleIngest, "/v1/gifts", `{"order_id":"o-reused","room":"demo","user":"bob","gift":"rose","value":1}`, http.StatusOK)
+	}
 	c = add(RoleIngest, gifts, 429, "gift_backlog", probe{method: "POST", path: "/v1/gifts", auth: "op", body: gift("lane", "bob")})
 	c.before = func(t *testing.T, w *walk) {
 		// As a slicer leader far behind on the room's gifts would.
@@ -336,6 +341,7 @@ func walkCases() []walkCase {
 		method, path, _ := strings.Cut(route, " ")
 		path = strings.NewReplacer(":room", "demo", ":id", "draw-1").Replace(path)
 		add(RoleIngest, route, 401, "bad_operator_key", probe{method: method, path: path, auth: "junk", body: `{}`})
+		add(RoleIngest, route, 403, "wrong_node", probe{method: method, path: path, auth: "otherNode", body: `{}`})
 		add(RoleIngest, route, 403, "forbidden", probe{method: method, path: path, auth: "viewer", body: `{}`})
 	}
 	const lotteries = "POST /v1/admin/rooms/:room/lotteries"
@@ -676,20 +682,11 @@ func (w *walk) setUp(t *testing.T) {
 
 	op := func(method, path, body string, want int) {
 		t.Helper()
-		req, _ := http.NewRequest(method, w.base(RoleGSLB)+path, strings.NewReader(body))
+		role := RoleGSLB
 		if strings.Contains(path, "/rooms/") {
-			req, _ = http.NewRequest(method, w.base(RoleIngest)+path, strings.NewReader(body))
+			role = RoleIngest
 		}
-		req.Header.Set("Authorization", "Bearer "+DevServiceKey)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != want {
-			t.Fatalf("set-up %s %s: %d %s", method, path, resp.StatusCode, b)
-		}
+		w.op(t, method, role, path, body, want)
 	}
 	// A lottery to collide with, and an event that has ended.
 	op("POST", "/v1/admin/rooms/demo/lotteries", `{"id":"draw-1","keyword":"draw","duration_seconds":600}`, http.StatusCreated)
@@ -697,6 +694,23 @@ func (w *walk) setUp(t *testing.T) {
 	ended, _ := json.Marshal(event.Event{ID: "walk-ended", Start: now.Add(-time.Minute), End: now.Add(time.Hour), Rooms: []event.Room{{ID: "ended"}}})
 	op("POST", "/v1/admin/events", string(ended), http.StatusCreated)
 	op("POST", "/v1/admin/events/walk-ended/end", "", http.StatusOK)
+}
+
+// op sends a set-up request to role with the operator (and gift) key and
+// fails unless it is answered want.
+func (w *walk) op(t *testing.T, method, role, path, body string, want int) {
+	t.Helper()
+	req, _ := http.NewRequest(method, w.base(role)+path, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+DevServiceKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != want {
+		t.Fatalf("set-up %s %s: %d %s", method, path, resp.StatusCode, b)
+	}
 }
 
 // wordsLoaded reports whether the ingest holds a word list (its gauge of

@@ -702,7 +702,7 @@ func New(cfg Config) (*Stack, error) {
 		(&ingest.BanAPI{Store: s.ingest.BanStore(), Keys: cfg.OperatorKeys, Changed: func(ctx context.Context) { _ = bans.Refresh(ctx) }, Logger: s.log.With("role", RoleIngest)}).Register(ops)
 		(&ingest.BroadcastAPI{Streams: b.Streams, Keys: cfg.OperatorKeys, Registerer: s.registry}).Register(ops)
 		lotteries := s.ingest.Lotteries()
-		(&ingest.LotteryAPI{Store: b.Lotteries, Keys: cfg.OperatorKeys, Hosts: s.keyring, Logger: s.log.With("role", RoleIngest), Changed: func(ctx context.Context) {
+		(&ingest.LotteryAPI{Store: b.Lotteries, Keys: cfg.OperatorKeys, Hosts: s.keyring, Addr: s.URLs[RoleIngest], Logger: s.log.With("role", RoleIngest), Changed: func(ctx context.Context) {
 			if lotteries != nil {
 				_ = lotteries.Refresh(ctx)
 			}

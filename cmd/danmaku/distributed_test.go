@@ -58,6 +58,7 @@ func testDistributedPipeline(t *testing.T, redisAddr string) {
 		"DANMAKU_S3_ACCESS_KEY="+env.AccessKey, "DANMAKU_S3_SECRET_KEY="+env.SecretKey,
 		"DANMAKU_GIFT_KEYS=svc-key", "DANMAKU_OPERATOR_KEYS=op-key",
 		"DANMAKU_TICKET_KEY=distributed-test-ticket-key",
+		"DANMAKU_AUDIT_DIR="+diskDir(t),
 	)
 	start := func(extraEnv []string, args ...string) *lines {
 		cmd := exec.CommandContext(ctx, bin, args...)

@@ -10,10 +10,12 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"danmaku/internal/audit"
 	"danmaku/internal/objstore"
+	"danmaku/internal/stack"
 	"danmaku/internal/wire"
 )
 
@@ -21,7 +23,9 @@ import (
 // `danmaku audit` reads it without -audit-s3-bucket: $DANMAKU_AUDIT_DIR,
 // else danmaku/audit in the user's cache directory. Never the segments
 // directory: the origin serves every file there, and the trail names users
-// and what they wrote.
+// and what they wrote. Only dev has a default: a role's cache directory may
+// be in memory (under systemd, the runtime directory's tmpfs), so ingest and
+// slicer are given theirs explicitly (checkAudit).
 func DefaultAuditDir() string {
 	if d := os.Getenv("DANMAKU_AUDIT_DIR"); d != "" {
 		return d
@@ -31,6 +35,37 @@ func DefaultAuditDir() string {
 		base = os.TempDir()
 	}
 	return filepath.Join(base, "danmaku", "audit")
+}
+
+// checkAudit holds the audit trail of an ingest or a slicer to a durable
+// destination. Outside dev it is given explicitly: an S3 bucket, or a
+// directory that keeps its files across restarts — never one in memory
+// (tmpfs, ramfs), which a stop or a reboot wipes although the trail is
+// kept for 30 days. dev has its default directory and no check.
+func (f *serveFlags) checkAudit(roles []string) error {
+	var keepers []string
+	for _, r := range roles {
+		if r == stack.RoleIngest || r == stack.RoleSlicer {
+			keepers = append(keepers, r)
+		}
+	}
+	if len(keepers) == 0 || f.auditBucket != "" {
+		return nil
+	}
+	if f.auditDir == "" {
+		return usageError{fmt.Errorf("%s keeps an audit trail and has nowhere durable to keep it: give -audit-s3-bucket [DANMAKU_AUDIT_S3_BUCKET], or -audit-dir [DANMAKU_AUDIT_DIR] on a disk (only dev has a default directory)", strings.Join(keepers, " and "))}
+	}
+	if f.dev {
+		return nil
+	}
+	fsName, err := memoryFS(f.auditDir)
+	if err != nil {
+		return fmt.Errorf("-audit-dir %s [DANMAKU_AUDIT_DIR]: %w", f.auditDir, err)
+	}
+	if fsName != "" {
+		return usageError{fmt.Errorf("-audit-dir %s [DANMAKU_AUDIT_DIR] is on %s, in memory: the audit trail would be lost at every stop or reboot; give a directory on a disk, or -audit-s3-bucket [DANMAKU_AUDIT_S3_BUCKET]", f.auditDir, fsName)}
+	}
+	return nil
 }
 
 // auditStoreFlags reach the audit trail's store: a bucket of its own (not

@@ -162,7 +162,7 @@ func TestServeAuditFlags(t *testing.T) {
 		t.Helper()
 		return parseServe(t, "ingest", args...)
 	}
-	if _, _, err := parse("-audit-dir", ""); err == nil || !strings.Contains(err.Error(), "cannot be switched off") {
+	if _, _, err := parse("-audit-dir", ""); err == nil || !strings.Contains(err.Error(), "-audit-s3-bucket") {
 		t.Fatalf("no audit store: err = %v", err)
 	}
 	if _, _, err := parse("-audit-retention", "10m"); err == nil || !strings.Contains(err.Error(), "-audit-retention") {
@@ -207,10 +207,16 @@ func TestServeGSLBFlags(t *testing.T) {
 }
 
 // parseServe parses a role's serve flags from args and returns its stack
-// configuration, as the role would start with: a flag's bad value is the
-// error, as for the role.
+// configuration, as the role would start with, given an audit directory of
+// its own on the test's disk (args may override it).
 func parseServe(t *testing.T, role string, args ...string) (stack.Config, stack.BackendConfig, error) {
 	t.Helper()
+	return parseServeArgs(role, append([]string{"-audit-dir", diskDir(t)}, args...)...)
+}
+
+// parseServeArgs is parseServe with args alone: a flag's bad value is the
+// error, as for the role.
+func parseServeArgs(role string, args ...string) (stack.Config, stack.BackendConfig, error) {
 	var f serveFlags
 	fs := newFlags(role, io.Discard)
 	f.register(fs)

@@ -110,6 +110,7 @@ func testDistributedPipeline(t *testing.T, startRedis func(t *testing.T) (string
 		"DANMAKU_S3_ACCESS_KEY="+env.AccessKey, "DANMAKU_S3_SECRET_KEY="+env.SecretKey,
 		"DANMAKU_GIFT_KEYS=svc-key", "DANMAKU_OPERATOR_KEYS=op-key",
 		"DANMAKU_TICKET_KEY=distributed-test-ticket-key",
+		"DANMAKU_AUDIT_DIR="+diskDir(t),
 	)
 	start := func(extraEnv []string, args ...string) *lines {
 		return startRole(t, ctx, bin, append(append([]string(nil), base...), extraEnv...), args...)

@@ -108,7 +108,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.s3.Endpoint, "s3-endpoint", env("DANMAKU_S3_ENDPOINT", ""), "S3-compatible endpoint URL (default: AWS) [DANMAKU_S3_ENDPOINT]")
 	fs.StringVar(&f.s3.Region, "s3-region", env("DANMAKU_S3_REGION", ""), "S3 region (default us-east-1) [DANMAKU_S3_REGION]")
 	fs.StringVar(&f.s3.Prefix, "s3-prefix", env("DANMAKU_S3_PREFIX", ""), "key prefix inside the bucket, ending in / [DANMAKU_S3_PREFIX]")
-	fs.StringVar(&f.auditDir, "audit-dir", DefaultAuditDir(), "directory of the audit trail when -audit-s3-bucket is not set [DANMAKU_AUDIT_DIR]")
+	fs.StringVar(&f.auditDir, "audit-dir", env("DANMAKU_AUDIT_DIR", ""), "directory of the audit trail when -audit-s3-bucket is not set, on a disk (never tmpfs); ingest and slicer need one of them outside dev (dev's default: danmaku/audit in the user's cache directory) [DANMAKU_AUDIT_DIR]")
 	fs.StringVar(&f.auditBucket, "audit-s3-bucket", env("DANMAKU_AUDIT_S3_BUCKET", ""), "S3 bucket of the audit trail (never the segments bucket; same endpoint and credentials) [DANMAKU_AUDIT_S3_BUCKET]")
 	fs.StringVar(&f.auditPrefix, "audit-s3-prefix", env("DANMAKU_AUDIT_S3_PREFIX", ""), "key prefix inside the audit bucket, ending in / [DANMAKU_AUDIT_S3_PREFIX]")
 	durationVar(ss, &f.auditRetention, "audit-retention", "DANMAKU_AUDIT_RETENTION", time.Hour, "how long audit objects are kept before the ingest deletes them (default 720h: 30 days)")
@@ -159,10 +159,8 @@ func (f *serveFlags) stackConfig(roles []string) (stack.Config, stack.BackendCon
 		AuditDir: f.auditDir, AuditRetention: f.auditRetention, WordsFile: f.words, WordPolicy: f.wordPolicy,
 		RateLimitsFile: f.rateLimits, GSLBNodes: f.gslbNodes,
 	}
-	// The audit trail cannot be switched off: with neither a directory nor
-	// a bucket it would live in memory and die with the process.
-	if f.auditDir == "" && f.auditBucket == "" {
-		return cfg, stack.BackendConfig{}, usageError{errors.New("-audit-dir and -audit-s3-bucket are both empty: the audit trail cannot be switched off; give it a directory or a bucket")}
+	if err := f.checkAudit(roles); err != nil {
+		return cfg, stack.BackendConfig{}, err
 	}
 	// The settings' rules have checked the lists: these conversions cannot
 	// fail.
@@ -280,8 +278,16 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	f.dev = true
+	f.setDev()
 	return serveRoles(ctx, stack.AllRoles, &f, stdout, stderr)
+}
+
+// setDev makes the flags dev's: its own defaults, where the roles have none.
+func (f *serveFlags) setDev() {
+	f.dev = true
+	if f.auditDir == "" && f.auditBucket == "" {
+		f.auditDir = DefaultAuditDir() // dev's alone: roles are given theirs (checkAudit)
+	}
 }
 
 // roleCmd runs one role. Roles of different processes share state only

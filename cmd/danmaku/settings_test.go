@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -47,10 +48,10 @@ func serveFlagSet() *flag.FlagSet {
 }
 
 // roleArgs: every listener on a free port (a role that did start would
-// collide with nothing) and an audit directory of the test's.
+// collide with nothing) and an audit directory on a disk.
 func roleArgs(t *testing.T) []string {
 	return []string{"-gslb", "127.0.0.1:0", "-ingest", "127.0.0.1:0", "-edge", "127.0.0.1:0", "-origin", "127.0.0.1:0", "-slicer", "127.0.0.1:0",
-		"-audit-dir", t.TempDir()}
+		"-audit-dir", diskDir(t)}
 }
 
 // freeText are the flags whose every text is valid as far as parsing goes:
@@ -243,6 +244,138 @@ func TestEdgeCapacityRemoved(t *testing.T) {
 		}
 		t.Setenv("DANMAKU_EDGE_CAPACITY", "")
 	}
+}
+
+// diskDir is a directory for a test on a file system that keeps its files
+// (what checkAudit takes): t.TempDir, unless that is in memory, then one in
+// the package's directory.
+func diskDir(t *testing.T) string {
+	t.Helper()
+	d := t.TempDir()
+	if fs, err := memoryFS(d); err == nil && fs == "" {
+		return d
+	}
+	d, err := os.MkdirTemp(".", "test-disk-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	abs, err := filepath.Abs(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return abs
+}
+
+// memoryDir is a new directory on tmpfs, where the machine has one the
+// test may write to (/dev/shm on Linux); "" where it has none.
+func memoryDir(t *testing.T) string {
+	t.Helper()
+	for _, base := range []string{"/dev/shm", os.Getenv("XDG_RUNTIME_DIR")} {
+		if base == "" {
+			continue
+		}
+		if fs, err := memoryFS(base); err != nil || fs == "" {
+			continue
+		}
+		d, err := os.MkdirTemp(base, "danmaku-audit-test-")
+		if err != nil {
+			continue
+		}
+		t.Cleanup(func() { os.RemoveAll(d) })
+		return d
+	}
+	return ""
+}
+
+// TestServeAuditDestination is issue 17's durable audit: outside dev,
+// ingest and slicer start only with an audit bucket or a directory given
+// explicitly, never one in memory; the other roles keep no trail and need
+// neither; dev keeps its default directory.
+func TestServeAuditDestination(t *testing.T) {
+	clearDanmakuEnv(t)
+	disk := diskDir(t)
+	mem := memoryDir(t)
+	const (
+		nowhere = "has nowhere durable"
+		inMem   = "is on tmpfs, in memory"
+	)
+	for _, c := range []struct {
+		name     string
+		role     string
+		env      map[string]string
+		args     []string
+		memory   bool // needs a tmpfs directory
+		wantErr  string
+		wantDir  string
+		wantBkt  string
+		wantName []string // what the error names besides wantErr
+	}{
+		{name: "ingest without", role: "ingest", wantErr: nowhere, wantName: []string{"-audit-s3-bucket", "DANMAKU_AUDIT_S3_BUCKET", "-audit-dir", "DANMAKU_AUDIT_DIR"}},
+		{name: "slicer without", role: "slicer", wantErr: nowhere},
+		{name: "ingest with a bucket", role: "ingest", args: []string{"-audit-s3-bucket", "trail"}, wantBkt: "trail"},
+		{name: "slicer with a bucket from the environment", role: "slicer", env: map[string]string{"DANMAKU_AUDIT_S3_BUCKET": "trail"}, wantBkt: "trail"},
+		{name: "ingest with a directory on a disk", role: "ingest", args: []string{"-audit-dir", disk}, wantDir: disk},
+		{name: "slicer with a directory from the environment", role: "slicer", env: map[string]string{"DANMAKU_AUDIT_DIR": disk}, wantDir: disk},
+		{name: "ingest with a directory on tmpfs", role: "ingest", memory: true, args: []string{"-audit-dir", mem}, wantErr: inMem},
+		{name: "slicer with a directory on tmpfs not made yet", role: "slicer", memory: true, env: map[string]string{"DANMAKU_AUDIT_DIR": filepath.Join(mem, "not", "yet")}, wantErr: inMem, wantName: []string{"DANMAKU_AUDIT_DIR"}},
+		{name: "a bucket wins over a tmpfs directory", role: "ingest", memory: true, args: []string{"-audit-dir", mem, "-audit-s3-bucket", "trail"}, wantBkt: "trail"},
+		{name: "edge keeps no trail", role: "edge"},
+		{name: "gslb keeps no trail", role: "gslb"},
+		{name: "origin keeps no trail", role: "origin"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.memory && mem == "" {
+				t.Skip("no tmpfs directory on this machine to write to")
+			}
+			for k, v := range c.env {
+				t.Setenv(k, v)
+			}
+			cfg, b, err := parseServeArgs(c.role, c.args...)
+			if c.wantErr != "" {
+				var ue usageError
+				if !errors.As(err, &ue) || !strings.Contains(err.Error(), c.wantErr) {
+					t.Fatalf("err %v, want a usage error saying %q", err, c.wantErr)
+				}
+				for _, w := range c.wantName {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("%q does not name %s", err, w)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b.AuditS3.Bucket != c.wantBkt || (c.wantBkt == "" && cfg.AuditDir != c.wantDir) {
+				t.Fatalf("audit dir %q bucket %q", cfg.AuditDir, b.AuditS3.Bucket)
+			}
+		})
+	}
+	t.Run("dev keeps its default", func(t *testing.T) {
+		for _, c := range []struct {
+			args []string
+			want string
+		}{
+			{nil, DefaultAuditDir()},
+			{[]string{"-audit-dir", mem}, mem}, // dev is exempt: nothing there is kept anyway
+		} {
+			if c.want == "" {
+				continue // no tmpfs directory
+			}
+			var f serveFlags
+			fs := newFlags("dev", io.Discard)
+			f.register(fs)
+			if err := parse(fs, c.args); err != nil {
+				t.Fatal(err)
+			}
+			f.setDev()
+			cfg, _, err := f.stackConfig(stack.AllRoles)
+			if err != nil || cfg.AuditDir != c.want {
+				t.Fatalf("%v: audit dir %q, err %v; want %q", c.args, cfg.AuditDir, err, c.want)
+			}
+		}
+	})
 }
 
 // TestOperationsDocListsEverySetting keeps docs/operations.md's settings

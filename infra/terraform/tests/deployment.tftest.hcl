@@ -210,6 +210,10 @@ run "deployment" {
     error_message = "systemd never gives up restarting a role; a role down too long marks its machine unhealthy."
   }
   assert {
+    condition     = alltrue([for r in ["gslb", "ingest", "edge", "slicer"] : length(base64decode(aws_launch_template.role[r].user_data)) <= 16384])
+    error_message = "EC2 refuses user data over 16 KiB (before base64): the boot script and its settings must fit."
+  }
+  assert {
     condition = {
       for r in ["gslb", "ingest", "edge", "slicer"] : r => [for s in jsondecode(aws_iam_role_policy.role[r].policy).Statement : s.Resource if s.Sid == "ReportOwnHealth"]
       } == {

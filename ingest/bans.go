@@ -258,6 +258,12 @@ type BanRequest struct {
 // maxBanBody bounds a ban request body.
 const maxBanBody = 4 << 10
 
+// maxBanTTL bounds a ban with an end: ten years ahead. A longer one is a
+// ban without an end (until and ttl_seconds left out). The bound also keeps
+// ttl_seconds, turned into nanoseconds, far from overflowing: unchecked,
+// 1e10 s wrapped around to an until in 1759, a ban not in force.
+const maxBanTTL = 10 * 365 * 24 * time.Hour
+
 // Register adds the routes to r.
 func (a *BanAPI) Register(r gin.IRoutes) {
 	auth := func(c *gin.Context) {
@@ -302,17 +308,18 @@ func (a *BanAPI) put(c *gin.Context) {
 	}
 	now := a.now()
 	b := Ban{User: c.Param("user"), Room: req.Room, Until: req.Until, Reason: req.Reason, At: now}
+	const maxTTLSeconds = int64(maxBanTTL / time.Second)
 	switch {
-	case req.TTLSeconds < 0:
-		httpx.Abort(c, httpx.Errorf(http.StatusBadRequest, "bad_ban", "ttl_seconds must be positive"))
+	case req.TTLSeconds < 0 || req.TTLSeconds > maxTTLSeconds:
+		httpx.Abort(c, httpx.Errorf(http.StatusBadRequest, "bad_ban", "ttl_seconds must be 1-%d (10 years), or left out with until for a ban without an end (got %d)", maxTTLSeconds, req.TTLSeconds))
 		return
 	case req.TTLSeconds > 0 && !req.Until.IsZero():
 		httpx.Abort(c, httpx.Errorf(http.StatusBadRequest, "bad_ban", "give until or ttl_seconds, not both"))
 		return
 	case req.TTLSeconds > 0:
 		b.Until = now.Add(time.Duration(req.TTLSeconds) * time.Second)
-	case !b.Until.IsZero() && !b.Until.After(now):
-		httpx.Abort(c, httpx.Errorf(http.StatusBadRequest, "bad_ban", "until %s is not in the future", b.Until.Format(time.RFC3339)))
+	case !b.Until.IsZero() && (!b.Until.After(now) || b.Until.Sub(now) > maxBanTTL):
+		httpx.Abort(c, httpx.Errorf(http.StatusBadRequest, "bad_ban", "until must be in the future and at most 10 years ahead, or left out with ttl_seconds for a ban without an end (got %s)", b.Until.Format(time.RFC3339)))
 		return
 	}
 	if err := b.Validate(); err != nil {

@@ -319,3 +319,38 @@ func TestBanAPI(t *testing.T) {
 		t.Fatalf("Changed called %d times, want 3 (two bans, one lift)", *changed)
 	}
 }
+
+// TestBanAPIRanges: a ban's end, given as a TTL or a time, is range-checked
+// with a coded 400 naming the field and its range. A TTL of 1e10 s once
+// overflowed into an until in 1759: a 200 for a ban not in force.
+func TestBanAPIRanges(t *testing.T) {
+	e, _, clk, _ := banAPI(t)
+	const tenYears = 10 * 365 * 24 * time.Hour
+	for _, tt := range []struct {
+		name, body string
+		until      time.Time // zero: refused, naming field
+		field      string
+	}{
+		{"ttl overflowing a duration", `{"ttl_seconds":10000000000}`, time.Time{}, "ttl_seconds must be 1-315360000"},
+		{"largest ttl", `{"ttl_seconds":9223372036854775807}`, time.Time{}, "ttl_seconds must be 1-315360000"},
+		{"ttl one past ten years", `{"ttl_seconds":315360001}`, time.Time{}, "ttl_seconds must be 1-315360000"},
+		{"ttl of ten years", `{"ttl_seconds":315360000}`, clk.Now().Add(tenYears), ""},
+		{"until in 9999", `{"until":"9999-12-31T23:59:59Z"}`, time.Time{}, "until must be in the future and at most 10 years ahead"},
+		{"until just past ten years", `{"until":"` + clk.Now().Add(tenYears+time.Second).Format(time.RFC3339) + `"}`, time.Time{}, "until must be"},
+		{"until in ten years", `{"until":"` + clk.Now().Add(tenYears).Format(time.RFC3339) + `"}`, clk.Now().Add(tenYears), ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			code, out := banCall(t, e, "PUT", "/v1/admin/bans/bob", "op-key", tt.body)
+			if tt.field == "" {
+				if code != http.StatusOK || out["until"] != tt.until.Format(time.RFC3339) {
+					t.Fatalf("%d %v, want 200 until %s", code, out, tt.until.Format(time.RFC3339))
+				}
+				return
+			}
+			e, _ := out["error"].(map[string]any)
+			if msg, _ := e["message"].(string); code != http.StatusBadRequest || e["code"] != "bad_ban" || !strings.Contains(msg, tt.field) {
+				t.Fatalf("%d %v, want 400 bad_ban naming %q", code, out, tt.field)
+			}
+		})
+	}
+}

@@ -127,15 +127,14 @@ func (a *LotteryAPI) start(c *gin.Context) {
 	}
 	now := a.now()
 	l := Lottery{ID: req.ID, Room: c.Param("room"), Keyword: normalize(req.Keyword), Until: req.Until, StartedAt: now, StartedBy: c.GetString(hostKey)}
+	const maxSeconds = int64(maxLotteryLength / time.Second)
 	switch {
-	case req.DurationSeconds < 0:
-		httpx.Abort(c, httpx.Errorf(http.StatusBadRequest, "bad_lottery", "duration_seconds must be positive"))
+	case req.DurationSeconds < 0 || req.DurationSeconds > maxSeconds:
+		// Checked before it becomes nanoseconds, which would overflow.
+		httpx.Abort(c, httpx.Errorf(http.StatusBadRequest, "bad_lottery", "duration_seconds must be 1-%d (a lottery runs at most %v) (got %d)", maxSeconds, maxLotteryLength, req.DurationSeconds))
 		return
 	case req.DurationSeconds > 0 && !req.Until.IsZero():
 		httpx.Abort(c, httpx.Errorf(http.StatusBadRequest, "bad_lottery", "give until or duration_seconds, not both"))
-		return
-	case req.DurationSeconds > int64(maxLotteryLength/time.Second):
-		httpx.Abort(c, httpx.Errorf(http.StatusBadRequest, "bad_lottery", "a lottery runs at most %v", maxLotteryLength))
 		return
 	case req.DurationSeconds > 0:
 		// Whole milliseconds: what the stores keep, so a start sent again

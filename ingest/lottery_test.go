@@ -730,6 +730,7 @@ func TestLotteryAPI(t *testing.T) {
 		{"past end", "POST", base, lotteryOpKey, `{"id": "l3", "keyword": "go", "until": "2029-01-01T00:00:00Z"}`, 400, "bad_lottery"},
 		{"too long", "POST", base, lotteryOpKey, `{"id": "l3", "keyword": "go", "duration_seconds": 100000}`, 400, "bad_lottery"},
 		{"negative", "POST", base, lotteryOpKey, `{"id": "l3", "keyword": "go", "duration_seconds": -1}`, 400, "bad_lottery"},
+		{"overflowing a duration", "POST", base, lotteryOpKey, `{"id": "l3", "keyword": "go", "duration_seconds": 10000000000}`, 400, "bad_lottery"},
 		{"empty keyword", "POST", base, lotteryOpKey, `{"id": "l3", "keyword": "  ", "duration_seconds": 5}`, 400, "bad_lottery"},
 		{"bad id", "POST", base, lotteryOpKey, `{"id": "l 3", "keyword": "go", "duration_seconds": 5}`, 400, "bad_lottery"},
 		{"bad room", "POST", "/v1/admin/rooms/r!/lotteries", lotteryOpKey, `{"id": "l3", "keyword": "go", "duration_seconds": 5}`, 400, "bad_lottery"},
@@ -745,6 +746,14 @@ func TestLotteryAPI(t *testing.T) {
 				t.Fatalf("%d %s, want %d %s", rec.Code, rec.Body, c.status, c.code)
 			}
 		})
+	}
+	// A duration out of range is refused naming its range, before it is
+	// turned into nanoseconds (1e10 s would overflow).
+	for _, d := range []string{"-1", "86401", "10000000000"} {
+		rec := f.do("POST", base, lotteryOpKey, `{"id": "l3", "keyword": "go", "duration_seconds": `+d+`}`)
+		if rec.Code != 400 || !strings.Contains(rec.Body.String(), "duration_seconds must be 1-86400") {
+			t.Errorf("duration_seconds %s: %d %s, want 400 naming the range", d, rec.Code, rec.Body)
+		}
 	}
 }
 

@@ -191,6 +191,9 @@ unset TF_DATA_DIR TF_WORKSPACE
 # A copy without anything an earlier local run may have left.
 mkdir "$work/module"
 tar -C "$here" --exclude=.terraform --exclude='.terraform.lock.hcl' --exclude='*.tfstate*' -cf - . | tar -C "$work/module" -xf -
+# observability.tf reads the rule files and dashboards of ../observability.
+mkdir "$work/observability"
+cp -R "$here/../observability/rules" "$here/../observability/dashboards" "$work/observability/"
 cd "$work/module"
 
 # init DIR: terraform init in DIR; a provider that cannot be installed is a
@@ -229,7 +232,7 @@ fi
 step() { log "--- $*"; }
 
 step "bash -n on the shell scripts"
-for f in node-boot.sh env.sh test.sh; do
+for f in node-boot.sh observability-boot.sh env.sh test.sh; do
 	bash -n "$f"
 done
 

@@ -204,12 +204,17 @@ func (r *Room) validate(at string) error {
 		}
 	}
 	if l := r.Limits; l != nil {
-		for name, v := range map[string]float64{
-			"room_refill": l.RoomRefill, "room_ceiling": l.RoomCeiling, "user_burst": l.UserBurst, "user_every_ms": float64(l.UserEveryMs),
-			"event_refill": l.EventRefill, "duplicate_window_ms": float64(l.DuplicateWindowMs), "fast_lane_per_s": l.FastLanePerSec, "gift_backlog_s": l.GiftBacklogS,
+		// In the order of the fields, so that the answer names the first
+		// that is wrong, the same every time.
+		for _, f := range []struct {
+			name string
+			v    float64
+		}{
+			{"room_refill", l.RoomRefill}, {"room_ceiling", l.RoomCeiling}, {"user_burst", l.UserBurst}, {"user_every_ms", float64(l.UserEveryMs)},
+			{"event_refill", l.EventRefill}, {"duplicate_window_ms", float64(l.DuplicateWindowMs)}, {"fast_lane_per_s", l.FastLanePerSec}, {"gift_backlog_s", l.GiftBacklogS},
 		} {
-			if !(v >= 0) || math.IsInf(v, 0) || v > 1e9 {
-				return invalid(at+".limits."+name, "must be a number from 0 (the default) to 1e9 (got %v)", v)
+			if !(f.v >= 0) || math.IsInf(f.v, 0) || f.v > 1e9 {
+				return invalid(at+".limits."+f.name, "must be a number from 0 (the default) to 1e9 (got %v)", f.v)
 			}
 		}
 		if l.DuplicateWindowMs > 10*60*1000 {

@@ -51,6 +51,10 @@ func TestValidate(t *testing.T) {
 		{"unknown word policy", func(e *event.Event) { e.Rooms[0].Limits = &event.Limits{Words: "block"} }, "limits.words"},
 		{"fast lane cap not a number", func(e *event.Event) { e.Rooms[0].Limits = &event.Limits{FastLanePerSec: math.NaN()} }, "limits.fast_lane_per_s"},
 		{"infinite gift backlog", func(e *event.Event) { e.Rooms[0].Limits = &event.Limits{GiftBacklogS: math.Inf(1)} }, "limits.gift_backlog_s"},
+		{"user interval past its range", func(e *event.Event) { e.Rooms[0].Limits = &event.Limits{UserEveryMs: 1e12} }, "limits.user_every_ms: must be a number from 0 (the default) to 1e9"},
+		{"several limits wrong: the first named", func(e *event.Event) {
+			e.Rooms[0].Limits = &event.Limits{RoomRefill: 2e9, RoomCeiling: 2e9, UserBurst: 2e9, GiftBacklogS: 2e9}
+		}, "limits.room_refill: must be a number from 0 (the default) to 1e9"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

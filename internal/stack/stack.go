@@ -17,6 +17,7 @@ import (
 	"fmt"
 	stdlog "log"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/netip"
@@ -124,8 +125,9 @@ type Config struct {
 	// AuditDir keeps the audit trail on disk when Backends.Audit is nil.
 	// Zero: in memory (tests).
 	AuditDir string
-	// EdgeCapacity and IngestCapacity are the connections (edge) and
-	// in-flight requests (ingest) this process's nodes are sized for,
+	// EdgeCapacity (-max-conns) and IngestCapacity (-ingest-capacity) are
+	// the connections (edge) and in-flight requests (ingest) this process's
+	// nodes are sized for (the edge holds no more: 503 over_capacity),
 	// reported to the gslb as their capacity: it hands a node out by its
 	// headroom and stops at its overload bound. Zero: unlimited (headroom
 	// from CPU alone).
@@ -585,6 +587,9 @@ func New(cfg Config) (*Stack, error) {
 	}
 	engine := func(role string) *gin.Engine {
 		ec := httpx.EngineConfig{Role: role, Logger: s.log.With("role", role), Gatherer: s.registry, TrustedProxies: cfg.TrustedProxies}
+		// The origin, like the edge, reads no body: one declared is
+		// refused at once rather than waited for until the read timeout.
+		ec.NoBody = role == RoleOrigin
 		if role == RoleGSLB || role == RoleIngest {
 			ec.CORS = &origins
 			// Healthy once it can sign or verify a token issued now: a
@@ -630,6 +635,7 @@ func New(cfg Config) (*Stack, error) {
 		}
 		// Clients schedule their polls on the clock that decides segments.
 		s.storeTime = clock.NewFollower(cfg.EntryClock, b.Streams.Now, 0)
+		s.registry.MustRegister(clockMargin(s.storeTime))
 		tickets, err := auth.NewTicketVerifier(cfg.TicketKey, nil)
 		if err != nil {
 			return nil, err
@@ -938,6 +944,22 @@ func (s *Stack) Ready(ctx context.Context) error {
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
+}
+
+// clockMargin exports how far the server time in every entry answer may be
+// off: clients add it to the margin of their own clock estimate, and each
+// poll waits that much past a second's due time (the ClockMarginLarge alert).
+func clockMargin(f *clock.Follower) prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "danmaku_gslb_clock_margin_seconds",
+		Help: "Uncertainty of the store clock the gslb hands out as server time: half the round trip of its best sample (+Inf before the first).",
+	}, func() float64 {
+		_, rtt, ok := f.Offset()
+		if !ok {
+			return math.Inf(1)
+		}
+		return (rtt / 2).Seconds()
+	})
 }
 
 // Backends returns the stores the roles share.

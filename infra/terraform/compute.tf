@@ -116,11 +116,13 @@ locals {
 
   # Every value above is a name, an ARN, a URL, a path or base64, none
   # holding a single quote, so single quotes are all the shell quoting
-  # needed.
+  # needed. The observability boot (observability.tf) runs first, so that
+  # the role's log is shipped from its first line.
   user_data = {
     for r in local.roles : r => join("\n", concat(
       ["#!/bin/bash"],
       [for k in sort(keys(local.boot_settings[r])) : "${k}='${local.boot_settings[r][k]}'"],
+      [local.observability_boot[r]],
       [file("${path.module}/node-boot.sh")],
     ))
   }
@@ -144,7 +146,9 @@ resource "aws_launch_template" "role" {
   image_id               = var.ami_id
   instance_type          = local.fleet[each.key].instance_type
   update_default_version = true
-  user_data              = base64encode(local.user_data[each.key])
+  # gzip: the scripts are larger than the 16 KB EC2 takes; cloud-init
+  # unpacks them.
+  user_data = base64gzip(local.user_data[each.key])
 
   iam_instance_profile {
     arn = aws_iam_instance_profile.role[each.key].arn
@@ -187,6 +191,10 @@ resource "aws_launch_template" "role" {
   }
 
   lifecycle {
+    precondition {
+      condition     = length(base64gzip(local.user_data[each.key])) <= 21844
+      error_message = "The ${each.key} machines' user data is over the 16 KB EC2 takes, even compressed."
+    }
     precondition {
       condition     = alltrue([for t in local.fleet_types[each.key] : contains(data.aws_ec2_instance_type.fleet[t].supported_architectures, var.arch)])
       error_message = "Every instance type of the ${each.key} fleet must run ${var.arch} (var.arch, the AMI's and the binary's architecture)."

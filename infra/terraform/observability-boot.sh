@@ -16,7 +16,7 @@ set -euo pipefail
 
 : "${OBS_EVENT:?}" "${OBS_ROLE:?}" "${OBS_REGION:?}" "${OBS_PORT:?}" "${OBS_LOG_GROUP:?}"
 : "${OBS_REMOTE_WRITE_URL:?}" "${OBS_WRITER_ROLE_ARN:?}" "${OBS_SCRAPE_INTERVAL:?}"
-: "${OBS_AGENT=}" "${OBS_AGENT_SHA256=}"
+: "${OBS_AGENT=}" "${OBS_AGENT_SHA256=}" "${OBS_SCHEME=http}"
 export AWS_REGION="$OBS_REGION" AWS_RETRY_MODE=adaptive AWS_MAX_ATTEMPTS=15
 
 imds_token="$(curl -fsS -X PUT -H 'X-aws-ec2-metadata-token-ttl-seconds: 600' http://169.254.169.254/latest/api/token)"
@@ -25,7 +25,7 @@ instance_id="$(curl -fsS -H "X-aws-ec2-metadata-token: $imds_token" http://169.2
 # --- logs ----------------------------------------------------------------------
 install -d -m 0755 /var/log/danmaku
 # A drop-in for the unit node-boot.sh writes: systemd opens the file (as
-# root) before the role's dynamic user takes over.
+# root) before the role's user takes over.
 install -d -m 0755 /etc/systemd/system/danmaku.service.d
 cat >/etc/systemd/system/danmaku.service.d/50-log-file.conf <<'EOF2'
 [Service]
@@ -83,6 +83,10 @@ global:
     event: "$OBS_EVENT"
 scrape_configs:
   - job_name: danmaku
+    scheme: $OBS_SCHEME
+    # The role's own certificate names its public name, not 127.0.0.1.
+    tls_config:
+      insecure_skip_verify: true
     static_configs:
       - targets: ["127.0.0.1:$OBS_PORT"]
         labels:

@@ -96,10 +96,13 @@ locals {
   # What every machine's observability-boot.sh runs with.
   obs_boot_settings = {
     for r in local.roles : r => {
-      OBS_EVENT            = var.event
-      OBS_ROLE             = r
-      OBS_REGION           = var.region
-      OBS_PORT             = tostring(local.port[r])
+      OBS_EVENT  = var.event
+      OBS_ROLE   = r
+      OBS_REGION = var.region
+      OBS_PORT   = tostring(local.listen_port[r])
+      # An edge or ingest with node TLS serves /metrics over TLS on 443,
+      # with a certificate for its public name, not for 127.0.0.1.
+      OBS_SCHEME           = contains(local.public_roles, r) && local.node_tls ? "https" : "http"
       OBS_LOG_GROUP        = local.obs_log_group[r]
       OBS_REMOTE_WRITE_URL = local.obs_remote_write_url
       OBS_WRITER_ROLE_ARN  = aws_iam_role.metrics_writer.arn

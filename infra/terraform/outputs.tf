@@ -47,6 +47,11 @@ output "gslb_load_balancer_arns" {
   value       = aws_lb.gslb[*].arn
 }
 
+output "boot_user_data" {
+  description = "The boot script each role's machines run (their launch template's user data, uncompressed): the BOOT_* and OBS_* settings, observability-boot.sh and node-boot.sh. No secret is in it."
+  value       = local.user_data
+}
+
 output "node_capacity" {
   description = "What each edge and ingest reports to the gslb as its capacity: -max-conns (edge connections) and -ingest-capacity (in-flight requests), derived from the instance type unless set."
   value       = local.capacity

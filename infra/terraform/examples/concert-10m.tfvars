@@ -75,5 +75,7 @@ cdn_price_class         = "PriceClass_All"
 not_found_cache_seconds = 1
 segment_retention_days  = 30
 audit_retention_days    = 30
-# A Prometheus inside the event's VPC scrapes the gslb and the slicers.
+# Each machine's agent sends its metrics to the event's Prometheus workspace
+# (observability.tf); a Prometheus of your own inside the event's VPC may
+# scrape the gslb and the slicers too.
 metrics_cidrs = ["10.42.0.0/16"]

@@ -195,17 +195,17 @@ run "deployment" {
   }
   assert {
     condition = alltrue(concat(
-      [for r, port in { ingest = 443, edge = 443, slicer = 7704 } : strcontains(base64decode(aws_launch_template.role[r].user_data), "BOOT_HEALTH_URL='${r == "slicer" ? "http" : "https"}://127.0.0.1:${port}/healthz'")],
-      [strcontains(base64decode(aws_launch_template.role["gslb"].user_data), "BOOT_HEALTH_URL=''")],
-      [for r in ["ingest", "edge", "slicer"] : strcontains(base64decode(aws_launch_template.role[r].user_data), "BOOT_UNHEALTHY_AFTER='120'")],
+      [for r, port in { ingest = 443, edge = 443, slicer = 7704 } : strcontains(output.boot_user_data[r], "BOOT_HEALTH_URL='${r == "slicer" ? "http" : "https"}://127.0.0.1:${port}/healthz'")],
+      [strcontains(output.boot_user_data["gslb"], "BOOT_HEALTH_URL=''")],
+      [for r in ["ingest", "edge", "slicer"] : strcontains(output.boot_user_data[r], "BOOT_UNHEALTHY_AFTER='120'")],
     ))
     error_message = "Roles without a target group check their own /healthz and report after 120 s of failures."
   }
   assert {
     condition = alltrue([for r in ["gslb", "ingest", "edge", "slicer"] : alltrue([
-      strcontains(base64decode(aws_launch_template.role[r].user_data), "StartLimitIntervalSec=0"),
-      strcontains(base64decode(aws_launch_template.role[r].user_data), "Restart=always"),
-      strcontains(base64decode(aws_launch_template.role[r].user_data), "aws autoscaling set-instance-health --instance-id \"$INSTANCE_ID\" --health-status Unhealthy --should-respect-grace-period"),
+      strcontains(output.boot_user_data[r], "StartLimitIntervalSec=0"),
+      strcontains(output.boot_user_data[r], "Restart=always"),
+      strcontains(output.boot_user_data[r], "aws autoscaling set-instance-health --instance-id \"$INSTANCE_ID\" --health-status Unhealthy --should-respect-grace-period"),
     ])])
     error_message = "systemd never gives up restarting a role; a role down too long marks its machine unhealthy."
   }
@@ -324,19 +324,30 @@ run "deployment" {
   }
   assert {
     condition = alltrue([for r in ["edge", "ingest"] : alltrue([
-      strcontains(base64decode(aws_launch_template.role[r].user_data), "BOOT_BIND_PRIVILEGED='1'"),
-      strcontains(base64decode(aws_launch_template.role[r].user_data), "AmbientCapabilities=CAP_NET_BIND_SERVICE"),
-      strcontains(base64decode(aws_launch_template.role[r].user_data), "User=danmaku"),
-      strcontains(base64decode(aws_launch_template.role[r].user_data), "chown danmaku:danmaku \"$tmp/key.pem\" \"$tmp/cert.pem\""),
-      strcontains(base64decode(aws_launch_template.role[r].user_data), "chmod 0400 \"$tmp/key.pem\" \"$tmp/cert.pem\""),
-      strcontains(base64decode(aws_launch_template.role[r].user_data), "BOOT_TLS_CERT='/etc/danmaku/tls/cert.pem'"),
-      !strcontains(base64decode(aws_launch_template.role[r].user_data), "nginx"),
+      strcontains(output.boot_user_data[r], "BOOT_BIND_PRIVILEGED='1'"),
+      strcontains(output.boot_user_data[r], "AmbientCapabilities=CAP_NET_BIND_SERVICE"),
+      strcontains(output.boot_user_data[r], "User=danmaku"),
+      strcontains(output.boot_user_data[r], "chown danmaku:danmaku \"$tmp/key.pem\" \"$tmp/cert.pem\""),
+      strcontains(output.boot_user_data[r], "chmod 0400 \"$tmp/key.pem\" \"$tmp/cert.pem\""),
+      strcontains(output.boot_user_data[r], "BOOT_TLS_CERT='/etc/danmaku/tls/cert.pem'"),
+      !strcontains(output.boot_user_data[r], "nginx"),
     ])])
     error_message = "No proxy on the machines: the role binds 443 with that one capability, and only its user reads the key."
   }
   assert {
-    condition     = alltrue([for r in ["gslb", "slicer"] : strcontains(base64decode(aws_launch_template.role[r].user_data), "BOOT_BIND_PRIVILEGED='0'")])
+    condition     = alltrue([for r in ["gslb", "slicer"] : strcontains(output.boot_user_data[r], "BOOT_BIND_PRIVILEGED='0'")])
     error_message = "Roles on their own ports get no capability."
+  }
+  assert {
+    condition = alltrue([for r, want in { gslb = "http 7700", ingest = "https 443", edge = "https 443", slicer = "http 7704" } : alltrue([
+      strcontains(output.boot_user_data[r], "OBS_SCHEME='${split(" ", want)[0]}'"),
+      strcontains(output.boot_user_data[r], "OBS_PORT='${split(" ", want)[1]}'"),
+    ])])
+    error_message = "Each machine's metrics agent scrapes its role where it listens, over TLS where the role serves it."
+  }
+  assert {
+    condition     = alltrue([for r in ["gslb", "ingest", "edge", "slicer"] : aws_launch_template.role[r].user_data == base64gzip(output.boot_user_data[r])])
+    error_message = "The machines boot with exactly the script boot_user_data shows, compressed (over 16 KB otherwise)."
   }
   assert {
     condition = (
@@ -397,7 +408,7 @@ run "deployment" {
     error_message = "Only SSM Automation runs the cleaner's role, and only EventBridge starts it, on this account's behalf."
   }
   assert {
-    condition     = alltrue([for r in ["edge", "ingest"] : strcontains(base64decode(aws_launch_template.role[r].user_data), "node_name=\"$BOOT_NODE_NAME_PREFIX-$instance_id.$BOOT_NODE_DOMAIN\"")])
+    condition     = alltrue([for r in ["edge", "ingest"] : strcontains(output.boot_user_data[r], "node_name=\"$BOOT_NODE_NAME_PREFIX-$instance_id.$BOOT_NODE_DOMAIN\"")])
     error_message = "A machine's name is its instance id's: what the cleaner finds."
   }
 }

@@ -120,7 +120,7 @@ run "machines" {
     error_message = "The secret environment of each role is what cmd/danmaku reads for it."
   }
   assert {
-    condition     = alltrue([for r in ["gslb", "ingest", "edge", "slicer"] : !strcontains(base64decode(aws_launch_template.role[r].user_data), "MockGeneratedSecretValue")])
+    condition     = alltrue([for r in ["gslb", "ingest", "edge", "slicer"] : !strcontains(output.boot_user_data[r], "MockGeneratedSecretValue")])
     error_message = "No secret value is in any user data."
   }
 
@@ -131,12 +131,12 @@ run "machines" {
   }
   assert {
     condition = alltrue([
-      strcontains(base64decode(aws_launch_template.role["edge"].user_data), "BOOT_URL_ENV='DANMAKU_EDGE_URL'"),
-      strcontains(base64decode(aws_launch_template.role["edge"].user_data), "BOOT_URL_SCHEME='wss'"),
-      strcontains(base64decode(aws_launch_template.role["edge"].user_data), "BOOT_NODE_DOMAIN='nodes.test.live.example.com'"),
-      strcontains(base64decode(aws_launch_template.role["ingest"].user_data), "BOOT_URL_ENV='DANMAKU_INGEST_URL'"),
-      strcontains(base64decode(aws_launch_template.role["ingest"].user_data), "BOOT_URL_SCHEME='https'"),
-      !strcontains(base64decode(aws_launch_template.role["slicer"].user_data), "BOOT_NODE_NAME_PREFIX='"),
+      strcontains(output.boot_user_data["edge"], "BOOT_URL_ENV='DANMAKU_EDGE_URL'"),
+      strcontains(output.boot_user_data["edge"], "BOOT_URL_SCHEME='wss'"),
+      strcontains(output.boot_user_data["edge"], "BOOT_NODE_DOMAIN='nodes.test.live.example.com'"),
+      strcontains(output.boot_user_data["ingest"], "BOOT_URL_ENV='DANMAKU_INGEST_URL'"),
+      strcontains(output.boot_user_data["ingest"], "BOOT_URL_SCHEME='https'"),
+      !strcontains(output.boot_user_data["slicer"], "BOOT_NODE_NAME_PREFIX='"),
     ])
     error_message = "Edge and ingest machines announce wss:// and https:// URLs under nodes.DOMAIN; the slicer none."
   }
@@ -212,7 +212,7 @@ run "machines" {
   }
   assert {
     condition = alltrue([for r, env in { gslb = output.env_gslb, ingest = output.env_ingest, edge = output.env_edge, slicer = output.env_slicer } :
-      strcontains(base64decode(aws_launch_template.role[r].user_data), "BOOT_ENV_B64='${base64encode(env)}'")
+      strcontains(output.boot_user_data[r], "BOOT_ENV_B64='${base64encode(env)}'")
     ])
     error_message = "Machines boot with exactly the environment file env.sh prints."
   }
@@ -266,10 +266,10 @@ run "plain_nodes_and_given_keys" {
     condition = alltrue([
       aws_vpc_security_group_ingress_rule.public_role["edge"].from_port == 7702,
       aws_vpc_security_group_ingress_rule.public_role["ingest"].from_port == 7701,
-      strcontains(base64decode(aws_launch_template.role["edge"].user_data), "BOOT_URL_SCHEME='ws'"),
-      strcontains(base64decode(aws_launch_template.role["edge"].user_data), "BOOT_PUBLIC_PORT='7702'"),
-      strcontains(base64decode(aws_launch_template.role["edge"].user_data), "BOOT_TLS_SECRET=''"),
-      strcontains(base64decode(aws_launch_template.role["edge"].user_data), "BOOT_BIND_PRIVILEGED='0'"),
+      strcontains(output.boot_user_data["edge"], "BOOT_URL_SCHEME='ws'"),
+      strcontains(output.boot_user_data["edge"], "BOOT_PUBLIC_PORT='7702'"),
+      strcontains(output.boot_user_data["edge"], "BOOT_TLS_SECRET=''"),
+      strcontains(output.boot_user_data["edge"], "BOOT_BIND_PRIVILEGED='0'"),
       join(" ", output.role_args.edge) == "-edge 0.0.0.0:7702 -min-gift-value 0 -log-json -log-level info -segment-ms 1000",
       join(" ", output.role_args.ingest) == "-ingest 0.0.0.0:7701 -log-json -log-level info -segment-ms 1000",
     ])

@@ -78,9 +78,10 @@ bench-gslb: deps ## gslb and tokens: allocation, entry over HTTP vs a bare handl
 	DANMAKU_SIM=1 $(GO) test -count=1 -run TestBalanceSimulationFull -v ./gslb/gslbsim
 	DANMAKU_REQUIRE_SERVERS=1 DANMAKU_IDLE_SECONDS=4s $(GO) test -run '^$$' -bench IdleEdgeCPU -benchtime 1x -count 3 ./edge
 
-bench-edge: deps ## edge: idle connection memory, fan-out CPU and latency at 10,000 connections (one process, 3 runs) and 100,000 (7 edge processes), connects with and without TLS, the event-loop candidates (docs/benchmarks.md)
+bench-edge: deps ## edge: idle connection memory, fan-out CPU and latency at 10,000 connections (one process, 3 runs; plain against the edge terminating TLS, 3 pairs) and 100,000 (7 edge processes), connects with and without TLS, the event-loop candidates (docs/benchmarks.md)
 	$(GO) test -run '^$$' -bench 'IdleConnMemory|Fanout' -benchtime 1x -count 3 ./edge
 	EDGE_SCALE_CONNS=10000 $(GO) test -run '^$$' -bench 'EdgeScale$$' -benchtime 1x -count 3 -timeout 20m ./edge
+	for i in 1 2 3; do EDGE_SCALE_TLS=1 EDGE_SCALE_CONNS=10000 $(GO) test -run '^$$' -bench 'EdgeScale$$' -benchtime 1x -timeout 40m ./edge || exit 1; done
 	EDGE_SCALE_CONNS=100000 $(GO) test -run '^$$' -bench 'EdgeScaleProcs$$' -benchtime 1x -count 1 -timeout 30m ./edge
 	$(GO) test -run '^$$' -bench ConnectTLS -benchtime 2s -count 5 ./internal/stack
 	WSBENCH_CONNS=10000 WSBENCH_BROADCASTS=50 $(GO) test -run '^$$' -bench . -benchtime 1x -count 3 -timeout 25m ./internal/wsbench

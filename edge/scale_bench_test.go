@@ -1,12 +1,16 @@
 package edge
 
 import (
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"math"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,6 +19,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"danmaku/internal/tlsx"
+	"danmaku/internal/tlsx/tlsxtest"
 	"danmaku/internal/wsbench"
 )
 
@@ -29,7 +35,10 @@ import (
 //
 //  1. idle: every connection handshaken and pinged; VmRSS and
 //     HeapInuse+StackInuse growth ÷ connections after a GC ("rss-B/conn",
-//     "heap+stack-B/conn", "goroutines/conn");
+//     "heap+stack-B/conn", "goroutines/conn"), and the server's CPU ÷
+//     connections while they connect ("cpu-µs/connect": accept, TLS
+//     handshake if any, upgrade, token check; the client's half is in the
+//     child);
 //  2. EDGE_SCALE_GIFTS gifts 100 ms apart (10/s): server user+sys CPU ÷
 //     deliveries ("cpu-µs/delivery") and ÷ frames received over all
 //     connections ("cpu-µs/frame"), append → client receipt latency
@@ -45,7 +54,21 @@ import (
 //	EDGE_SCALE_CONNS=10000 go test -run '^$' -bench EdgeScale -benchtime 1x -count 3 -timeout 20m ./edge
 //
 // Knobs: EDGE_SCALE_CONNS (300), EDGE_SCALE_GIFTS (50), EDGE_SCALE_SLOW_GIFTS
-// (10 from 1,000 connections, else 3: the defaults stay CI-sized, ~10 s).
+// (10 from 1,000 connections, else 3: the defaults stay CI-sized, ~10 s),
+// EDGE_SCALE_HEAPPROFILE (a file: the heap with every connection idle).
+//
+// EDGE_SCALE_TLS=1 measures plain WebSocket against the edge terminating
+// TLS itself, in the same run: sub-benchmarks "ws" and "wss", one after
+// the other (-count repeats each sub-benchmark in a row: for pairs, run
+// -count 1 in a loop, as make bench-edge does). The TLS edge is
+// served as the stack serves it (internal/tlsx's configuration, a
+// self-signed ECDSA P-256 certificate, TLS 1.3 negotiated), and every
+// client connection does a full handshake. A TLS socket cannot be read by
+// an epoll loop of the client's, so in this mode both sides' clients read
+// with a goroutine per connection: the two edges face the same client,
+// and both give it 30 s to answer a ping or take a write.
+//
+//	for i in 1 2 3; do EDGE_SCALE_TLS=1 EDGE_SCALE_CONNS=10000 go test -run '^$' -bench 'EdgeScale$' -benchtime 1x -timeout 40m ./edge; done
 func BenchmarkEdgeScale(b *testing.B) {
 	n := envInt("EDGE_SCALE_CONNS", 300)
 	fast := envInt("EDGE_SCALE_GIFTS", 50)
@@ -54,9 +77,33 @@ func BenchmarkEdgeScale(b *testing.B) {
 		slowDef = 10
 	}
 	slow := envInt("EDGE_SCALE_SLOW_GIFTS", slowDef)
-	for range b.N {
-		runEdgeScale(b, n, fast, slow)
+	if os.Getenv("EDGE_SCALE_TLS") == "" {
+		for range b.N {
+			runEdgeScale(b, scaleRunOpts{conns: n, fast: fast, slow: slow})
+		}
+		return
 	}
+	for _, wss := range []bool{false, true} {
+		name := "ws"
+		if wss {
+			name = "wss"
+		}
+		b.Run(name, func(b *testing.B) {
+			for range b.N {
+				runEdgeScale(b, scaleRunOpts{conns: n, fast: fast, slow: slow, tls: wss, goReaders: true})
+			}
+		})
+	}
+}
+
+// scaleRunOpts is one run of BenchmarkEdgeScale.
+type scaleRunOpts struct {
+	conns, fast, slow int
+	// tls: the edge terminates TLS (the client then reads with goroutines).
+	tls bool
+	// goReaders: the client reads with a goroutine per connection even
+	// where its epoll loop could.
+	goReaders bool
 }
 
 func envInt(k string, def int) int {
@@ -66,10 +113,34 @@ func envInt(k string, def int) int {
 	return def
 }
 
-func runEdgeScale(b *testing.B, n, fast, slow int) {
+func runEdgeScale(b *testing.B, o scaleRunOpts) {
+	n, fast, slow := o.conns, o.fast, o.slow
 	b.StopTimer()
 	// Admission is not what is measured: every client connects at once.
-	e := newEnv(b, envOpts{cfg: func(c *Config) { c.ConnectRate, c.MaxConnsPerUser = -1, -1 }})
+	eo := envOpts{cfg: func(c *Config) {
+		c.ConnectRate, c.MaxConnsPerUser = -1, -1
+		if o.goReaders {
+			// 10,000 reading goroutines on a shared machine answer pings
+			// and drain their sockets seconds late at times: the edge gives
+			// them 30 s (a real client answers within milliseconds), so
+			// that the run measures delivery, not dead-client detection.
+			c.PongGrace, c.WriteTimeout = 30*time.Second, 30*time.Second
+		}
+	}}
+	var childEnv []string
+	if o.tls {
+		cert := tlsxtest.Write(b, b.TempDir(), "edge-scale")
+		pair, err := tlsx.New(tlsx.Config{CertFile: cert.CertFile, KeyFile: cert.KeyFile, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		eo.wrap = func(l net.Listener) net.Listener { return tls.NewListener(l, pair.ServerConfig()) }
+		childEnv = append(childEnv, scaleChildTLS+"="+cert.CertFile)
+	}
+	if o.goReaders {
+		childEnv = append(childEnv, scaleChildReaders+"=go")
+	}
+	e := newEnv(b, eo)
 	// Tokens are signed here and handed over in a file: one keyring, no
 	// clock agreement needed between the processes.
 	tokFile := filepath.Join(b.TempDir(), "tokens")
@@ -85,17 +156,26 @@ func runEdgeScale(b *testing.B, n, fast, slow int) {
 	settle()
 	before := wsbench.SampleMemory()
 
-	// Bounds the whole run: connecting (generously, 2 ms a connection),
-	// both phases, and a margin for a loaded machine.
-	budget := 30*time.Second + time.Duration(n)*2*time.Millisecond +
+	// Bounds the whole run: connecting (generously, 2 ms a connection;
+	// 10 ms with a TLS handshake on both sides of a shared machine), both
+	// phases, and a margin for a loaded machine.
+	perConn := 2 * time.Millisecond
+	if o.tls {
+		perConn = 10 * time.Millisecond
+	}
+	budget := 30*time.Second + time.Duration(n)*perConn +
 		time.Duration(fast)*100*time.Millisecond + time.Duration(slow)*time.Second
 	deadline := time.Now().Add(budget)
-	child := startScaleChild(b, "client", "TestEdgeScaleClient", []string{
+	// From here until every connection is in, this process does the
+	// server's half of each connect: TCP accept, (TLS handshake,) the
+	// upgrade, the token's verification, the first ping's pong.
+	cpuConnect0 := cpuTime()
+	child := startScaleChild(b, "client", "TestEdgeScaleClient", append([]string{
 		scaleChildAddr + "=" + e.ts.Listener.Addr().String(),
 		scaleChildTokens + "=" + tokFile,
 		scaleChildPlan + "=" + strconv.Itoa(fast) + "," + strconv.Itoa(slow),
 		scaleChildDeadline + "=" + strconv.FormatInt(deadline.UnixNano(), 10),
-	})
+	}, childEnv...))
 	next := func(want string) string { return child.next(want, deadline) }
 	result := func(phase, gifts int) scaleResult {
 		var r scaleResult
@@ -103,7 +183,7 @@ func runEdgeScale(b *testing.B, n, fast, slow int) {
 			b.Fatal(err)
 		}
 		if want := int64(n * gifts); r.Phase != phase || r.Deliveries != want || r.Errors != 0 {
-			b.Fatalf("phase %d: delivered %d of %d, %d connections failed (first: %s)", r.Phase, r.Deliveries, want, r.Errors, r.FirstErr)
+			b.Fatalf("phase %d: delivered %d of %d, %d connections failed (first: %s); the edge's closes %v", r.Phase, r.Deliveries, want, r.Errors, r.FirstErr, closesByReason(e.srv))
 		}
 		return r
 	}
@@ -112,9 +192,11 @@ func runEdgeScale(b *testing.B, n, fast, slow int) {
 	b.StartTimer()
 	next("READY")
 	waitFor(b, "every connection", func() bool { return e.srv.Load().Conns == n })
+	cpuConnect := cpuTime() - cpuConnect0
 	b.StopTimer()
 	settle()
 	idle := wsbench.SampleMemory()
+	writeHeapProfile(b, o.tls)
 
 	// 2. 10 gifts/s. CPU from the first append until the client has the
 	// last one: the server's work plus what it waits on, nothing else runs
@@ -143,6 +225,7 @@ func runEdgeScale(b *testing.B, n, fast, slow int) {
 	b.ReportMetric(float64(idle.RSS-before.RSS)/fn, "rss-B/conn")
 	b.ReportMetric(float64(idle.HeapStack-before.HeapStack)/fn, "heap+stack-B/conn")
 	b.ReportMetric(float64(idle.Goroutines-before.Goroutines)/fn, "goroutines/conn")
+	b.ReportMetric(float64(cpuConnect.Nanoseconds())/1e3/fn, "cpu-µs/connect")
 	b.ReportMetric(float64(cpu.Nanoseconds())/1e3/float64(r10.Deliveries), "cpu-µs/delivery")
 	// Per frame written to a connection: comparable across edges whether
 	// or not they batch gifts (a saturated one does, which lowers the
@@ -163,6 +246,28 @@ func runEdgeScale(b *testing.B, n, fast, slow int) {
 	b.ReportMetric(float64(r10.Deliveries+r1.Deliveries), "deliveries")
 	// Shutdown closes every connection: no need to spread it out.
 	e.srv.cfg.DrainPeriod = time.Millisecond
+}
+
+// writeHeapProfile writes the heap as it is with every connection idle to
+// EDGE_SCALE_HEAPPROFILE (".tls" added for the TLS edge), when it is set:
+// where a connection's bytes are (go tool pprof -sample_index=inuse_space).
+// Goroutine stacks are not in it: they are StackInuse.
+func writeHeapProfile(b *testing.B, tls bool) {
+	path := os.Getenv("EDGE_SCALE_HEAPPROFILE")
+	if path == "" {
+		return
+	}
+	if tls {
+		path += ".tls"
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		b.Fatal(err)
+	}
 }
 
 // appendEvery appends count gifts of phase to r1, every apart, each

@@ -81,22 +81,25 @@ func (p *scalePoller) run() {
 		if err != nil && !errors.Is(err, unix.EINTR) {
 			return
 		}
-		now := time.Now().UnixNano() // one clock read a wake-up
 		for _, e := range evs[:max(n, 0)] {
 			p.mu.Lock()
 			pc := p.conns[e.Fd]
 			p.mu.Unlock()
 			if pc != nil {
-				p.read(pc, buf, now)
+				p.read(pc, buf)
 			}
 		}
 	}
 }
 
 // read drains pc's socket and hands the edge's frames to its scaleConn.
-func (p *scalePoller) read(pc *scalePolled, buf []byte, now int64) {
+func (p *scalePoller) read(pc *scalePolled, buf []byte) {
 	for {
 		n, err := unix.Read(pc.fd, buf)
+		// The clock after the read: one read at the loop's wake-up came
+		// before sockets read later in it had their data, and a gift
+		// appended in between showed a negative latency.
+		now := time.Now().UnixNano()
 		if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) {
 			return
 		}

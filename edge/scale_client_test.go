@@ -2,6 +2,8 @@ package edge
 
 import (
 	"bufio"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -29,6 +31,13 @@ const (
 	scaleChildPlan     = "EDGE_SCALE_CHILD_PLAN"     // gifts per phase, comma-separated
 	scaleChildDeadline = "EDGE_SCALE_CHILD_DEADLINE" // unix nanos after which the child gives up
 	scaleChildSource   = "EDGE_SCALE_CHILD_SOURCE"   // local IP to connect from (optional)
+	// scaleChildTLS names the PEM certificate of an edge that terminates
+	// TLS: the client connects over TLS trusting it. Empty: plain TCP.
+	scaleChildTLS = "EDGE_SCALE_CHILD_TLS"
+	// scaleChildReaders = "go" reads every connection with a goroutine of
+	// its own, as TLS needs, even where an epoll loop could read plain
+	// ones: a plain run to compare with a TLS one loads the client alike.
+	scaleChildReaders = "EDGE_SCALE_CHILD_READERS"
 
 	// scaleLine prefixes the child's protocol lines on stdout: the testing
 	// package prints there too ("PASS").
@@ -135,6 +144,22 @@ func runScaleClient(addr string) error {
 	if ip := os.Getenv(scaleChildSource); ip != "" {
 		source = &net.TCPAddr{IP: net.ParseIP(ip)}
 	}
+	dial := func(tok string) (net.Conn, *bufio.Reader, error) { return wsbench.DialFrom(source, addr, tok) }
+	if certFile := os.Getenv(scaleChildTLS); certFile != "" {
+		tc, err := scaleTLSConfig(certFile, addr)
+		if err != nil {
+			return err
+		}
+		dial = func(tok string) (net.Conn, *bufio.Reader, error) {
+			d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: 10 * time.Second, LocalAddr: source}, Config: tc}
+			c, err := d.Dial("tcp", addr)
+			if err != nil {
+				return nil, nil, err
+			}
+			br, err := wsbench.Handshake(c, addr, tok)
+			return c, br, err
+		}
+	}
 	var plan []int
 	for f := range strings.SplitSeq(os.Getenv(scaleChildPlan), ",") {
 		k, err := strconv.Atoi(f)
@@ -165,13 +190,16 @@ func runScaleClient(addr string) error {
 	// Connections are read by an epoll loop where there is one (Linux):
 	// 10,000 reading goroutines would cost the shared cores more than the
 	// edge under test, and the edge's writes would wake them one by one.
-	poll := newScalePoller()
+	var poll *scalePoller
+	if os.Getenv(scaleChildTLS) == "" && os.Getenv(scaleChildReaders) != "go" {
+		poll = newScalePoller()
+	}
 	ping := wsbench.ClientFrame(0x9, []byte("p"))
 	for i, tok := range tokens {
 		sem <- struct{}{}
 		go func() {
 			sc := &scaleConn{run: run, i: i, l: make([]int64, 0, plan[0])}
-			c, br, err := wsbench.DialFrom(source, addr, tok)
+			c, br, err := dial(tok)
 			if err == nil {
 				_, err = c.Write(ping)
 			}
@@ -241,7 +269,7 @@ func runScaleClient(addr string) error {
 			r.Hist = make([]int64, scaleHistMs)
 			top := 0
 			for _, ns := range all {
-				b := min(scaleHistMs-1, int(ns/1e6))
+				b := min(scaleHistMs-1, max(0, int(ns/1e6))) // 0: a wall clock stepped back
 				r.Hist[b]++
 				top = max(top, b)
 			}
@@ -251,6 +279,25 @@ func runScaleClient(addr string) error {
 		fmt.Println(scaleLine+"RESULT", string(j))
 	}
 	return nil
+}
+
+// scaleTLSConfig trusts the certificate in certFile for addr's host.
+func scaleTLSConfig(certFile, addr string) (*tls.Config, error) {
+	pemBytes, err := os.ReadFile(certFile)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pemBytes) {
+		return nil, fmt.Errorf("no certificate in %s", certFile)
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	// No session cache: every connection pays a full handshake, as
+	// viewers arriving at a show do.
+	return &tls.Config{RootCAs: pool, ServerName: host, MinVersion: tls.VersionTLS12}, nil
 }
 
 // scaleAwaitPong reads until the pong; the read deadline then stays at the

@@ -152,15 +152,7 @@ func runScaleServer(redisAddr string) error {
 		default:
 			continue
 		}
-		x.Conns, x.CPUNs = srv.Load().Conns, cpuTime().Nanoseconds()
-		for _, r := range []string{reasonResume, reasonGap, reasonDraining, reasonPolicy, reasonGone, reasonEnded, reasonExpired} {
-			if v := counter(srv.m.closes.WithLabelValues(r)); v > 0 {
-				if x.Closes == nil {
-					x.Closes = map[string]float64{}
-				}
-				x.Closes[r] = v
-			}
-		}
+		x.Conns, x.CPUNs, x.Closes = srv.Load().Conns, cpuTime().Nanoseconds(), closesByReason(srv)
 		j, _ := json.Marshal(x)
 		fmt.Println(scaleLine+"SAMPLE", string(j))
 	}
@@ -175,6 +167,21 @@ type scaleChild struct {
 	cmd   *exec.Cmd
 	stdin io.WriteCloser
 	lines chan string
+}
+
+// closesByReason is what the server's closes_total counts, by reason
+// (nil: none).
+func closesByReason(srv *Server) map[string]float64 {
+	var m map[string]float64
+	for _, r := range []string{reasonResume, reasonGap, reasonDraining, reasonPolicy, reasonGone, reasonEnded, reasonExpired} {
+		if v := counter(srv.m.closes.WithLabelValues(r)); v > 0 {
+			if m == nil {
+				m = map[string]float64{}
+			}
+			m[r] = v
+		}
+	}
+	return m
 }
 
 func startScaleChild(b *testing.B, name, test string, env []string) *scaleChild {

@@ -23,9 +23,8 @@ import (
 //     the shared frames), flushed with one writev when it drains.
 //   - goSock (TLS, other systems, wrapped listeners): a reader and a
 //     writer goroutine per connection, as a TLS record layer needs a
-//     blocking net.Conn. It costs ~10 KiB more per connection; at 100k
-//     connections a machine terminates TLS at its balancer (see the
-//     README).
+//     blocking net.Conn. With TLS a connection costs ~20 KiB (stacks and
+//     the TLS state) against ~0.6 KiB on a loop (see the README).
 //
 // Either way the connection's logic (conn) sees only send, closeWith and
 // its onFrame/gone callbacks.

@@ -71,33 +71,41 @@ func DialFrom(local net.Addr, addr, token string) (net.Conn, *bufio.Reader, erro
 	if err != nil {
 		return nil, nil, err
 	}
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := io.WriteString(c, handshakeReq(addr, token)); err != nil {
-		c.Close()
-		return nil, nil, err
-	}
-	br := bufio.NewReaderSize(c, 1024)
-	status, err := br.ReadString('\n')
+	br, err := Handshake(c, addr, token)
 	if err != nil {
 		c.Close()
 		return nil, nil, err
 	}
+	return c, br, nil
+}
+
+// Handshake upgrades c, a connection to addr (a plain socket, or a TLS
+// one for a server that terminates TLS), within 10 s. The reader holds
+// what the server sent past its 101. It leaves c open either way.
+func Handshake(c net.Conn, addr, token string) (*bufio.Reader, error) {
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(c, handshakeReq(addr, token)); err != nil {
+		return nil, err
+	}
+	br := bufio.NewReaderSize(c, 1024)
+	status, err := br.ReadString('\n')
+	if err != nil {
+		return nil, err
+	}
 	for {
 		line, err := br.ReadString('\n')
 		if err != nil {
-			c.Close()
-			return nil, nil, err
+			return nil, err
 		}
 		if line == "\r\n" {
 			break
 		}
 	}
 	if !bytes.HasPrefix([]byte(status), []byte("HTTP/1.1 101")) {
-		c.Close()
-		return nil, nil, fmt.Errorf("handshake: %q", status)
+		return nil, fmt.Errorf("handshake: %q", status)
 	}
 	_ = c.SetDeadline(time.Time{})
-	return c, br, nil
+	return br, nil
 }
 
 // ClientFrame encodes a masked client frame.

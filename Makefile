@@ -25,9 +25,9 @@ export PATH := $(GOBIN_DIR):$(PATH):/usr/sbin:/usr/local/sbin
 help: ## list the targets
 	@echo "Targets:"
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
-	@echo "Local stack ports: Redis 6390, S3 7070, CDN 7080 (see docs/operations-local.md)."
+	@echo "Local stack ports: Redis 6390, S3 7070, CDN 7080, Prometheus 9090 (see docs/operations-local.md)."
 
-deps: ## install what is missing: redis-server, varnish, gcc, a JDK, chromium, node (apt-get), versitygw (go install), sdk/web's npm packages
+deps: ## install what is missing: redis-server, varnish, gcc, a JDK, prometheus (promtool), chromium, node (apt-get), versitygw (go install), sdk/web's npm packages
 	@bash infra/local/deps.sh
 	@bash sdk/web/deps.sh
 
@@ -93,7 +93,7 @@ bench-edge: deps ## edge: idle connection memory, fan-out CPU and latency at 10,
 bench-web: deps ## demo page frames per second, CPU throttled 4x, 60 comments/s, 5 runs (docs/benchmarks.md)
 	DANMAKU_REQUIRE_SERVERS=1 $(GO) test -run '^$$' -bench BrowserFPS -benchtime 1x -count 5 -timeout 10m ./sdk/web
 
-local-up: ## start the local stack (Redis, S3, CDN) in DANMAKU_LOCAL_DIR (default .local/)
+local-up: ## start the local stack (Redis, S3, CDN, Prometheus with the alert rules) in DANMAKU_LOCAL_DIR (default .local/)
 	@bash infra/local/up.sh
 
 local-down: ## stop the local stack (data stays)

@@ -23,25 +23,11 @@ var _ SecretStore = (*RedisSecrets)(nil)
 // danmaku:{auth}:epoch:N, holding the secret's bytes, set with a TTL (PX) by
 // the auth center and read with MGET by every verifier.
 //
-// Only the nodes that issue and verify tokens may read the secrets, and only
-// the auth center may write them. With Redis ACLs (Redis 6+), each role connects as its own
-// user that can touch no other key and run no other command:
-//
-//	ACL SETUSER auth-center on >PASSWORD resetkeys ~danmaku:{auth}:* resetchannels -@all +set +ping
-//	ACL SETUSER auth-verifier on >PASSWORD resetkeys ~danmaku:{auth}:* resetchannels -@all +get +mget +ping
-//
-// (+ping for redisx.Connect's check; AUTH and HELLO need no grant.) The
-// nodes that issue or verify tokens (gslb, edge, ingest; signing needs only
-// to read) connect for this store as auth-verifier, through a client of
-// their own (redisx.Config Username and Password), and the auth center as
-// auth-center, which can overwrite secrets but not read them. The default
-// user must be disabled or given a password, or it reads everything.
-//
-// On Redis Cluster every node keeps its own users, so both are set on every
-// node (replicas too: one may be promoted), and both also get
-// +cluster|slots, without which a cluster client cannot learn which node
-// serves which slot, and +command, which go-redis reads command metadata
-// with (without it, it logs a refusal on every new connection).
+// The auth center (the gslb) alone may write them: whoever can publish a
+// key can mint tokens every node accepts. Each role connects as its own
+// Redis ACL user (redisx.ACL, docs/operations.md "Redis users"): the
+// gslb's may write danmaku:{auth}:*, the ingest's and the edge's may only
+// read it (%R~), the slicer's cannot touch it.
 type RedisSecrets struct {
 	rdb redis.UniversalClient
 }

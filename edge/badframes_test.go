@@ -40,6 +40,33 @@ func rawFrame(b0 byte, masked bool, payload []byte) []byte {
 // readCloseCode reads until the edge's close frame and returns its code.
 func readCloseCode(t *testing.T, c net.Conn, br *bufio.Reader) int {
 	t.Helper()
+	p := closePayload(t, c, br)
+	if len(p) < 2 {
+		t.Fatalf("close frame without a code")
+	}
+	return int(binary.BigEndian.Uint16(p))
+}
+
+// dialSending connects with tok and writes frames; the connection closes
+// with the test.
+func dialSending(t *testing.T, addr, tok string, frames ...[]byte) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c, br, err := wsbench.Dial(addr, tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	for _, f := range frames {
+		if _, err := c.Write(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c, br
+}
+
+// closePayload reads until the edge's close frame and returns its payload.
+func closePayload(t *testing.T, c net.Conn, br *bufio.Reader) []byte {
+	t.Helper()
 	_ = c.SetReadDeadline(time.Now().Add(safety))
 	for {
 		f, err := wsbench.ReadFrame(br)
@@ -47,10 +74,7 @@ func readCloseCode(t *testing.T, c net.Conn, br *bufio.Reader) int {
 			t.Fatalf("no close frame: %v", err)
 		}
 		if f.Op == 0x8 {
-			if len(f.Payload) < 2 {
-				t.Fatalf("close frame without a code")
-			}
-			return int(binary.BigEndian.Uint16(f.Payload))
+			return f.Payload
 		}
 	}
 }
@@ -85,16 +109,7 @@ func TestBadFramesClosed(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c, br, err := wsbench.Dial(addr, e.token("r1"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			for _, f := range tt.frames {
-				if _, err := c.Write(f); err != nil {
-					t.Fatal(err)
-				}
-			}
+			c, br := dialSending(t, addr, e.token("r1"), tt.frames...)
 			if got := readCloseCode(t, c, br); got != tt.code {
 				t.Fatalf("close code %d, want %d", got, tt.code)
 			}

@@ -189,8 +189,11 @@ type Config struct {
 	// may connect.
 	AllowOrigins httpx.Origins
 
-	// Clock stamps load reports. Nil: real clock. Network deadlines, pings
-	// and the merge window use real time, as the network does.
+	// Clock stamps load reports and tells the time of what is counted in
+	// it: token expiries, the connect rate, the span a client's counter
+	// report may cover, how far ahead of the stream a last id may be. Nil:
+	// real clock. Network deadlines, pings and the merge window use real
+	// time, as the network does.
 	Clock clock.Clock
 	// Logger. Nil: slog.Default().
 	Logger *slog.Logger

@@ -22,9 +22,11 @@ const (
 	// message received>; nothing is lost.
 	CloseResume = 4001
 	// CloseResumeGap (4002): the resume point is older than anything the
-	// node can replay (the room's stream was trimmed past it). Reconnect at
-	// once without last; what was missed is in the CDN segments, which the
-	// client's poller walks in order anyway.
+	// node can replay (the room's stream was trimmed past it), or further
+	// ahead than the room can have written (more than maxLastAhead past its
+	// newest id and the node's clock). Reconnect at once without last; what
+	// was missed is in the CDN segments, which the client's poller walks in
+	// order anyway.
 	CloseResumeGap = 4002
 	// CloseGoingAway (4003): the node is draining. Get a new entry from the
 	// gslb after a random jitter (0-3 s) and reconnect elsewhere with last.
@@ -168,7 +170,7 @@ func closeText(code int) string {
 	case CloseResume:
 		return "resume"
 	case CloseResumeGap:
-		return "resume point too old; reconnect without last"
+		return "resume point not in the stream; reconnect without last"
 	case CloseGoingAway:
 		return "going away"
 	case CloseRoomEnded:
@@ -383,6 +385,12 @@ func (c *conn) refreshToken(tok string) {
 // store, then those the ring held when the connection joined. A nonzero
 // code closes the connection instead.
 func (c *conn) catchUp(p resumePlan) (frames [][]byte, code int) {
+	if p.ahead {
+		// Like a resume point trimmed away, one that was never written:
+		// the client reconnects without last, and its segment poller
+		// finds its place.
+		return nil, CloseResumeGap
+	}
 	var msgs []wire.Message
 	if p.fromStore {
 		switch gap, err := c.resumeGap(p); {

@@ -10,10 +10,12 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"github.com/gobwas/httphead"
 	"github.com/gobwas/ws"
 
 	"danmaku/auth"
@@ -157,7 +159,7 @@ func (s *Server) handleWS(c *gin.Context) {
 	}
 	// The connection rate first: past it a handshake costs a lock and a
 	// small answer, whatever it carries.
-	if ok, retry := s.connects.take(time.Now()); !ok {
+	if ok, retry := s.connects.take(s.cfg.Clock.Now()); !ok {
 		s.rejectRetry(c, http.StatusServiceUnavailable, CodeConnectRate, "too many new connections; retry after the Retry-After delay or try another address", retry)
 		return
 	}
@@ -174,7 +176,7 @@ func (s *Server) handleWS(c *gin.Context) {
 			s.conns.Add(-1)
 		}
 	}()
-	if _, inURL := c.GetQuery("token"); inURL {
+	if tokenInQuery(c.Request.URL.Query()) {
 		s.reject(c, http.StatusBadRequest, CodeTokenInURL, "the token must not travel in the URL: send it in the first frame or an Authorization header")
 		return
 	}
@@ -239,8 +241,23 @@ func (s *Server) handleWS(c *gin.Context) {
 	cn.start(nc, br, p)
 }
 
+// tokenInQuery reports whether a query carries a token under any spelling
+// of the name: a proxy or a log keeps ?Token= as surely as ?token=, and a
+// client library may well send the one it was given.
+func tokenInQuery(q url.Values) bool {
+	for k := range q {
+		if strings.EqualFold(k, "token") {
+			return true
+		}
+	}
+	return false
+}
+
 // checkUpgrade refuses, with a coded answer, what the upgrade would: the
-// WebSocket library then never answers in a shape of its own.
+// WebSocket library then never answers in a shape of its own (plain text:
+// a 505 for HTTP/1.0, a 400 for a header it reads otherwise). Its checks
+// are the library's (ws.HTTPUpgrader.Upgrade), as strict or stricter: the
+// first Upgrade and Connection header only, scanned as it scans them.
 func (s *Server) checkUpgrade(r *http.Request) *refusal {
 	bad := func(msg string) *refusal {
 		return &refusal{status: http.StatusBadRequest, code: CodeBadRequest, msg: msg}
@@ -248,7 +265,13 @@ func (s *Server) checkUpgrade(r *http.Request) *refusal {
 	switch {
 	case r.Method != http.MethodGet:
 		return bad("WebSocket upgrade required")
-	case !headerHasToken(r.Header, "Connection", "upgrade") || !headerHasToken(r.Header, "Upgrade", "websocket"):
+	case r.ProtoMajor != 1 || r.ProtoMinor < 1:
+		// HTTP/2 and 3 carry WebSockets otherwise (RFC 8441), which this
+		// node does not serve.
+		return bad("a WebSocket handshake is an HTTP/1.1 request")
+	case r.Host == "":
+		return bad("the Host header is required")
+	case !strings.EqualFold(firstHeader(r.Header, "Upgrade"), "websocket") || !hasToken(firstHeader(r.Header, "Connection"), "upgrade"):
 		return bad("WebSocket upgrade required")
 	case r.Header.Get("Sec-WebSocket-Version") != "13":
 		return bad("unsupported WebSocket version: 13 is required")
@@ -262,17 +285,24 @@ func (s *Server) checkUpgrade(r *http.Request) *refusal {
 	return nil
 }
 
-// headerHasToken reports whether a comma-separated header holds token
-// (case-insensitive).
-func headerHasToken(h http.Header, name, token string) bool {
-	for _, v := range h.Values(name) {
-		for t := range strings.SplitSeq(v, ",") {
-			if strings.EqualFold(strings.TrimSpace(t), token) {
-				return true
-			}
-		}
+// firstHeader is the first value of a header: all the WebSocket library
+// reads of one.
+func firstHeader(h http.Header, name string) string {
+	if v := h.Values(name); len(v) > 0 {
+		return v[0]
 	}
-	return false
+	return ""
+}
+
+// hasToken reports whether a comma-separated header value holds token
+// (case-insensitive), scanned as the WebSocket library scans it.
+func hasToken(v, token string) bool {
+	has := false
+	httphead.ScanTokens([]byte(v), func(t []byte) bool {
+		has = strings.EqualFold(string(t), token)
+		return !has
+	})
+	return has
 }
 
 // upgrade answers 101 and takes the socket from net/http.

@@ -237,6 +237,24 @@ type resumePlan struct {
 	storeFrom  msgID
 	storeUntil msgID
 	ring       []wire.Message
+	// ahead: the client's last id is beyond anything the room can have
+	// written (aheadOfStream); it is closed with CloseResumeGap instead.
+	ahead bool
+}
+
+// maxLastAhead is how far past both the room's newest id and this node's
+// clock a last id may be. A client legitimately ahead came from a node
+// that had read a little further, and store and node clocks differ by
+// far less; an id beyond it was never written, and honouring it would
+// withhold every message up to it (an hour ahead: an hour of gifts).
+const maxLastAhead = time.Minute
+
+// aheadOfStream reports whether last lies beyond maxLastAhead past the
+// room's newest id and the node's clock (the room may have written since
+// the hub last read). h.mu must be held.
+func (h *hub) aheadOfStream(last msgID) bool {
+	newest := max(h.cursor.ms, h.s.cfg.Clock.Now().UnixMilli())
+	return last.ms > newest+maxLastAhead.Milliseconds()
 }
 
 // register adds c to the fan-out and returns its catch-up. With hasLast the
@@ -254,6 +272,11 @@ func (h *hub) register(c *conn, last msgID, hasLast bool) (resumePlan, *refusal)
 		return resumePlan{}, refuseRoomFull
 	}
 	var p resumePlan
+	if hasLast && h.aheadOfStream(last) {
+		// Not joined: the connection is closed as soon as it starts.
+		p.ahead = true
+		return p, nil
+	}
 	if hasLast {
 		from := last
 		if last.less(h.base) {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gobwas/ws"
 )
@@ -277,13 +278,37 @@ func writeAll(nc net.Conn, timeout time.Duration, frames ...[]byte) error {
 	return err
 }
 
-// echoClose is the answer to a client's close frame: its code, or none.
+// echoClose is the answer to a client's close frame (RFC 6455 5.5.1,
+// 7.4): none for none; the client's code when a peer may send it; 1002
+// for a payload of one byte or a code no peer may send (below 1000,
+// 1004-1006, 1015-2999, 5000 and above: reserved, or meant never to
+// travel); 1007 for a reason that is not UTF-8.
 func echoClose(payload []byte) []byte {
-	if len(payload) >= 2 {
-		code := int(binary.BigEndian.Uint16(payload))
-		if code >= 1000 && code != 1005 && code != 1006 && code != 1015 {
-			return closeFrame(code, "")
-		}
+	switch {
+	case len(payload) == 0:
+		return serverFrame(ws.OpClose, nil)
+	case len(payload) == 1:
+		return closeFrame(closeProtocol, "one-byte close payload")
 	}
-	return serverFrame(ws.OpClose, nil)
+	code := int(binary.BigEndian.Uint16(payload))
+	switch {
+	case !sendableCloseCode(code):
+		return closeFrame(closeProtocol, "invalid close code")
+	case !utf8.Valid(payload[2:]):
+		return closeFrame(closeBadData, "close reason not UTF-8")
+	}
+	return closeFrame(code, "")
+}
+
+// sendableCloseCode reports whether a peer may put code in a close frame:
+// the codes of RFC 6455 and the IANA registry (1000-1003, 1007-1014) and
+// those left to libraries and applications (3000-4999).
+func sendableCloseCode(code int) bool {
+	switch {
+	case code >= 1000 && code <= 1003, code >= 1007 && code <= 1014:
+		return true
+	case code >= 3000 && code <= 4999:
+		return true
+	}
+	return false
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"danmaku/auth"
+	"danmaku/ingest"
+	"danmaku/internal/ident"
 )
 
 // checkOperatorAnswer: never a 5xx, always JSON, and every refusal coded.
@@ -36,9 +38,13 @@ func FuzzBanBody(f *testing.F) {
 		``, `{}`, `{"room":"r1","ttl_seconds":600,"reason":"flood"}`, `{"until":"2030-01-01T00:00:00Z"}`,
 		`{"room":"bad room"}`, `{"ttl_seconds":-1}`, `{"ttl_seconds":1e300}`, `{"until":"yesterday"}`,
 		`{"reason":"` + strings.Repeat("x", 5000) + `"}`, `{"room":"r1","room":"r2"}`, `{"Room":"r1"}`,
-		"{\"reason\":\"\xff\"}", `null`, `[]`, `{"reason":"a\u202eb"}`,
+		"{\"reason\":\"\xff\"}", `null`, `[]`, `{"reason":"a\u202eb"}`, `{"ttl_seconds":10000000000}`,
+		`{"reason":"\u001b[31mred"}`,
 	} {
 		f.Add([]byte(s), "alice")
+	}
+	for _, user := range []string{"a\x00b", "alice\u202e", "\xff", "a+b", "a b", "用户"} {
+		f.Add([]byte(`{}`), user)
 	}
 	f.Fuzz(func(t *testing.T, body []byte, user string) {
 		if user == "" {
@@ -50,6 +56,18 @@ func FuzzBanBody(f *testing.F) {
 		rec := httptest.NewRecorder()
 		e.ServeHTTP(rec, req)
 		checkOperatorAnswer(t, rec)
+		if rec.Code != 200 {
+			return
+		}
+		// What is stored is the id as sent, by the user id rules, with a
+		// clean reason, and lapses in the future if at all.
+		var b ingest.Ban
+		if err := json.Unmarshal(rec.Body.Bytes(), &b); err != nil {
+			t.Fatal(err)
+		}
+		if b.User != user || ident.CheckUser(b.User) != nil || b.Reason != ident.CleanText(b.Reason) || (!b.Until.IsZero() && !b.Until.After(b.At)) {
+			t.Fatalf("stored %+v for user %q", b, user)
+		}
 	})
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"danmaku/internal/clock"
 	"danmaku/internal/httpx"
+	"danmaku/internal/ident"
 	"danmaku/internal/reload"
 	"danmaku/internal/wire"
 )
@@ -35,18 +36,26 @@ type Ban struct {
 // Active reports whether b is in force at now.
 func (b *Ban) Active(now time.Time) bool { return b.Until.IsZero() || now.Before(b.Until) }
 
-// maxUserLen bounds a banned user id; ticket subjects are far shorter.
-const maxUserLen = 256
+// maxReasonBytes bounds a ban's reason.
+const maxReasonBytes = 500
 
-// Validate checks b's fields.
+// Validate checks b's fields. The user id follows the user id rules of
+// tickets and gifts (ident.CheckUser): a ban of an id no ticket can carry
+// would ban nobody, and one that is not UTF-8 would be listed as U+FFFD,
+// an id the ban cannot be lifted by. The reason is shown text, as cleaned
+// (ident.CleanText): no control characters (a terminal escape in an
+// operator's console), no format characters (a bidi override).
 func (b *Ban) Validate() error {
+	if err := ident.CheckUser(b.User); err != nil {
+		return fmt.Errorf("ingest: ban: %w", err)
+	}
 	switch {
-	case b.User == "" || len(b.User) > maxUserLen:
-		return fmt.Errorf("ingest: ban: user must be 1-%d bytes", maxUserLen)
 	case b.Room != "" && !wire.ValidRoom(b.Room):
 		return fmt.Errorf("ingest: ban: room %q: 1-64 of A-Z a-z 0-9 _ -", b.Room)
-	case len(b.Reason) > 500:
-		return errors.New("ingest: ban: reason: at most 500 bytes")
+	case len(b.Reason) > maxReasonBytes:
+		return fmt.Errorf("ingest: ban: reason: at most %d bytes (got %d)", maxReasonBytes, len(b.Reason))
+	case b.Reason != ident.CleanText(b.Reason):
+		return errors.New("ingest: ban: reason: control or format characters, or white space to collapse; clean it as shown text (ident.CleanText)")
 	}
 	return nil
 }
@@ -258,6 +267,12 @@ type BanRequest struct {
 // maxBanBody bounds a ban request body.
 const maxBanBody = 4 << 10
 
+// maxBanTTL bounds a ban with an end: ten years ahead. A longer one is a
+// ban without an end (until and ttl_seconds left out). The bound also keeps
+// ttl_seconds, turned into nanoseconds, far from overflowing: unchecked,
+// 1e10 s wrapped around to an until in 1759, a ban not in force.
+const maxBanTTL = 10 * 365 * 24 * time.Hour
+
 // Register adds the routes to r.
 func (a *BanAPI) Register(r gin.IRoutes) {
 	auth := func(c *gin.Context) {
@@ -301,18 +316,21 @@ func (a *BanAPI) put(c *gin.Context) {
 		}
 	}
 	now := a.now()
-	b := Ban{User: c.Param("user"), Room: req.Room, Until: req.Until, Reason: req.Reason, At: now}
+	// The reason is cleaned as comments are: kept, without what only a
+	// terminal or a bidi algorithm would act on.
+	b := Ban{User: c.Param("user"), Room: req.Room, Until: req.Until, Reason: ident.CleanText(req.Reason), At: now}
+	const maxTTLSeconds = int64(maxBanTTL / time.Second)
 	switch {
-	case req.TTLSeconds < 0:
-		httpx.Abort(c, httpx.Errorf(http.StatusBadRequest, "bad_ban", "ttl_seconds must be positive"))
+	case req.TTLSeconds < 0 || req.TTLSeconds > maxTTLSeconds:
+		httpx.Abort(c, httpx.Errorf(http.StatusBadRequest, "bad_ban", "ttl_seconds must be 1-%d (10 years), or left out with until for a ban without an end (got %d)", maxTTLSeconds, req.TTLSeconds))
 		return
 	case req.TTLSeconds > 0 && !req.Until.IsZero():
 		httpx.Abort(c, httpx.Errorf(http.StatusBadRequest, "bad_ban", "give until or ttl_seconds, not both"))
 		return
 	case req.TTLSeconds > 0:
 		b.Until = now.Add(time.Duration(req.TTLSeconds) * time.Second)
-	case !b.Until.IsZero() && !b.Until.After(now):
-		httpx.Abort(c, httpx.Errorf(http.StatusBadRequest, "bad_ban", "until %s is not in the future", b.Until.Format(time.RFC3339)))
+	case !b.Until.IsZero() && (!b.Until.After(now) || b.Until.Sub(now) > maxBanTTL):
+		httpx.Abort(c, httpx.Errorf(http.StatusBadRequest, "bad_ban", "until must be in the future and at most 10 years ahead, or left out with ttl_seconds for a ban without an end (got %s)", b.Until.Format(time.RFC3339)))
 		return
 	}
 	if err := b.Validate(); err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
@@ -317,5 +318,87 @@ func TestBanAPI(t *testing.T) {
 	}
 	if *changed != 3 {
 		t.Fatalf("Changed called %d times, want 3 (two bans, one lift)", *changed)
+	}
+}
+
+// TestBanAPIRanges: a ban's end, given as a TTL or a time, is range-checked
+// with a coded 400 naming the field and its range. A TTL of 1e10 s once
+// overflowed into an until in 1759: a 200 for a ban not in force.
+func TestBanAPIRanges(t *testing.T) {
+	e, _, clk, _ := banAPI(t)
+	const tenYears = 10 * 365 * 24 * time.Hour
+	for _, tt := range []struct {
+		name, body string
+		until      time.Time // zero: refused, naming field
+		field      string
+	}{
+		{"ttl overflowing a duration", `{"ttl_seconds":10000000000}`, time.Time{}, "ttl_seconds must be 1-315360000"},
+		{"largest ttl", `{"ttl_seconds":9223372036854775807}`, time.Time{}, "ttl_seconds must be 1-315360000"},
+		{"ttl one past ten years", `{"ttl_seconds":315360001}`, time.Time{}, "ttl_seconds must be 1-315360000"},
+		{"ttl of ten years", `{"ttl_seconds":315360000}`, clk.Now().Add(tenYears), ""},
+		{"until in 9999", `{"until":"9999-12-31T23:59:59Z"}`, time.Time{}, "until must be in the future and at most 10 years ahead"},
+		{"until just past ten years", `{"until":"` + clk.Now().Add(tenYears+time.Second).Format(time.RFC3339) + `"}`, time.Time{}, "until must be"},
+		{"until in ten years", `{"until":"` + clk.Now().Add(tenYears).Format(time.RFC3339) + `"}`, clk.Now().Add(tenYears), ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			code, out := banCall(t, e, "PUT", "/v1/admin/bans/bob", "op-key", tt.body)
+			if tt.field == "" {
+				if code != http.StatusOK || out["until"] != tt.until.Format(time.RFC3339) {
+					t.Fatalf("%d %v, want 200 until %s", code, out, tt.until.Format(time.RFC3339))
+				}
+				return
+			}
+			e, _ := out["error"].(map[string]any)
+			if msg, _ := e["message"].(string); code != http.StatusBadRequest || e["code"] != "bad_ban" || !strings.Contains(msg, tt.field) {
+				t.Fatalf("%d %v, want 400 bad_ban naming %q", code, out, tt.field)
+			}
+		})
+	}
+}
+
+// TestBanAPIIdentity: a ban's user id follows the user id rules of tickets
+// and gifts — NUL, a bidi override, bytes that are not UTF-8 are refused
+// with a coded 400 naming the rule — so that every listed id is the id the
+// ban is lifted by; its reason is cleaned as comments are.
+func TestBanAPIIdentity(t *testing.T) {
+	e, store, _, _ := banAPI(t)
+	for _, tt := range []struct{ name, escaped, rule string }{
+		{"NUL", "a%00b", "control character"},
+		{"right-to-left override", "alice%E2%80%AE", "invisible format character"},
+		{"not UTF-8", "%ff", "not valid UTF-8"},
+		{"U+FFFD", "%EF%BF%BD", "U+FFFD"},
+		{"white space", "a%20b", "white space"},
+		{"too long", strings.Repeat("u", 65), "at most 64 bytes"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			code, out := banCall(t, e, "PUT", "/v1/admin/bans/"+tt.escaped, "op-key", "")
+			e, _ := out["error"].(map[string]any)
+			if msg, _ := e["message"].(string); code != http.StatusBadRequest || e["code"] != "bad_ban" || !strings.Contains(msg, tt.rule) {
+				t.Fatalf("%d %v, want 400 bad_ban naming %q", code, out, tt.rule)
+			}
+		})
+	}
+	if bans, _, _ := store.List(context.Background()); len(bans) != 0 {
+		t.Fatalf("refused bans stored: %+v", bans)
+	}
+
+	// An id the rules allow, however unusual, is listed as it is and
+	// lifted by what the list says.
+	const user = "用户/1+é"
+	code, out := banCall(t, e, "PUT", "/v1/admin/bans/"+url.PathEscape(user), "op-key", "{\"reason\":\"\\u001b[31mflood\\u001b[0m \\u202eer  \\n spam\"}")
+	if code != http.StatusOK || out["reason"] != "[31mflood[0m er spam" {
+		t.Fatalf("ban: %d %v, want the reason cleaned", code, out)
+	}
+	_, out = banCall(t, e, "GET", "/v1/admin/bans", "op-key", "")
+	bans, _ := out["bans"].([]any)
+	if len(bans) != 1 {
+		t.Fatalf("list: %v", out)
+	}
+	listed, _ := bans[0].(map[string]any)["user"].(string)
+	if code, _ := banCall(t, e, "DELETE", "/v1/admin/bans/"+url.PathEscape(listed), "op-key", ""); code != http.StatusOK {
+		t.Fatalf("lift %q: %d", listed, code)
+	}
+	if bans, _, _ := store.List(context.Background()); len(bans) != 0 {
+		t.Fatalf("the listed id %q did not lift the ban: %+v", listed, bans)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -22,9 +23,12 @@ const defaultOrderTTL = 24 * time.Hour
 // stream entry. Implementations are safe for concurrent use.
 type GiftLog interface {
 	// AppendGift appends m to room's Live lane, with its Order set to
-	// orderID, and records orderID → the entry id, in one atomic step. If
-	// orderID was appended to room within the order TTL, it appends
-	// nothing and returns the first entry's id with duplicate set.
+	// orderID, and records orderID → the entry id and the gift's terms, in
+	// one atomic step. If orderID was appended to room within the order
+	// TTL, it appends nothing: for the same terms (a retry) it returns the
+	// first entry's id with duplicate set; for other terms (the order id
+	// reused for another gift) it returns an *OrderConflictError
+	// (ErrOrderConflict).
 	//
 	// An error may be ambiguous (the append may have happened), but a
 	// retry with the same room and orderID is always safe: it stores the
@@ -35,6 +39,78 @@ type GiftLog interface {
 	// while the room's gift backlog is over its bound; a repeat of an
 	// appended order never is.
 	AppendGift(ctx context.Context, room, orderID string, m wire.Message) (id string, duplicate bool, err error)
+}
+
+// ErrOrderConflict is returned (as an *OrderConflictError) by AppendGift
+// for an order id the room already holds for another gift: other terms
+// (GiftTerms). Nothing is appended. It is the rule payment APIs keep for
+// idempotency keys: a key reused with other parameters is an error, not a
+// replay — answered as a duplicate, a business server that reused an id by
+// mistake would be told that a gift it never stored was accepted (HTTP 409
+// order_conflict).
+var ErrOrderConflict = errors.New("ingest: the order id was used for another gift")
+
+// GiftTerms are what makes a gift order the order it is: who gives what,
+// how much of it. A retry of an order carries the same; its nickname and
+// avatar may be newer (they are only shown), and are not compared.
+type GiftTerms struct {
+	User  string `json:"user"`
+	Gift  string `json:"gift"`
+	Value int64  `json:"value"`
+	// Count is at least 1: a count of 0 is one gift.
+	Count uint32 `json:"count"`
+}
+
+// termsOf returns m's terms.
+func termsOf(m *wire.Message) GiftTerms {
+	return GiftTerms{User: m.User, Gift: m.Gift, Value: m.Value, Count: max(m.Count, 1)}
+}
+
+// differ names the terms in which t and o differ, in field order.
+func (t GiftTerms) differ(o GiftTerms) []string {
+	var out []string
+	if t.User != o.User {
+		out = append(out, "user")
+	}
+	if t.Gift != o.Gift {
+		out = append(out, "gift")
+	}
+	if t.Value != o.Value {
+		out = append(out, "value")
+	}
+	if t.Count != o.Count {
+		out = append(out, "count")
+	}
+	return out
+}
+
+// OrderConflictError is ErrOrderConflict with what differs.
+type OrderConflictError struct {
+	Room, Order string
+	// ID is the entry of the order's first gift.
+	ID string
+	// Fields names the terms the gift differs from the first one in, in
+	// the order user, gift, value, count.
+	Fields []string
+	// First is the first gift's terms.
+	First GiftTerms
+}
+
+func (e *OrderConflictError) Error() string {
+	return fmt.Sprintf("%v: order %q of room %s is %s's %d×%s of value %d (entry %s); this gift differs in %s",
+		ErrOrderConflict, e.Order, e.Room, e.First.User, e.First.Count, e.First.Gift, e.First.Value, e.ID, strings.Join(e.Fields, ", "))
+}
+
+// Is makes errors.Is(err, ErrOrderConflict) true.
+func (e *OrderConflictError) Is(target error) bool { return target == ErrOrderConflict }
+
+// checkTerms answers a repeat of order orderID of room, first appended as
+// entry id with terms first: nil for the same terms, else the conflict.
+func checkTerms(room, orderID, id string, first GiftTerms, m *wire.Message) error {
+	if fields := termsOf(m).differ(first); len(fields) > 0 {
+		return &OrderConflictError{Room: room, Order: orderID, ID: id, Fields: fields, First: first}
+	}
+	return nil
 }
 
 // ErrBadGift is returned by AppendGift for a room id that wire.ValidRoom

@@ -55,6 +55,7 @@ type giftOrder struct{ room, order string }
 
 type giftRecord struct {
 	id      string
+	terms   GiftTerms
 	expires time.Time
 }
 
@@ -102,6 +103,9 @@ func (l *MemoryGiftLog) AppendGift(ctx context.Context, room, orderID string, m 
 	now := l.clock.Now()
 	l.forgetLocked(now)
 	if r, ok := l.orders[key]; ok && now.Before(r.expires) {
+		if err := checkTerms(room, orderID, r.id, r.terms, &m); err != nil {
+			return "", false, err
+		}
 		return r.id, true, nil
 	}
 	if l.backlog != nil {
@@ -124,7 +128,7 @@ func (l *MemoryGiftLog) AppendGift(ctx context.Context, room, orderID string, m 
 	}
 	id := out[0].ID
 	expires := now.Add(l.ttl)
-	l.orders[key] = giftRecord{id: id, expires: expires}
+	l.orders[key] = giftRecord{id: id, terms: termsOf(&m), expires: expires}
 	l.expiry = append(l.expiry, giftExpiry{key, expires})
 	return id, false, nil
 }

@@ -3,6 +3,7 @@ package ingest
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -98,6 +99,7 @@ type RedisGiftLogConfig struct {
 //
 //	danmaku:{room:ID}:live          the room's Live lane (stream.RedisStore's key)
 //	danmaku:{room:ID}:order:ORDER   the entry id of ORDER, expiring after OrderTTL
+//	danmaku:{room:ID}:orderterms:ORDER  ORDER's GiftTerms (JSON), expiring with it
 //	danmaku:{room:ID}:giftbacklog   the room's gift backlog in seconds (slicer.RedisBacklog)
 //
 // so the script's keys share a Redis Cluster slot, and a new order is
@@ -175,6 +177,14 @@ func orderKey(room, orderID string) string {
 	return redisx.RoomKey(room, "order:"+orderID)
 }
 
+// orderTermsKey returns the key of the terms of room's order orderID,
+// beside its record. A key of its own rather than a second part of the
+// record's value: a node of an older version, during a rolling upgrade,
+// reads the record as the entry id and must still find just that.
+func orderTermsKey(room, orderID string) string {
+	return redisx.RoomKey(room, "orderterms:"+orderID)
+}
+
 // giftBacklogKey is the key where the room's slicer leader publishes its
 // gift backlog: slicer.RedisBacklog's key (ingest does not import the
 // slicer; a test of both checks that they agree).
@@ -183,14 +193,17 @@ func giftBacklogKey(room string) string { return redisx.RoomKey(room, "giftbackl
 // appendGiftScript appends a gift once per order.
 //
 // KEYS[1] the room's Live stream; KEYS[2] the room's order key; KEYS[3] the
-// room's gift backlog key. ARGV[1] the msgpack message (entry field "m");
-// ARGV[2] the order id (entry field "o"); ARGV[3] the order TTL in ms;
-// ARGV[4] "1" when a WAIT follows; ARGV[5] the backlog bound in seconds.
-// Returns {entry id, 1} for an order already appended, {entry id, 0} for
-// one appended now, and {"", 2, backlog} for a new order refused because
-// the backlog is over the bound (nothing written). The order check comes
-// first: a repeat of an appended order gets its answer whatever the
-// backlog.
+// room's gift backlog key; KEYS[4] the order's terms key. ARGV[1] the
+// msgpack message (entry field "m"); ARGV[2] the order id (entry field
+// "o"); ARGV[3] the order TTL in ms; ARGV[4] "1" when a WAIT follows;
+// ARGV[5] the backlog bound in seconds; ARGV[6] the gift's terms (JSON).
+// Returns {entry id, 1, first terms} for an order already appended (the
+// terms "" when the record has none: written by an older version), {entry
+// id, 0} for one appended now, and {"", 2, backlog} for a new order refused
+// because the backlog is over the bound (nothing written). The order check
+// comes first: a repeat of an appended order gets its answer whatever the
+// backlog. The caller compares the terms: a repeat with other terms is the
+// order id reused, not a retry.
 //
 // The backlog key holds "SECONDS PERGIFT" (slicer.RedisBacklog; a bare
 // number is read as SECONDS). A gift appended adds PERGIFT to SECONDS,
@@ -217,7 +230,7 @@ if id and id ~= '' then
 	if ARGV[4] == '1' then
 		redis.call('SET', KEYS[2], id, 'KEEPTTL')
 	end
-	return {id, 1}
+	return {id, 1, redis.call('GET', KEYS[4]) or ''}
 end
 local raw = redis.call('GET', KEYS[3])
 local sec, per, perText = 0, 0, nil
@@ -231,6 +244,7 @@ if raw then
 end
 id = redis.call('XADD', KEYS[1], '*', 'm', ARGV[1], 'o', ARGV[2])
 redis.call('SET', KEYS[2], id, 'PX', ARGV[3])
+redis.call('SET', KEYS[4], ARGV[6], 'PX', ARGV[3])
 if per > 0 then
 	redis.call('SET', KEYS[3], string.format('%.6f %s', sec + per, perText), 'KEEPTTL')
 end
@@ -254,16 +268,20 @@ func (l *RedisGiftLog) AppendGift(ctx context.Context, room, orderID string, m w
 	if err != nil {
 		return fail(err)
 	}
-	keys := []string{l.streams.StreamKey(stream.Key{Room: room, Lane: stream.Live}), orderKey(room, orderID), giftBacklogKey(room)}
+	terms, err := json.Marshal(termsOf(&m))
+	if err != nil {
+		return fail(err)
+	}
+	keys := []string{l.streams.StreamKey(stream.Key{Room: room, Lane: stream.Live}), orderKey(room, orderID), giftBacklogKey(room), orderTermsKey(room, orderID)}
 	bound := l.bound.of(room)
 	// Lua reads the bound with tonumber, which knows no infinity: an
 	// unbounded room gets the largest finite bound instead.
 	boundArg := strconv.FormatFloat(min(bound, math.MaxFloat64), 'g', -1, 64)
 	var res []any
 	if l.waitReplicas > 0 {
-		res, err = l.runAndWait(ctx, keys, b, orderID, l.ttlMs, "1", boundArg)
+		res, err = l.runAndWait(ctx, keys, b, orderID, l.ttlMs, "1", boundArg, terms)
 	} else {
-		res, err = appendGiftScript.Run(ctx, l.client, keys, b, orderID, l.ttlMs, "0", boundArg).Slice()
+		res, err = appendGiftScript.Run(ctx, l.client, keys, b, orderID, l.ttlMs, "0", boundArg, terms).Slice()
 	}
 	if err != nil {
 		return fail(err)
@@ -274,6 +292,15 @@ func (l *RedisGiftLog) AppendGift(ctx context.Context, room, orderID string, m w
 	}
 	if a.refused {
 		return "", false, backlogRefusal(room, a.backlog, bound)
+	}
+	if a.dup && a.terms != "" {
+		var first GiftTerms
+		if err := json.Unmarshal([]byte(a.terms), &first); err != nil {
+			return fail(fmt.Errorf("terms of the first gift: %w", err))
+		}
+		if err := checkTerms(room, orderID, a.id, first, &m); err != nil {
+			return "", false, err
+		}
 	}
 	l.rooms.register(ctx, room)
 	return a.id, a.dup, nil
@@ -378,10 +405,12 @@ func encodeEntry(m wire.Message) ([]byte, error) {
 }
 
 // giftAnswer is the gift script's answer: an entry id (dup: of an earlier
-// append), or a refusal with the backlog that caused it.
+// append, with its terms, "" if unknown), or a refusal with the backlog
+// that caused it.
 type giftAnswer struct {
 	id      string
 	dup     bool
+	terms   string
 	refused bool
 	backlog float64
 }
@@ -400,8 +429,8 @@ func parseAppendGift(res []any) (giftAnswer, error) {
 	case 2:
 		id, ok1 := res[0].(string)
 		flag, ok2 := res[1].(int64)
-		if ok1 && ok2 && id != "" && (flag == 0 || flag == 1) {
-			return giftAnswer{id: id, dup: flag == 1}, nil
+		if ok1 && ok2 && id != "" && flag == 0 {
+			return giftAnswer{id: id}, nil
 		}
 	case 3:
 		raw, ok := res[2].(string)
@@ -409,6 +438,11 @@ func parseAppendGift(res []any) (giftAnswer, error) {
 			if b, err := strconv.ParseFloat(raw, 64); err == nil {
 				return giftAnswer{refused: true, backlog: b}, nil
 			}
+		}
+		id, ok1 := res[0].(string)
+		flag, ok2 := res[1].(int64)
+		if ok && ok1 && ok2 && id != "" && flag == 1 {
+			return giftAnswer{id: id, dup: true, terms: raw}, nil
 		}
 	}
 	return giftAnswer{}, fmt.Errorf("unexpected script answer %v", res)

@@ -118,9 +118,12 @@ func TestGiftLogConformance(t *testing.T) {
 	}{
 		{"appends once, then answers the first id", func(t *testing.T, e env) {
 			id := mustAppendGift(t, e.log, "once", "o1", testGift(100), false)
-			// A retry (even one whose body changed) appends nothing.
-			for _, v := range []int64{100, 999} {
-				if again := mustAppendGift(t, e.log, "once", "o1", testGift(v), true); again != id {
+			// A retry appends nothing, its nickname or avatar changed or not
+			// (they are only shown).
+			renamed := testGift(100)
+			renamed.Nick, renamed.Avatar, renamed.Text = "Anna", "a8", "again"
+			for _, m := range []wire.Message{testGift(100), renamed} {
+				if again := mustAppendGift(t, e.log, "once", "o1", m, true); again != id {
 					t.Fatalf("duplicate answered id %s, want the first, %s", again, id)
 				}
 			}
@@ -137,9 +140,53 @@ func TestGiftLogConformance(t *testing.T) {
 				if ttl, err := e.rdb.PTTL(ctx, "danmaku:{room:once}:order:o1").Result(); err != nil || ttl <= 23*time.Hour {
 					t.Fatalf("order record PTTL = %v, %v; want the 24 h default", ttl, err)
 				}
+				terms, err := e.rdb.Get(ctx, "danmaku:{room:once}:orderterms:o1").Result()
+				if want := `{"user":"u1","gift":"rocket","value":100,"count":3}`; err != nil || terms != want {
+					t.Fatalf("order terms = %q, %v; want %s under the room's hash tag", terms, err, want)
+				}
+				if ttl, err := e.rdb.PTTL(ctx, "danmaku:{room:once}:orderterms:o1").Result(); err != nil || ttl <= 23*time.Hour {
+					t.Fatalf("order terms PTTL = %v, %v; want the record's", ttl, err)
+				}
 				if n, err := e.rdb.XLen(ctx, "danmaku:{room:once}:live").Result(); err != nil || n != 1 {
 					t.Fatalf("XLEN of the room's live stream = %d, %v; want 1", n, err)
 				}
+			}
+		}},
+		{"an order id reused for another gift is refused, naming what differs", func(t *testing.T, e env) {
+			id := mustAppendGift(t, e.log, "reuse", "o1", testGift(100), false)
+			first := ingest.GiftTerms{User: "u1", Gift: "rocket", Value: 100, Count: 3}
+			for _, c := range []struct {
+				name   string
+				mod    func(*wire.Message)
+				fields []string
+			}{
+				{"another user", func(m *wire.Message) { m.User = "u2" }, []string{"user"}},
+				{"another gift", func(m *wire.Message) { m.Gift = "rose" }, []string{"gift"}},
+				{"another value", func(m *wire.Message) { m.Value = 999 }, []string{"value"}},
+				{"another count", func(m *wire.Message) { m.Count = 1 }, []string{"count"}},
+				{"all of them", func(m *wire.Message) { m.User, m.Gift, m.Value, m.Count = "u2", "rose", 1, 0 }, []string{"user", "gift", "value", "count"}},
+			} {
+				m := testGift(100)
+				c.mod(&m)
+				_, dup, err := e.log.AppendGift(context.Background(), "reuse", "o1", m)
+				ce, ok := errors.AsType[*ingest.OrderConflictError](err)
+				if !ok || !errors.Is(err, ingest.ErrOrderConflict) || dup {
+					t.Fatalf("%s: duplicate %v, %v; want ErrOrderConflict", c.name, dup, err)
+				}
+				if ce.ID != id || ce.Room != "reuse" || ce.Order != "o1" || ce.First != first || !slices.Equal(ce.Fields, c.fields) {
+					t.Fatalf("%s: %+v, want entry %s, first %+v, fields %v", c.name, ce, id, first, c.fields)
+				}
+			}
+			if es := liveEntries(t, e.streams, "reuse"); len(es) != 1 || es[0].ID != id {
+				t.Fatalf("live lane holds %+v, want the first gift alone", es)
+			}
+			// A count of 0 is one gift: the same terms as a count of 1.
+			one := testGift(5)
+			one.Count = 1
+			a := mustAppendGift(t, e.log, "reuse", "o2", one, false)
+			one.Count = 0
+			if again := mustAppendGift(t, e.log, "reuse", "o2", one, true); again != a {
+				t.Fatalf("count 0 after count 1 answered %s, want %s", again, a)
 			}
 		}},
 		{"reads back through the stream store", func(t *testing.T, e env) {
@@ -291,22 +338,33 @@ func TestRedisGiftLogEntryMatchesStore(t *testing.T) {
 	}
 }
 
-// TestRedisGiftLogReservationLeftByOldNodes: a Reserve/Commit order book
-// (the design this replaced) left "" while a call held an order. Met during
-// a rolling upgrade, it is no id to answer: the gift is appended.
-func TestRedisGiftLogReservationLeftByOldNodes(t *testing.T) {
+// TestRedisGiftLogRecordsOfOlderVersions: records an older version left
+// behind, met during a rolling upgrade. A Reserve/Commit order book (the
+// design this replaced) left "" while a call held an order: no id to
+// answer, so the gift is appended. An order recorded before terms were kept
+// beside it cannot be compared: a repeat is answered as the duplicate it
+// most likely is.
+func TestRedisGiftLogRecordsOfOlderVersions(t *testing.T) {
 	ctx := context.Background()
 	for _, k := range redistest.Kinds() {
 		t.Run(k.Name, func(t *testing.T) {
 			rdb := k.Client(t)
 			store := newRedisStore(t, rdb)
-			if err := rdb.Set(ctx, "danmaku:{room:old}:order:o1", "", time.Minute).Err(); err != nil {
-				t.Fatal(err)
-			}
 			l := newRedisGiftLog(t, rdb, store, 0)
-			id := mustAppendGift(t, l, "old", "o1", testGift(1), false)
-			if again := mustAppendGift(t, l, "old", "o1", testGift(1), true); again != id {
-				t.Fatalf("duplicate answered %s, want %s", again, id)
+			for _, c := range []struct {
+				room, record string
+				dup          bool
+			}{{"reserved", "", false}, {"termless", "1-1", true}} {
+				if err := rdb.Set(ctx, "danmaku:{room:"+c.room+"}:order:o1", c.record, time.Minute).Err(); err != nil {
+					t.Fatal(err)
+				}
+				id := mustAppendGift(t, l, c.room, "o1", testGift(1), c.dup)
+				if c.dup && id != c.record {
+					t.Fatalf("%s: duplicate answered %s, want %s", c.room, id, c.record)
+				}
+				if again := mustAppendGift(t, l, c.room, "o1", testGift(1), true); again != id {
+					t.Fatalf("%s: duplicate answered %s, want %s", c.room, again, id)
+				}
 			}
 		})
 	}

@@ -37,6 +37,10 @@ type LotteryAPI struct {
 	Keys []string
 	// Hosts verifies hosts' dynamic tokens. Nil: operator keys only.
 	Hosts *auth.Keyring
+	// Addr is this node's advertised address: a host's token not issued
+	// for it is refused (403 wrong_node), as an announcement's is. Empty:
+	// not checked (a single node).
+	Addr string
 	// Clock stamps starts and stops. Nil: real clock.
 	Clock clock.Clock
 	// Changed, when set, is called after every start and stop, so that
@@ -83,6 +87,10 @@ func (a *LotteryAPI) auth(c *gin.Context) {
 	}
 	if a.Hosts != nil {
 		if claims, err := a.Hosts.Verify(httpx.BearerToken(c, "")); err == nil {
+			if a.Addr != "" && !claims.HasAddr(a.Addr) {
+				httpx.Abort(c, httpx.Errorf(http.StatusForbidden, "wrong_node", "token was not issued for this node"))
+				return
+			}
 			if claims.Room != c.Param("room") || (claims.Role != auth.RoleHost && claims.Role != auth.RoleAdmin) {
 				httpx.Abort(c, httpx.Errorf(http.StatusForbidden, "forbidden", "lotteries of a room need its host's or an admin's token, or an operator key"))
 				return
@@ -127,15 +135,14 @@ func (a *LotteryAPI) start(c *gin.Context) {
 	}
 	now := a.now()
 	l := Lottery{ID: req.ID, Room: c.Param("room"), Keyword: normalize(req.Keyword), Until: req.Until, StartedAt: now, StartedBy: c.GetString(hostKey)}
+	const maxSeconds = int64(maxLotteryLength / time.Second)
 	switch {
-	case req.DurationSeconds < 0:
-		httpx.Abort(c, httpx.Errorf(http.StatusBadRequest, "bad_lottery", "duration_seconds must be positive"))
+	case req.DurationSeconds < 0 || req.DurationSeconds > maxSeconds:
+		// Checked before it becomes nanoseconds, which would overflow.
+		httpx.Abort(c, httpx.Errorf(http.StatusBadRequest, "bad_lottery", "duration_seconds must be 1-%d (a lottery runs at most %v) (got %d)", maxSeconds, maxLotteryLength, req.DurationSeconds))
 		return
 	case req.DurationSeconds > 0 && !req.Until.IsZero():
 		httpx.Abort(c, httpx.Errorf(http.StatusBadRequest, "bad_lottery", "give until or duration_seconds, not both"))
-		return
-	case req.DurationSeconds > int64(maxLotteryLength/time.Second):
-		httpx.Abort(c, httpx.Errorf(http.StatusBadRequest, "bad_lottery", "a lottery runs at most %v", maxLotteryLength))
 		return
 	case req.DurationSeconds > 0:
 		// Whole milliseconds: what the stores keep, so a start sent again

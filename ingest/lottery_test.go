@@ -608,14 +608,20 @@ func newLotteryAPIFixture(t testing.TB) *lotteryAPIFixture {
 	}
 	f := &lotteryAPIFixture{store: ingest.NewMemoryLotteryStore(c), ring: ring}
 	f.engine = httpx.NewEngine(httpx.EngineConfig{Role: "ingest", Logger: quiet})
-	api := &ingest.LotteryAPI{Store: f.store, Keys: []string{lotteryOpKey}, Hosts: ring, Clock: c, Changed: func(context.Context) { f.changed++ }}
+	api := &ingest.LotteryAPI{Store: f.store, Keys: []string{lotteryOpKey}, Hosts: ring, Addr: "http://ingest-1", Clock: c, Changed: func(context.Context) { f.changed++ }}
 	api.Register(f.engine)
 	return f
 }
 
 func (f *lotteryAPIFixture) token(t testing.TB, room, user, role string) string {
 	t.Helper()
-	tok, _, err := f.ring.Sign(auth.Claims{Room: room, Role: role, Addrs: []string{"http://ingest-1"}, RegisteredClaims: jwt.RegisteredClaims{Subject: user}})
+	return f.tokenFor(t, "http://ingest-1", room, user, role)
+}
+
+// tokenFor is a token issued for the node at addr.
+func (f *lotteryAPIFixture) tokenFor(t testing.TB, addr, room, user, role string) string {
+	t.Helper()
+	tok, _, err := f.ring.Sign(auth.Claims{Room: room, Role: role, Addrs: []string{addr}, RegisteredClaims: jwt.RegisteredClaims{Subject: user}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -721,6 +727,9 @@ func TestLotteryAPI(t *testing.T) {
 		{"wrong key", "GET", base + "/l1", "nope", "", 401, "bad_operator_key"},
 		{"viewer token", "GET", base + "/l1", f.token(t, "r1", "v", auth.RoleViewer), "", 403, "forbidden"},
 		{"host of another room", "GET", base + "/l1", f.token(t, "r2", "h", auth.RoleHost), "", 403, "forbidden"},
+		// As announcements: a host's token must be issued for this node.
+		{"host token for another node", "GET", base + "/l1", f.tokenFor(t, "http://ingest-2", "r1", "h", auth.RoleHost), "", 403, "wrong_node"},
+		{"host token for another node, start", "POST", base, f.tokenFor(t, "http://ingest-2", "r1", "h", auth.RoleHost), `{"id": "l9", "keyword": "go", "duration_seconds": 5}`, 403, "wrong_node"},
 		{"unknown lottery", "GET", base + "/nope", lotteryOpKey, "", 404, "no_such_lottery"},
 		{"entrants of an unknown lottery", "GET", base + "/nope/entrants", lotteryOpKey, "", 404, "no_such_lottery"},
 		{"stop unknown", "POST", base + "/nope/stop", lotteryOpKey, "", 404, "no_such_lottery"},
@@ -730,6 +739,7 @@ func TestLotteryAPI(t *testing.T) {
 		{"past end", "POST", base, lotteryOpKey, `{"id": "l3", "keyword": "go", "until": "2029-01-01T00:00:00Z"}`, 400, "bad_lottery"},
 		{"too long", "POST", base, lotteryOpKey, `{"id": "l3", "keyword": "go", "duration_seconds": 100000}`, 400, "bad_lottery"},
 		{"negative", "POST", base, lotteryOpKey, `{"id": "l3", "keyword": "go", "duration_seconds": -1}`, 400, "bad_lottery"},
+		{"overflowing a duration", "POST", base, lotteryOpKey, `{"id": "l3", "keyword": "go", "duration_seconds": 10000000000}`, 400, "bad_lottery"},
 		{"empty keyword", "POST", base, lotteryOpKey, `{"id": "l3", "keyword": "  ", "duration_seconds": 5}`, 400, "bad_lottery"},
 		{"bad id", "POST", base, lotteryOpKey, `{"id": "l 3", "keyword": "go", "duration_seconds": 5}`, 400, "bad_lottery"},
 		{"bad room", "POST", "/v1/admin/rooms/r!/lotteries", lotteryOpKey, `{"id": "l3", "keyword": "go", "duration_seconds": 5}`, 400, "bad_lottery"},
@@ -745,6 +755,14 @@ func TestLotteryAPI(t *testing.T) {
 				t.Fatalf("%d %s, want %d %s", rec.Code, rec.Body, c.status, c.code)
 			}
 		})
+	}
+	// A duration out of range is refused naming its range, before it is
+	// turned into nanoseconds (1e10 s would overflow).
+	for _, d := range []string{"-1", "86401", "10000000000"} {
+		rec := f.do("POST", base, lotteryOpKey, `{"id": "l3", "keyword": "go", "duration_seconds": `+d+`}`)
+		if rec.Code != 400 || !strings.Contains(rec.Body.String(), "duration_seconds must be 1-86400") {
+			t.Errorf("duration_seconds %s: %d %s, want 400 naming the range", d, rec.Code, rec.Body)
+		}
 	}
 }
 

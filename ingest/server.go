@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -872,6 +873,15 @@ func (s *Server) gift(c *gin.Context) {
 		s.overflows.WithLabelValues("gift_backlog").Inc()
 		e := httpx.Errorf(http.StatusTooManyRequests, "gift_backlog", "room %s has %.0f s of gifts waiting to be shown (bound %.0f s); retry the same order later", g.Room, be.Backlog, be.Bound)
 		e.RetryAfter = be.RetryAfter
+		s.reject(c, "gift", e)
+		return
+	}
+	if ce, ok := errors.AsType[*OrderConflictError](err); ok {
+		// Not stored, and not a retry: the business server reused an
+		// order id. A duplicate:true would tell it this gift was accepted.
+		e := httpx.Errorf(http.StatusConflict, "order_conflict",
+			"order_id %q was used in room %s for another gift (user %q, gift %q, value %d, count %d); this one differs in %s: not stored, a new gift needs a new order id",
+			ce.Order, ce.Room, ce.First.User, ce.First.Gift, ce.First.Value, ce.First.Count, strings.Join(ce.Fields, ", "))
 		s.reject(c, "gift", e)
 		return
 	}

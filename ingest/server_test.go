@@ -871,6 +871,43 @@ func decodeGift(tb testing.TB, rec *httptest.ResponseRecorder) giftResponse {
 	return g
 }
 
+// TestGiftOrderConflict: an order id reused with another user, gift, value
+// or count is a coded 409 naming what differs, and stores nothing; the same
+// body again stays a 200 duplicate, a newer nickname or avatar too.
+func TestGiftOrderConflict(t *testing.T) {
+	f := newFixture(t, nil)
+	first := decodeGift(t, f.do(http.MethodPost, "/v1/gifts", serviceKey, giftBody(nil)))
+	for _, c := range []struct {
+		name  string
+		mod   func(map[string]any)
+		names string
+	}{
+		{"another user", set("user", "u2"), "differs in user"},
+		{"another gift", set("gift", "rose"), "differs in gift"},
+		{"another value", set("value", 1), "differs in value"},
+		{"another count", set("count", 3), "differs in count"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rec := f.do(http.MethodPost, "/v1/gifts", serviceKey, giftBody(c.mod))
+			if rec.Code != http.StatusConflict || !strings.Contains(rec.Body.String(), `"code":"order_conflict"`) ||
+				!strings.Contains(rec.Body.String(), c.names) || !strings.Contains(rec.Body.String(), `user \"u1\", gift \"rocket\", value 500, count 2`) {
+				t.Fatalf("%d %s, want 409 order_conflict naming the first gift and %q", rec.Code, rec.Body, c.names)
+			}
+		})
+	}
+	for _, mod := range []func(map[string]any){nil, set("nick", "newer"), set("avatar", "a2")} {
+		if again := decodeGift(t, f.do(http.MethodPost, "/v1/gifts", serviceKey, giftBody(mod))); !again.Duplicate || again.ID != first.ID {
+			t.Fatalf("a retry answered %+v, want duplicate %s", again, first.ID)
+		}
+	}
+	if n := len(f.entries(t, room, stream.Live)); n != 1 {
+		t.Fatalf("live lane holds %d, want the first gift alone", n)
+	}
+	if n := metric(t, f.reg, "danmaku_ingest_rejected_total", map[string]string{"layer": "gift", "reason": "order_conflict"}); n != 4 {
+		t.Errorf("rejected{gift, order_conflict} = %v, want 4", n)
+	}
+}
+
 func TestGiftIdempotent(t *testing.T) {
 	f := newFixture(t, nil)
 	first := decodeGift(t, f.do(http.MethodPost, "/v1/gifts", serviceKey, giftBody(nil)))

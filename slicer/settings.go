@@ -128,6 +128,26 @@ func (s *Slicer) syncSettings(ctx context.Context) {
 	s.cfg.Logger.Info("slicer: settings changed", "budget", st.Budget, "shares", st.Shares)
 }
 
+// settingsRequest is the body of PUT /v1/admin/budget. Its shares are a
+// slice, not Shares: encoding/json fills an array from a shorter JSON
+// array with zeros and drops what is past its end, so [1] became
+// [1,0,0,0] and a fifth share vanished, both answered 200.
+type settingsRequest struct {
+	Budget int       `json:"budget"`
+	Shares []float64 `json:"shares"`
+}
+
+// settings returns the request's Settings, or an error naming the shares
+// when there are not exactly numQueues of them.
+func (r *settingsRequest) settings() (Settings, error) {
+	s := Settings{Budget: r.Budget}
+	if len(r.Shares) != int(numQueues) {
+		return s, fmt.Errorf("slicer: shares: exactly %d (system, high-value gifts, low-value gifts, barrage), no more, no fewer (got %d)", numQueues, len(r.Shares))
+	}
+	copy(s.Shares[:], r.Shares)
+	return s, nil
+}
+
 // RegisterAdmin adds GET and PUT /v1/admin/budget to r, for holders of one
 // of keys (Authorization: Bearer; no keys: nobody). PUT validates, saves to
 // the shared settings store (every slicer applies it within Discover) and
@@ -140,12 +160,16 @@ func (s *Slicer) RegisterAdmin(r gin.IRoutes, keys []string) {
 	}
 	r.GET("/v1/admin/budget", authorized, func(c *gin.Context) { c.JSON(http.StatusOK, s.Current()) })
 	r.PUT("/v1/admin/budget", authorized, func(c *gin.Context) {
-		var in Settings
-		if e := httpx.BindJSON(c, 1<<10, &in); e != nil {
+		var req settingsRequest
+		if e := httpx.BindJSON(c, 1<<10, &req); e != nil {
 			httpx.Abort(c, e)
 			return
 		}
-		if err := checkBudget(in.Budget, in.Shares); err != nil {
+		in, err := req.settings()
+		if err == nil {
+			err = checkBudget(in.Budget, in.Shares)
+		}
+		if err != nil {
 			httpx.Abort(c, httpx.Errorf(http.StatusBadRequest, "bad_settings", "%v", err))
 			return
 		}

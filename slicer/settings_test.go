@@ -54,17 +54,29 @@ func TestAdminBudgetReachesOtherSlicers(t *testing.T) {
 	for _, c := range []struct {
 		name, method, body, key string
 		status                  int
+		// message, for a 400 bad_settings: a part of its message.
+		message string
 	}{
-		{"no key", "GET", "", "", http.StatusUnauthorized},
-		{"wrong key", "PUT", `{"budget":10,"shares":[0.25,0.25,0.25,0.25]}`, "x", http.StatusUnauthorized},
-		{"bad json", "PUT", `{"budget":`, "k", http.StatusBadRequest},
-		{"shares off", "PUT", `{"budget":10,"shares":[0.5,0.5,0.5,0]}`, "k", http.StatusBadRequest},
-		{"zero budget", "PUT", `{"budget":0,"shares":[0.25,0.25,0.25,0.25]}`, "k", http.StatusBadRequest},
-		{"ok", "PUT", `{"budget":30,"shares":[0.1,0.2,0.3,0.4]}`, "k", http.StatusOK},
-		{"read", "GET", "", "k", http.StatusOK},
+		{"no key", "GET", "", "", http.StatusUnauthorized, ""},
+		{"wrong key", "PUT", `{"budget":10,"shares":[0.25,0.25,0.25,0.25]}`, "x", http.StatusUnauthorized, ""},
+		{"bad json", "PUT", `{"budget":`, "k", http.StatusBadRequest, ""},
+		{"shares off", "PUT", `{"budget":10,"shares":[0.5,0.5,0.5,0]}`, "k", http.StatusBadRequest, "shares must sum to 1"},
+		{"zero budget", "PUT", `{"budget":0,"shares":[0.25,0.25,0.25,0.25]}`, "k", http.StatusBadRequest, "budget must be 1-100000"},
+		{"budget too large", "PUT", `{"budget":100001,"shares":[0.25,0.25,0.25,0.25]}`, "k", http.StatusBadRequest, "budget must be 1-100000"},
+		{"share out of range", "PUT", `{"budget":10,"shares":[1.5,-0.5,0,0]}`, "k", http.StatusBadRequest, "shares[0] must be from 0 to 1"},
+		// Once padded to [1,0,0,0] and cut to four, answered 200.
+		{"one share", "PUT", `{"budget":10,"shares":[1]}`, "k", http.StatusBadRequest, "exactly 4"},
+		{"five shares", "PUT", `{"budget":10,"shares":[0.1,0.3,0.2,0.4,0]}`, "k", http.StatusBadRequest, "no fewer (got 5)"},
+		{"no shares", "PUT", `{"budget":10}`, "k", http.StatusBadRequest, "(got 0)"},
+		{"ok", "PUT", `{"budget":30,"shares":[0.1,0.2,0.3,0.4]}`, "k", http.StatusOK, ""},
+		{"read", "GET", "", "k", http.StatusOK, ""},
 	} {
-		if w := do(c.method, c.body, c.key); w.Code != c.status {
+		w := do(c.method, c.body, c.key)
+		if w.Code != c.status {
 			t.Fatalf("%s: %d %s", c.name, w.Code, w.Body)
+		}
+		if c.message != "" && (!strings.Contains(w.Body.String(), `"code":"bad_settings"`) || !strings.Contains(w.Body.String(), c.message)) {
+			t.Fatalf("%s: %s, want bad_settings saying %q", c.name, w.Body, c.message)
 		}
 	}
 	if a.Current().Budget != 30 {

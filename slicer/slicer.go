@@ -289,16 +289,21 @@ func (s *Slicer) SetBudget(budget int, shares Shares) error {
 	return nil
 }
 
+// checkBudget names the first field out of its range: the operator API
+// answers with its message.
 func checkBudget(budget int, shares Shares) error {
+	if budget < 1 || budget > maxBudget {
+		return fmt.Errorf("slicer: budget must be 1-%d messages per second (got %d)", maxBudget, budget)
+	}
 	sum := 0.0
-	for _, v := range shares {
+	for i, v := range shares {
 		if !(v >= 0 && v <= 1) { // also refuses NaN
-			return fmt.Errorf("slicer: share %v outside [0, 1]", v)
+			return fmt.Errorf("slicer: shares[%d] must be from 0 to 1 (got %v)", i, v)
 		}
 		sum += v
 	}
-	if budget < 1 || budget > maxBudget || !(sum >= 0.999 && sum <= 1.001) {
-		return fmt.Errorf("slicer: budget must be 1-%d and shares sum to 1 (got %d, %.3f)", maxBudget, budget, sum)
+	if !(sum >= 0.999 && sum <= 1.001) {
+		return fmt.Errorf("slicer: shares must sum to 1 (got %.3f)", sum)
 	}
 	return nil
 }

@@ -4,15 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"danmaku/internal/audit"
 	"danmaku/internal/objstore"
+	"danmaku/internal/stack"
 	"danmaku/internal/wire"
 )
 
@@ -20,7 +23,9 @@ import (
 // `danmaku audit` reads it without -audit-s3-bucket: $DANMAKU_AUDIT_DIR,
 // else danmaku/audit in the user's cache directory. Never the segments
 // directory: the origin serves every file there, and the trail names users
-// and what they wrote.
+// and what they wrote. Only dev has a default: a role's cache directory may
+// be in memory (under systemd, the runtime directory's tmpfs), so ingest and
+// slicer are given theirs explicitly (checkAudit).
 func DefaultAuditDir() string {
 	if d := os.Getenv("DANMAKU_AUDIT_DIR"); d != "" {
 		return d
@@ -32,6 +37,37 @@ func DefaultAuditDir() string {
 	return filepath.Join(base, "danmaku", "audit")
 }
 
+// checkAudit holds the audit trail of an ingest or a slicer to a durable
+// destination. Outside dev it is given explicitly: an S3 bucket, or a
+// directory that keeps its files across restarts — never one in memory
+// (tmpfs, ramfs), which a stop or a reboot wipes although the trail is
+// kept for 30 days. dev has its default directory and no check.
+func (f *serveFlags) checkAudit(roles []string) error {
+	var keepers []string
+	for _, r := range roles {
+		if r == stack.RoleIngest || r == stack.RoleSlicer {
+			keepers = append(keepers, r)
+		}
+	}
+	if len(keepers) == 0 || f.auditBucket != "" {
+		return nil
+	}
+	if f.auditDir == "" {
+		return usageError{fmt.Errorf("%s keeps an audit trail and has nowhere durable to keep it: give -audit-s3-bucket [DANMAKU_AUDIT_S3_BUCKET], or -audit-dir [DANMAKU_AUDIT_DIR] on a disk (only dev has a default directory)", strings.Join(keepers, " and "))}
+	}
+	if f.dev {
+		return nil
+	}
+	fsName, err := memoryFS(f.auditDir)
+	if err != nil {
+		return fmt.Errorf("-audit-dir %s [DANMAKU_AUDIT_DIR]: %w", f.auditDir, err)
+	}
+	if fsName != "" {
+		return usageError{fmt.Errorf("-audit-dir %s [DANMAKU_AUDIT_DIR] is on %s, in memory: the audit trail would be lost at every stop or reboot; give a directory on a disk, or -audit-s3-bucket [DANMAKU_AUDIT_S3_BUCKET]", f.auditDir, fsName)}
+	}
+	return nil
+}
+
 // auditStoreFlags reach the audit trail's store: a bucket of its own (not
 // the segments bucket, which the CDN serves) on the same S3 endpoint,
 // region and credentials as the other commands, or a local directory.
@@ -40,14 +76,9 @@ type auditStoreFlags struct {
 	s3  objstore.S3Config
 }
 
-type flagSet interface {
-	StringVar(*string, string, string, string)
-	BoolVar(*bool, string, bool, string)
-}
-
-// register adds the audit trail's own flags; a role's flag set (which
-// already has the shared -s3-* flags) can take them too.
-func (f *auditStoreFlags) register(fs flagSet) {
+// register adds the audit trail's own flags.
+func (f *auditStoreFlags) register(ss *settings) {
+	fs := ss.fs
 	fs.StringVar(&f.dir, "audit-dir", DefaultAuditDir(), "directory of the audit trail without -audit-s3-bucket (dev) [DANMAKU_AUDIT_DIR]")
 	fs.StringVar(&f.s3.Bucket, "audit-s3-bucket", env("DANMAKU_AUDIT_S3_BUCKET", ""), "S3 bucket of the audit trail (never the segments bucket) [DANMAKU_AUDIT_S3_BUCKET]")
 	fs.StringVar(&f.s3.Prefix, "audit-s3-prefix", env("DANMAKU_AUDIT_S3_PREFIX", ""), "key prefix inside the audit bucket, ending in / [DANMAKU_AUDIT_S3_PREFIX]")
@@ -55,10 +86,11 @@ func (f *auditStoreFlags) register(fs flagSet) {
 
 // registerShared adds the S3 flags every command shares (endpoint, region,
 // addressing), for a command that has no others.
-func (f *auditStoreFlags) registerShared(fs flagSet) {
+func (f *auditStoreFlags) registerShared(ss *settings) {
+	fs := ss.fs
 	fs.StringVar(&f.s3.Endpoint, "s3-endpoint", env("DANMAKU_S3_ENDPOINT", ""), "S3-compatible endpoint URL (default: AWS) [DANMAKU_S3_ENDPOINT]")
 	fs.StringVar(&f.s3.Region, "s3-region", env("DANMAKU_S3_REGION", ""), "S3 region (default us-east-1) [DANMAKU_S3_REGION]")
-	fs.BoolVar(&f.s3.PathStyle, "s3-path-style", env("DANMAKU_S3_PATH_STYLE", "") == "true", "path-style S3 addressing (most S3-compatible servers) [DANMAKU_S3_PATH_STYLE=true]")
+	boolVar(ss, &f.s3.PathStyle, "s3-path-style", "DANMAKU_S3_PATH_STYLE", "path-style S3 addressing (most S3-compatible servers)")
 }
 
 // open returns the store; credentials come from the environment only, as
@@ -106,40 +138,57 @@ type auditJSON struct {
 	audit.Record
 }
 
+// auditArgs are `danmaku audit`'s flags.
+type auditArgs struct {
+	room, since, until, user string
+	json                     bool
+	store                    auditStoreFlags
+	settings                 settings
+}
+
+func (a *auditArgs) register(fs *flag.FlagSet) {
+	ss := &a.settings
+	ss.fs = fs
+	fs.StringVar(&a.room, "room", "", "room id (required)")
+	fs.StringVar(&a.since, "since", "10m", "from: a duration back from now, or an RFC 3339 time")
+	fs.StringVar(&a.until, "until", "", "until (excluded): a duration back from now, or an RFC 3339 time (default: now)")
+	fs.StringVar(&a.user, "user", "", "only this user's comments")
+	boolVar(ss, &a.json, "json", "", "print records as JSON lines")
+	a.store.register(ss)
+	a.store.registerShared(ss)
+}
+
 func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("audit", stderr)
-	room := fs.String("room", "", "room id (required)")
-	since := fs.String("since", "10m", "from: a duration back from now, or an RFC 3339 time")
-	until := fs.String("until", "", "until (excluded): a duration back from now, or an RFC 3339 time (default: now)")
-	user := fs.String("user", "", "only this user's comments")
-	asJSON := fs.Bool("json", false, "print records as JSON lines")
-	var sf auditStoreFlags
-	sf.register(fs)
-	sf.registerShared(fs)
+	var a auditArgs
+	a.register(fs)
 	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := a.settings.err(); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
 	}
-	if !wire.ValidRoom(*room) {
-		return usageError{fmt.Errorf("-room %q: 1-64 of A-Z a-z 0-9 _ -", *room)}
+	if !wire.ValidRoom(a.room) {
+		return usageError{fmt.Errorf("-room %q: 1-64 of A-Z a-z 0-9 _ -", a.room)}
 	}
 	now := time.Now()
-	q := audit.Query{Room: *room, User: *user}
+	q := audit.Query{Room: a.room, User: a.user}
 	var err error
-	if q.Since, err = parseWhen("since", *since, now); err != nil {
+	if q.Since, err = parseWhen("since", a.since, now); err != nil {
 		return err
 	}
-	if *until != "" {
-		if q.Until, err = parseWhen("until", *until, now); err != nil {
+	if a.until != "" {
+		if q.Until, err = parseWhen("until", a.until, now); err != nil {
 			return err
 		}
 		if !q.Since.Before(q.Until) {
 			return usageError{errors.New("-since must be before -until")}
 		}
 	}
-	store, err := sf.open(ctx)
+	store, err := a.store.open(ctx)
 	if err != nil {
 		return err
 	}
@@ -147,7 +196,7 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	n, lost := 0, int64(0)
 	err = audit.Read(ctx, store, q, func(r audit.Record) error {
 		n++
-		if *asJSON {
+		if a.json {
 			return enc.Encode(auditJSON{Time: r.At.UTC().Format(time.RFC3339Nano), Record: r})
 		}
 		_, err := fmt.Fprintln(stdout, formatAudit(r))
@@ -157,7 +206,7 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintf(stderr, "warning: %d records of node %s were lost before %s (memory bound or shutdown; see danmaku_audit_records_lost_total)\n", h.Lost, h.Node, key)
 		return nil
 	})
-	fmt.Fprintf(stderr, "%d records of room %s from %s", n, *room, q.Since.UTC().Format(time.RFC3339))
+	fmt.Fprintf(stderr, "%d records of room %s from %s", n, a.room, q.Since.UTC().Format(time.RFC3339))
 	if lost > 0 {
 		fmt.Fprintf(stderr, "; %d lost", lost)
 	}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"io"
 	"log/slog"
 	"strings"
@@ -163,7 +162,7 @@ func TestServeAuditFlags(t *testing.T) {
 		t.Helper()
 		return parseServe(t, "ingest", args...)
 	}
-	if _, _, err := parse("-audit-dir", ""); err == nil || !strings.Contains(err.Error(), "cannot be switched off") {
+	if _, _, err := parse("-audit-dir", ""); err == nil || !strings.Contains(err.Error(), "-audit-s3-bucket") {
 		t.Fatalf("no audit store: err = %v", err)
 	}
 	if _, _, err := parse("-audit-retention", "10m"); err == nil || !strings.Contains(err.Error(), "-audit-retention") {
@@ -187,7 +186,7 @@ func TestServeGSLBFlags(t *testing.T) {
 		return cfg, err
 	}
 	cfg, err := parse("-trusted-proxies", "10.0.0.0/8, 192.0.2.7", "-lines-cidr", "/x/lines.txt", "-lines-isp", "as4134=telecom",
-		"-edge-capacity", "50000", "-line", "telecom", "-gslb-max-inflight", "256", "-gslb-max-table-age", "5s")
+		"-max-conns", "50000", "-line", "telecom", "-gslb-max-inflight", "256", "-gslb-max-table-age", "5s")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +197,8 @@ func TestServeGSLBFlags(t *testing.T) {
 	for _, bad := range [][]string{
 		{"-trusted-proxies", "10.0.0.0/8,not-an-ip"},
 		{"-lines-isp", "as4134"},
-		{"-edge-capacity", "-1"},
+		{"-max-conns", "-1"},
+		{"-edge-capacity", "50000"},
 	} {
 		if _, err := parse(bad...); err == nil {
 			t.Errorf("%v: no error", bad)
@@ -207,14 +207,21 @@ func TestServeGSLBFlags(t *testing.T) {
 }
 
 // parseServe parses a role's serve flags from args and returns its stack
-// configuration, as the role would start with.
+// configuration, as the role would start with, given an audit directory of
+// its own on the test's disk (args may override it).
 func parseServe(t *testing.T, role string, args ...string) (stack.Config, stack.BackendConfig, error) {
 	t.Helper()
+	return parseServeArgs(role, append([]string{"-audit-dir", diskDir(t)}, args...)...)
+}
+
+// parseServeArgs is parseServe with args alone: a flag's bad value is the
+// error, as for the role.
+func parseServeArgs(role string, args ...string) (stack.Config, stack.BackendConfig, error) {
 	var f serveFlags
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs := newFlags(role, io.Discard)
 	f.register(fs)
-	if err := fs.Parse(args); err != nil {
-		t.Fatal(err)
+	if err := parse(fs, args); err != nil {
+		return stack.Config{}, stack.BackendConfig{}, err
 	}
 	return f.stackConfig([]string{role})
 }

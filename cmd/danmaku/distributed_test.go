@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"danmaku/auth"
+	"danmaku/internal/redisx"
+	"danmaku/internal/redisx/redistest"
 	"danmaku/internal/testenv"
 	"danmaku/sdk"
 )
@@ -23,25 +25,76 @@ import (
 // the edge, then de-duplicated against its segment) exactly once: once on
 // one Redis server, once on a Redis Cluster (three masters, three
 // replicas), whose seeds every role gets as DANMAKU_REDIS, a comma list.
+// Each role runs as its own Redis ACL user, created as an operator does
+// (`danmaku redis-acl`), and the servers refuse none of their commands.
 func TestDistributedPipeline(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs four processes against real servers")
 	}
 	for _, d := range []struct {
 		name  string
-		redis func(t *testing.T) string // DANMAKU_REDIS
+		redis func(t *testing.T) (string, []redisAdmin) // DANMAKU_REDIS, and every server
 	}{
-		{"redis", func(t *testing.T) string { return testenv.Redis(t) }},
-		{"redis-cluster", func(t *testing.T) string { return testenv.RedisCluster(t).URL() }},
+		{"redis", func(t *testing.T) (string, []redisAdmin) {
+			addr := testenv.Redis(t)
+			admin := redistest.Dial(t, redisx.Config{URL: addr})
+			return addr, []redisAdmin{func(args ...string) (any, error) {
+				a := make([]any, len(args))
+				for i, s := range args {
+					a[i] = s
+				}
+				return admin.Do(context.Background(), a...).Result()
+			}}
+		}},
+		{"redis-cluster", func(t *testing.T) (string, []redisAdmin) {
+			c := testenv.RedisCluster(t)
+			var nodes []redisAdmin
+			for _, n := range c.Nodes() {
+				nodes = append(nodes, n.Do)
+			}
+			return c.URL(), nodes
+		}},
 	} {
 		t.Run(d.name, func(t *testing.T) {
 			t.Parallel()
-			testDistributedPipeline(t, d.redis(t))
+			testDistributedPipeline(t, d.redis)
 		})
 	}
 }
 
-func testDistributedPipeline(t *testing.T, redisAddr string) {
+// redisAdmin sends one command to one Redis server as its default user.
+type redisAdmin func(args ...string) (any, error)
+
+// redisUsers creates the roles' ACL users on every server from `danmaku
+// redis-acl`'s output, and returns each role's DANMAKU_REDIS_USER and
+// DANMAKU_REDIS_PASSWORD.
+func redisUsers(t *testing.T, ctx context.Context, bin string, servers []redisAdmin) map[string][]string {
+	t.Helper()
+	env := os.Environ()
+	users := map[string][]string{}
+	for _, r := range redisx.ACLRoles() {
+		pw := "distributed-test-" + r
+		env = append(env, redisACLPasswordEnv(r)+"="+pw)
+		users[r] = []string{"DANMAKU_REDIS_USER=" + redisx.ACLUser(r), "DANMAKU_REDIS_PASSWORD=" + pw}
+	}
+	cmd := exec.CommandContext(ctx, bin, "redis-acl")
+	cmd.Env = env
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("redis-acl: %v", err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		for _, do := range servers {
+			if _, err := do(strings.Fields(line)...); err != nil {
+				t.Fatalf("%.40s...: %v", line, err)
+			}
+		}
+	}
+	return users
+}
+
+func testDistributedPipeline(t *testing.T, startRedis func(t *testing.T) (string, []redisAdmin)) {
+	redisAddr, redisServers := startRedis(t)
 	bin := binary(t)
 	env := testenv.S3(t)
 	cdn := testenv.Varnish(t, env.BucketURL()) + "/dist/"
@@ -57,15 +110,17 @@ func testDistributedPipeline(t *testing.T, redisAddr string) {
 		"DANMAKU_S3_ACCESS_KEY="+env.AccessKey, "DANMAKU_S3_SECRET_KEY="+env.SecretKey,
 		"DANMAKU_GIFT_KEYS=svc-key", "DANMAKU_OPERATOR_KEYS=op-key",
 		"DANMAKU_TICKET_KEY=distributed-test-ticket-key",
+		"DANMAKU_AUDIT_DIR="+diskDir(t),
 	)
 	start := func(extraEnv []string, args ...string) *lines {
 		return startRole(t, ctx, bin, append(append([]string(nil), base...), extraEnv...), args...)
 	}
 	master := "DANMAKU_MASTER_KEY=" + hex.EncodeToString([]byte("0123456789abcdef0123456789abcdef"))
-	start([]string{master}, "gslb", "-gslb", addr(0), "-cdn", cdn)
-	start(nil, "ingest", "-ingest", addr(1))
-	start(nil, "edge", "-edge", addr(2))
-	start(nil, "slicer", "-slicer", addr(3), "-node-id", "slicer-1")
+	users := redisUsers(t, ctx, bin, redisServers)
+	start(append([]string{master}, users["gslb"]...), "gslb", "-gslb", addr(0), "-cdn", cdn)
+	start(users["ingest"], "ingest", "-ingest", addr(1))
+	start(users["edge"], "edge", "-edge", addr(2))
+	start(users["slicer"], "slicer", "-slicer", addr(3), "-node-id", "slicer-1")
 	// Only rooms of a live event exist: provision one as an operator does.
 	eventCLI(t, ctx, bin, base, "create", "-gslb", "http://"+addr(0), "-f", eventFile(t, "dist", "dist"))
 
@@ -126,4 +181,13 @@ func testDistributedPipeline(t *testing.T, redisAddr string) {
 	}
 	cancel()
 	<-runDone
+	for i, do := range redisServers {
+		log, err := do("ACL", "LOG")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if entries, _ := log.([]any); len(entries) > 0 {
+			t.Errorf("server %d refused the roles %d times: %v", i, len(entries), entries)
+		}
+	}
 }

@@ -119,6 +119,7 @@ func TestEventLifecycle(t *testing.T) {
 		"DANMAKU_S3_PATH_STYLE=true", "DANMAKU_S3_PREFIX=ev/",
 		"DANMAKU_S3_ACCESS_KEY="+env.AccessKey, "DANMAKU_S3_SECRET_KEY="+env.SecretKey,
 		"DANMAKU_GIFT_KEYS=gift-key", "DANMAKU_OPERATOR_KEYS=op-key", "DANMAKU_TICKET_KEY="+ticketKey,
+		"DANMAKU_AUDIT_DIR="+diskDir(t),
 	)
 	start := func(extraEnv []string, args ...string) {
 		startRole(t, ctx, bin, append(append([]string(nil), base...), extraEnv...), args...)

@@ -96,7 +96,7 @@ func TestSlicerFailover(t *testing.T) {
 	slicerCmd := func(name string, tap *s3Tap) (*exec.Cmd, *lines) {
 		cmd := exec.Command(bin, "slicer", "-slicer", "127.0.0.1:0", "-node-id", name,
 			"-redis", redisAddr, "-s3-bucket", env.Bucket, "-s3-endpoint", tap.srv.URL,
-			"-s3-region", env.Region, "-s3-path-style", "-s3-prefix", "failover/")
+			"-s3-region", env.Region, "-s3-path-style", "-s3-prefix", "failover/", "-audit-dir", diskDir(t))
 		cmd.Env = append(os.Environ(), "DANMAKU_S3_ACCESS_KEY="+env.AccessKey, "DANMAKU_S3_SECRET_KEY="+env.SecretKey, "DANMAKU_OPERATOR_KEYS=op-key")
 		return cmd, startLines(t, cmd)
 	}

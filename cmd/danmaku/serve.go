@@ -3,8 +3,7 @@ package main
 import (
 	"encoding/hex"
 	"errors"
-	"net/netip"
-	"strconv"
+	"flag"
 	"strings"
 
 	"context"
@@ -43,7 +42,7 @@ type serveFlags struct {
 	auditPrefix         string
 	auditRetention      time.Duration
 	words, wordPolicy   string
-	edgeCap, ingestCap  int
+	ingestCap           int
 	maxConns            int
 	edgeDrain           time.Duration
 	readTimeout         time.Duration
@@ -52,6 +51,8 @@ type serveFlags struct {
 	edgeRoomConns       int
 	edgeTLSCert         string
 	edgeTLSKey          string
+	ingestTLSCert       string
+	ingestTLSKey        string
 	line                string
 	region              string
 	lines               linesclass.Config
@@ -61,27 +62,8 @@ type serveFlags struct {
 	trustedProxies      string
 	rateLimits          string
 	gslbNodes           int
-}
 
-// envInt returns the environment variable name as an integer, 0 when it is
-// unset or not one (the flag's parse then says nothing; the default is 0).
-func envInt(name string) int {
-	n, _ := strconv.Atoi(os.Getenv(name))
-	return n
-}
-
-// envDuration returns the environment variable name as a duration, 0 when
-// it is unset or not one (as envInt).
-func envDuration(name string) time.Duration {
-	d, _ := time.ParseDuration(os.Getenv(name))
-	return d
-}
-
-// envFloat returns the environment variable name as a number, 0 when it is
-// unset or not one (as envInt).
-func envFloat(name string) float64 {
-	f, _ := strconv.ParseFloat(os.Getenv(name), 64)
-	return f
+	settings settings // the strict ones; their environment's errors wait for stackConfig
 }
 
 // env returns the environment variable name, or def when it is unset.
@@ -92,14 +74,13 @@ func env(name, def string) string {
 	return def
 }
 
-func (f *serveFlags) register(fs interface {
-	StringVar(*string, string, string, string)
-	IntVar(*int, string, int, string)
-	Int64Var(*int64, string, int64, string)
-	BoolVar(*bool, string, bool, string)
-	DurationVar(*time.Duration, string, time.Duration, string)
-	Float64Var(*float64, string, float64, string)
-}) {
+// register adds the roles' flags. Every number, duration, boolean, list
+// and enumeration is a strict setting (settings.go), read from its flag or
+// its environment variable by one rule; plain strings (addresses, paths,
+// names) are checked where they are used.
+func (f *serveFlags) register(fs *flag.FlagSet) {
+	ss := &f.settings
+	ss.fs = fs
 	fs.StringVar(&f.gslb, "gslb", stack.DefaultGSLBAddr, "gslb listen address")
 	fs.StringVar(&f.ingest, "ingest", stack.DefaultIngestAddr, "ingest listen address")
 	fs.StringVar(&f.edge, "edge", stack.DefaultEdgeAddr, "edge listen address")
@@ -107,123 +88,99 @@ func (f *serveFlags) register(fs interface {
 	fs.StringVar(&f.slicer, "slicer", stack.DefaultSlicerAddr, "slicer metrics/health listen address")
 	fs.StringVar(&f.cdn, "cdn", "", "CDN base URL handed to clients (default: this process's origin)")
 	fs.StringVar(&f.data, "data", "", "directory to keep segments in (default: memory)")
-	fs.IntVar(&f.budget, "budget", 0, "messages per second per room (default 60)")
-	fs.Int64Var(&f.segmentMs, "segment-ms", 0, "segment duration of rooms without their own setting: 1000, 500 or 250 (default 1000)")
-	fs.DurationVar(&f.retention, "room-retention", 0, "how long an ended room's streams are kept, for moderation (default 1h)")
-	fs.Int64Var(&f.minGift, "min-gift-value", 0, "lowest gift value the edge pushes (default: all)")
-	fs.Int64Var(&f.broadcastGift, "broadcast-gift-value", 0, "ingest: total gift value (value × count) from which a gift is also announced site-wide, in every live room (default: never)")
-	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.BoolVar(&f.logJSON, "log-json", false, "log JSON lines instead of text")
+	countVar(ss, &f.budget, "budget", "", between(0, 100_000), "messages per second per room (default 60)")
+	f.segmentMs = 1000 // what the zero means to the stack, written out for -h
+	countVar(ss, &f.segmentMs, "segment-ms", "", oneOfCounts(1000, 500, 250), "segment duration of rooms without their own setting: 1000, 500 or 250")
+	durationVar(ss, &f.retention, "room-retention", "", 0, "how long an ended room's streams are kept, for moderation (default 1h)")
+	countVar(ss, &f.minGift, "min-gift-value", "", atLeast(0), "lowest gift value the edge pushes (default: all)")
+	countVar(ss, &f.broadcastGift, "broadcast-gift-value", "", atLeast(0), "ingest: total gift value (value × count) from which a gift is also announced site-wide, in every live room (default: never)")
+	enumVar(ss, &f.logLevel, "log-level", "", "info", []string{"debug", "info", "warn", "error"}, "debug, info, warn or error")
+	boolVar(ss, &f.logJSON, "log-json", "", "log JSON lines instead of text")
 	fs.StringVar(&f.ingestURL, "ingest-url", env("DANMAKU_INGEST_URL", ""), "public URL of this ingest (default: http://<ingest listen address>) [DANMAKU_INGEST_URL]")
 	fs.StringVar(&f.edgeURL, "edge-url", env("DANMAKU_EDGE_URL", ""), "public URL of this edge (default: ws://<edge listen address>/v1/ws) [DANMAKU_EDGE_URL]")
 	fs.StringVar(&f.nodeID, "node-id", env("DANMAKU_NODE_ID", ""), "node id for leases and load reports (default: hostname-pid) [DANMAKU_NODE_ID]")
-	fs.StringVar(&f.corsOrigins, "cors-origins", env("DANMAKU_CORS_ORIGINS", ""), "comma-separated web origins whose pages may call the gslb and ingest and connect to the edge, or * (dev adds its demo page's) [DANMAKU_CORS_ORIGINS]")
+	textVar(ss, &f.corsOrigins, "cors-origins", "DANMAKU_CORS_ORIGINS", "a comma list of web origins (scheme://host[:port]) or *", checkOrigins, "example.com", "comma-separated web origins whose pages may call the gslb and ingest and connect to the edge, or * (dev adds its demo page's)")
 	fs.StringVar(&f.redisURL, "redis", env("DANMAKU_REDIS", ""), "Redis URL or host:port; enables the Redis backends [DANMAKU_REDIS]")
-	fs.BoolVar(&f.redisCluster, "redis-cluster", env("DANMAKU_REDIS_CLUSTER", "") == "true", "-redis is one seed (or a rediss:// configuration endpoint) of a Redis Cluster; a comma list of addresses always is [DANMAKU_REDIS_CLUSTER=true]")
-	fs.IntVar(&f.giftWaitReplicas, "gift-wait-replicas", envInt("DANMAKU_GIFT_WAIT_REPLICAS"), "answer a gift only once this many Redis replicas hold it, so it survives its master's loss (0: the master's acknowledgement) [DANMAKU_GIFT_WAIT_REPLICAS]")
+	boolVar(ss, &f.redisCluster, "redis-cluster", "DANMAKU_REDIS_CLUSTER", "-redis is one seed (or a rediss:// configuration endpoint) of a Redis Cluster; a comma list of addresses always is")
+	countVar(ss, &f.giftWaitReplicas, "gift-wait-replicas", "DANMAKU_GIFT_WAIT_REPLICAS", between(0, 5), "answer a gift only once this many Redis replicas hold it, so it survives its master's loss (0: the master's acknowledgement)")
 	fs.StringVar(&f.redisUser, "redis-user", env("DANMAKU_REDIS_USER", ""), "Redis ACL user (password from DANMAKU_REDIS_PASSWORD) [DANMAKU_REDIS_USER]")
 	fs.StringVar(&f.s3.Bucket, "s3-bucket", env("DANMAKU_S3_BUCKET", ""), "S3 bucket; enables the S3 object store [DANMAKU_S3_BUCKET]")
 	fs.StringVar(&f.s3.Endpoint, "s3-endpoint", env("DANMAKU_S3_ENDPOINT", ""), "S3-compatible endpoint URL (default: AWS) [DANMAKU_S3_ENDPOINT]")
 	fs.StringVar(&f.s3.Region, "s3-region", env("DANMAKU_S3_REGION", ""), "S3 region (default us-east-1) [DANMAKU_S3_REGION]")
 	fs.StringVar(&f.s3.Prefix, "s3-prefix", env("DANMAKU_S3_PREFIX", ""), "key prefix inside the bucket, ending in / [DANMAKU_S3_PREFIX]")
-	fs.StringVar(&f.auditDir, "audit-dir", DefaultAuditDir(), "directory of the audit trail when -audit-s3-bucket is not set [DANMAKU_AUDIT_DIR]")
+	fs.StringVar(&f.auditDir, "audit-dir", env("DANMAKU_AUDIT_DIR", ""), "directory of the audit trail when -audit-s3-bucket is not set, on a disk (never tmpfs); ingest and slicer need one of them outside dev (dev's default: danmaku/audit in the user's cache directory) [DANMAKU_AUDIT_DIR]")
 	fs.StringVar(&f.auditBucket, "audit-s3-bucket", env("DANMAKU_AUDIT_S3_BUCKET", ""), "S3 bucket of the audit trail (never the segments bucket; same endpoint and credentials) [DANMAKU_AUDIT_S3_BUCKET]")
 	fs.StringVar(&f.auditPrefix, "audit-s3-prefix", env("DANMAKU_AUDIT_S3_PREFIX", ""), "key prefix inside the audit bucket, ending in / [DANMAKU_AUDIT_S3_PREFIX]")
-	fs.DurationVar(&f.auditRetention, "audit-retention", envDuration("DANMAKU_AUDIT_RETENTION"), "how long audit objects are kept before the ingest deletes them (default 720h: 30 days) [DANMAKU_AUDIT_RETENTION]")
-	fs.IntVar(&f.edgeCap, "edge-capacity", envInt("DANMAKU_EDGE_CAPACITY"), "WebSocket connections this edge is sized for, reported to the gslb (0: unlimited; headroom from CPU alone) [DANMAKU_EDGE_CAPACITY]")
-	fs.IntVar(&f.maxConns, "max-conns", envInt("DANMAKU_MAX_CONNS"), "edge: WebSocket connections this edge holds at most (beyond, 503 over_capacity), reported to the gslb as its capacity; -edge-capacity is its older name (0: unlimited) [DANMAKU_MAX_CONNS]")
-	fs.DurationVar(&f.edgeDrain, "edge-drain", envDuration("DANMAKU_EDGE_DRAIN"), "edge: how long a stopping edge spreads closing its connections over, so that its clients do not all come back at once (default 10s; dev 1s) [DANMAKU_EDGE_DRAIN]")
-	fs.DurationVar(&f.readTimeout, "read-timeout", envDuration("DANMAKU_READ_TIMEOUT"), "every role: how long a request's header and body may take to arrive before its connection is closed (default 15s) [DANMAKU_READ_TIMEOUT]")
-	fs.Float64Var(&f.edgeConnectRate, "edge-connect-rate", envFloat("DANMAKU_EDGE_CONNECT_RATE"), "edge: new connections a second the edge takes; beyond, 503 connect_rate with a jittered Retry-After (default 5000; negative: unlimited) [DANMAKU_EDGE_CONNECT_RATE]")
-	fs.IntVar(&f.edgeUserConns, "edge-max-user-conns", envInt("DANMAKU_EDGE_MAX_USER_CONNS"), "edge: connections one user may hold on this edge; beyond, 429 too_many_conns (default 8; negative: unlimited) [DANMAKU_EDGE_MAX_USER_CONNS]")
-	fs.IntVar(&f.edgeRoomConns, "edge-max-room-conns", envInt("DANMAKU_EDGE_MAX_ROOM_CONNS"), "edge: connections one room may hold on this edge; beyond, 503 room_full and the client tries its next edge (0: unlimited) [DANMAKU_EDGE_MAX_ROOM_CONNS]")
+	durationVar(ss, &f.auditRetention, "audit-retention", "DANMAKU_AUDIT_RETENTION", time.Hour, "how long audit objects are kept before the ingest deletes them (default 720h: 30 days)")
+	removedVar(ss, "edge-capacity", "DANMAKU_EDGE_CAPACITY", "the edge's one capacity setting is -max-conns (DANMAKU_MAX_CONNS)")
+	countVar(ss, &f.maxConns, "max-conns", "DANMAKU_MAX_CONNS", atLeast(0), "edge: WebSocket connections this edge holds at most (beyond, 503 over_capacity), reported to the gslb as its capacity (0: unlimited)")
+	durationVar(ss, &f.edgeDrain, "edge-drain", "DANMAKU_EDGE_DRAIN", 0, "edge: how long a stopping edge spreads closing its connections over, so that its clients do not all come back at once (default 10s; dev 1s)")
+	durationVar(ss, &f.readTimeout, "read-timeout", "DANMAKU_READ_TIMEOUT", 0, "every role: how long a request's header and body may take to arrive before its connection is closed (default 15s)")
+	numberVar(ss, &f.edgeConnectRate, "edge-connect-rate", "DANMAKU_EDGE_CONNECT_RATE", "edge: new connections a second the edge takes; beyond, 503 connect_rate with a jittered Retry-After (default 5000; negative: unlimited)")
+	countVar(ss, &f.edgeUserConns, "edge-max-user-conns", "DANMAKU_EDGE_MAX_USER_CONNS", anyCount(), "edge: connections one user may hold on this edge; beyond, 429 too_many_conns (default 8; negative: unlimited)")
+	countVar(ss, &f.edgeRoomConns, "edge-max-room-conns", "DANMAKU_EDGE_MAX_ROOM_CONNS", atLeast(0), "edge: connections one room may hold on this edge; beyond, 503 room_full and the client tries its next edge (0: unlimited)")
 	fs.StringVar(&f.edgeTLSCert, "edge-tls-cert", env("DANMAKU_EDGE_TLS_CERT", ""), "edge: PEM certificate chain; with -edge-tls-key the edge serves wss:// itself, re-reading both files when they change (empty: plain ws://, e.g. behind a TLS-terminating balancer) [DANMAKU_EDGE_TLS_CERT]")
 	fs.StringVar(&f.edgeTLSKey, "edge-tls-key", env("DANMAKU_EDGE_TLS_KEY", ""), "edge: PEM private key of -edge-tls-cert [DANMAKU_EDGE_TLS_KEY]")
-	fs.IntVar(&f.ingestCap, "ingest-capacity", envInt("DANMAKU_INGEST_CAPACITY"), "in-flight requests this ingest is sized for, reported to the gslb (0: unlimited) [DANMAKU_INGEST_CAPACITY]")
+	fs.StringVar(&f.ingestTLSCert, "ingest-tls-cert", env("DANMAKU_INGEST_TLS_CERT", ""), "ingest: PEM certificate chain; with -ingest-tls-key the ingest serves https:// itself, re-reading both files when they change (empty: plain http://) [DANMAKU_INGEST_TLS_CERT]")
+	fs.StringVar(&f.ingestTLSKey, "ingest-tls-key", env("DANMAKU_INGEST_TLS_KEY", ""), "ingest: PEM private key of -ingest-tls-cert [DANMAKU_INGEST_TLS_KEY]")
+	countVar(ss, &f.ingestCap, "ingest-capacity", "DANMAKU_INGEST_CAPACITY", atLeast(0), "ingest: in-flight requests this ingest is sized for, reported to the gslb as its capacity (0: unlimited)")
 	fs.StringVar(&f.line, "line", env("DANMAKU_LINE", ""), "ISP line this node's edge and ingest addresses serve, as the gslb's classifier names lines (empty: BGP, every line) [DANMAKU_LINE]")
 	fs.StringVar(&f.region, "region", env("DANMAKU_REGION", ""), "region this node stands in, reported to the gslb, as its classifier names regions (empty: unknown) [DANMAKU_REGION]")
 	fs.StringVar(&f.lines.MMDB, "lines-mmdb", env("DANMAKU_LINES_MMDB", ""), "gslb: MaxMind-format database classifying client IPs into lines and regions, re-read when it changes (replace by write-then-rename) [DANMAKU_LINES_MMDB]")
 	fs.StringVar(&f.lines.CIDR, "lines-cidr", env("DANMAKU_LINES_CIDR", ""), "gslb: operator file of 'PREFIX LINE [REGION]' lines, winning over -lines-mmdb, re-read when it changes [DANMAKU_LINES_CIDR]")
-	fs.StringVar(&f.linesISP, "lines-isp", env("DANMAKU_LINES_ISP", ""), "gslb: ASN or ISP name to line for a standard ISP/ASN database, e.g. 'as4134=telecom,as4837=unicom' [DANMAKU_LINES_ISP]")
-	fs.StringVar(&f.linesReg, "lines-regions", env("DANMAKU_LINES_REGIONS", ""), "gslb: country or country-subdivision code to region, e.g. 'cn-sh=cn-east' [DANMAKU_LINES_REGIONS]")
-	fs.IntVar(&f.gslbInFlight, "gslb-max-inflight", envInt("DANMAKU_GSLB_MAX_INFLIGHT"), "gslb: entry requests answered at once; beyond, 503 overloaded at once with a jittered Retry-After (default 128, about 64 per core) [DANMAKU_GSLB_MAX_INFLIGHT]")
-	fs.DurationVar(&f.gslbTableAge, "gslb-max-table-age", envDuration("DANMAKU_GSLB_MAX_TABLE_AGE"), "gslb: how long the last good load table is used while syncs fail; then 503 table_stale (default 3s) [DANMAKU_GSLB_MAX_TABLE_AGE]")
-	fs.StringVar(&f.trustedProxies, "trusted-proxies", env("DANMAKU_TRUSTED_PROXIES", ""), "comma list of addresses or CIDRs of the load balancers whose X-Forwarded-For is believed (the gslb classifies clients by address); empty: none [DANMAKU_TRUSTED_PROXIES]")
+	textVar(ss, &f.linesISP, "lines-isp", "DANMAKU_LINES_ISP", "a comma list of key=line", checkMapping, "as4134", "gslb: ASN or ISP name to line for a standard ISP/ASN database, e.g. 'as4134=telecom,as4837=unicom'")
+	textVar(ss, &f.linesReg, "lines-regions", "DANMAKU_LINES_REGIONS", "a comma list of code=region", checkMapping, "cn-sh", "gslb: country or country-subdivision code to region, e.g. 'cn-sh=cn-east'")
+	countVar(ss, &f.gslbInFlight, "gslb-max-inflight", "DANMAKU_GSLB_MAX_INFLIGHT", atLeast(0), "gslb: entry requests answered at once; beyond, 503 overloaded at once with a jittered Retry-After (default 128, about 64 per core)")
+	durationVar(ss, &f.gslbTableAge, "gslb-max-table-age", "DANMAKU_GSLB_MAX_TABLE_AGE", 0, "gslb: how long the last good load table is used while syncs fail; then 503 table_stale (default 3s)")
+	textVar(ss, &f.trustedProxies, "trusted-proxies", "DANMAKU_TRUSTED_PROXIES", "a comma list of addresses or CIDRs", checkProxies, "10.0.0.0/8,not-an-ip", "comma list of addresses or CIDRs of the load balancers whose X-Forwarded-For is believed (the gslb classifies clients by address); empty: none")
 	fs.StringVar(&f.rateLimits, "rate-limits", env("DANMAKU_RATE_LIMITS", ""), "gslb, ingest: rate-limit rules (JSON, docs/api-limits.md), re-read every 250 ms; with -redis the rules may instead be changed in Redis (default: the built-in rules) [DANMAKU_RATE_LIMITS]")
-	fs.IntVar(&f.gslbNodes, "gslb-nodes", envInt("DANMAKU_GSLB_NODES"), "gslb: how many gslb processes share the gslb's shared-window rate limits; each admits its share while Redis is unreachable (default 1) [DANMAKU_GSLB_NODES]")
+	countVar(ss, &f.gslbNodes, "gslb-nodes", "DANMAKU_GSLB_NODES", atLeast(0), "gslb: how many gslb processes share the gslb's shared-window rate limits; each admits its share while Redis is unreachable (default 1)")
 	fs.StringVar(&f.words, "words", env("DANMAKU_WORDS_FILE", ""), "sensitive-word list, one word a line, re-read when it changes [DANMAKU_WORDS_FILE]")
-	fs.StringVar(&f.wordPolicy, "word-policy", env("DANMAKU_WORD_POLICY", "mask"), "what a listed word does unless the room's event says: mask, reject (dropped silently), refuse (422) or off [DANMAKU_WORD_POLICY]")
-	fs.BoolVar(&f.s3.PathStyle, "s3-path-style", env("DANMAKU_S3_PATH_STYLE", "") == "true", "path-style S3 addressing (most S3-compatible servers) [DANMAKU_S3_PATH_STYLE=true]")
+	enumVar(ss, &f.wordPolicy, "word-policy", "DANMAKU_WORD_POLICY", "mask", []string{"mask", "reject", "refuse", "off"}, "what a listed word does unless the room's event says: mask, reject (dropped silently), refuse (422) or off")
+	boolVar(ss, &f.s3.PathStyle, "s3-path-style", "DANMAKU_S3_PATH_STYLE", "path-style S3 addressing (most S3-compatible servers)")
 }
 
 // secrets are read from the environment only, never flags (a flag shows in
 // the process list).
 func (f *serveFlags) stackConfig(roles []string) (stack.Config, stack.BackendConfig, error) {
+	// What the environment held that did not parse stops the role here,
+	// once: a flag's own bad value has stopped it at parsing already.
+	if err := f.settings.err(); err != nil {
+		return stack.Config{}, stack.BackendConfig{}, err
+	}
 	cfg := stack.Config{
 		Roles:    roles,
 		GSLBAddr: f.gslb, IngestAddr: f.ingest, EdgeAddr: f.edge, OriginAddr: f.origin, SlicerAddr: f.slicer,
 		PublicCDN: f.cdn, DataDir: f.data, Budget: f.budget, SegmentMs: f.segmentMs, Retention: f.retention, MinGiftValue: f.minGift, BroadcastGiftValue: f.broadcastGift,
 		IngestURL: f.ingestURL, EdgeURL: f.edgeURL, NodeID: f.nodeID,
 		Dev:          f.dev,
-		EdgeCapacity: f.edgeCap, IngestCapacity: f.ingestCap, Line: f.line, Region: f.region, Lines: f.lines,
+		EdgeCapacity: f.maxConns, IngestCapacity: f.ingestCap, Line: f.line, Region: f.region, Lines: f.lines,
 		GSLBMaxInFlight: f.gslbInFlight, GSLBMaxTableAge: f.gslbTableAge,
 		AuditDir: f.auditDir, AuditRetention: f.auditRetention, WordsFile: f.words, WordPolicy: f.wordPolicy,
 		RateLimitsFile: f.rateLimits, GSLBNodes: f.gslbNodes,
 	}
-	// The audit trail cannot be switched off: with neither a directory nor
-	// a bucket it would live in memory and die with the process.
-	if f.auditDir == "" && f.auditBucket == "" {
-		return cfg, stack.BackendConfig{}, usageError{errors.New("-audit-dir and -audit-s3-bucket are both empty: the audit trail cannot be switched off; give it a directory or a bucket")}
+	if err := f.checkAudit(roles); err != nil {
+		return cfg, stack.BackendConfig{}, err
 	}
-	for _, m := range []struct {
-		flag, v string
-		into    *map[string]string
-	}{{"-lines-isp", f.linesISP, &cfg.Lines.ISPLines}, {"-lines-regions", f.linesReg, &cfg.Lines.Regions}} {
-		if m.v == "" {
-			continue
-		}
-		mp, err := linesclass.ParseMapping(m.v)
-		if err != nil {
-			return cfg, stack.BackendConfig{}, usageError{fmt.Errorf("%s: %w", m.flag, err)}
-		}
-		*m.into = mp
-	}
-	if f.gslbNodes < 0 {
-		return cfg, stack.BackendConfig{}, usageError{errors.New("-gslb-nodes must not be negative")}
-	}
-	if f.edgeCap < 0 || f.maxConns < 0 || f.ingestCap < 0 || f.gslbInFlight < 0 || f.gslbTableAge < 0 || f.edgeDrain < 0 || f.edgeRoomConns < 0 || f.readTimeout < 0 {
-		return cfg, stack.BackendConfig{}, usageError{errors.New("-max-conns, -edge-capacity, -ingest-capacity, -gslb-max-inflight, -gslb-max-table-age, -edge-drain, -edge-max-room-conns and -read-timeout must not be negative")}
-	}
-	switch {
-	case f.maxConns > 0 && f.edgeCap > 0 && f.maxConns != f.edgeCap:
-		return cfg, stack.BackendConfig{}, usageError{fmt.Errorf("-max-conns %d and -edge-capacity %d disagree: they are one setting (give -max-conns)", f.maxConns, f.edgeCap)}
-	case f.maxConns > 0:
-		cfg.EdgeCapacity = f.maxConns
-	}
+	// The settings' rules have checked the lists: these conversions cannot
+	// fail.
+	cfg.Lines.ISPLines, _ = parseMapping(f.linesISP)
+	cfg.Lines.Regions, _ = parseMapping(f.linesReg)
+	cfg.TrustedProxies = splitList(f.trustedProxies)
+	cfg.CORSOrigins = splitList(f.corsOrigins)
 	cfg.ReadTimeout = f.readTimeout
 	cfg.EdgeDrain, cfg.EdgeConnectRate, cfg.EdgeMaxUserConns, cfg.EdgeMaxRoomConns = f.edgeDrain, f.edgeConnectRate, f.edgeUserConns, f.edgeRoomConns
 	// File paths, not secrets: the key itself stays in its file.
-	if (f.edgeTLSCert == "") != (f.edgeTLSKey == "") {
-		return cfg, stack.BackendConfig{}, usageError{errors.New("-edge-tls-cert and -edge-tls-key go together: give both (the edge serves wss://) or neither (plain ws://)")}
-	}
-	cfg.EdgeTLSCert, cfg.EdgeTLSKey = f.edgeTLSCert, f.edgeTLSKey
-	if f.auditRetention < 0 || (f.auditRetention > 0 && f.auditRetention < time.Hour) {
-		return cfg, stack.BackendConfig{}, usageError{fmt.Errorf("-audit-retention %v: want at least 1h", f.auditRetention)}
-	}
-	if f.trustedProxies != "" {
-		for _, p := range strings.Split(f.trustedProxies, ",") {
-			p = strings.TrimSpace(p)
-			if _, err := netip.ParsePrefix(p); err != nil {
-				if _, err := netip.ParseAddr(p); err != nil {
-					return cfg, stack.BackendConfig{}, usageError{fmt.Errorf("-trusted-proxies: %q is neither an address nor a CIDR", p)}
-				}
-			}
-			cfg.TrustedProxies = append(cfg.TrustedProxies, p)
+	for _, p := range []struct{ role, cert, key, secure, plain string }{
+		{"edge", f.edgeTLSCert, f.edgeTLSKey, "wss://", "ws://"},
+		{"ingest", f.ingestTLSCert, f.ingestTLSKey, "https://", "http://"},
+	} {
+		if (p.cert == "") != (p.key == "") {
+			return cfg, stack.BackendConfig{}, usageError{fmt.Errorf("-%[1]s-tls-cert and -%[1]s-tls-key go together: give both (the %[1]s serves %[2]s) or neither (plain %[3]s)", p.role, p.secure, p.plain)}
 		}
 	}
-	if f.corsOrigins != "" {
-		cfg.CORSOrigins = strings.Split(f.corsOrigins, ",")
-	}
+	cfg.EdgeTLSCert, cfg.EdgeTLSKey = f.edgeTLSCert, f.edgeTLSKey
+	cfg.IngestTLSCert, cfg.IngestTLSKey = f.ingestTLSCert, f.ingestTLSKey
 	if v := os.Getenv("DANMAKU_MASTER_KEY"); v != "" {
 		k, err := hex.DecodeString(v)
 		if err != nil || len(k) < 32 {
@@ -233,14 +190,6 @@ func (f *serveFlags) stackConfig(roles []string) (stack.Config, stack.BackendCon
 	}
 	if v := os.Getenv("DANMAKU_TICKET_KEY"); v != "" {
 		cfg.TicketKey = []byte(v)
-	}
-	if v := os.Getenv("DANMAKU_GIFT_WAIT_REPLICAS"); v != "" {
-		if n, err := strconv.Atoi(v); err != nil || n < 0 || n > 5 {
-			return cfg, stack.BackendConfig{}, usageError{fmt.Errorf("DANMAKU_GIFT_WAIT_REPLICAS=%q: want 0-5", v)}
-		}
-	}
-	if f.giftWaitReplicas < 0 || f.giftWaitReplicas > 5 {
-		return cfg, stack.BackendConfig{}, usageError{fmt.Errorf("-gift-wait-replicas %d: want 0-5", f.giftWaitReplicas)}
 	}
 	if os.Getenv("DANMAKU_SERVICE_KEYS") != "" {
 		return cfg, stack.BackendConfig{}, usageError{errors.New("DANMAKU_SERVICE_KEYS was split by scope: DANMAKU_GIFT_KEYS, DANMAKU_ANNOUNCE_KEYS, DANMAKU_OPERATOR_KEYS")}
@@ -329,8 +278,16 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	f.dev = true
+	f.setDev()
 	return serveRoles(ctx, stack.AllRoles, &f, stdout, stderr)
+}
+
+// setDev makes the flags dev's: its own defaults, where the roles have none.
+func (f *serveFlags) setDev() {
+	f.dev = true
+	if f.auditDir == "" && f.auditBucket == "" {
+		f.auditDir = DefaultAuditDir() // dev's alone: roles are given theirs (checkAudit)
+	}
 }
 
 // roleCmd runs one role. Roles of different processes share state only

@@ -10,6 +10,9 @@
 #   gcc           Debian packages gcc, libc6-dev (go test -race needs cgo)
 #   javac         Debian package default-jdk-headless (sdk/mobile's binding
 #                 check compiles the Java that gobind generates)
+#   promtool,     Debian package prometheus   (the alert and recording rules
+#   prometheus                                  are checked and unit-tested with
+#                 promtool; the local stack and its alert test run the server)
 #   versitygw     go install github.com/versity/versitygw/cmd/versitygw@v1.8.0
 # apt-get needs root (or sudo). The distribution's own redis and varnish
 # services are not started: the tests and infra/local run their own servers.
@@ -30,6 +33,7 @@ have varnishd || packages+=(varnish)
 # go test -race needs cgo, so a C compiler (the varnish package brings one too).
 have gcc || packages+=(gcc libc6-dev)
 have javac || packages+=(default-jdk-headless)
+{ have promtool && have prometheus; } || packages+=(prometheus)
 
 if ((${#packages[@]} > 0)); then
 	sudo=()
@@ -50,7 +54,7 @@ if ((${#packages[@]} > 0)); then
 	"${sudo[@]}" apt-get update -q
 	"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${packages[@]}"
 else
-	echo "deps: redis-server, varnishd, gcc and javac already installed"
+	echo "deps: redis-server, varnishd, gcc, javac and prometheus already installed"
 fi
 
 if have versitygw; then

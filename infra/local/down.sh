@@ -3,6 +3,7 @@
 set -euo pipefail
 here="$(dirname "${BASH_SOURCE[0]}")"
 
+bash "$here/prometheus.sh" stop
 bash "$here/cdn.sh" stop
 bash "$here/s3.sh" stop
 bash "$here/redis.sh" stop

@@ -14,8 +14,9 @@
 # Secrets appear as "# secret NAME ARN" comments. With --secrets they are
 # fetched with the AWS CLI (the caller needs secretsmanager:GetSecretValue on
 # them) and written as NAME='value' lines: guard that file like the secrets
-# themselves. Per-machine values (DANMAKU_NODE_ID, and an edge's or ingest's
-# public URL) are named in the file's header: add them yourself.
+# themselves. Per-machine values (DANMAKU_NODE_ID, an edge's or ingest's
+# public URL, and with node TLS the certificate and key files its flags
+# name) are named in the file's header: add them yourself.
 #
 # TERRAFORM names another terraform binary.
 set -euo pipefail

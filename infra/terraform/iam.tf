@@ -1,10 +1,28 @@
 # One instance role per role. Each may read its own secrets and the release
 # binary (one object, when downloaded at boot); the slicer alone touches the
-# segments bucket, and only under its prefix, without delete; edges and
-# ingest nodes may only publish their own kind of DNS name. The policies are
-# plain JSON (jsonencode) so that the tests in tests/ can read them back.
+# segments bucket, and only under its prefix, without delete; the ingest and
+# the slicer alone write the audit trail; edges and ingest nodes may only
+# publish their own kind of DNS name; a machine that checks its own health
+# may only mark itself, in its own group. The policies are plain JSON
+# (jsonencode) so that the tests in tests/ can read them back.
 
 locals {
+  # Who may assume each kind of role: the machines (EC2), the node-name
+  # cleaner (SSM Automation) and what starts it (EventBridge), the last two
+  # only on this account's behalf.
+  service_trust = {
+    for svc in ["ec2", "ssm", "events"] : svc => jsonencode({
+      Version = "2012-10-17"
+      Statement = [merge(
+        { Effect = "Allow", Principal = { Service = "${svc}.amazonaws.com" }, Action = "sts:AssumeRole" },
+        svc == "ec2" ? {} : { Condition = { StringEquals = { "aws:SourceAccount" = local.account } } },
+      )]
+    })
+  }
+
+  # The roles that write the audit trail.
+  audit_roles = ["ingest", "slicer"]
+
   release_object_arn = var.release_s3_uri == null ? null : "arn:${local.partition}:s3:::${trimprefix(var.release_s3_uri, "s3://")}"
 
   # Everything the slicer writes lives under rooms/ (internal/wire): the
@@ -72,6 +90,51 @@ locals {
         }
       },
       {
+        # Audit objects are written once (If-None-Match) under audit/.
+        when = contains(local.audit_roles, r)
+        statement = {
+          Sid      = "WriteAudit"
+          Effect   = "Allow"
+          Action   = "s3:PutObject"
+          Resource = local.audit_objects_arn
+        }
+      },
+      {
+        # The retention sweep (internal/audit): every recorder lists the
+        # trail room by room and deletes the minutes past the retention —
+        # the ingest's and, as the code stands, the slicer's too (its
+        # recorder sweeps with the same default). Listing only under audit/.
+        when = contains(local.audit_roles, r)
+        statement = {
+          Sid       = "SweepAuditList"
+          Effect    = "Allow"
+          Action    = "s3:ListBucket"
+          Resource  = module.audit_bucket.arn
+          Condition = { StringLike = { "s3:prefix" = ["audit/*"] } }
+        }
+      },
+      {
+        when = contains(local.audit_roles, r)
+        statement = {
+          Sid      = "SweepAuditDelete"
+          Effect   = "Allow"
+          Action   = "s3:DeleteObject"
+          Resource = local.audit_objects_arn
+        }
+      },
+      {
+        # danmaku-health (node-boot.sh): the machine reports itself
+        # unhealthy once its role has failed for too long; only its own
+        # group's machines can be named.
+        when = local.self_health[r]
+        statement = {
+          Sid      = "ReportOwnHealth"
+          Effect   = "Allow"
+          Action   = "autoscaling:SetInstanceHealth"
+          Resource = "arn:${local.partition}:autoscaling:${var.region}:${local.account}:autoScalingGroup:*:autoScalingGroupName/${local.asg_name[r]}"
+        }
+      },
+      {
         when = contains(local.public_roles, r)
         statement = {
           Sid      = "PublishOwnNodeName"
@@ -106,17 +169,10 @@ locals {
 }
 
 resource "aws_iam_role" "role" {
-  for_each    = toset(local.roles)
-  name        = "${local.name}-${each.key}"
-  description = "danmaku ${each.key} machines of event ${var.event}"
-  assume_role_policy = jsonencode({
-    Version = "2012-10-17"
-    Statement = [{
-      Effect    = "Allow"
-      Principal = { Service = "ec2.amazonaws.com" }
-      Action    = "sts:AssumeRole"
-    }]
-  })
+  for_each           = toset(local.roles)
+  name               = "${local.name}-${each.key}"
+  description        = "danmaku ${each.key} machines of event ${var.event}"
+  assume_role_policy = local.service_trust.ec2
 }
 
 resource "aws_iam_role_policy" "role" {

@@ -21,7 +21,7 @@ resource "aws_subnet" "public" {
   count                   = length(var.availability_zones)
   vpc_id                  = aws_vpc.this.id
   availability_zone       = var.availability_zones[count.index]
-  cidr_block              = cidrsubnet(var.vpc_cidr, 4, count.index)
+  cidr_block              = local.public_subnet_cidrs[count.index]
   map_public_ip_on_launch = true
   tags                    = { Name = "${local.name}-public-${var.availability_zones[count.index]}" }
 }
@@ -121,9 +121,32 @@ resource "aws_vpc_security_group_ingress_rule" "public_role" {
   cidr_ipv4         = "0.0.0.0/0"
 }
 
+# Scrapers reach /metrics on the role's own port, which only they and (for
+# the gslb) the load balancers may reach. The edge and ingest serve their
+# clients on that port, so there is nothing to open for them here, and
+# nothing a security group could close (README.md, "Not covered here").
+locals {
+  metrics_roles  = [for r in local.roles : r if !contains(local.public_roles, r)]
+  private_ranges = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10"]
+  metrics_cidr_ok = {
+    for c in var.metrics_cidrs : c => (
+      # inside the event's VPC ...
+      (tonumber(split("/", c)[1]) >= tonumber(split("/", var.vpc_cidr)[1]) &&
+      cidrsubnet(format("%s/%s", cidrhost(c, 0), split("/", var.vpc_cidr)[1]), 0, 0) == cidrsubnet(var.vpc_cidr, 0, 0))
+      ||
+      # ... or public, /16 or narrower: no private range outside the VPC
+      # can reach it (no peering here).
+      (tonumber(split("/", c)[1]) >= 16 && !anytrue([for p in local.private_ranges :
+        tonumber(split("/", c)[1]) >= tonumber(split("/", p)[1]) &&
+        cidrsubnet(format("%s/%s", cidrhost(c, 0), split("/", p)[1]), 0, 0) == cidrsubnet(p, 0, 0)
+      ]))
+    )
+  }
+}
+
 resource "aws_vpc_security_group_ingress_rule" "metrics" {
   for_each = {
-    for pair in setproduct(local.roles, var.metrics_cidrs) : "${pair[0]}-${pair[1]}" => { role = pair[0], cidr = pair[1] }
+    for pair in setproduct(local.metrics_roles, var.metrics_cidrs) : "${pair[0]}-${pair[1]}" => { role = pair[0], cidr = pair[1] }
   }
   security_group_id = aws_security_group.role[each.value.role].id
   description       = "Prometheus scrapes /metrics"
@@ -131,10 +154,17 @@ resource "aws_vpc_security_group_ingress_rule" "metrics" {
   from_port         = local.port[each.value.role]
   to_port           = local.port[each.value.role]
   cidr_ipv4         = each.value.cidr
+
+  lifecycle {
+    precondition {
+      condition     = local.metrics_cidr_ok[each.value.cidr]
+      error_message = "metrics_cidrs: ${each.value.cidr} can never reach the machines: give a range inside vpc_cidr (${var.vpc_cidr}) or a public range of /16 or narrower."
+    }
+  }
 }
 
-# Outbound: Redis, S3, Secrets Manager, Route 53, SSM and the package mirror
-# (for the TLS terminator), most of them public AWS endpoints.
+# Outbound: Redis, S3, Secrets Manager, Route 53, Auto Scaling and SSM,
+# most of them public AWS endpoints.
 resource "aws_vpc_security_group_egress_rule" "role" {
   for_each          = toset(local.roles)
   security_group_id = aws_security_group.role[each.key].id

@@ -37,6 +37,26 @@ output "s3_prefix" {
   value       = var.s3_prefix
 }
 
+output "audit_bucket" {
+  description = "Bucket of the audit trail (DANMAKU_AUDIT_S3_BUCKET of the ingest and the slicer): `danmaku audit -audit-s3-bucket` reads it."
+  value       = module.audit_bucket.id
+}
+
+output "gslb_load_balancer_arns" {
+  description = "ARNs of the gslb's load balancers: what a pre-show capacity reservation is requested for (docs/operations.md, \"Pre-show checklist\")."
+  value       = aws_lb.gslb[*].arn
+}
+
+output "boot_user_data" {
+  description = "The boot script each role's machines run (their launch template's user data, uncompressed): the BOOT_* and OBS_* settings, observability-boot.sh and node-boot.sh. No secret is in it."
+  value       = local.user_data
+}
+
+output "node_capacity" {
+  description = "What each edge and ingest reports to the gslb as its capacity: -max-conns (edge connections) and -ingest-capacity (in-flight requests), derived from the instance type unless set."
+  value       = local.capacity
+}
+
 output "redis_configuration_endpoint" {
   description = "host:port a Redis Cluster client discovers every shard from."
   value       = "${aws_elasticache_replication_group.redis.configuration_endpoint_address}:${local.redis_port}"

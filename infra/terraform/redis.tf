@@ -1,7 +1,9 @@
 # ElastiCache Redis in cluster mode: every key of a room carries the hash tag
 # {room:ID}, so a room lives on one shard and the shards spread the rooms.
-# Each role logs in as its own ACL user (DANMAKU_REDIS_USER and
-# DANMAKU_REDIS_PASSWORD), whose password only that role can read.
+# Each role logs in as its own ACL user, danmaku-ROLE (DANMAKU_REDIS_USER
+# and DANMAKU_REDIS_PASSWORD), whose password only that role can read. The
+# users' access strings are local.redis_access_string: the per-role rules
+# (redis_acl.tf) or var.redis_access_strings.
 #
 # Durability: ElastiCache has no appendfsync always. A write is acknowledged
 # by the primary before it reaches a replica, so a primary's failure can
@@ -33,6 +35,9 @@ resource "aws_elasticache_parameter_group" "redis" {
 }
 
 locals {
+  # The ACL user of each role (-redis-user), as the code names them
+  # (internal/redisx).
+  redis_user_name = { for r in local.roles : r => "danmaku-${r}" }
   redis_access_string = {
     for r in local.roles : r => lookup(var.redis_access_strings, r, "on ~danmaku:* +@all -@dangerous")
   }
@@ -52,7 +57,7 @@ resource "aws_elasticache_user" "default" {
 resource "aws_elasticache_user" "role" {
   for_each      = toset(local.roles)
   user_id       = "${local.name}-${each.key}"
-  user_name     = each.key
+  user_name     = local.redis_user_name[each.key]
   engine        = "REDIS"
   access_string = local.redis_access_string[each.key]
   passwords     = [terraform_data.generated["redis-${each.key}"].output]
@@ -88,6 +93,10 @@ resource "aws_elasticache_replication_group" "redis" {
   user_group_ids             = [aws_elasticache_user_group.redis.user_group_id]
 
   snapshot_retention_limit = var.redis_snapshot_retention_days
+  # AWS's own patching happens in the operators' window, never at a random
+  # hour, and the engine changes only when they change redis_engine_version.
+  maintenance_window         = var.redis_maintenance_window
+  auto_minor_version_upgrade = tostring(var.redis_auto_minor_version_upgrade)
   # A per-event stack is changed on purpose, between shows: apply now rather
   # than in a maintenance window that may fall in the middle of one.
   apply_immediately = true

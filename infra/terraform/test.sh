@@ -5,7 +5,8 @@
 #                     a mocked AWS provider (the module's tests/, those of
 #                     modules/segments-bucket, and a plan of each
 #                     examples/*.tfvars); bash -n of the shell scripts; the
-#                     CloudFront Function on sample requests (node)
+#                     CloudFront Function on sample requests (node); the
+#                     node-name cleaner against a fake Route 53 (python3)
 #   test.sh s3-apply  applies testdata/s3-compat (modules/segments-bucket) to
 #                     an S3-compatible server and prints `terraform output
 #                     -json`; the server comes from DANMAKU_TF_S3_ENDPOINT,
@@ -190,6 +191,9 @@ unset TF_DATA_DIR TF_WORKSPACE
 # A copy without anything an earlier local run may have left.
 mkdir "$work/module"
 tar -C "$here" --exclude=.terraform --exclude='.terraform.lock.hcl' --exclude='*.tfstate*' -cf - . | tar -C "$work/module" -xf -
+# observability.tf reads the rule files and dashboards of ../observability.
+mkdir "$work/observability"
+cp -R "$here/../observability/rules" "$here/../observability/dashboards" "$work/observability/"
 cd "$work/module"
 
 # init DIR: terraform init in DIR; a provider that cannot be installed is a
@@ -228,7 +232,7 @@ fi
 step() { log "--- $*"; }
 
 step "bash -n on the shell scripts"
-for f in node-boot.sh env.sh test.sh; do
+for f in node-boot.sh observability-boot.sh env.sh test.sh; do
 	bash -n "$f"
 done
 
@@ -240,6 +244,16 @@ elif required; then
 	exit 1
 else
 	log "node not found: refuse-escapes.js not run (terraform validate still checks its resource)"
+fi
+
+step "the node-name cleaner against a fake Route 53 (python3)"
+if command -v python3 >/dev/null 2>&1; then
+	python3 tests/node-records_test.py >&2
+elif required; then
+	log "FAIL: python3 not found, and CI or DANMAKU_REQUIRE_SERVERS is set, so a missing tool is a failure"
+	exit 1
+else
+	log "python3 not found: node-records.py not run (terraform test still checks its document)"
 fi
 
 step "terraform fmt -check -recursive"
@@ -256,6 +270,8 @@ init modules/segments-bucket
 # Each example becomes a run of its own: a .tfvars file is valid as the
 # body of a test's variables block, and one terraform test for the module
 # and every example starts the provider fewer times than one per example.
+# Every example must plan without a wait AWS cannot meet; the concert must
+# hold its audience with a zone lost.
 for example in examples/*.tfvars; do
 	name="$(basename "$example" .tfvars)"
 	{
@@ -272,6 +288,21 @@ for example in examples/*.tfvars; do
 		echo '    condition     = aws_autoscaling_group.role["edge"].min_size == var.edge_fleet.count && aws_autoscaling_group.role["slicer"].min_size >= 2'
 		echo '    error_message = "The example plans the fleets it describes."'
 		echo '  }'
+		echo '  assert {'
+		echo '    condition     = alltrue([for lb in aws_lb.gslb : length(lb.minimum_load_balancer_capacity) == 0]) && alltrue([for g in aws_autoscaling_group.role : g.wait_for_capacity_timeout == "0" && g.ignore_failed_scaling_activities])'
+		echo '    error_message = "The example plans no capacity reservation and no wait for its fleets."'
+		echo '  }'
+		if [[ $name == concert-10m ]]; then
+			# 16 vCPU edges: the mocked instance type is the real one's size.
+			echo '  assert {'
+			echo '    condition     = floor(var.edge_fleet.count * 2 / 3) * output.node_capacity.edge_max_conns * 0.95 >= 10000000 && output.node_capacity.edge_max_conns == 93300'
+			echo '    error_message = "Ten million viewers fit the edges of two zones out of three, each below the gslb'"'"'s 95 % (93,300 connections per c6in.4xlarge)."'
+			echo '  }'
+			echo '  assert {'
+			echo '    condition     = 1000000 / 25 <= var.gslb_load_balancers * 15000'
+			echo '    error_message = "The join surge (1,000,000 new connections a second, 25 per LCU) fits the load balancers'"'"' reservations of at most 15,000 LCU each."'
+			echo '  }'
+		fi
 		echo '}'
 	} >"tests/example-$name.tftest.hcl"
 done
@@ -295,13 +326,13 @@ cat >"$work/outputs.tfstate" <<'EOF'
 {"version": 4, "terraform_version": "1.7.0", "serial": 1, "lineage": "env-sh-check",
  "outputs": {
   "region": {"value": "us-east-1", "type": "string"},
-  "env_edge": {"type": "string", "value": "# Flags: danmaku edge -edge 0.0.0.0:7702\nDANMAKU_REDIS='rediss://cfg.example:6379'\nDANMAKU_REDIS_USER='edge'\n# secret DANMAKU_REDIS_PASSWORD arn:aws:secretsmanager:us-east-1:123456789012:secret:x\n"}
+  "env_edge": {"type": "string", "value": "# Flags: danmaku edge -edge 0.0.0.0:7702\nDANMAKU_REDIS='rediss://cfg.example:6379'\nDANMAKU_REDIS_USER='danmaku-edge'\n# secret DANMAKU_REDIS_PASSWORD arn:aws:secretsmanager:us-east-1:123456789012:secret:x\n"}
  },
  "resources": []}
 EOF
 env_out="$(TERRAFORM="$tf" bash env.sh "$work/outputs.tfstate" edge)"
 env_redis="$(set -a && eval "$env_out" && printf '%s %s' "$DANMAKU_REDIS" "$DANMAKU_REDIS_USER")"
-if [[ $env_redis != "rediss://cfg.example:6379 edge" || $env_out != *"# secret DANMAKU_REDIS_PASSWORD arn:"* ]]; then
+if [[ $env_redis != "rediss://cfg.example:6379 danmaku-edge" || $env_out != *"# secret DANMAKU_REDIS_PASSWORD arn:"* ]]; then
 	printf '%s\n' "$env_out" >&2
 	log "FAIL: env.sh printed the above"
 	exit 1

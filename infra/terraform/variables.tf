@@ -6,8 +6,12 @@ variable "event" {
   description = "Short name of the event; names every resource, so two events never collide in one account. One Terraform state per event."
   type        = string
   validation {
-    condition     = can(regex("^[a-z][a-z0-9-]{1,18}[a-z0-9]$", var.event))
-    error_message = "event is 3-20 characters of a-z, 0-9 and '-', starting with a letter (it goes into bucket, cache and ElastiCache user names)."
+    # What every name built from it accepts: ElastiCache ids refuse "--"
+    # and a trailing '-'; the 32-character load balancer and target group
+    # names are shortened with a hash where "danmaku-EVENT-gslb" would not
+    # fit (main.tf, local.lb_names).
+    condition     = can(regex("^[a-z][a-z0-9-]{1,18}[a-z0-9]$", var.event)) && !strcontains(var.event, "--")
+    error_message = "event is 3-20 characters of a-z, 0-9 and '-', starting with a letter, ending with a letter or digit, without \"--\" (it goes into bucket, load balancer, cache and ElastiCache names)."
   }
 }
 
@@ -50,7 +54,7 @@ variable "tags" {
 # ---------------------------------------------------------------------------
 
 variable "domain" {
-  description = "DNS name the event lives under, inside dns_zone_id's zone: gslb.DOMAIN (entry), cdn.DOMAIN (segments), e-A-B-C-D.nodes.DOMAIN and i-A-B-C-D.nodes.DOMAIN (one per edge and ingest machine)."
+  description = "DNS name the event lives under, inside dns_zone_id's zone: gslb.DOMAIN (entry), cdn.DOMAIN (segments), e-INSTANCE.nodes.DOMAIN and i-INSTANCE.nodes.DOMAIN (one per edge and ingest machine, INSTANCE its instance id)."
   type        = string
   validation {
     condition     = can(regex("^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\\.)+[a-z]{2,63}$", var.domain))
@@ -83,9 +87,13 @@ variable "cdn_certificate_arn" {
 }
 
 variable "node_tls_secret_arn" {
-  description = "Secrets Manager secret holding a PEM bundle (private key and certificate chain) for *.nodes.DOMAIN. Set: edge and ingest machines terminate TLS on 443 (wss://, https://), which browsers require. Null: plain ws:// and http:// on the role's port, usable by native clients only (rehearsals)."
+  description = "Secrets Manager secret holding a PEM bundle (private key and certificate chain) for *.nodes.DOMAIN. Set: the edge and ingest roles serve TLS themselves on 443 (wss://, https://), which browsers require; the machines re-fetch it every 6 hours, so a renewed certificate is served without a restart. Null: plain ws:// and http:// on the role's port, usable by native clients only (rehearsals)."
   type        = string
   default     = null
+  validation {
+    condition     = var.node_tls_secret_arn == null || can(regex("^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:[0-9]{12}:secret:", var.node_tls_secret_arn))
+    error_message = "node_tls_secret_arn is a Secrets Manager secret ARN."
+  }
 }
 
 # ---------------------------------------------------------------------------
@@ -123,17 +131,21 @@ variable "arch" {
 }
 
 variable "ami_id" {
-  description = "AMI for every machine, based on Amazon Linux 2023 (the boot script uses dnf, the AWS CLI and systemd). Null: the latest Amazon Linux 2023 for var.arch, read from its public SSM parameter at plan time; then release_s3_uri is required."
+  description = "AMI for every machine, based on Amazon Linux 2023 (the boot script uses the AWS CLI, curl and systemd), for var.arch. Pinned on purpose: a machine added mid-show must run the image the rehearsal ran, not whatever is newest then. README.md says how to look up the current Amazon Linux 2023 image."
   type        = string
-  default     = null
+  validation {
+    condition     = can(regex("^ami-([0-9a-f]{8}|[0-9a-f]{17})$", var.ami_id))
+    error_message = "ami_id is an AMI id such as ami-0123456789abcdef0."
+  }
 }
 
 variable "gslb_fleet" {
-  description = "gslb machines behind the load balancer: instance type and count (max_count bounds manual scale-out; default count)."
+  description = "gslb machines behind the load balancer: instance type and count (max_count bounds manual scale-out; default count), and alternate_instance_types with the same vCPUs, launched in that order when a zone has no capacity for the first."
   type = object({
-    instance_type = string
-    count         = number
-    max_count     = optional(number)
+    instance_type            = string
+    count                    = number
+    max_count                = optional(number)
+    alternate_instance_types = optional(list(string), [])
   })
   validation {
     condition     = var.gslb_fleet.count >= 1 && coalesce(var.gslb_fleet.max_count, var.gslb_fleet.count) >= var.gslb_fleet.count
@@ -142,11 +154,12 @@ variable "gslb_fleet" {
 }
 
 variable "ingest_fleet" {
-  description = "ingest machines, each with its own public address: instance type and count (max_count bounds manual scale-out; default count)."
+  description = "ingest machines, each with its own public address: instance type and count (max_count bounds manual scale-out; default count), and alternate_instance_types with the same vCPUs, launched in that order when a zone has no capacity for the first."
   type = object({
-    instance_type = string
-    count         = number
-    max_count     = optional(number)
+    instance_type            = string
+    count                    = number
+    max_count                = optional(number)
+    alternate_instance_types = optional(list(string), [])
   })
   validation {
     condition     = var.ingest_fleet.count >= 1 && coalesce(var.ingest_fleet.max_count, var.ingest_fleet.count) >= var.ingest_fleet.count
@@ -155,11 +168,12 @@ variable "ingest_fleet" {
 }
 
 variable "edge_fleet" {
-  description = "edge (WebSocket) machines, each with its own public address: instance type and count (max_count bounds manual scale-out; default count)."
+  description = "edge (WebSocket) machines, each with its own public address: instance type and count (max_count bounds manual scale-out; default count), and alternate_instance_types with the same vCPUs, launched in that order when a zone has no capacity for the first."
   type = object({
-    instance_type = string
-    count         = number
-    max_count     = optional(number)
+    instance_type            = string
+    count                    = number
+    max_count                = optional(number)
+    alternate_instance_types = optional(list(string), [])
   })
   validation {
     condition     = var.edge_fleet.count >= 1 && coalesce(var.edge_fleet.max_count, var.edge_fleet.count) >= var.edge_fleet.count
@@ -168,11 +182,12 @@ variable "edge_fleet" {
 }
 
 variable "slicer_fleet" {
-  description = "slicer machines: one leads each room, the others stand by to take over within 2.5 s. At least 2."
+  description = "slicer machines: one leads each room, the others stand by to take over within 2.5 s. At least 2. alternate_instance_types as for the other fleets."
   type = object({
-    instance_type = string
-    count         = number
-    max_count     = optional(number)
+    instance_type            = string
+    count                    = number
+    max_count                = optional(number)
+    alternate_instance_types = optional(list(string), [])
   })
   default = {
     instance_type = "c7i.xlarge"
@@ -184,23 +199,33 @@ variable "slicer_fleet" {
   }
 }
 
-variable "gslb_alb_capacity_units" {
-  description = "Load balancer capacity units reserved on the gslb's ALB ahead of the show-start surge (0: none, the ALB scales on its own, too slowly for a surge)."
+variable "gslb_load_balancers" {
+  description = "Application load balancers in front of the gslb, each with its own weighted gslb.DOMAIN record. AWS reserves at most 15,000 capacity units (LCU) per load balancer, 375,000 new connections a second: a join surge beyond that needs more of them (docs/operations.md, \"Pre-show checklist\"). Their capacity reservations are requested outside Terraform: the request can take hours, longer than an apply may wait."
   type        = number
-  default     = 0
+  default     = 1
   validation {
-    condition     = var.gslb_alb_capacity_units >= 0 && floor(var.gslb_alb_capacity_units) == var.gslb_alb_capacity_units
-    error_message = "gslb_alb_capacity_units is a whole number, 0 or more."
+    condition     = var.gslb_load_balancers >= 1 && var.gslb_load_balancers <= 5 && floor(var.gslb_load_balancers) == var.gslb_load_balancers
+    error_message = "gslb_load_balancers is a whole number from 1 to 5."
   }
 }
 
 variable "metrics_cidrs" {
-  description = "IPv4 CIDRs allowed to scrape every role's /metrics (Prometheus) on the role's port."
+  description = "IPv4 CIDRs of the Prometheus scrapers allowed to reach the gslb's and the slicer's /metrics on the role's port: inside vpc_cidr (a scraper in the event's VPC; the module makes no peering, so another private range could never reach it) or a public range of /16 or narrower (a scraper reaching the machines' public addresses). Never the internet."
   type        = list(string)
   default     = []
   validation {
-    condition     = alltrue([for c in var.metrics_cidrs : can(cidrhost(c, 0))])
-    error_message = "metrics_cidrs holds IPv4 CIDRs."
+    condition     = alltrue([for c in var.metrics_cidrs : can(cidrhost(c, 0)) && try(tonumber(split("/", c)[1]) >= 8, false)])
+    error_message = "metrics_cidrs holds IPv4 CIDRs of /8 or narrower: /metrics is never public."
+  }
+}
+
+variable "node_unhealthy_after_seconds" {
+  description = "How long an ingest, edge or slicer machine's role may fail its /healthz (or not run) before the machine reports itself unhealthy and its auto scaling group replaces it. Long enough to ride out a Redis failover (a restarting role waits for Redis), short enough that a dead role does not hold its share of the audience for long."
+  type        = number
+  default     = 120
+  validation {
+    condition     = var.node_unhealthy_after_seconds >= 30 && var.node_unhealthy_after_seconds <= 3600 && floor(var.node_unhealthy_after_seconds) == var.node_unhealthy_after_seconds
+    error_message = "node_unhealthy_after_seconds is a whole number from 30 to 3600."
   }
 }
 
@@ -250,6 +275,26 @@ variable "min_gift_value" {
   validation {
     condition     = var.min_gift_value >= 0 && floor(var.min_gift_value) == var.min_gift_value
     error_message = "min_gift_value is a whole number, 0 or more."
+  }
+}
+
+variable "edge_max_conns" {
+  description = "WebSocket connections each edge holds at most (-max-conns), reported to the gslb as its capacity: it hands an edge out by headroom and skips it at 95 %. Null: derived from the edge instance type (main.tf, local.capacity: CPU per delivery binds, memory is checked), which README.md's sizing explains; set it when a load test on the instance type measured better."
+  type        = number
+  default     = null
+  validation {
+    condition     = var.edge_max_conns == null || try(var.edge_max_conns >= 100 && floor(var.edge_max_conns) == var.edge_max_conns, false)
+    error_message = "edge_max_conns is a whole number, at least 100 (or null)."
+  }
+}
+
+variable "ingest_capacity" {
+  description = "In-flight requests each ingest is sized for (-ingest-capacity), reported to the gslb as its capacity. Null: derived from the ingest instance type (main.tf, local.capacity: measured posts a second per vCPU × the seconds a comment waits for its room's flush)."
+  type        = number
+  default     = null
+  validation {
+    condition     = var.ingest_capacity == null || try(var.ingest_capacity >= 10 && floor(var.ingest_capacity) == var.ingest_capacity, false)
+    error_message = "ingest_capacity is a whole number, at least 10 (or null)."
   }
 }
 
@@ -320,6 +365,26 @@ variable "not_found_cache_seconds" {
 }
 
 # ---------------------------------------------------------------------------
+# Audit trail
+# ---------------------------------------------------------------------------
+
+variable "audit_retention_days" {
+  description = "Days the audit trail (every comment's decision, docs/operations.md \"Audit trail\") is kept: the audit bucket's lifecycle rule expires objects after it, and the ingest's own sweep (DANMAKU_AUDIT_RETENTION) deletes what is older."
+  type        = number
+  default     = 30
+  validation {
+    condition     = var.audit_retention_days >= 1 && var.audit_retention_days <= 3650 && floor(var.audit_retention_days) == var.audit_retention_days
+    error_message = "audit_retention_days is a whole number of days from 1 to 3650."
+  }
+}
+
+variable "force_destroy_audit_bucket" {
+  description = "Let `terraform destroy` delete the audit bucket while it still holds records (otherwise they stay until the retention has passed and the bucket is emptied)."
+  type        = bool
+  default     = false
+}
+
+# ---------------------------------------------------------------------------
 # Redis (ElastiCache, cluster mode enabled)
 # ---------------------------------------------------------------------------
 
@@ -361,6 +426,21 @@ variable "redis_engine_version" {
     condition     = can(regex("^7\\.[0-9]+$", var.redis_engine_version))
     error_message = "redis_engine_version is 7.x."
   }
+}
+
+variable "redis_maintenance_window" {
+  description = "Weekly window (UTC) in which ElastiCache may patch and restart Redis nodes, as ddd:hh24:mi-ddd:hh24:mi (at least 60 minutes), e.g. sun:18:00-sun:19:00. Required: left to AWS it is a random hour, which may fall in the show."
+  type        = string
+  validation {
+    condition     = can(regex("^(mon|tue|wed|thu|fri|sat|sun):([01][0-9]|2[0-3]):[0-5][0-9]-(mon|tue|wed|thu|fri|sat|sun):([01][0-9]|2[0-3]):[0-5][0-9]$", var.redis_maintenance_window))
+    error_message = "redis_maintenance_window is ddd:hh24:mi-ddd:hh24:mi in UTC, e.g. sun:18:00-sun:19:00."
+  }
+}
+
+variable "redis_auto_minor_version_upgrade" {
+  description = "Let ElastiCache apply minor engine upgrades by itself in the maintenance window. Off by default: the engine a show runs is the one its rehearsal ran; upgrade by changing redis_engine_version between shows."
+  type        = bool
+  default     = false
 }
 
 variable "redis_snapshot_retention_days" {

@@ -11,6 +11,7 @@ import (
 
 	"danmaku/internal/clock"
 	"danmaku/internal/httpx"
+	"danmaku/internal/ident"
 )
 
 // API is the operator API for events, on gin: create, list, read, change
@@ -120,6 +121,9 @@ func (a *API) decode(c *gin.Context) (Event, bool) {
 		httpx.Abort(c, err)
 		return Event{}, false
 	}
+	// The title is cleaned as comments are (the answer shows what is
+	// kept); Validate refuses an uncleaned one from elsewhere (a file).
+	e.Title = ident.CleanText(e.Title)
 	if err := e.Validate(); err != nil {
 		a.fail(c, "validate event", err)
 		return Event{}, false

@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"time"
 
+	"danmaku/internal/ident"
 	"danmaku/internal/wire"
 )
 
@@ -150,6 +151,10 @@ func (e *Event) Validate() error {
 		return invalid("id", "must be 1-64 characters of A-Z a-z 0-9 _ - (got %q)", e.ID)
 	case len(e.Title) > 200:
 		return invalid("title", "at most 200 bytes")
+	case e.Title != ident.CleanText(e.Title):
+		// Shown to people, in consoles too: a terminal escape or a bidi
+		// override in a title acts on what shows it.
+		return invalid("title", "plain text only: no control or format characters, single spaces, none at either end")
 	case e.Start.IsZero():
 		return invalid("start", "required (RFC 3339 time)")
 	case e.End.IsZero():
@@ -204,12 +209,17 @@ func (r *Room) validate(at string) error {
 		}
 	}
 	if l := r.Limits; l != nil {
-		for name, v := range map[string]float64{
-			"room_refill": l.RoomRefill, "room_ceiling": l.RoomCeiling, "user_burst": l.UserBurst, "user_every_ms": float64(l.UserEveryMs),
-			"event_refill": l.EventRefill, "duplicate_window_ms": float64(l.DuplicateWindowMs), "fast_lane_per_s": l.FastLanePerSec, "gift_backlog_s": l.GiftBacklogS,
+		// In the order of the fields, so that the answer names the first
+		// that is wrong, the same every time.
+		for _, f := range []struct {
+			name string
+			v    float64
+		}{
+			{"room_refill", l.RoomRefill}, {"room_ceiling", l.RoomCeiling}, {"user_burst", l.UserBurst}, {"user_every_ms", float64(l.UserEveryMs)},
+			{"event_refill", l.EventRefill}, {"duplicate_window_ms", float64(l.DuplicateWindowMs)}, {"fast_lane_per_s", l.FastLanePerSec}, {"gift_backlog_s", l.GiftBacklogS},
 		} {
-			if !(v >= 0) || math.IsInf(v, 0) || v > 1e9 {
-				return invalid(at+".limits."+name, "must be a number from 0 (the default) to 1e9 (got %v)", v)
+			if !(f.v >= 0) || math.IsInf(f.v, 0) || f.v > 1e9 {
+				return invalid(at+".limits."+f.name, "must be a number from 0 (the default) to 1e9 (got %v)", f.v)
 			}
 		}
 		if l.DuplicateWindowMs > 10*60*1000 {

@@ -31,6 +31,8 @@ func TestValidate(t *testing.T) {
 	}{
 		{"valid", func(*event.Event) {}, ""},
 		{"bad id", func(e *event.Event) { e.ID = "x mas" }, "id:"},
+		{"terminal escape in the title", func(e *event.Event) { e.Title = "\x1b]0;pwned\x07Xmas" }, "title: plain text only"},
+		{"bidi override in the title", func(e *event.Event) { e.Title = "Xmas\u202e" }, "title: plain text only"},
 		{"no start", func(e *event.Event) { e.Start = time.Time{} }, "start: required"},
 		{"end before start", func(e *event.Event) { e.End = e.Start }, "end: must be after start"},
 		{"too long", func(e *event.Event) { e.End = e.Start.Add(15 * 24 * time.Hour) }, "at most"},
@@ -51,6 +53,10 @@ func TestValidate(t *testing.T) {
 		{"unknown word policy", func(e *event.Event) { e.Rooms[0].Limits = &event.Limits{Words: "block"} }, "limits.words"},
 		{"fast lane cap not a number", func(e *event.Event) { e.Rooms[0].Limits = &event.Limits{FastLanePerSec: math.NaN()} }, "limits.fast_lane_per_s"},
 		{"infinite gift backlog", func(e *event.Event) { e.Rooms[0].Limits = &event.Limits{GiftBacklogS: math.Inf(1)} }, "limits.gift_backlog_s"},
+		{"user interval past its range", func(e *event.Event) { e.Rooms[0].Limits = &event.Limits{UserEveryMs: 1e12} }, "limits.user_every_ms: must be a number from 0 (the default) to 1e9"},
+		{"several limits wrong: the first named", func(e *event.Event) {
+			e.Rooms[0].Limits = &event.Limits{RoomRefill: 2e9, RoomCeiling: 2e9, UserBurst: 2e9, GiftBacklogS: 2e9}
+		}, "limits.room_refill: must be a number from 0 (the default) to 1e9"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -205,7 +211,11 @@ func TestAPI(t *testing.T) {
 	if st, out := do("POST", "/v1/admin/events", "", valid()); st != 401 || code(out) != "bad_operator_key" {
 		t.Fatalf("no key: %d %v", st, out)
 	}
-	if st, out := do("POST", "/v1/admin/events", "op", valid()); st != 201 || out["state"] != "live" {
+	// The title is cleaned as comments are: a terminal escape and a bidi
+	// override are dropped, white space collapsed.
+	titled := valid()
+	titled.Title = "\x1b[2J Xmas\u202e\n  concert\x00 "
+	if st, out := do("POST", "/v1/admin/events", "op", titled); st != 201 || out["state"] != "live" || out["title"] != "[2J Xmas concert" {
 		t.Fatalf("create: %d %v", st, out)
 	}
 	if st, out := do("POST", "/v1/admin/events", "op", valid()); st != 409 || code(out) != "event_exists" {

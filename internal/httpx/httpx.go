@@ -15,8 +15,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"reflect"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -50,6 +52,7 @@ const (
 	CodeBadRequest   = "bad_request"
 	CodeTooLarge     = "body_too_large"
 	CodeBodyRefused  = "body_not_allowed"
+	CodeBodyTimeout  = "body_timeout"
 	CodeUnauthorized = "unauthorized"
 	CodeForbidden    = "forbidden"
 	CodeNotFound     = "not_found"
@@ -77,7 +80,19 @@ func Abort(c *gin.Context, e *Error) {
 // misspelt field is a clear error and no two readers of one body can see
 // different values; one JSON value, nothing after it. Messages speak of
 // fields by their JSON path and of JSON types, never of Go types.
+//
+// A body declared longer than limit is refused (413 body_too_large) before
+// a byte of it is read: net/http sends "100 Continue" at the first read, so
+// a client that asked for it (curl does above 1 MB) gets the 413 as its
+// answer instead of being told to go on and then reset while it sends. A
+// body that stops arriving until the server's read timeout is answered 408
+// body_timeout. Both answers close the connection: what is left of the
+// body is never read.
 func BindJSON(c *gin.Context, limit int64, v any) *Error {
+	if c.Request.ContentLength > limit {
+		closeAfterAnswer(c)
+		return tooLarge(limit)
+	}
 	bp := bodyPool.Get().(*[]byte)
 	defer func() {
 		// A rare large body (the event API's) is not kept for every
@@ -88,6 +103,9 @@ func BindJSON(c *gin.Context, limit int64, v any) *Error {
 	}()
 	data, err := readAll(http.MaxBytesReader(c.Writer, c.Request.Body, limit), (*bp)[:0])
 	*bp = data
+	if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+		return bodyTimeout(c)
+	}
 	if err != nil {
 		return jsonError(err, limit)
 	}
@@ -150,6 +168,43 @@ func firstInvalidUTF8(b []byte) int {
 	return len(b)
 }
 
+// defaultAnswerTime is how long the answer to a body that timed out has to
+// be written on a server without a write timeout.
+const defaultAnswerTime = 10 * time.Second
+
+// bodyTimeout answers a body read that hit the server's read deadline:
+// 408, and the connection closed (the rest of the body is never read).
+// The server's write deadline was set when the header was read (NewServer:
+// 10 s), so by the read timeout (15 s) it has passed and the client would
+// get a bare close: the answer gets the server's write timeout again,
+// counted from now. It is a few hundred bytes, which the socket's buffer
+// takes at once; the deadline only bounds a machine too busy to write it.
+func bodyTimeout(c *gin.Context) *Error {
+	closeAfterAnswer(c)
+	if c.Writer != nil {
+		d := defaultAnswerTime
+		if srv, ok := c.Request.Context().Value(http.ServerContextKey).(*http.Server); ok && srv.WriteTimeout > 0 {
+			d = srv.WriteTimeout
+		}
+		_ = http.NewResponseController(c.Writer).SetWriteDeadline(time.Now().Add(d))
+	}
+	return Errorf(http.StatusRequestTimeout, CodeBodyTimeout, "the request body did not arrive within the server's read timeout")
+}
+
+// closeAfterAnswer makes the answer close the connection, so that
+// net/http does not read what is left of a body before the next request
+// (up to 256 KiB, as slowly as the client likes). BindJSON also decodes
+// documents outside any request (ratelimit.Parse), with no writer.
+func closeAfterAnswer(c *gin.Context) {
+	if c.Writer != nil {
+		c.Header("Connection", "close")
+	}
+}
+
+func tooLarge(limit int64) *Error {
+	return Errorf(http.StatusRequestEntityTooLarge, CodeTooLarge, "body exceeds %d bytes", limit)
+}
+
 func jsonError(err error, limit int64) *Error {
 	var (
 		mbe *http.MaxBytesError
@@ -158,7 +213,7 @@ func jsonError(err error, limit int64) *Error {
 	)
 	switch {
 	case errors.As(err, &mbe):
-		return Errorf(http.StatusRequestEntityTooLarge, CodeTooLarge, "body exceeds %d bytes", limit)
+		return tooLarge(limit)
 	case errors.As(err, &ie):
 		// A handler passed something that is not a pointer: our bug.
 		return Errorf(http.StatusInternalServerError, CodeInternal, "internal error")
@@ -215,10 +270,10 @@ func NewEngine(cfg EngineConfig) *gin.Engine {
 	e.RedirectFixedPath = false
 	e.RemoveExtraSlash = false
 	// Routes match the path as sent, and parameters are unescaped after
-	// matching: a ban of user "a/b" is /v1/admin/bans/a%2Fb, not a path
-	// of four segments that no route has.
+	// matching (unescapeParams): a ban of user "a/b" is
+	// /v1/admin/bans/a%2Fb, not a path of four segments that no route has.
 	e.UseEscapedPath = true
-	e.UnescapePathValues = true
+	e.UnescapePathValues = false
 	if err := e.SetTrustedProxies(cfg.TrustedProxies); err != nil {
 		log.Error("httpx: bad trusted proxies; trusting none", "err", err)
 		_ = e.SetTrustedProxies(nil)
@@ -231,6 +286,7 @@ func NewEngine(cfg EngineConfig) *gin.Engine {
 		log.Error("panic in handler", "role", cfg.Role, "method", c.Request.Method, "route", c.FullPath(), "panic", rec)
 		Abort(c, Errorf(http.StatusInternalServerError, CodeInternal, "internal error"))
 	}))
+	e.Use(unescapeParams)
 	if cfg.NoBody {
 		e.Use(refuseBody)
 	}
@@ -264,6 +320,18 @@ func NewEngine(cfg EngineConfig) *gin.Engine {
 		e.GET("/metrics", gin.WrapH(h))
 	}
 	return e
+}
+
+// unescapeParams unescapes the path parameters as a path is unescaped
+// (url.PathUnescape). gin's own unescaping is a query's, which reads "+" as
+// a space: a ban of user "a+b" was put on, and listed ids lifted from,
+// user "a b". Without a '%' in the value it costs a scan.
+func unescapeParams(c *gin.Context) {
+	for i := range c.Params {
+		if v, err := url.PathUnescape(c.Params[i].Value); err == nil {
+			c.Params[i].Value = v
+		}
+	}
 }
 
 // refuseBody answers a request that declares a body on a role that reads
@@ -359,11 +427,15 @@ func KeyMatches(c *gin.Context, keys []string) bool {
 
 // BearerToken returns the token of an "Authorization: Bearer" header, or the
 // named query parameter when the header is absent (browsers cannot set headers
-// on a WebSocket).
+// on a WebSocket). The scheme is matched in any case ("BEARER", "bearer"):
+// RFC 9110 (11.1) makes it case-insensitive, and a client that spells it
+// otherwise would be told its credential is missing.
 func BearerToken(c *gin.Context, query string) string {
 	h := c.GetHeader("Authorization")
-	if len(h) > 7 && (h[:7] == "Bearer " || h[:7] == "bearer ") {
-		return h[7:]
+	if scheme, tok, ok := strings.Cut(h, " "); ok && strings.EqualFold(scheme, "Bearer") {
+		if tok = strings.TrimLeft(tok, " "); tok != "" {
+			return tok
+		}
 	}
 	if query != "" {
 		return c.Query(query)

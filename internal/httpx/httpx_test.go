@@ -121,6 +121,14 @@ func TestBearerToken(t *testing.T) {
 	for _, c := range []struct{ header, query, want string }{
 		{"Bearer abc", "", "abc"},
 		{"bearer abc", "", "abc"},
+		// The scheme is case-insensitive (RFC 9110 11.1); one or more
+		// spaces follow it.
+		{"BEARER abc", "", "abc"},
+		{"bEaReR abc", "", "abc"},
+		{"Bearer  abc", "", "abc"},
+		{"Bearerabc", "", ""},
+		{"Bearer ", "q", "q"},
+		{"Bearer x", "", "x"},
 		{"Basic abc", "", ""},
 		{"", "q", "q"},
 		{"Bearer h", "q", "h"},

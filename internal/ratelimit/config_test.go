@@ -3,6 +3,8 @@ package ratelimit_test
 import (
 	"encoding/json"
 	"errors"
+	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -65,16 +67,62 @@ func TestParse(t *testing.T) {
 	}
 }
 
-// The built-in rules must parse, or a deployment without its own would
-// not start.
-func TestDefaultRulesParse(t *testing.T) {
-	b, err := json.Marshal(ratelimit.DefaultRules())
-	if err != nil {
-		t.Fatal(err)
+// The built-in rules must parse on every machine, or a deployment
+// without its own would not start; the per-node rule grows with the cores
+// (the figures docs/api-limits.md gives), the per-client ones do not; only
+// dev allowlists anything.
+func TestDefaultRules(t *testing.T) {
+	for _, tt := range []struct {
+		name        string
+		m           ratelimit.Machine
+		node, burst int64
+		allowed     []string
+	}{
+		{"2 cores", ratelimit.Machine{Cores: 2}, 20_000, 40_000, nil},
+		{"16 cores", ratelimit.Machine{Cores: 16}, 160_000, 320_000, nil},
+		{"1 core", ratelimit.Machine{Cores: 1}, 10_000, 20_000, nil},
+		{"this machine", ratelimit.Machine{}, 10_000 * int64(runtime.NumCPU()), 20_000 * int64(runtime.NumCPU()), nil},
+		{"dev", ratelimit.Machine{Cores: 2, Dev: true}, 20_000, 40_000, []string{"127.0.0.0/8", "::1/128"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := ratelimit.DefaultRules(tt.m)
+			b, err := json.Marshal(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := ratelimit.Parse(b); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(r.Allow.CIDRs, tt.allowed) || len(r.Allow.Credentials) != 0 {
+				t.Fatalf("allow %+v, want cidrs %v and no credential", r.Allow, tt.allowed)
+			}
+			for _, ru := range r.Rules {
+				switch {
+				case ru.Name == "entry-node":
+					if ru.Limit != tt.node || ru.Burst != tt.burst {
+						t.Fatalf("entry-node %d/s burst %d, want %d burst %d", ru.Limit, ru.Burst, tt.node, tt.burst)
+					}
+				case ru.Key == ratelimit.KeyGlobal:
+					t.Fatalf("per-node rule %s: not scaled here", ru.Name)
+				}
+			}
+			// A per-client rule counts a client, not the machine.
+			if ws := ruleNamed(t, r, "ws-ip"); ws.Limit != 1000 || ws.Burst != 5000 {
+				t.Fatalf("ws-ip %+v", ws)
+			}
+		})
 	}
-	if _, err := ratelimit.Parse(b); err != nil {
-		t.Fatal(err)
+}
+
+func ruleNamed(t *testing.T, r ratelimit.Rules, name string) ratelimit.Rule {
+	t.Helper()
+	for _, ru := range r.Rules {
+		if ru.Name == name {
+			return ru
+		}
 	}
+	t.Fatalf("no rule %s", name)
+	return ratelimit.Rule{}
 }
 
 func TestFingerprint(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 // ConfigError, and what it accepts survives a round trip unchanged (what
 // a node logs or stores is what it enforces).
 func FuzzParse(f *testing.F) {
-	def, _ := json.Marshal(ratelimit.DefaultRules())
+	def, _ := json.Marshal(ratelimit.DefaultRules(ratelimit.Machine{Dev: true}))
 	for _, s := range []string{
 		string(def), `{}`, `{"rules":[]}`, `{"allow":{"cidrs":["::/0"]}}`,
 		`{"rules":[{"name":"a","route":"/v1/*","key":"user","algorithm":"window","limit":3,"per":"1h","near":1}]}`,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -45,7 +46,7 @@ func newServer(t *testing.T, cfg ratelimit.Config) *server {
 		t.Fatal(err)
 	}
 	s.lim = lim
-	s.e = httpx.NewEngine(httpx.EngineConfig{Role: "test", Logger: quiet, TrustedProxies: []string{"192.0.2.1"}})
+	s.e = httpx.NewEngine(httpx.EngineConfig{Role: "test", Logger: quiet, TrustedProxies: []string{trustedProxy}})
 	mw := lim.Handler(func(c *gin.Context) ratelimit.Identity {
 		return ratelimit.Identity{User: c.GetHeader("X-Verified-User")}
 	})
@@ -66,10 +67,22 @@ type reply struct {
 	errCode    string
 }
 
+// trustedProxy is the one balancer newServer's engine believes.
+const trustedProxy = "192.0.2.1"
+
+// do sends a request through the trusted proxy for the client at ip.
 func (s *server) do(method, target, ip string, hdr ...string) reply {
+	return s.doFrom(method, target, trustedProxy+":1234", ip, hdr...)
+}
+
+// doFrom sends a request whose TCP peer is peer ("host:port"), carrying
+// X-Forwarded-For xff unless it is empty.
+func (s *server) doFrom(method, target, peer, xff string, hdr ...string) reply {
 	req := httptest.NewRequest(method, target, nil)
-	req.RemoteAddr = "192.0.2.1:1234"
-	req.Header.Set("X-Forwarded-For", ip)
+	req.RemoteAddr = peer
+	if xff != "" {
+		req.Header.Set("X-Forwarded-For", xff)
+	}
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
@@ -220,6 +233,81 @@ func TestKeysAndAllowlists(t *testing.T) {
 		if r := s.do("GET", "/v1/entry", "10.1.2.3", "X-Verified-User", "alice"); r.code != 200 {
 			t.Fatalf("allowlisted address, limited user: %+v", r)
 		}
+	}
+}
+
+// TestClientAddress: a client behind a listed proxy is counted by its own
+// address (the rightmost address the proxy appended, whatever the client
+// wrote before it), so that its neighbours behind the same proxy are not
+// limited with it; an unlisted peer's X-Forwarded-For is a forgery and
+// the peer is counted, whatever address it claims.
+func TestClientAddress(t *testing.T) {
+	s := newServer(t, ratelimit.Config{Rules: rules(t, `{"rules":[
+		{"name":"ip","route":"GET /v1/entry","key":"ip","algorithm":"local","limit":1,"per":"1m","burst":3}]}`)})
+	const proxy = trustedProxy + ":40000"
+	for i := range 3 {
+		if r := s.doFrom("GET", "/v1/entry", proxy, "198.51.100.7"); r.code != 200 {
+			t.Fatalf("client behind the proxy, request %d: %+v", i, r)
+		}
+	}
+	for _, xff := range []string{"198.51.100.7", "203.0.113.1, 198.51.100.7", "10.0.0.1,198.51.100.7"} {
+		if r := s.doFrom("GET", "/v1/entry", proxy, xff); r.code != 429 {
+			t.Fatalf("X-Forwarded-For %q: %+v, want the client behind it limited", xff, r)
+		}
+	}
+	for _, neighbour := range []string{"198.51.100.8", "198.51.100.9", "2001:db8::1"} {
+		if r := s.doFrom("GET", "/v1/entry", proxy, neighbour); r.code != 200 {
+			t.Fatalf("neighbour %s behind the same proxy: %+v", neighbour, r)
+		}
+	}
+	// The proxy's own requests (no header) count the proxy.
+	if r := s.doFrom("GET", "/v1/entry", proxy, ""); r.code != 200 {
+		t.Fatalf("the proxy itself: %+v", r)
+	}
+
+	// An unlisted peer claims a new address each time: it is counted as
+	// itself, and is limited after its burst like any one address.
+	const forger = "203.0.113.66:5555"
+	for i := range 4 {
+		want := http.StatusOK
+		if i == 3 {
+			want = http.StatusTooManyRequests
+		}
+		if r := s.doFrom("GET", "/v1/entry", forger, fmt.Sprintf("198.51.100.%d", 100+i)); r.code != want {
+			t.Fatalf("forged header, request %d: %+v, want %d", i, r, want)
+		}
+	}
+	// ... and the address it claimed last is not charged for it.
+	if r := s.doFrom("GET", "/v1/entry", proxy, "198.51.100.103"); r.code != 200 {
+		t.Fatalf("the forged address was charged: %+v", r)
+	}
+}
+
+// TestDefaultRulesLoopback: outside dev the built-in rules exempt nobody,
+// loopback included (a proxy on the machine makes every client loopback);
+// in dev loopback is exempt.
+func TestDefaultRulesLoopback(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		dev     bool
+		limited bool
+	}{{"outside dev", false, true}, {"dev", true, false}} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newServer(t, ratelimit.Config{Rules: ratelimit.DefaultRules(ratelimit.Machine{Cores: 2, Dev: tt.dev})})
+			// admin-ip: burst 100; the fake clock refills nothing.
+			limited := false
+			for _, peer := range []string{"127.0.0.1:1000", "[::1]:1000"} {
+				for range 101 {
+					if r := s.doFrom("GET", "/v1/admin/things", peer, ""); r.code == 429 {
+						limited = true
+					}
+				}
+				if limited != tt.limited {
+					t.Fatalf("%s limited: %v, want %v", peer, limited, tt.limited)
+				}
+				limited = false
+			}
+		})
 	}
 }
 

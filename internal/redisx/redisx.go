@@ -85,6 +85,14 @@ const dialAttempts = 1
 // a barrage or announcement XADD is not.)
 const noRetries = -1
 
+// noIdentity turns off go-redis's CLIENT SETINFO on every new connection.
+// The command exists from Redis 7.2 on only, so a role's ACL user (acl.go)
+// cannot be granted it on every server the project supports (Redis 7.0
+// refuses the grant), and where it exists but is not granted, each new
+// connection would leave a refusal in the ACL log. It only labels the
+// connection in CLIENT LIST.
+const noIdentity = true
+
 // ErrNoAddr is returned by Connect for a Config without a URL.
 var ErrNoAddr = errors.New("redisx: no Redis address")
 
@@ -195,6 +203,7 @@ func newClient(cfg Config) (c redis.UniversalClient, where string, err error) {
 		o.MaxRetries = noRetries
 		o.DialerRetries = dialAttempts
 		o.ContextTimeoutEnabled = true
+		o.DisableIdentity = noIdentity
 		// Each node gets its own breaker: one dead master must not cut
 		// the rooms of the others off.
 		if err := checkBreaker(cfg); err != nil {
@@ -229,6 +238,7 @@ func newClient(cfg Config) (c redis.UniversalClient, where string, err error) {
 	o.MaxRetries = noRetries
 	o.DialerRetries = dialAttempts
 	o.ContextTimeoutEnabled = true
+	o.DisableIdentity = noIdentity
 	h, err := newBreakerHook(o.Addr, cfg, call, o.ReadTimeout)
 	if err != nil {
 		return nil, "", fmt.Errorf("redisx: %w", err)

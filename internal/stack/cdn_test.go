@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -357,20 +358,39 @@ func mintTicket(t testing.TB, user string) string {
 	return tk
 }
 
+// fetchEntry gets an entry as the SDK does: a temporary refusal (5xx, 429:
+// the gslb's 503 overloaded while a thousand pollers join) is retried after
+// its Retry-After, with jitter, a bounded number of times; anything else
+// fails the test.
 func fetchEntry(t testing.TB, gslbURL, room, ticket string) wire.Entry {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, gslbURL+"/v1/entry?room="+room, nil)
-	req.Header.Set("Authorization", "Bearer "+ticket)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	const attempts = 40
+	for try := 1; ; try++ {
+		req, _ := http.NewRequest(http.MethodGet, gslbURL+"/v1/entry?room="+room, nil)
+		req.Header.Set("Authorization", "Bearer "+ticket)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e wire.Entry
+		status, retry := resp.StatusCode, resp.Header.Get("Retry-After")
+		decoded := status == http.StatusOK && json.NewDecoder(resp.Body).Decode(&e) == nil
+		resp.Body.Close()
+		switch {
+		case decoded:
+			return e
+		case (status >= 500 || status == http.StatusTooManyRequests) && try < attempts:
+			wait := 100 * time.Millisecond
+			if n, err := strconv.Atoi(retry); err == nil && n > 0 {
+				wait = time.Duration(n) * time.Second
+			}
+			// A back-off between attempts, as the SDK's: not a
+			// synchronisation.
+			time.Sleep(wait/2 + rand.N(wait))
+		default:
+			t.Fatalf("entry: status %d after %d attempts", status, try)
+		}
 	}
-	defer resp.Body.Close()
-	var e wire.Entry
-	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&e) != nil {
-		t.Fatalf("entry: status %d", resp.StatusCode)
-	}
-	return e
 }
 
 // TestFirstPollHits: on the real stack, in steady state, a poller's first

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -177,7 +178,10 @@ func walkCases() []walkCase {
 		path = strings.NewReplacer(":room", "demo", ":user", "spammer", ":id", "walk-later").Replace(path)
 		add(role, route, 400, "bad_json", probe{method: method, path: path, auth: auth, body: `{"text":`})
 		add(role, route, 400, "bad_utf8", probe{method: method, path: path, auth: auth, body: "{\"text\":\"\xff\"}"})
-		add(role, route, 413, "body_too_large", probe{method: method, path: path, auth: auth, body: `{"text":"` + strings.Repeat("x", limit) + `"}`})
+		// As curl sends a large body: the 413 must come instead of
+		// "100 Continue" (send checks), not after it.
+		add(role, route, 413, "body_too_large", probe{method: method, path: path, auth: auth, body: `{"text":"` + strings.Repeat("x", limit) + `"}`,
+			header: map[string]string{"Expect": "100-continue"}})
 	}
 	now := time.Now().UTC()
 	eventBody := func(id string, rooms ...string) string {
@@ -201,6 +205,10 @@ func walkCases() []walkCase {
 			"Origin": "https://elsewhere.example", "Access-Control-Request-Method": "GET"}})
 	}
 	add(RoleEdge, "*", 400, "body_not_allowed", probe{method: "GET", path: "/healthz", body: `{"x":1}`})
+	add(RoleOrigin, "*", 400, "body_not_allowed", probe{method: "GET", path: "/healthz", body: `{"x":1}`})
+	for _, role := range []string{RoleGSLB, RoleIngest, RoleSlicer} {
+		not(role, "*", 408, "body_timeout", "a body that stops arriving for the read timeout; TestSlowBodies and httpx tests")
+	}
 	not(rowAll, "*", 500, "internal", "a handler panicked (a bug); httpx tests")
 	for _, role := range []string{RoleGSLB, RoleIngest, RoleEdge} {
 		why := "the token keys not loaded yet; httpx tests"
@@ -310,6 +318,11 @@ func walkCases() []walkCase {
 	add(RoleIngest, gifts, 400, "bad_field", probe{method: "POST", path: "/v1/gifts", auth: "op", body: gift("demo", "bob\u0000")})
 	add(RoleIngest, gifts, 404, "no_such_room", probe{method: "POST", path: "/v1/gifts", auth: "op", body: gift("nosuch", "bob")})
 	add(RoleIngest, gifts, 409, "room_not_live", probe{method: "POST", path: "/v1/gifts", auth: "op", body: gift("later", "bob")})
+	c = add(RoleIngest, gifts, 409, "order_conflict", probe{method: "POST", path: "/v1/gifts", auth: "op", body: `{"order_id":"o-reused","room":"demo","user":"alice","gift":"rose","value":1}`})
+	c.before = func(t *testing.T, w *walk) {
+		// The order as first sent: bob's.
+		w.op(t, "POST", RoleIngest, "/v1/gifts", `{"order_id":"o-reused","room":"demo","user":"bob","gift":"rose","value":1}`, http.StatusOK)
+	}
 	c = add(RoleIngest, gifts, 429, "gift_backlog", probe{method: "POST", path: "/v1/gifts", auth: "op", body: gift("lane", "bob")})
 	c.before = func(t *testing.T, w *walk) {
 		// As a slicer leader far behind on the room's gifts would.
@@ -328,6 +341,7 @@ func walkCases() []walkCase {
 		method, path, _ := strings.Cut(route, " ")
 		path = strings.NewReplacer(":room", "demo", ":id", "draw-1").Replace(path)
 		add(RoleIngest, route, 401, "bad_operator_key", probe{method: method, path: path, auth: "junk", body: `{}`})
+		add(RoleIngest, route, 403, "wrong_node", probe{method: method, path: path, auth: "otherNode", body: `{}`})
 		add(RoleIngest, route, 403, "forbidden", probe{method: method, path: path, auth: "viewer", body: `{}`})
 	}
 	const lotteries = "POST /v1/admin/rooms/:room/lotteries"
@@ -353,7 +367,7 @@ func walkCases() []walkCase {
 		add(RoleIngest, route, 401, "bad_operator_key", probe{method: method, path: strings.Replace(path, ":user", "spammer", 1), auth: "junk"})
 	}
 	bodies(RoleIngest, "PUT /v1/admin/bans/:user", 4<<10, "op")
-	add(RoleIngest, "PUT /v1/admin/bans/:user", 400, "bad_ban", probe{method: "PUT", path: "/v1/admin/bans/spammer", auth: "op", body: `{"ttl_seconds":-1}`})
+	add(RoleIngest, "PUT /v1/admin/bans/:user", 400, "bad_ban", probe{method: "PUT", path: "/v1/admin/bans/spammer", auth: "op", body: `{"ttl_seconds":10000000000}`})
 	add(RoleIngest, "DELETE /v1/admin/bans/:user", 400, "bad_ban", probe{method: "DELETE", path: "/v1/admin/bans/spammer?room=a.b", auth: "op"})
 	for _, route := range banRoutes {
 		method, path, _ := strings.Cut(route, " ")
@@ -374,6 +388,7 @@ func walkCases() []walkCase {
 	// edge: the WebSocket handshake, refused before the upgrade.
 	const ws = "GET /v1/ws"
 	add(RoleEdge, ws, 400, "token_in_url", probe{method: "GET", path: "/v1/ws?token=SECRET"})
+	add(RoleEdge, ws, 400, "token_in_url", probe{method: "GET", path: "/v1/ws?Token=SECRET"})
 	add(RoleEdge, ws, 400, "bad_request", probe{method: "GET", path: "/v1/ws?last=nope"})
 	add(RoleEdge, ws, 401, "unauthorized", probe{method: "GET", path: "/v1/ws", auth: "junk"})
 	add(RoleEdge, ws, 401, "token_epoch", probe{method: "GET", path: "/v1/ws", auth: "futureEpoch"})
@@ -417,7 +432,7 @@ func walkCases() []walkCase {
 	add(RoleSlicer, "GET /v1/admin/budget", 401, "bad_admin_key", probe{method: "GET", path: "/v1/admin/budget", auth: "junk"})
 	add(RoleSlicer, "PUT /v1/admin/budget", 401, "bad_admin_key", probe{method: "PUT", path: "/v1/admin/budget", auth: "junk", body: `{}`})
 	bodies(RoleSlicer, "PUT /v1/admin/budget", 1<<10, "op")
-	add(RoleSlicer, "PUT /v1/admin/budget", 400, "bad_settings", probe{method: "PUT", path: "/v1/admin/budget", auth: "op", body: `{"budget":0,"shares":[0.5,0.5]}`})
+	add(RoleSlicer, "PUT /v1/admin/budget", 400, "bad_settings", probe{method: "PUT", path: "/v1/admin/budget", auth: "op", body: `{"budget":60,"shares":[1]}`})
 	down(RoleSlicer, "PUT /v1/admin/budget", 503, "backend_unavailable", probe{method: "PUT", path: "/v1/admin/budget", auth: "op", body: `{"budget":60,"shares":[0.1,0.3,0.2,0.4]}`})
 
 	// origin: objects.
@@ -566,9 +581,14 @@ func (w *walk) send(t *testing.T, client *http.Client, role string, p probe) (*h
 	for k, v := range p.header {
 		req.Header.Set(k, v)
 	}
+	var continued atomic.Bool
+	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{Got100Continue: func() { continued.Store(true) }}))
 	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if continued.Load() && resp.StatusCode == http.StatusRequestEntityTooLarge {
+		t.Errorf("413 after a 100 Continue: the client was told to send the body it is then refused")
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
@@ -662,20 +682,11 @@ func (w *walk) setUp(t *testing.T) {
 
 	op := func(method, path, body string, want int) {
 		t.Helper()
-		req, _ := http.NewRequest(method, w.base(RoleGSLB)+path, strings.NewReader(body))
+		role := RoleGSLB
 		if strings.Contains(path, "/rooms/") {
-			req, _ = http.NewRequest(method, w.base(RoleIngest)+path, strings.NewReader(body))
+			role = RoleIngest
 		}
-		req.Header.Set("Authorization", "Bearer "+DevServiceKey)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != want {
-			t.Fatalf("set-up %s %s: %d %s", method, path, resp.StatusCode, b)
-		}
+		w.op(t, method, role, path, body, want)
 	}
 	// A lottery to collide with, and an event that has ended.
 	op("POST", "/v1/admin/rooms/demo/lotteries", `{"id":"draw-1","keyword":"draw","duration_seconds":600}`, http.StatusCreated)
@@ -683,6 +694,23 @@ func (w *walk) setUp(t *testing.T) {
 	ended, _ := json.Marshal(event.Event{ID: "walk-ended", Start: now.Add(-time.Minute), End: now.Add(time.Hour), Rooms: []event.Room{{ID: "ended"}}})
 	op("POST", "/v1/admin/events", string(ended), http.StatusCreated)
 	op("POST", "/v1/admin/events/walk-ended/end", "", http.StatusOK)
+}
+
+// op sends a set-up request to role with the operator (and gift) key and
+// fails unless it is answered want.
+func (w *walk) op(t *testing.T, method, role, path, body string, want int) {
+	t.Helper()
+	req, _ := http.NewRequest(method, w.base(role)+path, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+DevServiceKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != want {
+		t.Fatalf("set-up %s %s: %d %s", method, path, resp.StatusCode, b)
+	}
 }
 
 // wordsLoaded reports whether the ingest holds a word list (its gauge of

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	stdlog "log"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/netip"
@@ -124,8 +125,9 @@ type Config struct {
 	// AuditDir keeps the audit trail on disk when Backends.Audit is nil.
 	// Zero: in memory (tests).
 	AuditDir string
-	// EdgeCapacity and IngestCapacity are the connections (edge) and
-	// in-flight requests (ingest) this process's nodes are sized for,
+	// EdgeCapacity (-max-conns) and IngestCapacity (-ingest-capacity) are
+	// the connections (edge) and in-flight requests (ingest) this process's
+	// nodes are sized for (the edge holds no more: 503 over_capacity),
 	// reported to the gslb as their capacity: it hands a node out by its
 	// headroom and stops at its overload bound. Zero: unlimited (headroom
 	// from CPU alone).
@@ -228,18 +230,24 @@ type Config struct {
 	// EdgeTLSCert and EdgeTLSKey are the PEM files of the certificate the
 	// edge serves WSS with (TLS 1.2 at least, HTTP/1.1 only), re-read when
 	// they change so that a renewal needs no restart. Both or neither.
-	// Zero: plain WS, for an edge behind a TLS-terminating balancer.
+	// Zero: plain WS (dev, tests, an edge behind a TLS-terminating hop).
 	EdgeTLSCert, EdgeTLSKey string
-	// EdgeTLSPoll is how often the edge re-reads its certificate files.
-	// Zero: tlsx.DefaultPoll (5 s).
-	EdgeTLSPoll time.Duration
+	// IngestTLSCert and IngestTLSKey are the same for the ingest, which
+	// then serves HTTPS and is handed out as https://. A role that
+	// terminates TLS itself sees each client's own address as the socket's
+	// peer: no proxy hop to trust. Zero: plain HTTP.
+	IngestTLSCert, IngestTLSKey string
+	// TLSPoll is how often the edge and the ingest re-read their
+	// certificate files. Zero: tlsx.DefaultPoll (5 s).
+	TLSPoll time.Duration
 	// CORSOrigins are the web origins whose pages may call the gslb and the
 	// ingest and connect to the edge ("*": any). Zero: none, except that
 	// with Demo the gslb's own origin is added (the demo page's).
 	CORSOrigins []string
 
 	// RateLimits are the gslb's and the ingest's rate-limit rules at start
-	// (docs/api-limits.md). Nil: ratelimit.DefaultRules().
+	// (docs/api-limits.md). Nil: ratelimit.DefaultRules for this machine's
+	// cores, loopback allowlisted with Dev only.
 	RateLimits *ratelimit.Rules
 	// RateLimitsFile is a rules document re-read every 250 ms, so that
 	// the rules change without a restart; it wins over
@@ -273,10 +281,7 @@ type Stack struct {
 	allocator *gslb.Allocator
 	ingest    *ingest.Server
 	edge      *edge.Server
-	// edgeTLS is the edge's certificate when it terminates TLS itself
-	// (nil: plain WS); Run keeps it fresh.
-	edgeTLS *tlsx.Pair
-	slicer  *slicer.Slicer
+	slicer    *slicer.Slicer
 	// cpu samples the process's and the machine's CPU for the load
 	// reports of this process's edge and ingest.
 	cpu *sysload.Sampler
@@ -297,6 +302,9 @@ type roleServer struct {
 	role string
 	ln   net.Listener
 	srv  *http.Server
+	// tls is the role's certificate when it terminates TLS itself (nil:
+	// plain); Run keeps it fresh.
+	tls *tlsx.Pair
 }
 
 func (c *Config) has(role string) bool {
@@ -431,8 +439,10 @@ func New(cfg Config) (*Stack, error) {
 	if err := cfg.checkKeys(); err != nil {
 		return nil, err
 	}
-	if (cfg.EdgeTLSCert == "") != (cfg.EdgeTLSKey == "") {
-		return nil, fmt.Errorf("stack: edge TLS: %w (EdgeTLSCert %q, EdgeTLSKey %q)", tlsx.ErrIncomplete, cfg.EdgeTLSCert, cfg.EdgeTLSKey)
+	for _, c := range cfg.tlsFiles() {
+		if (c.cert == "") != (c.key == "") {
+			return nil, fmt.Errorf("stack: %s TLS: %w (%sTLSCert %q, %sTLSKey %q)", c.role, tlsx.ErrIncomplete, c.field, c.cert, c.field, c.key)
+		}
 	}
 	if cfg.EdgeDrain == 0 {
 		cfg.EdgeDrain = 10 * time.Second
@@ -521,35 +531,25 @@ func New(cfg Config) (*Stack, error) {
 		byRole[role] = rs
 		s.URLs[role] = "http://" + rs.ln.Addr().String()
 	}
-	if rs := byRole[RoleEdge]; rs != nil {
-		scheme := "ws://"
-		if cfg.EdgeTLSCert != "" {
-			// Loaded here, before anything serves, so that a certificate
-			// that does not load stops the process at start.
-			pair, err := tlsx.New(tlsx.Config{CertFile: cfg.EdgeTLSCert, KeyFile: cfg.EdgeTLSKey, Poll: cfg.EdgeTLSPoll, Logger: s.log.With("role", RoleEdge)})
-			if err != nil {
-				return nil, fmt.Errorf("stack: edge TLS: %w", err)
-			}
-			s.edgeTLS = pair
-			// net/http handshakes a *tls.Conn in the connection's own
-			// goroutine, bounded by the server's header timeout: a slow
-			// handshake holds up neither the accept loop nor, past that
-			// timeout, its goroutine.
-			rs.ln = tls.NewListener(rs.ln, pair.ServerConfig())
-			scheme = "wss://"
-		}
-		s.URLs[RoleEdge] = scheme + rs.ln.Addr().String() + "/v1/ws"
-		if cfg.EdgeURL != "" {
-			// The operator's public address wins (a name on the
-			// certificate, a balancer's port), whatever its scheme.
-			s.URLs[RoleEdge] = cfg.EdgeURL
-			if s.edgeTLS != nil && strings.HasPrefix(cfg.EdgeURL, "ws://") {
-				s.log.Warn("stack: the edge serves TLS but its advertised URL is plain ws://; clients will fail to connect unless something in between speaks TLS to it", "edge_url", cfg.EdgeURL)
+	for _, c := range cfg.tlsFiles() {
+		if rs := byRole[c.role]; rs != nil && c.cert != "" {
+			if err := s.serveTLS(rs, c.cert, c.key); err != nil {
+				return nil, err
 			}
 		}
 	}
-	if _, ok := byRole[RoleIngest]; ok && cfg.IngestURL != "" {
-		s.URLs[RoleIngest] = cfg.IngestURL
+	if rs := byRole[RoleEdge]; rs != nil {
+		s.URLs[RoleEdge] = "ws://" + rs.ln.Addr().String() + "/v1/ws"
+		if rs.tls != nil {
+			s.URLs[RoleEdge] = "wss://" + rs.ln.Addr().String() + "/v1/ws"
+		}
+		s.advertise(rs, cfg.EdgeURL, "ws://")
+	}
+	if rs := byRole[RoleIngest]; rs != nil {
+		if rs.tls != nil {
+			s.URLs[RoleIngest] = "https://" + rs.ln.Addr().String()
+		}
+		s.advertise(rs, cfg.IngestURL, "http://")
 	}
 	if cfg.PublicCDN == "" {
 		if u, okk := s.URLs[RoleOrigin]; okk {
@@ -585,6 +585,9 @@ func New(cfg Config) (*Stack, error) {
 	}
 	engine := func(role string) *gin.Engine {
 		ec := httpx.EngineConfig{Role: role, Logger: s.log.With("role", role), Gatherer: s.registry, TrustedProxies: cfg.TrustedProxies}
+		// The origin, like the edge, reads no body: one declared is
+		// refused at once rather than waited for until the read timeout.
+		ec.NoBody = role == RoleOrigin
 		if role == RoleGSLB || role == RoleIngest {
 			ec.CORS = &origins
 			// Healthy once it can sign or verify a token issued now: a
@@ -630,6 +633,7 @@ func New(cfg Config) (*Stack, error) {
 		}
 		// Clients schedule their polls on the clock that decides segments.
 		s.storeTime = clock.NewFollower(cfg.EntryClock, b.Streams.Now, 0)
+		s.registry.MustRegister(clockMargin(s.storeTime))
 		tickets, err := auth.NewTicketVerifier(cfg.TicketKey, nil)
 		if err != nil {
 			return nil, err
@@ -698,7 +702,7 @@ func New(cfg Config) (*Stack, error) {
 		(&ingest.BanAPI{Store: s.ingest.BanStore(), Keys: cfg.OperatorKeys, Changed: func(ctx context.Context) { _ = bans.Refresh(ctx) }, Logger: s.log.With("role", RoleIngest)}).Register(ops)
 		(&ingest.BroadcastAPI{Streams: b.Streams, Keys: cfg.OperatorKeys, Registerer: s.registry}).Register(ops)
 		lotteries := s.ingest.Lotteries()
-		(&ingest.LotteryAPI{Store: b.Lotteries, Keys: cfg.OperatorKeys, Hosts: s.keyring, Logger: s.log.With("role", RoleIngest), Changed: func(ctx context.Context) {
+		(&ingest.LotteryAPI{Store: b.Lotteries, Keys: cfg.OperatorKeys, Hosts: s.keyring, Addr: s.URLs[RoleIngest], Logger: s.log.With("role", RoleIngest), Changed: func(ctx context.Context) {
 			if lotteries != nil {
 				_ = lotteries.Refresh(ctx)
 			}
@@ -721,9 +725,6 @@ func New(cfg Config) (*Stack, error) {
 		// bounds the handshake request, and the upgrade clears it from the
 		// socket it takes over.
 		rs.srv = httpx.NewServer(s.edge.Handler(), 0)
-		if s.edgeTLS != nil {
-			rs.srv.ErrorLog = handshakeQuiet(s.log.With("role", RoleEdge))
-		}
 	}
 	if rs := byRole[RoleSlicer]; rs != nil {
 		s.slicer, err = slicer.New(slicer.Config{
@@ -742,10 +743,13 @@ func New(cfg Config) (*Stack, error) {
 		origin.Register(e, b.Objects)
 		rs.srv = httpx.NewServer(e, 30*time.Second)
 	}
-	if cfg.ReadTimeout > 0 {
-		for _, rs := range s.servers {
+	for _, rs := range s.servers {
+		if cfg.ReadTimeout > 0 {
 			rs.srv.ReadTimeout = cfg.ReadTimeout
 			rs.srv.ReadHeaderTimeout = min(rs.srv.ReadHeaderTimeout, cfg.ReadTimeout)
+		}
+		if rs.tls != nil {
+			rs.srv.ErrorLog = handshakeQuiet(s.log.With("role", rs.role))
 		}
 	}
 	ok = true
@@ -800,8 +804,10 @@ func (s *Stack) Run(ctx context.Context) error {
 	if s.keyring != nil {
 		goRun(s.keyring.Run)
 	}
-	if s.edgeTLS != nil {
-		goRun(s.edgeTLS.Run)
+	for _, rs := range s.servers {
+		if rs.tls != nil {
+			goRun(rs.tls.Run)
+		}
 	}
 	if s.allocator != nil {
 		goRun(s.allocator.Run)
@@ -887,7 +893,53 @@ func (s *Stack) Run(ctx context.Context) error {
 	return err
 }
 
-// handshakeQuiet is the error log of an edge serving TLS: on a public
+// tlsFile names a role's certificate files.
+type tlsFile struct {
+	role, field string // field: the Config fields' prefix
+	cert, key   string
+}
+
+// tlsFiles are the roles that may terminate TLS themselves, with their
+// files.
+func (c *Config) tlsFiles() []tlsFile {
+	return []tlsFile{
+		{RoleEdge, "Edge", c.EdgeTLSCert, c.EdgeTLSKey},
+		{RoleIngest, "Ingest", c.IngestTLSCert, c.IngestTLSKey},
+	}
+}
+
+// serveTLS makes rs terminate TLS with the certificate in certFile and
+// keyFile. It is loaded here, before anything serves, so that a
+// certificate that does not load stops the process at start.
+func (s *Stack) serveTLS(rs *roleServer, certFile, keyFile string) error {
+	pair, err := tlsx.New(tlsx.Config{CertFile: certFile, KeyFile: keyFile, Poll: s.cfg.TLSPoll, Logger: s.log.With("role", rs.role)})
+	if err != nil {
+		return fmt.Errorf("stack: %s TLS: %w", rs.role, err)
+	}
+	rs.tls = pair
+	// net/http handshakes a *tls.Conn in the connection's own goroutine,
+	// bounded by the server's header timeout: a slow handshake holds up
+	// neither the accept loop nor, past that timeout, its goroutine.
+	rs.ln = tls.NewListener(rs.ln, pair.ServerConfig())
+	return nil
+}
+
+// advertise makes url (the operator's -edge-url or -ingest-url) what
+// clients are handed for rs, when it is given: a name on the certificate,
+// another port, whatever its scheme. A role serving TLS handed out under
+// a plain scheme is logged: clients would fail unless something in
+// between speaks TLS to it.
+func (s *Stack) advertise(rs *roleServer, url, plain string) {
+	if url == "" {
+		return
+	}
+	s.URLs[rs.role] = url
+	if rs.tls != nil && strings.HasPrefix(url, plain) {
+		s.log.Warn("stack: the role serves TLS but its advertised URL is plain "+plain+"; clients will fail to connect unless something in between speaks TLS to it", "role", rs.role, "url", url)
+	}
+}
+
+// handshakeQuiet is the error log of a role serving TLS: on a public
 // port, failed handshakes (scanners, clocks a year off, ws:// sent to a
 // wss:// port) come all day and say nothing about the edge, so they go to
 // debug; anything else net/http reports stays a warning.
@@ -940,6 +992,22 @@ func (s *Stack) Ready(ctx context.Context) error {
 	}
 }
 
+// clockMargin exports how far the server time in every entry answer may be
+// off: clients add it to the margin of their own clock estimate, and each
+// poll waits that much past a second's due time (the ClockMarginLarge alert).
+func clockMargin(f *clock.Follower) prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "danmaku_gslb_clock_margin_seconds",
+		Help: "Uncertainty of the store clock the gslb hands out as server time: half the round trip of its best sample (+Inf before the first).",
+	}, func() float64 {
+		_, rtt, ok := f.Offset()
+		if !ok {
+			return math.Inf(1)
+		}
+		return (rtt / 2).Seconds()
+	})
+}
+
 // Backends returns the stores the roles share.
 func (s *Stack) Backends() Backends { return s.cfg.Backends }
 
@@ -961,7 +1029,7 @@ func (s *Stack) PrintAddrs(w *os.File) {
 // credentials the rules count.
 func (s *Stack) newLimiter() (*ratelimit.Limiter, error) {
 	cfg := s.cfg
-	rules := ratelimit.DefaultRules()
+	rules := ratelimit.DefaultRules(ratelimit.Machine{Dev: cfg.Dev})
 	if cfg.RateLimits != nil {
 		rules = *cfg.RateLimits
 	}

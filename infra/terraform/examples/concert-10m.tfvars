@@ -1,11 +1,13 @@
 # A concert with ten million viewers at once.
 #
-#   terraform workspace new concert-2025-tokyo   # or a backend key per event
+#   cp examples/backend.tf backend.tf
+#   terraform init -backend-config="key=danmaku/concert-10m.tfstate"
 #   terraform apply -var-file=examples/concert-10m.tfvars
 #
-# The sizing, figure by figure (README.md, "Sizing", says where each
-# per-machine figure comes from and which of them a load test must confirm
-# before the show).
+# Per-machine figures are docs/benchmarks.md's (2-vCPU machine, load client
+# on the same cores: conservative); main.tf's local.capacity_figures says
+# which. The quotas and reservations this needs, and when to ask for them:
+# docs/operations.md, "Pre-show checklist".
 
 event              = "concert-10m"
 region             = "ap-northeast-1"
@@ -18,58 +20,62 @@ cdn_certificate_arn   = "arn:aws:acm:us-east-1:123456789012:certificate/00000000
 node_tls_secret_arn   = "arn:aws:secretsmanager:ap-northeast-1:123456789012:secret:danmaku/nodes-tls-AbCdEf"
 ticket_key_secret_arn = "arn:aws:secretsmanager:ap-northeast-1:123456789012:secret:login/ticket-key-AbCdEf"
 release_s3_uri        = "s3://artifacts-example/danmaku/v1.0.0/danmaku-linux-amd64"
-cors_origins          = ["https://live.example.com", "https://m.live.example.com"]
+# Amazon Linux 2023 (x86_64), looked up once and pinned: the image the
+# rehearsal ran (README.md).
+ami_id       = "ami-0123456789abcdef0"
+cors_origins = ["https://live.example.com", "https://m.live.example.com"]
 
-# Edges: one WebSocket per viewer.
-#   10,000,000 connections / 100,000 per machine        = 100 machines at 100 %
-#   the gslb stops handing out a machine at 95 %          -> 10,000,000 / 95,000 = 106
-#   losing one of the three zones must still fit:
-#     N x 2/3 x 95,000 >= 10,000,000                      -> N >= 158 -> 160
-#   normal load 10,000,000 / 160 = 62,500 per machine (62.5 %)
-# c6in.4xlarge: 16 vCPU for TLS and the gift frames' fan-out, 32 GiB for
-# 100,000 connections at ~64 KiB each (nginx TLS + the role's buffers),
-# 50 Gbps. max_count leaves room to add machines by hand during the show.
-edge_fleet = { instance_type = "c6in.4xlarge", count = 160, max_count = 200 }
+# Edges: one WebSocket per viewer; each edge serves TLS itself.
+#   CPU binds: 16 vCPU x 70 % / (10 frames/s x 12 us per TLS write)
+#                                                   = 93,300 connections (-max-conns)
+#   (memory: 16 KiB each is 1.4 GiB of 32)
+#   the gslb skips an edge at 95 %                  -> 88,635 usable
+#   one of three zones lost: N x 2/3 x 88,635 >= 10,000,000 -> N >= 170 -> 171
+#   normal load 58,480 each: 7 vCPU of writes at 10 frames/s; the join
+#   surge's TLS handshakes (~1 ms each) take ~6 vCPU more for ~10 s.
+edge_fleet = { instance_type = "c6in.4xlarge", count = 171, max_count = 200, alternate_instance_types = ["c6i.4xlarge", "c7i.4xlarge"] }
 
-# Ingest: a surge of 1,000,000 comment posts a second (one viewer in ten
-# reacting within the same second). Most are answered by the per-user and
-# per-room buckets, but each still costs TLS, a token check and JSON:
-#   assumed 2,000 posts/s per vCPU                        -> 500 vCPU
-#   500 / 16 vCPU per c6in.4xlarge                        = 32 machines at 100 %
-#   at 70 % for headroom                                  -> 45 -> 48 (16 per zone)
-ingest_fleet = { instance_type = "c6in.4xlarge", count = 48, max_count = 64 }
+# Ingest: a surge of 1,000,000 comment posts a second (one viewer in ten in
+# the same second), on kept-alive TLS connections.
+#   measured 6,800 posts/s per vCPU through the whole path on Redis
+#   1,000,000 / (6,800 x 70 %)                      = 210 vCPU = 14 machines
+#   one zone lost: 14 x 3/2                         -> 21 (7 per zone)
+#   -ingest-capacity: 16 x 70 % x 6,800/s x 0.15 s in flight = 11,400
+ingest_fleet = { instance_type = "c6in.4xlarge", count = 21, max_count = 27, alternate_instance_types = ["c6i.4xlarge", "c7i.4xlarge"] }
 
-# gslb: the show-start join surge, 10,000,000 entries spread over ~10 s:
-#   peak 1,000,000 GET /v1/entry a second
-#   assumed 2,500 entries/s per vCPU (two HS256 operations and JSON; TLS
-#   ends at the load balancer)                            -> 400 vCPU
-#   400 / 16 vCPU per c7i.4xlarge                         = 25 machines at 100 %
-#   at 70 %                                               -> 36 (12 per zone)
-gslb_fleet = { instance_type = "c7i.4xlarge", count = 36, max_count = 48 }
+# gslb: the show-start join surge, 10,000,000 entries over ~10 s.
+#   an entry signs an Ed25519 token (23 us) and answers over HTTP: measured
+#   20,090/s on 2 vCPU, client included      -> 10,000 entries/s per vCPU
+#   1,000,000 / (10,000 x 70 %)                     = 143 vCPU = 9 machines
+#   one zone lost: 9 x 3/2                          -> 14 -> 15 (5 per zone)
+gslb_fleet = { instance_type = "c7i.4xlarge", count = 15, max_count = 21, alternate_instance_types = ["c6i.4xlarge"] }
 
-# The load balancer in front of the gslb does not grow in seconds. By its
-# new-connection dimension (25 new connections a second per LCU),
-#   1,000,000 new connections/s / 25                      = 40,000 LCU
-# Reservations are filled as capacity allows and can take hours: request
-# days ahead, or put CloudFront in front of the load balancer (README.md).
-gslb_alb_capacity_units = 40000
+# The load balancers in front of the gslb: 1,000,000 new TLS connections a
+# second / 25 per LCU = 40,000 LCU; one ALB reserves at most 15,000, so 3,
+# each reserved 13,400 LCU before the show (not by Terraform: the request
+# can take hours).
+gslb_load_balancers = 3
 
 # Slicers: one leader per room, the others standing by; three so that a
 # zone's loss still leaves a standby.
-slicer_fleet = { instance_type = "c7i.xlarge", count = 3 }
+slicer_fleet = { instance_type = "c7i.xlarge", count = 3, alternate_instance_types = ["c6i.xlarge"] }
 
-# Redis: a room's keys live on one shard, so shards spread rooms, not one
-# room's load. The hottest single key is the load table (danmaku:load):
-#   writes: (160 edges + 48 ingest) x 200 reports/s        = 41,600 HSET/s
-#   reads:  36 gslb x 200 syncs/s x ~52 KB (208 entries)   = ~375 MB/s, ~3 Gbps
-# from the one shard that holds it: node type for network, not memory.
-redis_node_type          = "cache.r7g.4xlarge"
-redis_shards             = 3
+# Redis: the load table is 16 shards of keys (spread over the Redis shards);
+# 192 reporting nodes, 15 gslb syncing every 5 ms: ~25 KB a sync when every
+# node changed (docs/benchmarks.md, "Load table sync"), ~75 MB/s at worst. A
+# room's keys share a shard: its stream is read by 171 edges and a slicer.
+redis_node_type          = "cache.r7g.xlarge"
+redis_shards             = 4
 redis_replicas_per_shard = 2
+redis_maintenance_window = "tue:17:00-tue:18:00" # 02:00 JST, no show
 
 default_segment_ms = 1000
 # Viewers everywhere in the world watch the same show.
 cdn_price_class         = "PriceClass_All"
 not_found_cache_seconds = 1
 segment_retention_days  = 30
-metrics_cidrs           = ["10.100.0.0/16"]
+audit_retention_days    = 30
+# Each machine's agent sends its metrics to the event's Prometheus workspace
+# (observability.tf); a Prometheus of your own inside the event's VPC may
+# scrape the gslb and the slicers too.
+metrics_cidrs = ["10.42.0.0/16"]

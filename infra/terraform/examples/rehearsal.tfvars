@@ -18,7 +18,9 @@ cdn_certificate_arn   = null
 node_tls_secret_arn   = "arn:aws:secretsmanager:ap-northeast-1:123456789012:secret:danmaku/rehearsal-nodes-tls-AbCdEf"
 ticket_key_secret_arn = "arn:aws:secretsmanager:ap-northeast-1:123456789012:secret:login/ticket-key-staging-AbCdEf"
 release_s3_uri        = "s3://artifacts-example/danmaku/v1.0.0-rc1/danmaku-linux-amd64"
-cors_origins          = ["https://staging.live.example.com"]
+# Amazon Linux 2023 for x86_64, looked up once and pinned (README.md).
+ami_id       = "ami-0123456789abcdef0"
+cors_origins = ["https://staging.live.example.com"]
 
 # A few thousand test clients: 2 of everything, one per zone.
 gslb_fleet   = { instance_type = "c7i.large", count = 2 }
@@ -29,9 +31,12 @@ slicer_fleet = { instance_type = "c7i.large", count = 2 }
 redis_node_type          = "cache.t4g.medium"
 redis_shards             = 2
 redis_replicas_per_shard = 1
+redis_maintenance_window = "mon:03:00-mon:04:00"
 
 cdn_price_class        = "PriceClass_200"
 segment_retention_days = 3
 # Torn down right after: nothing to keep, and the name reusable at once.
-force_destroy_bucket = true
-secret_recovery_days = 0
+force_destroy_bucket       = true
+force_destroy_audit_bucket = true
+audit_retention_days       = 3
+secret_recovery_days       = 0

@@ -6,20 +6,30 @@ mock_provider "aws" {
   source = "./tests/mocks"
 }
 
+# The mock would give both buckets one ARN.
+override_resource {
+  target = module.audit_bucket.aws_s3_bucket.this
+  values = {
+    arn = "arn:aws:s3:::danmaku-test-audit-123456789012"
+  }
+}
+
 variables {
-  event                 = "test"
-  region                = "us-east-1"
-  availability_zones    = ["us-east-1a", "us-east-1b", "us-east-1c"]
-  domain                = "test.live.example.com"
-  dns_zone_id           = "Z0123456789EXAMPLE"
-  gslb_certificate_arn  = "arn:aws:acm:us-east-1:123456789012:certificate/00000000-0000-0000-0000-000000000001"
-  ticket_key_secret_arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:login/ticket-key-AbCdEf"
-  node_tls_secret_arn   = "arn:aws:secretsmanager:us-east-1:123456789012:secret:danmaku/nodes-tls-AbCdEf"
-  release_s3_uri        = "s3://artifacts-example/danmaku/v1/danmaku-linux-amd64"
-  cors_origins          = ["https://app.example.com", "https://www.example.com"]
-  gslb_fleet            = { instance_type = "c7i.large", count = 2 }
-  ingest_fleet          = { instance_type = "c6in.large", count = 3 }
-  edge_fleet            = { instance_type = "c6in.large", count = 4, max_count = 6 }
+  event                    = "test"
+  region                   = "us-east-1"
+  availability_zones       = ["us-east-1a", "us-east-1b", "us-east-1c"]
+  domain                   = "test.live.example.com"
+  dns_zone_id              = "Z0123456789EXAMPLE"
+  gslb_certificate_arn     = "arn:aws:acm:us-east-1:123456789012:certificate/00000000-0000-0000-0000-000000000001"
+  ticket_key_secret_arn    = "arn:aws:secretsmanager:us-east-1:123456789012:secret:login/ticket-key-AbCdEf"
+  node_tls_secret_arn      = "arn:aws:secretsmanager:us-east-1:123456789012:secret:danmaku/nodes-tls-AbCdEf"
+  release_s3_uri           = "s3://artifacts-example/danmaku/v1/danmaku-linux-amd64"
+  ami_id                   = "ami-0123456789abcdef0"
+  redis_maintenance_window = "sun:18:00-sun:19:00"
+  cors_origins             = ["https://app.example.com", "https://www.example.com"]
+  gslb_fleet               = { instance_type = "c7i.large", count = 2 }
+  ingest_fleet             = { instance_type = "c6in.large", count = 3 }
+  edge_fleet               = { instance_type = "c6in.large", count = 4, max_count = 6 }
 }
 
 run "machines" {
@@ -31,14 +41,15 @@ run "machines" {
 
   # --- the slicer and the bucket ---------------------------------------------
   assert {
-    condition     = toset(flatten([for s in jsondecode(aws_iam_role_policy.role["slicer"].policy).Statement : s.Action if startswith(jsonencode(s.Action), "[\"s3:") || startswith(jsonencode(s.Action), "\"s3:")])) == toset(["s3:GetObject", "s3:PutObject", "s3:ListBucket"])
-    error_message = "The slicer's S3 actions are GetObject, PutObject and ListBucket: no delete, no wildcard."
+    condition     = toset(flatten([for s in jsondecode(aws_iam_role_policy.role["slicer"].policy).Statement : s.Action if startswith(jsonencode(s.Resource), "\"${module.segments_bucket.arn}")])) == toset(["s3:GetObject", "s3:PutObject", "s3:ListBucket"])
+    error_message = "The slicer's actions on the segments bucket are GetObject, PutObject and ListBucket: no delete, no wildcard."
   }
   assert {
     condition = [for s in jsondecode(aws_iam_role_policy.role["slicer"].policy).Statement : s.Resource if contains(flatten([s.Action]), "s3:PutObject")] == [
-      "${module.segments_bucket.arn}/rooms/*"
+      "${module.segments_bucket.arn}/rooms/*",
+      "${module.audit_bucket.arn}/audit/*",
     ]
-    error_message = "The slicer writes under rooms/ of the event's bucket only."
+    error_message = "The slicer writes under rooms/ of the event's bucket and audit/ of its audit bucket only."
   }
   assert {
     condition = alltrue(flatten([for r in ["gslb", "ingest", "edge", "slicer"] : [
@@ -46,25 +57,29 @@ run "machines" {
         for res in flatten([s.Resource]) : contains([
           "${module.segments_bucket.arn}/rooms/*",
           module.segments_bucket.arn,
+          "${module.audit_bucket.arn}/audit/*",
+          module.audit_bucket.arn,
           "arn:aws:s3:::artifacts-example/danmaku/v1/danmaku-linux-amd64",
         ], res) if startswith(res, "arn:aws:s3:")
       ]
     ]]))
-    error_message = "No role may touch any S3 resource but the event's bucket (slicer) and the one release object: no wildcard bucket."
+    error_message = "No role may touch any S3 resource but the event's buckets (slicer, ingest) and the one release object: no wildcard bucket."
   }
   assert {
     condition = alltrue([for r in ["gslb", "ingest", "edge"] : alltrue([
       for s in jsondecode(aws_iam_role_policy.role[r].policy).Statement :
-      s.Resource == "arn:aws:s3:::artifacts-example/danmaku/v1/danmaku-linux-amd64" if anytrue([for a in flatten([s.Action]) : startswith(a, "s3:")])
+      !strcontains(jsonencode(s.Resource), module.segments_bucket.arn) if anytrue([for a in flatten([s.Action]) : startswith(a, "s3:")])
     ])])
     error_message = "Only the slicer may touch the segments bucket."
   }
   assert {
     condition = alltrue([for r in ["gslb", "ingest", "edge", "slicer"] : alltrue([
-      for a in flatten([for s in jsondecode(aws_iam_role_policy.role[r].policy).Statement : s.Action]) :
-      !strcontains(a, "*") && !strcontains(a, "Delete")
+      for s in jsondecode(aws_iam_role_policy.role[r].policy).Statement : alltrue([
+        for a in flatten([s.Action]) :
+        !strcontains(a, "*") && (!strcontains(a, "Delete") || (a == "s3:DeleteObject" && s.Resource == "${module.audit_bucket.arn}/audit/*"))
+      ])
     ])])
-    error_message = "No role has a wildcard or a delete action."
+    error_message = "No role has a wildcard action, and the one delete is of audit objects past their retention."
   }
 
   # --- secrets: each role reads its own ------------------------------------
@@ -105,7 +120,7 @@ run "machines" {
     error_message = "The secret environment of each role is what cmd/danmaku reads for it."
   }
   assert {
-    condition     = alltrue([for r in ["gslb", "ingest", "edge", "slicer"] : !strcontains(base64decode(aws_launch_template.role[r].user_data), "MockGeneratedSecretValue")])
+    condition     = alltrue([for r in ["gslb", "ingest", "edge", "slicer"] : !strcontains(output.boot_user_data[r], "MockGeneratedSecretValue")])
     error_message = "No secret value is in any user data."
   }
 
@@ -116,12 +131,12 @@ run "machines" {
   }
   assert {
     condition = alltrue([
-      strcontains(base64decode(aws_launch_template.role["edge"].user_data), "BOOT_URL_ENV='DANMAKU_EDGE_URL'"),
-      strcontains(base64decode(aws_launch_template.role["edge"].user_data), "BOOT_URL_SCHEME='wss'"),
-      strcontains(base64decode(aws_launch_template.role["edge"].user_data), "BOOT_NODE_DOMAIN='nodes.test.live.example.com'"),
-      strcontains(base64decode(aws_launch_template.role["ingest"].user_data), "BOOT_URL_ENV='DANMAKU_INGEST_URL'"),
-      strcontains(base64decode(aws_launch_template.role["ingest"].user_data), "BOOT_URL_SCHEME='https'"),
-      !strcontains(base64decode(aws_launch_template.role["slicer"].user_data), "BOOT_NODE_NAME_PREFIX='"),
+      strcontains(output.boot_user_data["edge"], "BOOT_URL_ENV='DANMAKU_EDGE_URL'"),
+      strcontains(output.boot_user_data["edge"], "BOOT_URL_SCHEME='wss'"),
+      strcontains(output.boot_user_data["edge"], "BOOT_NODE_DOMAIN='nodes.test.live.example.com'"),
+      strcontains(output.boot_user_data["ingest"], "BOOT_URL_ENV='DANMAKU_INGEST_URL'"),
+      strcontains(output.boot_user_data["ingest"], "BOOT_URL_SCHEME='https'"),
+      !strcontains(output.boot_user_data["slicer"], "BOOT_NODE_NAME_PREFIX='"),
     ])
     error_message = "Edge and ingest machines announce wss:// and https:// URLs under nodes.DOMAIN; the slicer none."
   }
@@ -152,10 +167,10 @@ run "machines" {
   }
   assert {
     condition = (
-      aws_autoscaling_group.role["gslb"].target_group_arns == toset([aws_lb_target_group.gslb.arn]) &&
+      aws_autoscaling_group.role["gslb"].target_group_arns == toset([aws_lb_target_group.gslb[0].arn]) &&
       aws_autoscaling_group.role["gslb"].health_check_type == "ELB" &&
-      aws_lb_listener.gslb_https.protocol == "HTTPS" &&
-      aws_lb_listener.gslb_https.certificate_arn == var.gslb_certificate_arn &&
+      aws_lb_listener.gslb_https[0].protocol == "HTTPS" &&
+      aws_lb_listener.gslb_https[0].certificate_arn == var.gslb_certificate_arn &&
       output.gslb_url == "https://gslb.test.live.example.com"
     )
     error_message = "The gslb sits behind the load balancer's HTTPS listener."
@@ -165,7 +180,7 @@ run "machines" {
   assert {
     condition = alltrue([for r in ["gslb", "ingest", "edge", "slicer"] :
       startswith(output.role_env[r].DANMAKU_REDIS, "rediss://clustercfg.") &&
-      output.role_env[r].DANMAKU_REDIS_USER == r &&
+      output.role_env[r].DANMAKU_REDIS_USER == "danmaku-${r}" &&
       output.role_env[r].DANMAKU_CORS_ORIGINS == "https://app.example.com,https://www.example.com" &&
       contains(keys(output.role_env[r]), "DANMAKU_S3_BUCKET") == (r == "slicer")
     ])
@@ -182,13 +197,14 @@ run "machines" {
   assert {
     condition = output.env_edge == join("\n", [
       "# danmaku edge of event test, from the event's Terraform outputs (infra/terraform/env.sh).",
-      "# Per machine: DANMAKU_NODE_ID and DANMAKU_EDGE_URL.",
-      "# Flags: danmaku edge -edge 0.0.0.0:7702 -min-gift-value 0 -log-json -log-level info -segment-ms 1000",
+      "# Per machine: DANMAKU_NODE_ID and DANMAKU_EDGE_URL; the certificate and key files the flags name.",
+      "# Flags: danmaku edge -edge 0.0.0.0:443 -min-gift-value 0 -edge-tls-cert /etc/danmaku/tls/cert.pem -edge-tls-key /etc/danmaku/tls/key.pem -log-json -log-level info -segment-ms 1000",
       "DANMAKU_CORS_ORIGINS='https://app.example.com,https://www.example.com'",
       "DANMAKU_GIFT_WAIT_REPLICAS='1'",
+      "DANMAKU_MAX_CONNS='93300'",
       "DANMAKU_REDIS='rediss://clustercfg.danmaku-test.abc123.use1.cache.amazonaws.com:6379'",
       "DANMAKU_REDIS_CLUSTER='true'",
-      "DANMAKU_REDIS_USER='edge'",
+      "DANMAKU_REDIS_USER='danmaku-edge'",
       "# secret DANMAKU_REDIS_PASSWORD ${output.secret_arns["redis-edge"]}",
       "",
     ])
@@ -196,7 +212,7 @@ run "machines" {
   }
   assert {
     condition = alltrue([for r, env in { gslb = output.env_gslb, ingest = output.env_ingest, edge = output.env_edge, slicer = output.env_slicer } :
-      strcontains(base64decode(aws_launch_template.role[r].user_data), "BOOT_ENV_B64='${base64encode(env)}'")
+      strcontains(output.boot_user_data[r], "BOOT_ENV_B64='${base64encode(env)}'")
     ])
     error_message = "Machines boot with exactly the environment file env.sh prints."
   }
@@ -228,7 +244,7 @@ run "machines" {
   }
   assert {
     condition = (
-      { for r, u in aws_elasticache_user.role : r => u.user_name } == { gslb = "gslb", ingest = "ingest", edge = "edge", slicer = "slicer" } &&
+      { for r, u in aws_elasticache_user.role : r => u.user_name } == { gslb = "danmaku-gslb", ingest = "danmaku-ingest", edge = "danmaku-edge", slicer = "danmaku-slicer" } &&
       alltrue([for u in aws_elasticache_user.role : u.access_string == "on ~danmaku:* +@all -@dangerous"]) &&
       aws_elasticache_user.default.user_name == "default" && startswith(aws_elasticache_user.default.access_string, "off") &&
       length(aws_elasticache_user_group.redis.user_ids) == 5 &&
@@ -250,11 +266,14 @@ run "plain_nodes_and_given_keys" {
     condition = alltrue([
       aws_vpc_security_group_ingress_rule.public_role["edge"].from_port == 7702,
       aws_vpc_security_group_ingress_rule.public_role["ingest"].from_port == 7701,
-      strcontains(base64decode(aws_launch_template.role["edge"].user_data), "BOOT_URL_SCHEME='ws'"),
-      strcontains(base64decode(aws_launch_template.role["edge"].user_data), "BOOT_PUBLIC_PORT='7702'"),
-      strcontains(base64decode(aws_launch_template.role["edge"].user_data), "BOOT_TLS_SECRET=''"),
+      strcontains(output.boot_user_data["edge"], "BOOT_URL_SCHEME='ws'"),
+      strcontains(output.boot_user_data["edge"], "BOOT_PUBLIC_PORT='7702'"),
+      strcontains(output.boot_user_data["edge"], "BOOT_TLS_SECRET=''"),
+      strcontains(output.boot_user_data["edge"], "BOOT_BIND_PRIVILEGED='0'"),
+      join(" ", output.role_args.edge) == "-edge 0.0.0.0:7702 -min-gift-value 0 -log-json -log-level info -segment-ms 1000",
+      join(" ", output.role_args.ingest) == "-ingest 0.0.0.0:7701 -log-json -log-level info -segment-ms 1000",
     ])
-    error_message = "Without a node certificate, edges serve ws:// on their own port."
+    error_message = "Without a node certificate, edges and ingest nodes serve plain on their own port, with no capability."
   }
   assert {
     condition     = output.secret_arns["gift-keys"] == var.gift_keys_secret_arn && !contains(keys(aws_secretsmanager_secret.owned), "gift-keys")
@@ -292,12 +311,13 @@ run "invalid_settings_are_refused" {
   ]
 }
 
-run "a_machine_needs_a_binary" {
+run "the_image_is_pinned" {
   command = plan
 
   variables {
-    release_s3_uri = null
+    ami_id                   = "al2023-latest"
+    redis_maintenance_window = "sunday 18:00"
   }
 
-  expect_failures = [aws_launch_template.role]
+  expect_failures = [var.ami_id, var.redis_maintenance_window]
 }

@@ -8,19 +8,21 @@ mock_provider "aws" {
 }
 
 variables {
-  event                 = "test"
-  region                = "us-east-1"
-  availability_zones    = ["us-east-1a", "us-east-1b", "us-east-1c"]
-  domain                = "test.live.example.com"
-  dns_zone_id           = "Z0123456789EXAMPLE"
-  gslb_certificate_arn  = "arn:aws:acm:us-east-1:123456789012:certificate/00000000-0000-0000-0000-000000000001"
-  cdn_certificate_arn   = "arn:aws:acm:us-east-1:123456789012:certificate/00000000-0000-0000-0000-000000000002"
-  ticket_key_secret_arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:login/ticket-key-AbCdEf"
-  release_s3_uri        = "s3://artifacts-example/danmaku/v1/danmaku-linux-amd64"
-  cors_origins          = ["https://app.example.com"]
-  gslb_fleet            = { instance_type = "c7i.large", count = 2 }
-  ingest_fleet          = { instance_type = "c6in.large", count = 2 }
-  edge_fleet            = { instance_type = "c6in.large", count = 2 }
+  event                    = "test"
+  region                   = "us-east-1"
+  availability_zones       = ["us-east-1a", "us-east-1b", "us-east-1c"]
+  domain                   = "test.live.example.com"
+  dns_zone_id              = "Z0123456789EXAMPLE"
+  gslb_certificate_arn     = "arn:aws:acm:us-east-1:123456789012:certificate/00000000-0000-0000-0000-000000000001"
+  cdn_certificate_arn      = "arn:aws:acm:us-east-1:123456789012:certificate/00000000-0000-0000-0000-000000000002"
+  ticket_key_secret_arn    = "arn:aws:secretsmanager:us-east-1:123456789012:secret:login/ticket-key-AbCdEf"
+  release_s3_uri           = "s3://artifacts-example/danmaku/v1/danmaku-linux-amd64"
+  ami_id                   = "ami-0123456789abcdef0"
+  redis_maintenance_window = "sun:18:00-sun:19:00"
+  cors_origins             = ["https://app.example.com"]
+  gslb_fleet               = { instance_type = "c7i.large", count = 2 }
+  ingest_fleet             = { instance_type = "c6in.large", count = 2 }
+  edge_fleet               = { instance_type = "c6in.large", count = 2 }
 }
 
 run "cdn_and_bucket" {

@@ -1,5 +1,6 @@
 # The bucket the slicer writes segments and manifests to, readable only by
-# one CloudFront distribution.
+# one CloudFront distribution; without a distribution, a private bucket
+# (the audit trail's, audit.tf).
 #
 # A submodule of its own so that a test can apply exactly these resources to
 # an S3-compatible server (testdata/s3-compat, versitygw): the bucket, its

@@ -13,9 +13,13 @@ mock_data "aws_partition" {
   }
 }
 
-mock_data "aws_ssm_parameter" {
+# A 16-vCPU, 32 GiB machine of either architecture unless a test
+# overrides it (override_data).
+mock_data "aws_ec2_instance_type" {
   defaults = {
-    value = "ami-0123456789abcdef0"
+    default_vcpus           = 16
+    memory_size             = 32768
+    supported_architectures = ["x86_64", "arm64"]
   }
 }
 
@@ -84,5 +88,11 @@ mock_resource "aws_launch_template" {
   defaults = {
     id             = "lt-0123456789abcdef0"
     latest_version = 1
+  }
+}
+
+mock_resource "aws_lb_listener" {
+  defaults = {
+    arn = "arn:aws:elasticloadbalancing:us-east-1:123456789012:listener/app/danmaku-test-gslb/50dc6c495c0c9188/f2f7dc8efc522ab2"
   }
 }

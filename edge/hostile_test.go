@@ -1,0 +1,199 @@
+package edge
+
+import (
+	"bufio"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"danmaku/internal/wire"
+)
+
+// Hostile input the edge gets from outside, one test per kind; the
+// catalogue in docs/reliability.md ("Hostile input: what each gets")
+// names them.
+
+// TestTokenInURLAnyCase: a query parameter is a token in the URL whatever
+// the case of its name, refused before anything else is read.
+func TestTokenInURLAnyCase(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	good := e.token("r1")
+	for _, name := range []string{"token", "Token", "TOKEN", "tOkEn"} {
+		t.Run(name, func(t *testing.T) {
+			req, err := http.NewRequest("GET", e.ts.URL+Path+"?"+name+"=SECRET", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header = http.Header{
+				"Authorization": {"Bearer " + good},
+				"Connection":    {"Upgrade"}, "Upgrade": {"websocket"}, "Sec-Websocket-Version": {"13"}, "Sec-Websocket-Key": {"dGhlIHNhbXBsZSBub25jZQ=="},
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			checkCoded(t, resp, http.StatusBadRequest, CodeTokenInURL)
+		})
+	}
+}
+
+// TestLastAheadClosed: a last id further ahead than the room can have
+// written is closed with CloseResumeGap (reconnect without last) instead of
+// withholding every message up to it, by header and by hello; one a little
+// ahead is honoured (TestResumeAhead).
+func TestLastAheadClosed(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	newest := e.append("r1", sys("newest"))[0]
+	ms, _, err := wire.ParseID(newest.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	far := wire.FormatID(max(ms, time.Now().UnixMilli())+time.Hour.Milliseconds(), 0)
+	t.Run("header", func(t *testing.T) {
+		ws, _, err := e.dialWith(&websocket.Dialer{HandshakeTimeout: safety}, e.token("r1"), far)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ws.Close()
+		if got := closeCode(t, ws); got != CloseResumeGap {
+			t.Fatalf("close code %d, want %d", got, CloseResumeGap)
+		}
+	})
+	t.Run("hello", func(t *testing.T) {
+		ws, _, err := e.dialBrowser("")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ws.Close()
+		if err := text(`{"token":"` + e.token("r1") + `","last":"` + far + `"}`)(ws); err != nil {
+			t.Fatal(err)
+		}
+		if got := closeCode(t, ws); got != CloseResumeGap {
+			t.Fatalf("close code %d, want %d", got, CloseResumeGap)
+		}
+	})
+	waitFor(t, "both closes counted", func() bool {
+		return counter(e.srv.m.closes.WithLabelValues(reasonGap)) == 2 && e.srv.Load().Conns == 0
+	})
+	if n := e.srv.OnlineRooms()["r1"]; n != 0 {
+		t.Fatalf("%d viewers online after both were closed", n)
+	}
+}
+
+// opaqueListener hides the *net.TCPConn of what it accepts: no epoll loop
+// can own those sockets, so they are served by goSocks.
+type opaqueListener struct{ net.Listener }
+
+type opaqueConn struct{ net.Conn }
+
+func (l opaqueListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return opaqueConn{c}, nil
+}
+
+// TestCloseAnswered: the edge answers a client's close frame with the
+// client's code only when a peer may send that code; a code no peer may
+// send, or a one-byte payload, gets 1002, a reason that is not UTF-8 1007
+// — on both kinds of socket.
+func TestCloseAnswered(t *testing.T) {
+	code := func(c uint16, reason string) []byte {
+		return append(binary.BigEndian.AppendUint16(nil, c), reason...)
+	}
+	tests := []struct {
+		name    string
+		payload []byte
+		want    int // -1: a close frame without a code
+	}{
+		{"no payload", nil, -1},
+		{"normal", code(1000, "bye"), 1000},
+		{"going away", code(1001, ""), 1001},
+		{"try again later", code(1013, ""), 1013},
+		{"application", code(3000, ""), 3000},
+		{"private", code(4999, ""), 4999},
+		{"one byte", []byte{0x03}, closeProtocol},
+		{"999", code(999, ""), closeProtocol},
+		{"1004 reserved", code(1004, ""), closeProtocol},
+		{"1005 no status", code(1005, ""), closeProtocol},
+		{"1006 abnormal", code(1006, ""), closeProtocol},
+		{"1015 TLS", code(1015, ""), closeProtocol},
+		{"1016", code(1016, ""), closeProtocol},
+		{"2999", code(2999, ""), closeProtocol},
+		{"5000", code(5000, ""), closeProtocol},
+		{"65535", code(65535, ""), closeProtocol},
+		{"reason not UTF-8", code(1000, "\xff\xfe"), closeBadData},
+	}
+	for _, kind := range []struct {
+		name string
+		wrap func(net.Listener) net.Listener
+	}{
+		{"epoll", nil},
+		{"goroutines", func(l net.Listener) net.Listener { return opaqueListener{l} }},
+	} {
+		t.Run(kind.name, func(t *testing.T) {
+			e := newEnv(t, envOpts{wrap: kind.wrap})
+			addr := e.ts.Listener.Addr().String()
+			for _, tt := range tests {
+				t.Run(tt.name, func(t *testing.T) {
+					c, br := dialSending(t, addr, e.token("r1"), rawFrame(0x88, true, tt.payload))
+					p := closePayload(t, c, br)
+					got := -1
+					if len(p) >= 2 {
+						got = int(binary.BigEndian.Uint16(p))
+					}
+					if got != tt.want || len(p) == 1 {
+						t.Fatalf("close payload %q (code %d), want code %d", p, got, tt.want)
+					}
+				})
+			}
+			waitFor(t, "every slot to free", func() bool { return e.srv.Load().Conns == 0 })
+		})
+	}
+}
+
+// TestUpgradeRefusedCoded: a handshake the WebSocket library would refuse
+// in plain text — HTTP/1.0, the upgrade in a second Connection header or
+// after another protocol — gets the coded 400, with a token or without.
+func TestUpgradeRefusedCoded(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	addr := e.ts.Listener.Addr().String()
+	const key = "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+	tests := []struct {
+		name, proto, headers string
+	}{
+		{"HTTP/1.0", "HTTP/1.0", "Upgrade: websocket\r\nConnection: Upgrade\r\n"},
+		{"Connection split", "HTTP/1.1", "Upgrade: websocket\r\nConnection: keep-alive\r\nConnection: Upgrade\r\n"},
+		{"Upgrade list", "HTTP/1.1", "Upgrade: h2c, websocket\r\nConnection: Upgrade\r\n"},
+	}
+	for _, tt := range tests {
+		for _, auth := range []string{"", "Authorization: Bearer " + e.token("r1") + "\r\n"} {
+			t.Run(fmt.Sprintf("%s/token=%v", tt.name, auth != ""), func(t *testing.T) {
+				c, err := net.Dial("tcp", addr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				_ = c.SetDeadline(time.Now().Add(safety))
+				req := "GET " + Path + " " + tt.proto + "\r\nHost: " + addr + "\r\n" + auth + tt.headers + key + "\r\n"
+				if _, err := io.WriteString(c, req); err != nil {
+					t.Fatal(err)
+				}
+				resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				checkCoded(t, resp, http.StatusBadRequest, CodeBadRequest)
+			})
+		}
+	}
+}

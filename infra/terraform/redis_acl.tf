@@ -1,0 +1,82 @@
+# Least privilege in Redis: one ElastiCache user per role, danmaku-ROLE,
+# allowed only the keys and commands that role's backends use — an edge
+# cannot write the token keys, the rate-limit rules, the events or the bans
+# (docs/operations.md, "Redis users"). The access strings below are the
+# table in internal/redisx/acl.go; TestTerraformACL (go test
+# ./internal/redisx) fails when they differ and rewrites them with -update.
+# Redis 7 syntax: %R~ (read-only) and %W~ (write-only) key patterns.
+#
+# Passwords: each server role's is its existing redis-ROLE secret
+# (secrets.tf, DANMAKU_REDIS_PASSWORD of that role's machines only); the
+# operators' user, which no machine runs as, has a secret of its own here.
+
+locals {
+  # BEGIN redis_acl: internal/redisx/acl.go, ElastiCache access strings
+  redis_acl_access = {
+    edge   = "on %R~danmaku:{auth}:* %R~danmaku:events %W~danmaku:{load:*}:* %W~danmaku:{online:*} %R~danmaku:{room:*}:live ~danmaku:{rl:*}:w %R~danmaku:ratelimit:rules -@all +ping +cluster|slots +command +asking +evalsha +eval +mget +hgetall +multi +exec +hset +hdel +xadd +xread +xrevrange +xinfo|stream +time +zremrangebyscore +zcard +zadd +pexpire +zrange +get"
+    gslb   = "on ~danmaku:{auth}:* ~danmaku:events ~danmaku:{load:*}:* %W~danmaku:{online:*} ~danmaku:{rl:*}:w %R~danmaku:ratelimit:rules -@all +ping +cluster|slots +command +asking +evalsha +eval +set +mget +hsetnx +hexists +hset +hget +hgetall +hdel +xrevrange +xrange +xadd +zremrangebyscore +zcard +zadd +pexpire +zrange +get +time"
+    ingest = "on %R~danmaku:{auth}:* %R~danmaku:events ~danmaku:{load:*}:* %R~danmaku:{online:*} ~danmaku:rooms ~danmaku:{room:*}:barrage ~danmaku:{room:*}:live ~danmaku:{room:*}:bucket ~danmaku:{room:*}:batch:* ~danmaku:{room:*}:fastlane ~danmaku:{room:*}:order:* ~danmaku:{room:*}:giftbacklog ~danmaku:{room:*}:lottery:* ~danmaku:{lotteries}:* ~danmaku:{bans}:* ~danmaku:{event:*}:global ~danmaku:{rl:*}:w %R~danmaku:ratelimit:rules -@all +ping +cluster|slots +command +asking +evalsha +eval +mget +hgetall +multi +exec +hset +hdel +xadd +xrevrange +xrange +xread +xinfo|stream +hsetnx +time +get +set +hmget +pexpire +wait +hget +hscan +incr +zadd +zrem +zrangebyscore +sadd +scard +sscan +pexpireat +zremrangebyscore +zcard +zrange"
+    ops    = "on ~danmaku:ratelimit:rules %R~danmaku:* -@all +ping +cluster|slots +command +asking +set +get +mget +strlen +exists +type +ttl +pttl +hget +hgetall +hlen +scard +sscan +zcard +zrange +xlen +xrange +xrevrange +xinfo|stream +xinfo|groups +xpending"
+    slicer = "on %R~danmaku:events ~danmaku:rooms ~danmaku:{room:*}:barrage ~danmaku:{room:*}:live ~danmaku:{room:*}:leader ~danmaku:{room:*}:giftbacklog ~danmaku:slicer:settings -@all +ping +cluster|slots +command +asking +evalsha +eval +hgetall +hdel +xreadgroup +xgroup|create +xgroup|destroy +xautoclaim +xack +xpending +xtrim +del +pexpire +time +get +set"
+  }
+  # END redis_acl
+
+  # The users' names, as the roles' DANMAKU_REDIS_USER.
+  redis_acl_user = { for r in keys(local.redis_acl_access) : r => "danmaku-${r}" }
+}
+
+resource "aws_elasticache_user" "acl" {
+  for_each      = local.redis_acl_access
+  user_id       = "${local.name}-${each.key}-acl"
+  user_name     = local.redis_acl_user[each.key]
+  engine        = "REDIS"
+  access_string = each.value
+  passwords     = [each.key == "ops" ? terraform_data.redis_ops_password.output : terraform_data.generated["redis-${each.key}"].output]
+}
+
+# The group the cache admits: the disabled "default" user every connection
+# starts as (redis.tf), and the roles' users.
+resource "aws_elasticache_user_group" "acl" {
+  user_group_id = "${local.name}-acl"
+  engine        = "REDIS"
+  user_ids = concat(
+    [aws_elasticache_user.default.user_id],
+    [for r in sort(keys(local.redis_acl_access)) : aws_elasticache_user.acl[r].user_id],
+  )
+}
+
+# The operators' password (danmaku-ops: the rate-limit rules document,
+# reads for diagnosis), drawn and kept as secrets.tf draws the roles'.
+data "aws_secretsmanager_random_password" "redis_ops" {
+  password_length     = 48
+  exclude_punctuation = true
+}
+
+resource "terraform_data" "redis_ops_password" {
+  input            = sensitive(data.aws_secretsmanager_random_password.redis_ops.random_password)
+  triggers_replace = [var.secret_generation]
+  lifecycle {
+    ignore_changes = [input]
+  }
+}
+
+resource "aws_secretsmanager_secret" "redis_ops" {
+  name                    = "danmaku/${var.event}/redis-ops"
+  description             = "Password of the Redis user danmaku-ops (operators: rate-limit rules, diagnosis) for danmaku event ${var.event}"
+  recovery_window_in_days = var.secret_recovery_days
+}
+
+resource "aws_secretsmanager_secret_version" "redis_ops" {
+  secret_id     = aws_secretsmanager_secret.redis_ops.id
+  secret_string = terraform_data.redis_ops_password.output
+}
+
+output "redis_acl_users" {
+  description = "Redis ACL user of each role (DANMAKU_REDIS_USER; ops: the operators' redis-cli)."
+  value       = local.redis_acl_user
+}
+
+output "redis_ops_password_secret_arn" {
+  description = "Secrets Manager secret holding danmaku-ops's password, for operators."
+  value       = aws_secretsmanager_secret.redis_ops.arn
+}

@@ -20,7 +20,7 @@ GOBIN_DIR := $(firstword $(subst :, ,$(shell $(GO) env GOPATH)))/bin
 endif
 export PATH := $(GOBIN_DIR):$(PATH):/usr/sbin:/usr/local/sbin
 
-.PHONY: help deps fmt-check vet test bench bench-latency bench-web bench-rooms bench-ingest bench-limits local-up local-down
+.PHONY: help deps fmt-check vet test bench bench-latency bench-web bench-rooms bench-ingest bench-limits bench-roundtrips local-up local-down
 
 help: ## list the targets
 	@echo "Targets:"
@@ -61,6 +61,11 @@ bench-ingest: deps ## upload path: loopback throughput vs a bare gin handler (5 
 	done
 	for run in 1 2 3; do \
 		DANMAKU_REQUIRE_SERVERS=1 DANMAKU_LOAD=1 $(GO) test -run 'TestLoad' -count 1 -v -timeout 20m ./ingest | grep -E '^(=== RUN|--- |    load_test)'; \
+	done
+
+bench-roundtrips: deps ## whole stack (gslb, ingest, edge processes, one Redis): Redis round trips per 1,000 comments at 1,200/s over 3 rooms, idle subtracted; load reports per node (3 runs; docs/benchmarks.md)
+	for run in 1 2 3; do \
+		DANMAKU_REQUIRE_SERVERS=1 DANMAKU_ROUNDTRIPS=1 $(GO) test -count=1 -run TestStackRoundTrips -v -timeout 10m ./cmd/danmaku | grep -E '^(--- |    roundtrips_test)'; \
 	done
 
 bench-limits: deps ## rate limits: 10 s entry pulse (workers 0 → 256) per rule set, per-IP and node-wide, 3 runs: admitted/s once a rule binds, /healthz p99, 5xx (docs/benchmarks.md)

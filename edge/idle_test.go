@@ -19,8 +19,8 @@ import (
 // CPU per second of wall time over DANMAKU_IDLE_SECONDS (default 2 s; 1x
 // in make test), reporting its load to a real Redis. "every-5ms" reports
 // whether or not anything changed (the reporter before it reported on
-// change); "on-change" is the default (5 ms while the load changes, at
-// least every 250 ms). Both in one run.
+// change); "on-change" is the default (a report when the allocators would
+// decide differently, at least every 250 ms; gslb.ReportGate). Both in one run.
 func BenchmarkIdleEdgeCPU(b *testing.B) {
 	rdb := redistest.Client(b)
 	idle := 2 * time.Second

@@ -1,6 +1,7 @@
 package gslb
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -367,10 +368,7 @@ func (a *Allocator) build(loads []NodeLoad, now time.Time) *snapshot {
 		default:
 			continue
 		}
-		use := l.CPU
-		if l.Capacity > 0 {
-			use = max(use, float64(l.Conns)/float64(l.Capacity))
-		}
+		room, ok := headroom(l, a.cfg.Overload, a.cfg.MaxCPU)
 		switch {
 		case now.Sub(l.At) > a.cfg.Stale:
 			s.nodes[kind][stateStale]++
@@ -378,7 +376,7 @@ func (a *Allocator) build(loads []NodeLoad, now time.Time) *snapshot {
 		case l.Draining:
 			s.nodes[kind][stateDraining]++
 			continue
-		case l.CPU >= a.cfg.MaxCPU || use >= a.cfg.Overload:
+		case !ok:
 			s.nodes[kind][stateOverloaded]++
 			continue
 		}
@@ -386,23 +384,13 @@ func (a *Allocator) build(loads []NodeLoad, now time.Time) *snapshot {
 		if by := l.At.Add(a.cfg.Stale); by.Before(s.rebuildBy) {
 			s.rebuildBy = by
 		}
-		n := snapNode{id: l.ID, addr: l.Addr, key: hash64(l.ID)}
+		n := snapNode{id: l.ID, addr: l.Addr, key: hash64(l.ID), weight: room}
 		ls := line(l.Line)
 		if l.Kind == KindIngest {
-			n.weight = 1 - use
 			ls.ingests.nodes = append(ls.ingests.nodes, n)
 			continue
 		}
-		// What the edge can take before it is dropped, by connections or by
-		// CPU, whichever runs out first.
-		room := a.cfg.MaxCPU - l.CPU
-		capacity := l.Capacity
-		if capacity > 0 {
-			room = min(room, a.cfg.Overload-float64(l.Conns)/float64(capacity))
-		} else {
-			capacity = refCap
-		}
-		n.weight = room * float64(capacity)
+		n.weight *= float64(cmp.Or(l.Capacity, refCap))
 		ls.edges.nodes = append(ls.edges.nodes, n)
 	}
 	for _, ls := range s.lines {
@@ -422,6 +410,32 @@ func (a *Allocator) build(loads []NodeLoad, now time.Time) *snapshot {
 		}
 	}
 	return s
+}
+
+// headroom is what an allocator hands a node out by, from its load alone:
+// ok is false when the node is past a bound (CPU at maxCPU, or CPU or
+// connections/capacity at overload) and takes no new clients; otherwise
+// room, in (0, 1], is its free share — for an edge what it can still take
+// before it is dropped, by connections or by CPU, whichever runs out first
+// (times its capacity, it weighs the edge's hand-outs), for an ingest
+// 1 − its use (its rendezvous weight). Reporters judge by it too
+// (ReportGate): a report is news when it moves by a step.
+func headroom(l NodeLoad, overload, maxCPU float64) (room float64, ok bool) {
+	use := l.CPU
+	if l.Capacity > 0 {
+		use = max(use, float64(l.Conns)/float64(l.Capacity))
+	}
+	if l.CPU >= maxCPU || use >= overload {
+		return 0, false
+	}
+	if l.Kind == KindIngest {
+		return 1 - use, true
+	}
+	room = maxCPU - l.CPU
+	if l.Capacity > 0 {
+		room = min(room, overload-float64(l.Conns)/float64(l.Capacity))
+	}
+	return room, true
 }
 
 // Allocation is the addresses chosen for one client, best first. Ingest[0]

@@ -1,5 +1,7 @@
 // Package gslb is the address allocator. Ingest and edge nodes report their
-// load into a LoadTable (every 5 ms while it changes, at least every 250 ms);
+// load into a LoadTable when what the allocator decides from has changed —
+// headroom by a step, a bound crossed, draining, capacity — at most every
+// 50 ms, and at least every 250 ms (Reporter, ReportGate);
 // the Allocator syncs that table in its own goroutine (every 5 ms by default,
 // never per request), drops stale and overloaded nodes, and hands edge
 // addresses out in proportion to each node's headroom (a golden-ratio

@@ -3,12 +3,10 @@ package gslb
 import (
 	"context"
 	"errors"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -228,105 +226,3 @@ var (
 	_ Pruner = (*MemoryLoadTable)(nil)
 	_ Pruner = (*RedisLoadTable)(nil)
 )
-
-// Reporter sends a node's load to a LoadTable: every Interval while it
-// changes, and at least every MaxInterval while it does not, so that an
-// idle node costs the table (and itself) a report a quarter second rather
-// than one every few milliseconds, and a busy one is still seen within an
-// Interval. The staleness the allocators judge by must exceed MaxInterval.
-type Reporter struct {
-	Table    LoadTable
-	Interval time.Duration
-	// MaxInterval is the longest time between two reports. Zero: 250 ms;
-	// below Interval: every Interval (the old behaviour).
-	MaxInterval time.Duration
-	// Load returns the node's current load; the reporter stamps At.
-	Load func() NodeLoad
-	Now  func() time.Time
-	// Ready holds the first report back until it is true: a node that
-	// cannot yet verify tokens (its keyring not loaded) must not be handed
-	// to clients. Nil: ready at once.
-	Ready func() bool
-	// Sent counts the reports made, for tests and benchmarks.
-	Sent atomic.Int64
-}
-
-// Run reports until ctx is done, then removes the node from the table so that
-// allocators stop handing it out at once.
-func (r *Reporter) Run(ctx context.Context) error {
-	iv := r.Interval
-	if iv <= 0 {
-		iv = defaultReportInterval
-	}
-	maxIv := r.MaxInterval
-	if maxIv == 0 {
-		maxIv = defaultMaxReportInterval
-	}
-	now := r.Now
-	if now == nil {
-		now = time.Now
-	}
-	// Looks back off while nothing changes (up to maxLook), so an idle
-	// node wakes a few dozen times a second rather than every Interval;
-	// the first change after a quiet spell is seen within maxLook, and
-	// then every Interval while changes go on.
-	maxLook := min(8*iv, max(maxIv, iv))
-	look := iv
-	t := time.NewTimer(look)
-	defer t.Stop()
-	var (
-		id       string
-		last     NodeLoad
-		lastAt   time.Time
-		reported bool
-	)
-	for {
-		if r.Ready == nil || r.Ready() {
-			l := r.Load()
-			l.CPU = math.Round(l.CPU*100) / 100 // a change of CPU below 1 % is not news
-			at := now()
-			changed := !reported || !sameLoad(l, last)
-			if changed || at.Sub(lastAt) >= maxIv {
-				l.At = at
-				id = l.ID
-				if r.Table.Report(ctx, l) == nil {
-					r.Sent.Add(1)
-					last, lastAt, reported = l, at, true
-				} // a failed report is retried next look; staleness handles the rest
-			}
-			if changed {
-				look = iv
-			} else {
-				look = min(2*look, maxLook)
-			}
-		}
-		t.Reset(look)
-		select {
-		case <-ctx.Done():
-			rctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			if id != "" {
-				_ = r.Table.Remove(rctx, id)
-			}
-			cancel()
-			return nil
-		case <-t.C:
-		}
-	}
-}
-
-// sameLoad reports whether a (now) says nothing new over b (last
-// reported), apart from At. Connections are news once they moved by a
-// thousandth of the capacity (any change when there is none): at show start
-// an edge's count changes every few milliseconds, and a report per change
-// would cost the table a write per node every Interval for a difference
-// the allocator's headroom cannot see. CPU is rounded to 1 % by the caller.
-func sameLoad(a, b NodeLoad) bool {
-	step := max(1, a.Capacity/1000)
-	d := a.Conns - b.Conns
-	return a.ID == b.ID && a.Kind == b.Kind && a.Addr == b.Addr && a.Line == b.Line && a.Region == b.Region &&
-		a.Capacity == b.Capacity && a.CPU == b.CPU && a.Draining == b.Draining && d < step && -d < step
-}
-
-// defaultMaxReportInterval is the longest a node stays silent while its
-// load does not change (Reporter.MaxInterval).
-const defaultMaxReportInterval = 250 * time.Millisecond

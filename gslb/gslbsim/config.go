@@ -51,9 +51,14 @@ type Config struct {
 	// sessions last minutes; ten seconds keeps some churn inside a
 	// two-second trace (about 9 % of the joins leave within it). Zero: 10 s.
 	MeanSession time.Duration
-	// Report is how often every node reports its load, each at its own
-	// phase. Zero: 5 ms, as gslb.Reporter.
+	// Report is how often every node looks at its load while it changes,
+	// each at its own phase: gslb.Reporter's Interval. What it writes goes
+	// through a gslb.ReportGate, as the Reporter's reports do. Zero: 5 ms,
+	// as gslb.Reporter.
 	Report time.Duration
+	// Ungated writes every look, every Report interval whatever changed
+	// (the reports the allocator was first tuned with), for comparison.
+	Ungated bool
 	// Sync is how often every allocator instance syncs the table, each at
 	// its own phase. Zero: 5 ms, as gslb.Allocator.
 	Sync time.Duration

@@ -40,6 +40,10 @@ type Result struct {
 	PlacedOnDead int
 	// Killed is what became of the dead edge's viewers.
 	Killed Kill
+	// Reports counts the load reports the nodes wrote to the table, and
+	// ReportRate is that per node per second of the run.
+	Reports    int
+	ReportRate float64
 }
 
 // Sample is the live edges' utilisation (connections over capacity) at one
@@ -115,11 +119,11 @@ func (s Spread) String() string {
 // every step.
 func WriteTable(w io.Writer, rs []Result, step time.Duration) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "strategy\tmax/mean worst\tat\tp50\tp95\tfinal\tfinal max\tfinal mean\tplaced\trefused\tleft\t")
+	fmt.Fprintln(tw, "strategy\tmax/mean worst\tat\tp50\tp95\tfinal\tfinal max\tfinal mean\tplaced\trefused\tleft\treports/node/s\t")
 	for _, r := range rs {
-		fmt.Fprintf(tw, "%s\t%.3f\t%v\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%d\t%d\t%d\t\n",
+		fmt.Fprintf(tw, "%s\t%.3f\t%v\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%d\t%d\t%d\t%.1f\t\n",
 			r.Strategy, r.Worst.Ratio(), r.Worst.At.Round(time.Millisecond), r.P50, r.P95,
-			r.Final.Ratio(), r.Final.Max, r.Final.Mean, r.Placed, r.Refused, r.Departed)
+			r.Final.Ratio(), r.Final.Max, r.Final.Mean, r.Placed, r.Refused, r.Departed, r.ReportRate)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -242,6 +242,7 @@ type sim struct {
 	cl       *cluster
 	clk      *clock.Fake
 	table    *gslb.MemoryLoadTable
+	gates    []*gslb.ReportGate // per node, edges then ingests; nil: every look written
 	pickers  []Picker
 	byAddr   map[string]int16
 	conns    []int
@@ -277,6 +278,11 @@ func newSim(c Config, tr *trace, cl *cluster, s Strategy) (*sim, error) {
 		r.byAddr[e.Addr] = int16(i)
 		r.alive[i] = true
 	}
+	if !c.Ungated {
+		for range len(cl.edges) + len(cl.ingests) {
+			r.gates = append(r.gates, gslb.NewReportGate(c.Report, 0, 0))
+		}
+	}
 	// Viewers yet to join are on no edge: the zero value would put them on
 	// edge 0, and a death of edge 0 would move them.
 	for i := range r.viewers {
@@ -304,10 +310,11 @@ func (r *sim) run(ctx context.Context) error {
 	// Nodes are up and allocators synced before the doors open; from then
 	// on each keeps its own phase.
 	for i := range len(r.cl.edges) + len(r.cl.ingests) {
-		if err := r.report(ctx, i); err != nil {
+		wait, err := r.report(ctx, i)
+		if err != nil {
 			return err
 		}
-		r.ev.push(event{t: r.cl.phase[i] + int64(r.cfg.Report), kind: evReport, id: int32(i)})
+		r.ev.push(event{t: r.cl.phase[i] + wait, kind: evReport, id: int32(i)})
 	}
 	for i, p := range r.pickers {
 		if err := p.Sync(ctx); err != nil {
@@ -356,10 +363,11 @@ func (r *sim) handle(ctx context.Context, e event) error {
 		if int(e.id) == r.cl.victim && r.killedAt >= 0 {
 			return nil // dead: silent from now on, its last report goes stale
 		}
-		if err := r.report(ctx, int(e.id)); err != nil {
+		wait, err := r.report(ctx, int(e.id))
+		if err != nil {
 			return err
 		}
-		r.ev.push(event{t: e.t + int64(r.cfg.Report), kind: evReport, id: e.id})
+		r.ev.push(event{t: e.t + wait, kind: evReport, id: e.id})
 	case evSync:
 		// A failed sync keeps the instance's last view, as in production;
 		// the memory table does not fail.
@@ -388,7 +396,9 @@ func (r *sim) handle(ctx context.Context, e event) error {
 	return nil
 }
 
-func (r *sim) report(ctx context.Context, i int) error {
+// report is node i's look at its load: written when its gate lets it
+// through (every look when ungated). It returns the time to its next look.
+func (r *sim) report(ctx context.Context, i int) (int64, error) {
 	var l gslb.NodeLoad
 	if i < len(r.cl.edges) {
 		l = r.cl.edges[i]
@@ -396,8 +406,23 @@ func (r *sim) report(ctx context.Context, i int) error {
 	} else {
 		l = r.cl.ingests[i-len(r.cl.edges)]
 	}
-	l.At = r.clk.Now()
-	return r.table.Report(ctx, l)
+	now := r.clk.Now()
+	if r.gates == nil {
+		l.At = now
+		r.res.Reports++
+		return int64(r.cfg.Report), r.table.Report(ctx, l)
+	}
+	g := r.gates[i]
+	if l, ok := g.Look(l, now); ok {
+		l.At = now
+		err := r.table.Report(ctx, l)
+		g.Done(l, now, err == nil)
+		if err != nil {
+			return 0, err
+		}
+		r.res.Reports++
+	}
+	return int64(max(g.Wait(now), 1)), nil
 }
 
 // arrive asks the viewer's allocator instance and dials the first live
@@ -579,6 +604,9 @@ func (r *sim) summarise() {
 		}
 	}
 	res.Final = res.Samples[len(res.Samples)-1]
+	if nodes := len(r.cl.edges) + len(r.cl.ingests); r.end > 0 {
+		res.ReportRate = float64(res.Reports) / float64(nodes) / time.Duration(r.end).Seconds()
+	}
 	res.Classes = r.classes()
 	slices.Sort(ratios)
 	res.P50, res.P95 = percentile(ratios, 0.50), percentile(ratios, 0.95)

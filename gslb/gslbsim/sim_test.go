@@ -157,7 +157,8 @@ func TestBalanceSimulationConfig(t *testing.T) {
 
 // TestBalanceSimulationFull is the full run the balance target is
 // measured with: DANMAKU_SIM=1 go test -run TestBalanceSimulationFull -v ./gslb/gslbsim
-// (DANMAKU_SIM_SEED=n replays another trace).
+// (DANMAKU_SIM_SEED=n replays another trace; DANMAKU_SIM_UNGATED=1 writes
+// every look, as reports were before they went through a gslb.ReportGate).
 func TestBalanceSimulationFull(t *testing.T) {
 	if os.Getenv("DANMAKU_SIM") == "" {
 		t.Skip("the full simulation: set DANMAKU_SIM=1")
@@ -170,6 +171,7 @@ func TestBalanceSimulationFull(t *testing.T) {
 		}
 		cfg.Seed = seed
 	}
+	cfg.Ungated = os.Getenv("DANMAKU_SIM_UNGATED") != ""
 	start := time.Now()
 	rs, err := Run(context.Background(), cfg, Strategies()...)
 	if err != nil {
@@ -179,8 +181,8 @@ func TestBalanceSimulationFull(t *testing.T) {
 	if err := WriteTable(&b, rs, 100*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("1,000,000 joins at 500,000/s, 100 edges, 8 allocators, seed %d (%v wall)\n%s",
-		max(cfg.Seed, defaultSeed), time.Since(start).Round(time.Millisecond), b.String())
+	t.Logf("1,000,000 joins at 500,000/s, 100 edges, 8 allocators, seed %d, ungated %v (%v wall)\n%s",
+		max(cfg.Seed, defaultSeed), cfg.Ungated, time.Since(start).Round(time.Millisecond), b.String())
 }
 
 func mustCluster(t testing.TB, cfg Config) *cluster {

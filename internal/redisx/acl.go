@@ -72,14 +72,17 @@ const (
 	keyLive    = Prefix + "{room:*}:live"
 	// ingest: a room's bucket, batch records, fast-lane counter, gift
 	// order records and lotteries.
-	keyBucket    = Prefix + "{room:*}:bucket"
-	keyBatch     = Prefix + "{room:*}:batch:*"
-	keyFastLane  = Prefix + "{room:*}:fastlane"
-	keyOrder     = Prefix + "{room:*}:order:*"
-	keyLottery   = Prefix + "{room:*}:lottery:*"
-	keyLotteries = Prefix + "{lotteries}:*"
-	keyBans      = Prefix + "{bans}:*"
-	keyGlobal    = Prefix + "{event:*}:global"
+	keyBucket   = Prefix + "{room:*}:bucket"
+	keyBatch    = Prefix + "{room:*}:batch:*"
+	keyFastLane = Prefix + "{room:*}:fastlane"
+	keyOrder    = Prefix + "{room:*}:order:*"
+	// keyOrderTerms holds an order's gift terms beside its record, so that
+	// a reused order id with another gift is answered 409.
+	keyOrderTerms = Prefix + "{room:*}:orderterms:*"
+	keyLottery    = Prefix + "{room:*}:lottery:*"
+	keyLotteries  = Prefix + "{lotteries}:*"
+	keyBans       = Prefix + "{bans}:*"
+	keyGlobal     = Prefix + "{event:*}:global"
 	// slicer.RedisBacklog (the ingest's gift script reads and bumps it),
 	// slicer.RedisLease and slicer.RedisSettings.
 	keyBacklog  = Prefix + "{room:*}:giftbacklog"
@@ -154,7 +157,7 @@ var acls = map[string]aclRule{
 		keys: [][2]string{
 			{ro, keyTokens}, {ro, keyEvents}, {rw, keyLoad}, {ro, keyOnline},
 			{rw, keyRooms}, {rw, keyBarrage}, {rw, keyLive},
-			{rw, keyBucket}, {rw, keyBatch}, {rw, keyFastLane}, {rw, keyOrder}, {rw, keyBacklog},
+			{rw, keyBucket}, {rw, keyBatch}, {rw, keyFastLane}, {rw, keyOrder}, {rw, keyOrderTerms}, {rw, keyBacklog},
 			{rw, keyLottery}, {rw, keyLotteries}, {rw, keyBans}, {rw, keyGlobal},
 			{rw, keyWindows}, {ro, keyRules},
 		},

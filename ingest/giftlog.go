@@ -32,8 +32,10 @@ type GiftLog interface {
 	//
 	// An error may be ambiguous (the append may have happened), but a
 	// retry with the same room and orderID is always safe: it stores the
-	// gift at most once and answers the one id. Order ids are per room:
-	// the same id in another room is another order.
+	// gift at most once and answers the one id. Order ids are the business
+	// server's, unique across rooms: an id first used in another room
+	// within the order TTL is an *OrderConflictError naming that room
+	// (Fields "room"), and nothing is appended.
 	//
 	// A new order is refused with a *GiftBacklogError (ErrGiftBacklog)
 	// while the room's gift backlog is over its bound; a repeat of an
@@ -87,6 +89,10 @@ func (t GiftTerms) differ(o GiftTerms) []string {
 // OrderConflictError is ErrOrderConflict with what differs.
 type OrderConflictError struct {
 	Room, Order string
+	// FirstRoom is set, and Fields is ["room"], when the order id was first
+	// used in another room; ID and First are then unknown (that room's
+	// records sit in another Redis slot).
+	FirstRoom string
 	// ID is the entry of the order's first gift.
 	ID string
 	// Fields names the terms the gift differs from the first one in, in
@@ -97,6 +103,9 @@ type OrderConflictError struct {
 }
 
 func (e *OrderConflictError) Error() string {
+	if e.FirstRoom != "" {
+		return fmt.Sprintf("%v: order %q was first used in room %s, not %s", ErrOrderConflict, e.Order, e.FirstRoom, e.Room)
+	}
 	return fmt.Sprintf("%v: order %q of room %s is %s's %d×%s of value %d (entry %s); this gift differs in %s",
 		ErrOrderConflict, e.Order, e.Room, e.First.User, e.First.Count, e.First.Gift, e.First.Value, e.ID, strings.Join(e.Fields, ", "))
 }
@@ -116,6 +125,15 @@ func checkTerms(room, orderID, id string, first GiftTerms, m *wire.Message) erro
 // ErrBadGift is returned by AppendGift for a room id that wire.ValidRoom
 // refuses or an empty order id; nothing is appended.
 var ErrBadGift = errors.New("ingest: gift needs a valid room and an order id")
+
+// roomConflict answers an order id of room whose first room was first:
+// nil when they are the same (or first is unknown), else the conflict.
+func roomConflict(room, orderID, first string) error {
+	if first == "" || first == room {
+		return nil
+	}
+	return &OrderConflictError{Room: room, Order: orderID, FirstRoom: first, Fields: []string{"room"}}
+}
 
 // checkGift validates AppendGift's arguments.
 func checkGift(room, orderID string) error {

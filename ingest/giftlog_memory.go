@@ -45,6 +45,9 @@ type MemoryGiftLog struct {
 
 	mu     sync.Mutex
 	orders map[giftOrder]giftRecord
+	// rooms holds the room each order id was first used in, so that the
+	// id in another room is a conflict (GiftLog.AppendGift).
+	rooms map[string]giftRoom
 	// expiry lists orders in the order they were recorded. The TTL is one
 	// for all, so that is the order they expire in, and forgetting them
 	// costs O(1) per gift instead of a scan of the map.
@@ -56,6 +59,11 @@ type giftOrder struct{ room, order string }
 type giftRecord struct {
 	id      string
 	terms   GiftTerms
+	expires time.Time
+}
+
+type giftRoom struct {
+	room    string
 	expires time.Time
 }
 
@@ -82,6 +90,7 @@ func NewMemoryGiftLog(cfg MemoryGiftLogConfig) (*MemoryGiftLog, error) {
 		clock:   clock.Or(cfg.Clock),
 		backlog: cfg.Backlog,
 		orders:  map[giftOrder]giftRecord{},
+		rooms:   map[string]giftRoom{},
 	}
 	l.bound.set(cfg.BacklogBound)
 	return l, nil
@@ -102,6 +111,11 @@ func (l *MemoryGiftLog) AppendGift(ctx context.Context, room, orderID string, m 
 	defer l.mu.Unlock()
 	now := l.clock.Now()
 	l.forgetLocked(now)
+	if r, ok := l.rooms[orderID]; ok && now.Before(r.expires) {
+		if err := roomConflict(room, orderID, r.room); err != nil {
+			return "", false, err
+		}
+	}
 	if r, ok := l.orders[key]; ok && now.Before(r.expires) {
 		if err := checkTerms(room, orderID, r.id, r.terms, &m); err != nil {
 			return "", false, err
@@ -129,6 +143,7 @@ func (l *MemoryGiftLog) AppendGift(ctx context.Context, room, orderID string, m 
 	id := out[0].ID
 	expires := now.Add(l.ttl)
 	l.orders[key] = giftRecord{id: id, terms: termsOf(&m), expires: expires}
+	l.rooms[orderID] = giftRoom{room: room, expires: expires}
 	l.expiry = append(l.expiry, giftExpiry{key, expires})
 	return id, false, nil
 }
@@ -142,6 +157,9 @@ func (l *MemoryGiftLog) forgetLocked(now time.Time) {
 		// its own, later entry in expiry.
 		if r, ok := l.orders[e.order]; ok && !now.Before(r.expires) {
 			delete(l.orders, e.order)
+		}
+		if r, ok := l.rooms[e.order.order]; ok && !now.Before(r.expires) {
+			delete(l.rooms, e.order.order)
 		}
 	}
 	if n > 0 {

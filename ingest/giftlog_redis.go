@@ -102,6 +102,17 @@ type RedisGiftLogConfig struct {
 //	danmaku:{room:ID}:orderterms:ORDER  ORDER's GiftTerms (JSON), expiring with it
 //	danmaku:{room:ID}:giftbacklog   the room's gift backlog in seconds (slicer.RedisBacklog)
 //
+// and, under the order's own hash tag (so the orders spread over the
+// shards),
+//
+//	danmaku:{order:ORDER}:room      the room ORDER was first used in, expiring after OrderTTL
+//
+// claimed (SET NX GET) before the script: an order id is the business
+// server's, unique across rooms, and the same id in another room is a
+// conflict rather than a second order. The claim cannot be in the script
+// (another slot), so it is a step of its own: a claim whose gift then
+// failed or was refused stays, and a retry in the same room passes it.
+//
 // so the script's keys share a Redis Cluster slot, and a new order is
 // checked against the room's backlog in the same atomic step. The rooms registry
 // lives in another slot; a room is registered (Streams.OpenRoom) after its
@@ -185,6 +196,23 @@ func orderTermsKey(room, orderID string) string {
 	return redisx.RoomKey(room, "orderterms:"+orderID)
 }
 
+// orderRoomKey returns the key of the room orderID was first used in,
+// under the order's own hash tag. An order id holding '}' ends the tag
+// early: the key is still the order's alone, only its slot differs.
+func orderRoomKey(orderID string) string {
+	return redisx.Prefix + "{order:" + orderID + "}:room"
+}
+
+// claimRoom records room as orderID's first room unless one is recorded,
+// and returns the conflict if that was another room.
+func (l *RedisGiftLog) claimRoom(ctx context.Context, room, orderID string) error {
+	first, err := l.client.SetArgs(ctx, orderRoomKey(orderID), room, redis.SetArgs{Mode: "NX", Get: true, TTL: time.Duration(l.ttlMs) * time.Millisecond}).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("claim the order id's room: %w", err)
+	}
+	return roomConflict(room, orderID, first)
+}
+
 // giftBacklogKey is the key where the room's slicer leader publishes its
 // gift backlog: slicer.RedisBacklog's key (ingest does not import the
 // slicer; a test of both checks that they agree).
@@ -266,6 +294,12 @@ func (l *RedisGiftLog) AppendGift(ctx context.Context, room, orderID string, m w
 	}
 	b, err := encodeEntry(m)
 	if err != nil {
+		return fail(err)
+	}
+	if err := l.claimRoom(ctx, room, orderID); err != nil {
+		if errors.Is(err, ErrOrderConflict) {
+			return "", false, err
+		}
 		return fail(err)
 	}
 	terms, err := json.Marshal(termsOf(&m))

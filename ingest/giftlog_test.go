@@ -153,7 +153,7 @@ func TestGiftLogConformance(t *testing.T) {
 			}
 		}},
 		{"an order id reused for another gift is refused, naming what differs", func(t *testing.T, e env) {
-			id := mustAppendGift(t, e.log, "reuse", "o1", testGift(100), false)
+			id := mustAppendGift(t, e.log, "reuse", "reuse-1", testGift(100), false)
 			first := ingest.GiftTerms{User: "u1", Gift: "rocket", Value: 100, Count: 3}
 			for _, c := range []struct {
 				name   string
@@ -168,12 +168,12 @@ func TestGiftLogConformance(t *testing.T) {
 			} {
 				m := testGift(100)
 				c.mod(&m)
-				_, dup, err := e.log.AppendGift(context.Background(), "reuse", "o1", m)
+				_, dup, err := e.log.AppendGift(context.Background(), "reuse", "reuse-1", m)
 				ce, ok := errors.AsType[*ingest.OrderConflictError](err)
 				if !ok || !errors.Is(err, ingest.ErrOrderConflict) || dup {
 					t.Fatalf("%s: duplicate %v, %v; want ErrOrderConflict", c.name, dup, err)
 				}
-				if ce.ID != id || ce.Room != "reuse" || ce.Order != "o1" || ce.First != first || !slices.Equal(ce.Fields, c.fields) {
+				if ce.ID != id || ce.Room != "reuse" || ce.Order != "reuse-1" || ce.First != first || !slices.Equal(ce.Fields, c.fields) {
 					t.Fatalf("%s: %+v, want entry %s, first %+v, fields %v", c.name, ce, id, first, c.fields)
 				}
 			}
@@ -183,10 +183,33 @@ func TestGiftLogConformance(t *testing.T) {
 			// A count of 0 is one gift: the same terms as a count of 1.
 			one := testGift(5)
 			one.Count = 1
-			a := mustAppendGift(t, e.log, "reuse", "o2", one, false)
+			a := mustAppendGift(t, e.log, "reuse", "reuse-2", one, false)
 			one.Count = 0
-			if again := mustAppendGift(t, e.log, "reuse", "o2", one, true); again != a {
+			if again := mustAppendGift(t, e.log, "reuse", "reuse-2", one, true); again != a {
 				t.Fatalf("count 0 after count 1 answered %s, want %s", again, a)
+			}
+		}},
+		{"an order id used in another room is refused, naming the first room", func(t *testing.T, e env) {
+			id := mustAppendGift(t, e.log, "hall-a", "o-x", testGift(100), false)
+			_, dup, err := e.log.AppendGift(context.Background(), "hall-b", "o-x", testGift(100))
+			ce, ok := errors.AsType[*ingest.OrderConflictError](err)
+			if !ok || !errors.Is(err, ingest.ErrOrderConflict) || dup {
+				t.Fatalf("another room: duplicate %v, %v; want ErrOrderConflict", dup, err)
+			}
+			if ce.Room != "hall-b" || ce.FirstRoom != "hall-a" || ce.Order != "o-x" || !slices.Equal(ce.Fields, []string{"room"}) {
+				t.Fatalf("another room: %+v, want first room hall-a, fields [room]", ce)
+			}
+			if es := liveEntries(t, e.streams, "hall-b"); len(es) != 0 {
+				t.Fatalf("the other room's live lane holds %+v, want nothing", es)
+			}
+			// The first room's retry is still the one order.
+			if again := mustAppendGift(t, e.log, "hall-a", "o-x", testGift(100), true); again != id {
+				t.Fatalf("retry in the first room answered %s, want %s", again, id)
+			}
+			if e.rdb != nil {
+				if got, err := e.rdb.Get(context.Background(), "danmaku:{order:o-x}:room").Result(); err != nil || got != "hall-a" {
+					t.Fatalf("order room record = %q, %v; want hall-a under the order's hash tag", got, err)
+				}
 			}
 		}},
 		{"reads back through the stream store", func(t *testing.T, e env) {
@@ -220,7 +243,7 @@ func TestGiftLogConformance(t *testing.T) {
 			for i := range n {
 				wg.Go(func() {
 					<-start
-					ids[i], dups[i], errs[i] = e.log.AppendGift(context.Background(), "race", "o1", testGift(100))
+					ids[i], dups[i], errs[i] = e.log.AppendGift(context.Background(), "race", "race-1", testGift(100))
 				})
 			}
 			close(start)
@@ -245,27 +268,28 @@ func TestGiftLogConformance(t *testing.T) {
 				t.Errorf("%d calls claim to have appended, want 1", originals)
 			}
 		}},
-		{"orders are per room and whole", func(t *testing.T, e env) {
-			a := mustAppendGift(t, e.log, "room-a", "o1", testGift(1), false)
-			b := mustAppendGift(t, e.log, "room-b", "o1", testGift(2), false)
-			mustAppendGift(t, e.log, "room-a", "o1/x", testGift(3), false) // order ids may hold anything
-			mustAppendGift(t, e.log, "room-a", "{o1}", testGift(4), false)
-			if again := mustAppendGift(t, e.log, "room-b", "o1", testGift(2), true); again != b {
+		{"orders are whole, whatever their ids hold", func(t *testing.T, e env) {
+			a := mustAppendGift(t, e.log, "room-a", "w1", testGift(1), false)
+			b := mustAppendGift(t, e.log, "room-b", "w2", testGift(2), false)
+			mustAppendGift(t, e.log, "room-a", "w1/x", testGift(3), false) // order ids may hold anything
+			mustAppendGift(t, e.log, "room-a", "{w1}", testGift(4), false)
+			mustAppendGift(t, e.log, "room-a", "w1}:room", testGift(5), false)
+			if again := mustAppendGift(t, e.log, "room-b", "w2", testGift(2), true); again != b {
 				t.Fatalf("room-b's duplicate answered %s, want %s", again, b)
 			}
-			if again := mustAppendGift(t, e.log, "room-a", "o1", testGift(1), true); again != a {
+			if again := mustAppendGift(t, e.log, "room-a", "w1", testGift(1), true); again != a {
 				t.Fatalf("room-a's duplicate answered %s, want %s", again, a)
 			}
-			if na, nb := len(liveEntries(t, e.streams, "room-a")), len(liveEntries(t, e.streams, "room-b")); na != 3 || nb != 1 {
-				t.Fatalf("room-a holds %d, room-b %d; want 3 and 1", na, nb)
+			if na, nb := len(liveEntries(t, e.streams, "room-a")), len(liveEntries(t, e.streams, "room-b")); na != 4 || nb != 1 {
+				t.Fatalf("room-a holds %d, room-b %d; want 4 and 1", na, nb)
 			}
 		}},
 		{"an order is forgotten after its TTL", func(t *testing.T, e env) {
 			short := e.newLog(t, 200*time.Millisecond)
-			first := mustAppendGift(t, short, "ttl", "o1", testGift(1), false)
+			first := mustAppendGift(t, short, "ttl", "ttl-1", testGift(1), false)
 			var second string
 			waitFor(t, e.pass, 25*time.Millisecond, 10*time.Second, func() bool {
-				id, dup, err := short.AppendGift(context.Background(), "ttl", "o1", testGift(1))
+				id, dup, err := short.AppendGift(context.Background(), "ttl", "ttl-1", testGift(1))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -282,7 +306,7 @@ func TestGiftLogConformance(t *testing.T) {
 				t.Fatalf("live lane holds %d, want 2", n)
 			}
 			// The new append is deduplicated in turn.
-			if again := mustAppendGift(t, short, "ttl", "o1", testGift(1), true); again != second {
+			if again := mustAppendGift(t, short, "ttl", "ttl-1", testGift(1), true); again != second {
 				t.Fatalf("duplicate answered %s, want %s", again, second)
 			}
 		}},
@@ -355,14 +379,14 @@ func TestRedisGiftLogRecordsOfOlderVersions(t *testing.T) {
 				room, record string
 				dup          bool
 			}{{"reserved", "", false}, {"termless", "1-1", true}} {
-				if err := rdb.Set(ctx, "danmaku:{room:"+c.room+"}:order:o1", c.record, time.Minute).Err(); err != nil {
+				if err := rdb.Set(ctx, "danmaku:{room:"+c.room+"}:order:"+c.room+"-1", c.record, time.Minute).Err(); err != nil {
 					t.Fatal(err)
 				}
-				id := mustAppendGift(t, l, c.room, "o1", testGift(1), c.dup)
+				id := mustAppendGift(t, l, c.room, c.room+"-1", testGift(1), c.dup)
 				if c.dup && id != c.record {
 					t.Fatalf("%s: duplicate answered %s, want %s", c.room, id, c.record)
 				}
-				if again := mustAppendGift(t, l, c.room, "o1", testGift(1), true); again != id {
+				if again := mustAppendGift(t, l, c.room, c.room+"-1", testGift(1), true); again != id {
 					t.Fatalf("%s: duplicate answered %s, want %s", c.room, again, id)
 				}
 			}
@@ -553,11 +577,11 @@ func TestGiftLogBacklog(t *testing.T) {
 				t.Fatalf("repeat over the bound answered %s, want the original %s", again, first)
 			}
 			// Other rooms have their own backlog and the default bound.
-			mustAppendGift(t, l, "loose", "o3", testGift(1), false)
+			mustAppendGift(t, l, "loose", "l3", testGift(1), false)
 			set("loose", 30.5, time.Minute)
-			refuse("loose", "o4", 30.5, 30, time.Second)
+			refuse("loose", "l4", 30.5, 30, time.Second)
 			set("loose", 29, time.Minute)
-			mustAppendGift(t, l, "loose", "o4", testGift(1), false)
+			mustAppendGift(t, l, "loose", "l4", testGift(1), false)
 			// Back under the bound: the refused order goes in, once.
 			set("tight", 1, time.Minute)
 			id := mustAppendGift(t, l, "tight", "o3", testGift(1), false)

@@ -876,7 +876,12 @@ func (s *Server) gift(c *gin.Context) {
 		s.reject(c, "gift", e)
 		return
 	}
-	if ce, ok := errors.AsType[*OrderConflictError](err); ok {
+	if ce, ok := errors.AsType[*OrderConflictError](err); ok && ce.FirstRoom != "" {
+		e := httpx.Errorf(http.StatusConflict, "order_conflict",
+			"order_id %q was first used in room %s, not %s: not stored, a new gift needs a new order id", ce.Order, ce.FirstRoom, ce.Room)
+		s.reject(c, "gift", e)
+		return
+	} else if ok {
 		// Not stored, and not a retry: the business server reused an
 		// order id. A duplicate:true would tell it this gift was accepted.
 		e := httpx.Errorf(http.StatusConflict, "order_conflict",

@@ -886,9 +886,16 @@ func TestGiftOrderConflict(t *testing.T) {
 		{"another gift", set("gift", "rose"), "differs in gift"},
 		{"another value", set("value", 1), "differs in value"},
 		{"another count", set("count", 3), "differs in count"},
+		{"another room", set("room", "room-2"), `first used in room room-1, not room-2`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			rec := f.do(http.MethodPost, "/v1/gifts", serviceKey, giftBody(c.mod))
+			if c.name == "another room" {
+				if rec.Code != http.StatusConflict || !strings.Contains(rec.Body.String(), `"code":"order_conflict"`) || !strings.Contains(rec.Body.String(), c.names) {
+					t.Fatalf("%d %s, want 409 order_conflict naming the first room", rec.Code, rec.Body)
+				}
+				return
+			}
 			if rec.Code != http.StatusConflict || !strings.Contains(rec.Body.String(), `"code":"order_conflict"`) ||
 				!strings.Contains(rec.Body.String(), c.names) || !strings.Contains(rec.Body.String(), `user \"u1\", gift \"rocket\", value 500, count 2`) {
 				t.Fatalf("%d %s, want 409 order_conflict naming the first gift and %q", rec.Code, rec.Body, c.names)
@@ -903,8 +910,8 @@ func TestGiftOrderConflict(t *testing.T) {
 	if n := len(f.entries(t, room, stream.Live)); n != 1 {
 		t.Fatalf("live lane holds %d, want the first gift alone", n)
 	}
-	if n := metric(t, f.reg, "danmaku_ingest_rejected_total", map[string]string{"layer": "gift", "reason": "order_conflict"}); n != 4 {
-		t.Errorf("rejected{gift, order_conflict} = %v, want 4", n)
+	if n := metric(t, f.reg, "danmaku_ingest_rejected_total", map[string]string{"layer": "gift", "reason": "order_conflict"}); n != 5 {
+		t.Errorf("rejected{gift, order_conflict} = %v, want 5", n)
 	}
 }
 
@@ -924,10 +931,10 @@ func TestGiftIdempotent(t *testing.T) {
 	if m.Kind != wire.KindGift || m.ID != first.ID || m.User != "u1" || m.Gift != "rocket" || m.Value != 500 || m.Count != 2 || m.Order != "order-1" {
 		t.Errorf("stored %+v", m)
 	}
-	// The same order id in another room is another order.
-	other := decodeGift(t, f.do(http.MethodPost, "/v1/gifts", serviceKey, giftBody(set("room", "room-2"))))
-	if other.Duplicate {
-		t.Error("same order id in another room treated as a duplicate")
+	// The same order id in another room is not another order: 409
+	// (TestGiftOrderConflict).
+	if rec := f.do(http.MethodPost, "/v1/gifts", serviceKey, giftBody(set("room", "room-2"))); rec.Code != http.StatusConflict {
+		t.Errorf("same order id in another room: %d %s, want 409 order_conflict", rec.Code, rec.Body)
 	}
 	// Gifts skip the buckets and are never silently dropped.
 	for i := range 20 {
@@ -936,8 +943,8 @@ func TestGiftIdempotent(t *testing.T) {
 	if n := len(f.entries(t, room, stream.Live)); n != 21 {
 		t.Fatalf("live lane holds %d, want 21", n)
 	}
-	if n := metric(t, f.reg, "danmaku_ingest_accepted_total", map[string]string{"kind": "gift"}); n != 22 {
-		t.Errorf("accepted{kind=gift} = %v, want 22", n)
+	if n := metric(t, f.reg, "danmaku_ingest_accepted_total", map[string]string{"kind": "gift"}); n != 21 {
+		t.Errorf("accepted{kind=gift} = %v, want 21", n)
 	}
 	// After the order TTL the id is forgotten.
 	f.clk.Advance(25 * time.Hour)

@@ -79,10 +79,13 @@ const (
 	// keyOrderTerms holds an order's gift terms beside its record, so that
 	// a reused order id with another gift is answered 409.
 	keyOrderTerms = Prefix + "{room:*}:orderterms:*"
-	keyLottery    = Prefix + "{room:*}:lottery:*"
-	keyLotteries  = Prefix + "{lotteries}:*"
-	keyBans       = Prefix + "{bans}:*"
-	keyGlobal     = Prefix + "{event:*}:global"
+	// keyOrderRoom holds the room an order id was first used in, under
+	// the order's own hash tag, so that the id in another room is a 409.
+	keyOrderRoom = Prefix + "{order:*}:room"
+	keyLottery   = Prefix + "{room:*}:lottery:*"
+	keyLotteries = Prefix + "{lotteries}:*"
+	keyBans      = Prefix + "{bans}:*"
+	keyGlobal    = Prefix + "{event:*}:global"
 	// slicer.RedisBacklog (the ingest's gift script reads and bumps it),
 	// slicer.RedisLease and slicer.RedisSettings.
 	keyBacklog  = Prefix + "{room:*}:giftbacklog"
@@ -157,7 +160,7 @@ var acls = map[string]aclRule{
 		keys: [][2]string{
 			{ro, keyTokens}, {ro, keyEvents}, {rw, keyLoad}, {ro, keyOnline},
 			{rw, keyRooms}, {rw, keyBarrage}, {rw, keyLive},
-			{rw, keyBucket}, {rw, keyBatch}, {rw, keyFastLane}, {rw, keyOrder}, {rw, keyOrderTerms}, {rw, keyBacklog},
+			{rw, keyBucket}, {rw, keyBatch}, {rw, keyFastLane}, {rw, keyOrder}, {rw, keyOrderTerms}, {rw, keyOrderRoom}, {rw, keyBacklog},
 			{rw, keyLottery}, {rw, keyLotteries}, {rw, keyBans}, {rw, keyGlobal},
 			{rw, keyWindows}, {ro, keyRules},
 		},

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -205,6 +206,10 @@ type Server struct {
 	rejected  *prometheus.CounterVec
 	accepted  *prometheus.CounterVec
 	overflows *prometheus.CounterVec
+	// giftAnswers counts the gift API's answers by HTTP status, so that
+	// its 5xx — a business server's paid order not taken — is told apart
+	// from the uploads' (rejected's backend layer holds both).
+	giftAnswers *prometheus.CounterVec
 
 	// limit is Config.RateLimit's middleware (nil: none).
 	limit gin.HandlerFunc
@@ -350,7 +355,11 @@ func New(cfg Config) (*Server, error) {
 		Name: "danmaku_ingest_bucket_overflow_total",
 		Help: "Token bucket overflows (requests finding the bucket empty), by bucket.",
 	}, []string{"bucket"})
-	for _, c := range append(append([]prometheus.Collector{s.rejected, s.accepted, s.overflows}, s.writer.m.collectors()...), tokenMetrics...) {
+	s.giftAnswers = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "danmaku_ingest_gift_answers_total",
+		Help: "Answers of the gift API (POST /v1/gifts), by HTTP status: its 5xx are paid orders the business server must retry.",
+	}, []string{"status"})
+	for _, c := range append(append([]prometheus.Collector{s.rejected, s.accepted, s.overflows, s.giftAnswers}, s.writer.m.collectors()...), tokenMetrics...) {
 		if err := cfg.Registerer.Register(c); err != nil {
 			return nil, fmt.Errorf("ingest: metrics: %w", err)
 		}
@@ -372,7 +381,14 @@ func (s *Server) Register(r gin.IRoutes) {
 	with := func(h gin.HandlerFunc) []gin.HandlerFunc { return append(pre[:len(pre):len(pre)], h) }
 	r.POST("/v1/rooms/:room/barrage", with(s.barrage)...)
 	r.POST("/v1/rooms/:room/announce", with(s.announce)...)
-	r.POST("/v1/gifts", with(s.gift)...)
+	r.POST("/v1/gifts", append([]gin.HandlerFunc{s.countGiftAnswer}, with(s.gift)...)...)
+}
+
+// countGiftAnswer counts the gift API's answer by status, the rate
+// limiter's included (it runs inside).
+func (s *Server) countGiftAnswer(c *gin.Context) {
+	c.Next()
+	s.giftAnswers.WithLabelValues(strconv.Itoa(c.Writer.Status())).Inc()
 }
 
 // RateLimitHandler is the rate-limit middleware of this node (nil without

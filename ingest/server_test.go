@@ -762,6 +762,12 @@ func TestGiftRetryAfterAmbiguousError(t *testing.T) {
 	if !g.Duplicate || g.ID != es[0].ID {
 		t.Fatalf("retry answered %+v, want the stored id %s as a duplicate", g, es[0].ID)
 	}
+	// The gift API's own answers tell its 5xx from the uploads'.
+	for status, want := range map[string]float64{"503": 3, "200": 1} {
+		if n := metric(t, f.reg, "danmaku_ingest_gift_answers_total", map[string]string{"status": status}); n != want {
+			t.Errorf("gift_answers{status=%s} = %v, want %v", status, n, want)
+		}
+	}
 }
 
 // giftBody is a valid gift request with fields overridden by mod.

@@ -1,3 +1,7 @@
+//go:build linux
+
+// Linux: the clients bind addresses of 127.0.0.0/8 besides 127.0.0.1.
+
 package terraform_test
 
 import (
@@ -73,10 +77,10 @@ import (
 //     address the ALB stand-in (a reverse proxy appending
 //     X-Forwarded-For, plain HTTP: the ALB's TLS is not reproduced)
 //     connects to the gslb from.
-//   - Listen addresses 0.0.0.0:PORT become 127.0.0.1 and a free port;
-//     paths under /etc/danmaku/ are under the machine's directory, where
-//     the test writes the certificate and key node-boot.sh's
-//     danmaku-tls-fetch would fetch.
+//   - Listen addresses 0.0.0.0:PORT or :PORT (a flag's or a variable's)
+//     become 127.0.0.1 and a free port; paths under /etc/danmaku/ are
+//     under the machine's directory, where the test writes the certificate
+//     and key node-boot.sh's danmaku-tls-fetch would fetch.
 //   - Per machine (node-boot.sh): DANMAKU_NODE_ID is a made-up instance id
 //     (instance metadata), and an edge's or ingest's public URL is built
 //     from BOOT_URL_SCHEME, BOOT_URL_PATH as node-boot.sh builds it, with
@@ -99,17 +103,16 @@ func TestConformance(t *testing.T) {
 		t.Skip("applies the module and starts every role against real servers")
 	}
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-
 	// The slow parts side by side: Terraform, the build, the servers.
 	rendered := make(chan scriptRun, 1)
-	go func() { rendered <- execScript(5*time.Minute, nil, "render") }()
+	go func() { rendered <- execScript(10*time.Minute, nil, "render") }()
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "danmaku")
 	built := make(chan error, 1)
 	go func() {
-		out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "danmaku/cmd/danmaku").CombinedOutput()
+		bctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		out, err := exec.CommandContext(bctx, "go", "build", "-o", bin, "danmaku/cmd/danmaku").CombinedOutput()
 		if err != nil {
 			err = fmt.Errorf("go build: %v\n%s", err, out)
 		}
@@ -121,6 +124,9 @@ func TestConformance(t *testing.T) {
 	if err := <-built; err != nil {
 		t.Fatal(err)
 	}
+	// From here on: the roles, which take seconds on a quiet machine.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
 
 	d := newDeployment(t, ctx, dir, bin, outputs)
 	d.redisSeed = cluster.Addrs()[0]
@@ -380,7 +386,12 @@ type deployment struct {
 	clientTLS *tls.Config // trusts the node certificate
 }
 
-var bootLine = regexp.MustCompile(`^(BOOT_[A-Z0-9_]+)='([^']*)'$`)
+var (
+	bootLine = regexp.MustCompile(`^(BOOT_[A-Z0-9_]+)='([^']*)'$`)
+	// anyAddress is a listen address on every interface: 0.0.0.0:PORT or
+	// :PORT.
+	anyAddress = regexp.MustCompile(`^(0\.0\.0\.0)?:[0-9]+$`)
+)
 
 func newDeployment(t *testing.T, ctx context.Context, dir, bin string, outputs map[string]any) *deployment {
 	t.Helper()
@@ -543,18 +554,22 @@ func (d *deployment) machine(role string, n int) *machine {
 		t.Fatal(err)
 	}
 	args := strings.Split(string(raw), "\n")
-	listens := 0
 	for i, a := range args {
 		switch {
-		case strings.HasPrefix(a, "0.0.0.0:"):
-			args[i] = m.addr
-			listens++
+		case anyAddress.MatchString(a):
+			// The role's own address follows -ROLE; any other listener
+			// gets a free port of its own.
+			if i > 0 && args[i-1] == "-"+role {
+				args[i] = m.addr
+			} else {
+				args[i] = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+			}
 		case strings.HasPrefix(a, "/etc/danmaku/"):
 			args[i] = filepath.Join(m.root, a)
 		}
 	}
-	if listens != 1 {
-		t.Fatalf("%s flags %q: want one listen address 0.0.0.0:PORT", role, raw)
+	if !slices.Contains(args, m.addr) {
+		t.Fatalf("%s flags %q: want -%s 0.0.0.0:PORT", role, raw, role)
 	}
 	writeFile(t, filepath.Join(etc, "args"), strings.Join(args, "\n"))
 
@@ -571,6 +586,11 @@ func (d *deployment) machine(role string, n int) *machine {
 		t.Fatalf("%s: DANMAKU_REDIS=%q DANMAKU_REDIS_CLUSTER=%q, want a TLS configuration endpoint", role, r, d.env[role]["DANMAKU_REDIS_CLUSTER"])
 	}
 	set("DANMAKU_REDIS", "redis://"+d.redisSeed)
+	for k, v := range d.env[role] {
+		if anyAddress.MatchString(v) {
+			set(k, fmt.Sprintf("127.0.0.1:%d", freePort(t)))
+		}
+	}
 	if role == "gslb" {
 		set("DANMAKU_TRUSTED_PROXIES", albAddr)
 	}
@@ -623,6 +643,8 @@ func (d *deployment) machine(role string, n int) *machine {
 		m.cmd = exec.Command("bash", filepath.Join(m.root, "danmaku-start"))
 		m.cmd.Env = environ
 		m.cmd.Dir = m.root
+		// Gone with the test, even one killed by its timeout.
+		m.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		m.cmd.Stdout, m.cmd.Stderr = m.out, m.out
 		if err := m.cmd.Start(); err != nil {
 			m.out.Write([]byte("start: " + err.Error() + "\n"))

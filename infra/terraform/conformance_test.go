@@ -96,8 +96,8 @@ import (
 //	    skipped by the entry: 503 no_nodes while it is the only edge, the
 //	    other edge once one starts;
 //	(c) the audit record of a comment lands in the audit bucket on S3;
-//	(d) the edge's Redis user is refused a write to the token keys
-//	    (NOPERM).
+//	(d) the roles' Redis users are refused none of the roles' commands,
+//	    and the edge's is refused a write to the token keys (NOPERM).
 func TestConformance(t *testing.T) {
 	if testing.Short() {
 		t.Skip("applies the module and starts every role against real servers")
@@ -316,6 +316,16 @@ func TestConformance(t *testing.T) {
 	edgeUser := d.env["edge"]["DANMAKU_REDIS_USER"]
 	if edgeUser != redisx.ACLUser(redisx.ACLEdge) {
 		t.Fatalf("the edges' DANMAKU_REDIS_USER = %q, want %q (internal/redisx)", edgeUser, redisx.ACLUser(redisx.ACLEdge))
+	}
+	// Everything so far ran as the roles' users: Redis refused none of it.
+	for i, n := range cluster.Nodes() {
+		log, err := n.Do("ACL", "LOG")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if entries, _ := log.([]any); len(entries) > 0 {
+			t.Fatalf("Redis node %d refused the roles %d times: %v", i, len(entries), entries)
+		}
 	}
 	asEdge := redisClient(t, ctx, redisx.Config{URL: "redis://" + d.redisSeed, Cluster: true, Username: edgeUser, Password: d.secret("DANMAKU_REDIS_PASSWORD", "edge")})
 	if err := asEdge.Set(ctx, redisx.Prefix+"{auth}:epoch:1", "forged", 0).Err(); err == nil || !strings.HasPrefix(err.Error(), "NOPERM") {

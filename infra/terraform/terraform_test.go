@@ -36,9 +36,28 @@ const scriptSkipped = 3
 // script failed or when a skip is not allowed.
 func runScript(t *testing.T, timeout time.Duration, env []string, args ...string) string {
 	t.Helper()
+	return execScript(timeout, env, args...).check(t)
+}
+
+// scriptRun is what one run of test.sh did.
+type scriptRun struct {
+	args           []string
+	timeout        time.Duration
+	noBash         error
+	stdout, stderr string
+	err            error
+	timedOut       bool
+	took           time.Duration
+}
+
+// execScript runs test.sh without a testing.T, so that it may run in a
+// goroutine of its own; check says what the run means for the test.
+func execScript(timeout time.Duration, env []string, args ...string) scriptRun {
+	r := scriptRun{args: args, timeout: timeout}
 	bash, err := exec.LookPath("bash")
 	if err != nil {
-		skipOrFail(t, "bash not found: test.sh needs it")
+		r.noBash = err
+		return r
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -48,18 +67,30 @@ func runScript(t *testing.T, timeout time.Duration, env []string, args ...string
 	cmd.Stdout = &stdout
 	cmd.Stderr = &stderr
 	start := time.Now()
-	err = cmd.Run()
+	r.err = cmd.Run()
+	r.took = time.Since(start)
+	r.timedOut = ctx.Err() != nil
+	r.stdout, r.stderr = stdout.String(), stderr.String()
+	return r
+}
+
+// check returns the run's standard output, or skips or fails t.
+func (r scriptRun) check(t *testing.T) string {
+	t.Helper()
+	if r.noBash != nil {
+		skipOrFail(t, "bash not found: test.sh needs it")
+	}
 	var exit *exec.ExitError
 	switch {
-	case err == nil:
-		t.Logf("test.sh %s: ok in %v\n%s", strings.Join(args, " "), time.Since(start).Round(time.Second), summary(stderr.String()))
-		return stdout.String()
-	case errors.As(err, &exit) && exit.ExitCode() == scriptSkipped:
-		skipOrFail(t, stderr.String())
-	case ctx.Err() != nil:
-		t.Fatalf("test.sh %s: no result after %v\n%s", strings.Join(args, " "), timeout, stderr.String())
+	case r.err == nil:
+		t.Logf("test.sh %s: ok in %v\n%s", strings.Join(r.args, " "), r.took.Round(time.Second), summary(r.stderr))
+		return r.stdout
+	case errors.As(r.err, &exit) && exit.ExitCode() == scriptSkipped:
+		skipOrFail(t, r.stderr)
+	case r.timedOut:
+		t.Fatalf("test.sh %s: no result after %v\n%s", strings.Join(r.args, " "), r.timeout, r.stderr)
 	default:
-		t.Fatalf("test.sh %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+		t.Fatalf("test.sh %s: %v\n%s", strings.Join(r.args, " "), r.err, r.stderr)
 	}
 	return ""
 }

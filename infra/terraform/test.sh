@@ -12,6 +12,11 @@
 #                     -json`; the server comes from DANMAKU_TF_S3_ENDPOINT,
 #                     DANMAKU_TF_S3_ACCESS_KEY, DANMAKU_TF_S3_SECRET_KEY,
 #                     DANMAKU_TF_S3_BUCKET (terraform_test.go starts one)
+#   test.sh render    applies the module with the mocked provider as
+#                     testdata/conformance describes and prints `terraform
+#                     test -verbose -json`: its test_state line holds every
+#                     root output (env_ROLE, boot_user_data, ...), which
+#                     conformance_test.go starts the roles from
 #   test.sh tools     only finds terraform and the AWS provider
 #
 # Everything runs in a temporary copy of this directory, so no .terraform,
@@ -74,9 +79,9 @@ EOF
 }
 
 case "$mode" in
-check | s3-apply | tools) ;;
+check | s3-apply | render | tools) ;;
 *)
-	log "usage: test.sh [check|s3-apply|tools]"
+	log "usage: test.sh [check|s3-apply|render|tools]"
 	exit 2
 	;;
 esac
@@ -226,6 +231,18 @@ if [[ $mode == s3-apply ]]; then
 	export TF_VAR_region="${DANMAKU_TF_S3_REGION:-us-east-1}"
 	"$tf" apply -auto-approve -no-color >&2
 	"$tf" output -json
+	exit 0
+fi
+
+if [[ $mode == render ]]; then
+	init .
+	if ! "$tf" test -test-directory=testdata/conformance -verbose -json -no-color >"$work/render.json"; then
+		# Everything but the state, which is megabytes of provider schemas.
+		grep -v '"type":"test_state"' "$work/render.json" >&2
+		log "FAIL: terraform test -test-directory=testdata/conformance"
+		exit 1
+	fi
+	cat "$work/render.json"
 	exit 0
 fi
 

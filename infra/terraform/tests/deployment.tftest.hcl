@@ -77,6 +77,7 @@ run "names_at_their_maximum" {
     condition = alltrue([for id in concat(
       [aws_elasticache_replication_group.redis.replication_group_id, aws_elasticache_user_group.redis.user_group_id, aws_elasticache_user.default.user_id],
       [for u in aws_elasticache_user.role : u.user_id],
+      [aws_elasticache_user.ops.user_id],
     ) : length(id) <= 40 && can(regex("^[a-z][a-z0-9-]*[a-z0-9]$", id)) && !strcontains(id, "--")])
     error_message = "ElastiCache ids are at most 40 characters, start with a letter, end with a letter or digit, and hold no \"--\"."
   }

@@ -326,7 +326,7 @@ cat >"$work/outputs.tfstate" <<'EOF'
 {"version": 4, "terraform_version": "1.7.0", "serial": 1, "lineage": "env-sh-check",
  "outputs": {
   "region": {"value": "us-east-1", "type": "string"},
-  "env_edge": {"type": "string", "value": "# Flags: danmaku edge -edge 0.0.0.0:7702\nDANMAKU_REDIS='rediss://cfg.example:6379'\nDANMAKU_REDIS_USER='danmaku-edge'\n# secret DANMAKU_REDIS_PASSWORD arn:aws:secretsmanager:us-east-1:123456789012:secret:x\n"}
+  "env_edge": {"type": "string", "value": "# Flags: danmaku edge -edge 0.0.0.0:7702 -metrics-addr 0.0.0.0:7712\nDANMAKU_REDIS='rediss://cfg.example:6379'\nDANMAKU_REDIS_USER='danmaku-edge'\n# secret DANMAKU_REDIS_PASSWORD arn:aws:secretsmanager:us-east-1:123456789012:secret:x\n"}
  },
  "resources": []}
 EOF

@@ -198,7 +198,7 @@ run "machines" {
     condition = output.env_edge == join("\n", [
       "# danmaku edge of event test, from the event's Terraform outputs (infra/terraform/env.sh).",
       "# Per machine: DANMAKU_NODE_ID and DANMAKU_EDGE_URL; the certificate and key files the flags name.",
-      "# Flags: danmaku edge -edge 0.0.0.0:443 -min-gift-value 0 -edge-tls-cert /etc/danmaku/tls/cert.pem -edge-tls-key /etc/danmaku/tls/key.pem -log-json -log-level info -segment-ms 1000",
+      "# Flags: danmaku edge -edge 0.0.0.0:443 -metrics-addr 0.0.0.0:7712 -min-gift-value 0 -edge-tls-cert /etc/danmaku/tls/cert.pem -edge-tls-key /etc/danmaku/tls/key.pem -log-json -log-level info -segment-ms 1000",
       "DANMAKU_CORS_ORIGINS='https://app.example.com,https://www.example.com'",
       "DANMAKU_GIFT_WAIT_REPLICAS='1'",
       "DANMAKU_MAX_CONNS='93300'",
@@ -307,8 +307,8 @@ run "plain_nodes_and_given_keys" {
       strcontains(output.boot_user_data["edge"], "BOOT_PUBLIC_PORT='7702'"),
       strcontains(output.boot_user_data["edge"], "BOOT_TLS_SECRET=''"),
       strcontains(output.boot_user_data["edge"], "BOOT_BIND_PRIVILEGED='0'"),
-      join(" ", output.role_args.edge) == "-edge 0.0.0.0:7702 -min-gift-value 0 -log-json -log-level info -segment-ms 1000",
-      join(" ", output.role_args.ingest) == "-ingest 0.0.0.0:7701 -log-json -log-level info -segment-ms 1000",
+      join(" ", output.role_args.edge) == "-edge 0.0.0.0:7702 -metrics-addr 0.0.0.0:7712 -min-gift-value 0 -log-json -log-level info -segment-ms 1000",
+      join(" ", output.role_args.ingest) == "-ingest 0.0.0.0:7701 -metrics-addr 0.0.0.0:7711 -log-json -log-level info -segment-ms 1000",
     ])
     error_message = "Without a node certificate, edges and ingest nodes serve plain on their own port, with no capability."
   }

@@ -295,8 +295,8 @@ for example in examples/*.tfvars; do
 		if [[ $name == concert-10m ]]; then
 			# 16 vCPU edges: the mocked instance type is the real one's size.
 			echo '  assert {'
-			echo '    condition     = floor(var.edge_fleet.count * 2 / 3) * output.node_capacity.edge_max_conns * 0.95 >= 10000000 && output.node_capacity.edge_max_conns == 93300'
-			echo '    error_message = "Ten million viewers fit the edges of two zones out of three, each below the gslb'"'"'s 95 % (93,300 connections per c6in.4xlarge)."'
+			echo '    condition     = floor(var.edge_fleet.count * 2 / 3) * output.node_capacity.edge_max_conns * 0.95 >= 10000000 && output.node_capacity.edge_max_conns == 35000'
+			echo '    error_message = "Ten million viewers fit the edges of two zones out of three, each below the gslb'"'"'s 95 % (35,000 connections per c6in.4xlarge: 32 µs of CPU per TLS frame, docs/benchmarks.md)."'
 			echo '  }'
 			echo '  assert {'
 			echo '    condition     = 1000000 / 25 <= var.gslb_load_balancers * 15000'

@@ -143,12 +143,12 @@ run "plan_defaults" {
 
   assert {
     condition = (
-      # 2 vCPU x 70 % / (10 frames/s x 12 µs) = 11,666; 4 GiB x 50 % / 16 KiB = 131,072
-      output.role_env.edge.DANMAKU_MAX_CONNS == "11600" &&
+      # 2 vCPU x 70 % / (10 frames/s x 32 µs) = 4,375; 4 GiB x 50 % / 24 KiB = 87,381
+      output.role_env.edge.DANMAKU_MAX_CONNS == "4300" &&
       # 16 vCPU x 70 % x 6,800/s x 0.15 s = 11,424
       output.role_env.ingest.DANMAKU_INGEST_CAPACITY == "11400" &&
       !contains(keys(output.role_env.edge), "DANMAKU_EDGE_CAPACITY") &&
-      output.node_capacity == { edge_max_conns = 11600, ingest_capacity = 11400 }
+      output.node_capacity == { edge_max_conns = 4300, ingest_capacity = 11400 }
     )
     error_message = "Each edge and ingest reports a capacity worked out from its instance type."
   }

@@ -201,7 +201,7 @@ run "machines" {
       "# Flags: danmaku edge -edge 0.0.0.0:443 -metrics-addr 0.0.0.0:7712 -min-gift-value 0 -edge-tls-cert /etc/danmaku/tls/cert.pem -edge-tls-key /etc/danmaku/tls/key.pem -log-json -log-level info -segment-ms 1000",
       "DANMAKU_CORS_ORIGINS='https://app.example.com,https://www.example.com'",
       "DANMAKU_GIFT_WAIT_REPLICAS='1'",
-      "DANMAKU_MAX_CONNS='93300'",
+      "DANMAKU_MAX_CONNS='35000'",
       "DANMAKU_REDIS='rediss://clustercfg.danmaku-test.abc123.use1.cache.amazonaws.com:6379'",
       "DANMAKU_REDIS_CLUSTER='true'",
       "DANMAKU_REDIS_USER='danmaku-edge'",

@@ -198,8 +198,13 @@ type Config struct {
 	// Logger. Nil: slog.Default().
 	Logger *slog.Logger
 	// Registerer receives the metrics. Nil: a private registry. When it is
-	// also a prometheus.Gatherer, Handler serves it on /metrics.
+	// also a prometheus.Gatherer, Handler serves it on /metrics, unless
+	// NoMetricsRoute.
 	Registerer prometheus.Registerer
+	// NoMetricsRoute keeps /metrics off Handler (it answers 404
+	// not_found): the process serves its metrics on a listener of its
+	// own, not on the port clients reach. False: as Registerer says.
+	NoMetricsRoute bool
 }
 
 // withDefaults checks cfg and fills in its zero fields.

@@ -96,6 +96,9 @@ func New(cfg Config) (*Server, error) {
 	} else if g, ok := reg.(prometheus.Gatherer); ok {
 		gatherer = g
 	}
+	if cfg.NoMetricsRoute {
+		gatherer = nil
+	}
 	if s.m, err = newMetrics(reg, s); err != nil {
 		return nil, err
 	}
@@ -136,7 +139,7 @@ func New(cfg Config) (*Server, error) {
 }
 
 // Handler returns the HTTP handler: the WebSocket endpoint (Path), /healthz
-// and /metrics. Serve it with a server whose WriteTimeout is zero (see
+// and /metrics (unless Config.NoMetricsRoute). Serve it with a server whose WriteTimeout is zero (see
 // httpx.NewServer): upgraded connections set their own deadlines.
 func (s *Server) Handler() http.Handler { return s.handler }
 

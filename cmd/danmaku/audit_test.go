@@ -211,7 +211,7 @@ func TestServeGSLBFlags(t *testing.T) {
 // its own on the test's disk (args may override it).
 func parseServe(t *testing.T, role string, args ...string) (stack.Config, stack.BackendConfig, error) {
 	t.Helper()
-	return parseServeArgs(role, append([]string{"-audit-dir", diskDir(t)}, args...)...)
+	return parseServeArgs(role, append([]string{"-audit-dir", diskDir(t), "-metrics-addr", "127.0.0.1:0"}, args...)...)
 }
 
 // parseServeArgs is parseServe with args alone: a flag's bad value is the

@@ -101,7 +101,7 @@ func testDistributedPipeline(t *testing.T, startRedis func(t *testing.T) (string
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 
-	ports := freePorts(t, 5)
+	ports := freePorts(t, 7)
 	addr := func(i int) string { return fmt.Sprintf("127.0.0.1:%d", ports[i]) }
 	base := append(os.Environ(),
 		"DANMAKU_REDIS="+redisAddr,
@@ -118,8 +118,8 @@ func testDistributedPipeline(t *testing.T, startRedis func(t *testing.T) (string
 	master := "DANMAKU_MASTER_KEY=" + hex.EncodeToString([]byte("0123456789abcdef0123456789abcdef"))
 	users := redisUsers(t, ctx, bin, redisServers)
 	start(append([]string{master}, users["gslb"]...), "gslb", "-gslb", addr(0), "-cdn", cdn)
-	start(users["ingest"], "ingest", "-ingest", addr(1))
-	start(users["edge"], "edge", "-edge", addr(2))
+	start(users["ingest"], "ingest", "-ingest", addr(1), "-metrics-addr", addr(5))
+	start(users["edge"], "edge", "-edge", addr(2), "-metrics-addr", addr(6))
 	start(users["slicer"], "slicer", "-slicer", addr(3), "-node-id", "slicer-1")
 	// Only rooms of a live event exist: provision one as an operator does.
 	eventCLI(t, ctx, bin, base, "create", "-gslb", "http://"+addr(0), "-f", eventFile(t, "dist", "dist"))

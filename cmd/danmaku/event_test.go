@@ -110,7 +110,7 @@ func TestEventLifecycle(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	ports := freePorts(t, 4)
+	ports := freePorts(t, 6)
 	addr := func(i int) string { return fmt.Sprintf("127.0.0.1:%d", ports[i]) }
 	const ticketKey = "event-test-ticket-key-0123456789"
 	base := append(os.Environ(),
@@ -125,8 +125,8 @@ func TestEventLifecycle(t *testing.T) {
 		startRole(t, ctx, bin, append(append([]string(nil), base...), extraEnv...), args...)
 	}
 	start([]string{"DANMAKU_MASTER_KEY=" + hex.EncodeToString([]byte("0123456789abcdef0123456789abcdef"))}, "gslb", "-gslb", addr(0), "-cdn", cdn)
-	start(nil, "ingest", "-ingest", addr(1))
-	start(nil, "edge", "-edge", addr(2))
+	start(nil, "ingest", "-ingest", addr(1), "-metrics-addr", addr(4))
+	start(nil, "edge", "-edge", addr(2), "-metrics-addr", addr(5))
 	start(nil, "slicer", "-slicer", addr(3), "-node-id", "slicer-1")
 	gslbURL := "http://" + addr(0)
 
@@ -210,7 +210,7 @@ func TestEventLifecycle(t *testing.T) {
 
 	// Nothing of the room is left running.
 	waitMetric(t, ctx, "http://"+addr(3), "danmaku_slicer_rooms", 0)
-	waitMetric(t, ctx, "http://"+addr(2), "danmaku_edge_rooms", 0)
+	waitMetric(t, ctx, "http://"+addr(5), "danmaku_edge_rooms", 0) // the edge's metrics listener
 	for _, lane := range []string{"barrage", "live"} {
 		key := "danmaku:{room:concert}:" + lane
 		if ttl, err := rdb.PTTL(ctx, key).Result(); err != nil || (ttl <= 0 && ttl != -2*time.Nanosecond) {

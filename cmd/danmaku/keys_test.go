@@ -31,7 +31,7 @@ func TestRolesRefuseWithoutKeys(t *testing.T) {
 			// Port 0 everywhere: a role that did start would not collide.
 			// An audit directory, which ingest and slicer need as well: the
 			// keys are what this test takes away.
-			cmd := exec.Command(bin, role, "-gslb", "127.0.0.1:0", "-ingest", "127.0.0.1:0", "-edge", "127.0.0.1:0", "-origin", "127.0.0.1:0", "-slicer", "127.0.0.1:0", "-audit-dir", diskDir(t))
+			cmd := exec.Command(bin, role, "-gslb", "127.0.0.1:0", "-ingest", "127.0.0.1:0", "-edge", "127.0.0.1:0", "-origin", "127.0.0.1:0", "-slicer", "127.0.0.1:0", "-metrics-addr", "127.0.0.1:0", "-audit-dir", diskDir(t))
 			cmd.Env = env
 			out, err := cmd.CombinedOutput()
 			if err == nil {

@@ -75,6 +75,7 @@ func parseLoadgen(args []string, getenv func(string) string, stderr io.Writer) (
 		gifts = rateFlag{10}
 		shard string
 		slcr  string
+		ingm  string
 		kwShr float64
 	)
 	fs.StringVar(&cfg.GSLB, "gslb", "http://"+stack.DefaultGSLBAddr, "entry endpoint (gslb) base URL")
@@ -96,6 +97,7 @@ func parseLoadgen(args []string, getenv func(string) string, stderr io.Writer) (
 	fs.IntVar(&cfg.Pollers, "pollers", 100, "SDK viewers polling the CDN to time delivery (0: none)")
 	fs.BoolVar(&cfg.PollerEdge, "poller-edge", false, "pollers also hold the edge WebSocket, as apps do")
 	fs.BoolVar(&cfg.DevTickets, "dev-tickets", false, "fetch tickets from danmaku dev's GET /v1/dev/ticket (default: mint them, with DANMAKU_TICKET_KEY or the dev key)")
+	fs.StringVar(&ingm, "ingest-metrics", "", "comma-separated base URLs of the ingests' metrics listeners (-metrics-addr) to read drop counters from (default: the ingests the entries name, at their public URLs, as dev serves them)")
 	fs.StringVar(&slcr, "slicer-metrics", "", "comma-separated slicer base URLs to read segment counters from (default: the ingests', which in dev hold them)")
 	fs.IntVar(&cfg.Concurrency, "concurrency", 0, "comment POSTs in flight at most (workers and pooled connections; default: the peak rate × 250 ms, 256 to 8192)")
 	fs.IntVar(&cfg.EntryConcurrency, "entry-concurrency", 64, "entry fetches in flight at most while users join")
@@ -186,6 +188,9 @@ service key (default: dev-service-key).
 	}
 	if slcr != "" {
 		cfg.SlicerMetrics = strings.Split(slcr, ",")
+	}
+	if ingm != "" {
+		cfg.IngestMetrics = strings.Split(ingm, ",")
 	}
 	if k := getenv("DANMAKU_TICKET_KEY"); k != "" {
 		if cfg.DevTickets {

@@ -63,7 +63,7 @@ func TestStackRoundTrips(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
-	ports := freePorts(t, 3)
+	ports := freePorts(t, 5)
 	addr := func(i int) string { return fmt.Sprintf("127.0.0.1:%d", ports[i]) }
 	const ticketKey = "roundtrips-test-ticket-key"
 	base := append(os.Environ(),
@@ -76,9 +76,9 @@ func TestStackRoundTrips(t *testing.T) {
 	}
 	master := "DANMAKU_MASTER_KEY=" + hex.EncodeToString([]byte("0123456789abcdef0123456789abcdef"))
 	start([]string{master}, "gslb", "-gslb", addr(0), "-cdn", "http://127.0.0.1:1/cdn/")
-	start(nil, "ingest", "-ingest", addr(1), "-audit-dir", t.TempDir())
-	start(nil, "edge", "-edge", addr(2))
-	gslbURL, ingestURL, edgeURL := "http://"+addr(0), "http://"+addr(1), "http://"+addr(2)
+	start(nil, "ingest", "-ingest", addr(1), "-audit-dir", t.TempDir(), "-metrics-addr", addr(3))
+	start(nil, "edge", "-edge", addr(2), "-metrics-addr", addr(4))
+	gslbURL := "http://" + addr(0)
 	eventCLI(t, ctx, bin, base, "create", "-gslb", gslbURL, "-f", eventFile(t, "rt", rooms...))
 
 	// Join: a ticket and an entry per user, each in its room.
@@ -113,13 +113,15 @@ func TestStackRoundTrips(t *testing.T) {
 		t.Fatal(joinErr)
 	}
 
-	roles := []struct{ name, url string }{{"gslb", gslbURL}, {"ingest", ingestURL}, {"edge", edgeURL}}
+	// The public roles serve /metrics on their metrics listener only.
+	ingestMetrics, edgeMetrics := "http://"+addr(3), "http://"+addr(4)
+	roles := []struct{ name, url string }{{"gslb", gslbURL}, {"ingest", ingestMetrics}, {"edge", edgeMetrics}}
 	look := func() moment {
 		m := moment{redis: redisCounts(t, probe), trips: map[string]map[string]float64{}}
 		for _, r := range roles {
 			m.trips[r.name] = metricSeries(t, ctx, r.url, "danmaku_redis_round_trips_total")
 		}
-		m.admitted = metricSeries(t, ctx, ingestURL, "danmaku_ingest_accepted_total")[`{kind="barrage"}`]
+		m.admitted = metricSeries(t, ctx, ingestMetrics, "danmaku_ingest_accepted_total")[`{kind="barrage"}`]
 		return m
 	}
 

@@ -21,6 +21,7 @@ import (
 
 type serveFlags struct {
 	gslb, ingest, edge, origin, slicer string
+	metricsAddr                        string
 	cdn, data                          string
 	ingestURL, edgeURL, nodeID         string
 	budget                             int
@@ -86,6 +87,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.edge, "edge", stack.DefaultEdgeAddr, "edge listen address")
 	fs.StringVar(&f.origin, "origin", stack.DefaultOriginAddr, "segment origin listen address")
 	fs.StringVar(&f.slicer, "slicer", stack.DefaultSlicerAddr, "slicer metrics/health listen address")
+	textVar(ss, &f.metricsAddr, "metrics-addr", "DANMAKU_METRICS_ADDR", "a host:port listen address", checkListenAddr, "7711", "listen address of this process's /metrics (and /healthz), plain HTTP: then no role serves /metrics on its own port (404 not_found there). Required outside dev by the edge and the ingest, whose ports are public")
 	fs.StringVar(&f.cdn, "cdn", "", "CDN base URL handed to clients (default: this process's origin)")
 	fs.StringVar(&f.data, "data", "", "directory to keep segments in (default: memory)")
 	countVar(ss, &f.budget, "budget", "", between(0, 100_000), "messages per second per room (default 60)")
@@ -162,6 +164,10 @@ func (f *serveFlags) stackConfig(roles []string) (stack.Config, stack.BackendCon
 	if err := f.checkAudit(roles); err != nil {
 		return cfg, stack.BackendConfig{}, err
 	}
+	if err := f.checkMetrics(roles); err != nil {
+		return cfg, stack.BackendConfig{}, err
+	}
+	cfg.MetricsAddr = f.metricsAddr
 	// The settings' rules have checked the lists: these conversions cannot
 	// fail.
 	cfg.Lines.ISPLines, _ = parseMapping(f.linesISP)
@@ -220,6 +226,28 @@ func (f *serveFlags) stackConfig(roles []string) (stack.Config, stack.BackendCon
 	return cfg, b, nil
 }
 
+// checkMetrics holds the public roles to a metrics port of their own
+// outside dev. The edge's and the ingest's listeners face the internet (the
+// gslb hands clients their addresses), so a /metrics there would show every
+// viewer the node's counters, and no security group can close one path of
+// a port: with -metrics-addr the scrapers get a port that only they reach.
+// dev runs on loopback and keeps /metrics on every role's port.
+func (f *serveFlags) checkMetrics(roles []string) error {
+	if f.dev || f.metricsAddr != "" {
+		return nil
+	}
+	var public []string
+	for _, r := range roles {
+		if r == stack.RoleIngest || r == stack.RoleEdge {
+			public = append(public, r)
+		}
+	}
+	if len(public) == 0 {
+		return nil
+	}
+	return usageError{fmt.Errorf("%s serves clients on a public port and never /metrics there: give -metrics-addr [DANMAKU_METRICS_ADDR], a host:port only the scrapers reach (only dev serves /metrics on the role's port)", strings.Join(public, " and "))}
+}
+
 func serveRoles(ctx context.Context, roles []string, f *serveFlags, stdout, stderr io.Writer) error {
 	log, err := newLogger(stderr, f.logLevel, f.logJSON)
 	if err != nil {
@@ -251,7 +279,7 @@ func serveRoles(ctx context.Context, roles []string, f *serveFlags, stdout, stde
 	if err != nil {
 		return err
 	}
-	for _, role := range stack.AllRoles {
+	for _, role := range append(stack.AllRoles[:len(stack.AllRoles):len(stack.AllRoles)], stack.MetricsListener) {
 		if u, ok := st.URLs[role]; ok {
 			fmt.Fprintf(stdout, "%-7s listening on %s\n", role, u)
 		}

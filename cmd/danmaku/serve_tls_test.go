@@ -84,7 +84,7 @@ func TestServeTLS(t *testing.T) {
 			c := tlsxtest.Write(t, dir, r.role)
 			run := roleCmd(r.role)
 			args := func(cert, key string) []string {
-				return []string{"-" + r.role, "127.0.0.1:0", "-audit-dir", t.TempDir(), "-log-level", "error",
+				return []string{"-" + r.role, "127.0.0.1:0", "-metrics-addr", "127.0.0.1:0", "-audit-dir", t.TempDir(), "-log-level", "error",
 					"-" + r.role + "-tls-cert", cert, "-" + r.role + "-tls-key", key}
 			}
 

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"net"
 	"net/netip"
 	"os"
 	"regexp"
@@ -386,6 +387,19 @@ func checkProxies(v string) error {
 				return fmt.Errorf("%q is neither", p)
 			}
 		}
+	}
+	return nil
+}
+
+// checkListenAddr holds a listen address to host:port, the port a number
+// (0: any free one); the host may be empty (every address).
+func checkListenAddr(v string) error {
+	_, port, err := net.SplitHostPort(v)
+	if err != nil {
+		return errors.New("not host:port")
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return fmt.Errorf("port %q is not a number from 0 to 65535", port)
 	}
 	return nil
 }

@@ -51,7 +51,7 @@ func serveFlagSet() *flag.FlagSet {
 // collide with nothing) and an audit directory on a disk.
 func roleArgs(t *testing.T) []string {
 	return []string{"-gslb", "127.0.0.1:0", "-ingest", "127.0.0.1:0", "-edge", "127.0.0.1:0", "-origin", "127.0.0.1:0", "-slicer", "127.0.0.1:0",
-		"-audit-dir", diskDir(t)}
+		"-metrics-addr", "127.0.0.1:0", "-audit-dir", diskDir(t)}
 }
 
 // freeText are the flags whose every text is valid as far as parsing goes:
@@ -400,4 +400,45 @@ func TestOperationsDocListsEverySetting(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestMetricsAddrRequired: outside dev the edge and the ingest, whose ports
+// are public, stop unless their /metrics has a listener of its own; the
+// other roles may keep /metrics on their port.
+func TestMetricsAddrRequired(t *testing.T) {
+	clearDanmakuEnv(t)
+	for _, c := range []struct {
+		role    string
+		args    []string
+		wantErr bool
+	}{
+		{role: "edge", wantErr: true},
+		{role: "ingest", wantErr: true},
+		{role: "edge", args: []string{"-metrics-addr", "127.0.0.1:7712"}},
+		{role: "ingest", args: []string{"-metrics-addr", ":7711"}},
+		{role: "gslb"},
+		{role: "slicer"},
+	} {
+		t.Run(c.role+strings.Join(c.args, " "), func(t *testing.T) {
+			cfg, _, err := parseServeArgs(c.role, append([]string{"-audit-dir", diskDir(t)}, c.args...)...)
+			if !c.wantErr {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(c.args) > 0 && cfg.MetricsAddr != c.args[1] {
+					t.Errorf("MetricsAddr %q, want %q", cfg.MetricsAddr, c.args[1])
+				}
+				return
+			}
+			var ue usageError
+			if !errors.As(err, &ue) {
+				t.Fatalf("err %v, want a usage error", err)
+			}
+			for _, w := range []string{c.role, "-metrics-addr", "DANMAKU_METRICS_ADDR"} {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("%q does not name %s", err, w)
+				}
+			}
+		})
+	}
 }

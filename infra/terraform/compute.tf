@@ -36,27 +36,33 @@ locals {
     # The share of a machine's CPU planned for steady load; the rest is for
     # the join surge's TLS handshakes and a lost zone's reconnects.
     cpu_target = 0.7
-    # Edge: CPU per write of a frame to one connection. Measured plain
-    # ("Edge on its event loop"): 6.2-9.7 µs per frame at 10,000
-    # connections, of which 7.0 µs is the loopback write syscall itself.
-    # The role now also encrypts each frame (TLS in the role): 12 µs, a
-    # third over the plain worst case, until the TLS figure is measured.
-    edge_cpu_us_per_write = 12
+    # Edge: CPU per frame written to one connection, TLS in the role.
+    # Measured at 10,000 connections ("The edge terminating TLS against
+    # plain WebSocket"): 19.8 and 32.0 µs with TLS (session medians;
+    # plain 10.6 and 14.9 µs in the same runs), on a shared 2-vCPU machine
+    # under load; a quiet machine wrote a plain frame for 9.7 µs ("Edge on
+    # its event loop"), and TLS costs 1.9-2.2x plain. Planned at the upper
+    # TLS figure until `danmaku calibrate` measures the instance type
+    # (then edge_max_conns).
+    edge_cpu_us_per_write = 32
     # Frames each viewer gets a second at the show's peak: a room's gifts
     # and system messages share a frame per 55 ms merge window, so at most
     # 18; 10 is the gift rate the benchmarks run (raise min_gift_value if a
     # show pushes more).
     edge_frames_per_second = 10
-    # Memory per connection: 0.55 KiB measured for a plain idle socket,
-    # ~10 KiB more for a TLS one (a reader and a writer goroutine,
-    # docs/operations.md "TLS at the edge"), and the kernel's socket, all
-    # rounded up.
-    edge_kib_per_conn = 16
+    # Memory per connection: a TLS connection's RSS growth measured 20.8-21.0
+    # KB (heap and stacks 19.6-19.8 KB: a reader and a writer goroutine and
+    # crypto/tls's buffers; plain 0.56 KB), same section, plus the kernel's
+    # socket, rounded up.
+    edge_kib_per_conn = 24
     # Share of memory planned for connections.
     edge_memory_share = 0.5
     # Ingest: comments a second per vCPU through the whole barrage path on
     # Redis ("Upload path": 13,534 req/s on 2 vCPU with the load client on
-    # the same cores).
+    # the same cores), plain HTTP: TLS in the role (a record opened and one
+    # sealed per post on a kept-alive connection) is not measured for the
+    # ingest; the edge's TLS record costs 9-17 µs, against 147 µs a post,
+    # inside the 30 % of CPU not planned.
     ingest_posts_per_vcpu = 6800
     # How long a comment is in flight: it waits for its room's next flush,
     # one per 150 ms window.
@@ -64,7 +70,7 @@ locals {
   }
   capacity = {
     # CPU binds on every instance type the module has been sized for (the
-    # memory bound is 10-20× higher); the lower of the two, in hundreds.
+    # memory bound is ~20× higher); the lower of the two, in hundreds.
     edge_max_conns = var.edge_max_conns != null ? var.edge_max_conns : floor(min(
       local.fleet_vcpus.edge * local.capacity_figures.cpu_target / (local.capacity_figures.edge_frames_per_second * local.capacity_figures.edge_cpu_us_per_write / 1000000),
       local.fleet_memory_mib.edge * 1024 * local.capacity_figures.edge_memory_share / local.capacity_figures.edge_kib_per_conn,

@@ -22,7 +22,7 @@ locals {
   )]
 
   # The roles' default listen ports (internal/stack); each role also serves
-  # /healthz and /metrics there.
+  # /healthz there, and the gslb and the slicer /metrics.
   port = { gslb = 7700, ingest = 7701, edge = 7702, slicer = 7704 }
 
   fleet = {
@@ -49,6 +49,12 @@ locals {
   # their own port.
   public_port = { for r in local.public_roles : r => local.node_tls ? 443 : local.port[r] }
   listen_port = merge(local.port, local.public_port)
+  # The public roles serve /metrics on a port of their own (-metrics-addr),
+  # their role's port + 10, never on the port clients reach (404 there);
+  # only the scrapers' ranges reach it (network.tf). metrics_port: where
+  # each role's /metrics is.
+  public_metrics_port = { for r in local.public_roles : r => local.port[r] + 10 }
+  metrics_port        = merge(local.port, local.public_metrics_port)
   # Where the boot script writes the certificate and key it fetches,
   # readable by the role's user only.
   tls_files = { cert = "/etc/danmaku/tls/cert.pem", key = "/etc/danmaku/tls/key.pem" }
@@ -148,8 +154,8 @@ locals {
     # clients, the others for the load balancer (gslb) and the scrapers;
     # the security groups decide who reaches which port.
     gslb   = concat(["-gslb", "0.0.0.0:${local.port.gslb}", "-cdn", local.cdn_base_url], local.common_args)
-    ingest = concat(["-ingest", "0.0.0.0:${local.listen_port.ingest}"], local.tls_args.ingest, local.common_args)
-    edge   = concat(["-edge", "0.0.0.0:${local.listen_port.edge}", "-min-gift-value", tostring(var.min_gift_value)], local.tls_args.edge, local.common_args)
+    ingest = concat(["-ingest", "0.0.0.0:${local.listen_port.ingest}", "-metrics-addr", "0.0.0.0:${local.public_metrics_port.ingest}"], local.tls_args.ingest, local.common_args)
+    edge   = concat(["-edge", "0.0.0.0:${local.listen_port.edge}", "-metrics-addr", "0.0.0.0:${local.public_metrics_port.edge}", "-min-gift-value", tostring(var.min_gift_value)], local.tls_args.edge, local.common_args)
     slicer = concat(["-slicer", "0.0.0.0:${local.port.slicer}"], local.common_args)
   }
 }

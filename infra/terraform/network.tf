@@ -121,12 +121,13 @@ resource "aws_vpc_security_group_ingress_rule" "public_role" {
   cidr_ipv4         = "0.0.0.0/0"
 }
 
-# Scrapers reach /metrics on the role's own port, which only they and (for
-# the gslb) the load balancers may reach. The edge and ingest serve their
-# clients on that port, so there is nothing to open for them here, and
-# nothing a security group could close (README.md, "Not covered here").
+# Scrapers reach /metrics on each role's metrics port (local.metrics_port):
+# the gslb's and the slicer's own port, which only they and (for the gslb)
+# the load balancers may reach; the edge's and the ingest's metrics
+# listener (-metrics-addr), a port of its own beside the public one, which
+# answers /metrics with a 404.
 locals {
-  metrics_roles  = [for r in local.roles : r if !contains(local.public_roles, r)]
+  metrics_roles  = local.roles
   private_ranges = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10"]
   metrics_cidr_ok = {
     for c in var.metrics_cidrs : c => (
@@ -151,8 +152,8 @@ resource "aws_vpc_security_group_ingress_rule" "metrics" {
   security_group_id = aws_security_group.role[each.value.role].id
   description       = "Prometheus scrapes /metrics"
   ip_protocol       = "tcp"
-  from_port         = local.port[each.value.role]
-  to_port           = local.port[each.value.role]
+  from_port         = local.metrics_port[each.value.role]
+  to_port           = local.metrics_port[each.value.role]
   cidr_ipv4         = each.value.cidr
 
   lifecycle {

@@ -83,10 +83,9 @@ global:
     event: "$OBS_EVENT"
 scrape_configs:
   - job_name: danmaku
+    # The role's metrics port (the edge's and the ingest's -metrics-addr,
+    # never their public port): plain HTTP.
     scheme: $OBS_SCHEME
-    # The role's own certificate names its public name, not 127.0.0.1.
-    tls_config:
-      insecure_skip_verify: true
     static_configs:
       - targets: ["127.0.0.1:$OBS_PORT"]
         labels:

@@ -99,10 +99,10 @@ locals {
       OBS_EVENT  = var.event
       OBS_ROLE   = r
       OBS_REGION = var.region
-      OBS_PORT   = tostring(local.listen_port[r])
-      # An edge or ingest with node TLS serves /metrics over TLS on 443,
-      # with a certificate for its public name, not for 127.0.0.1.
-      OBS_SCHEME           = contains(local.public_roles, r) && local.node_tls ? "https" : "http"
+      # Where the role serves /metrics: plain HTTP on its metrics port,
+      # never the edge's or the ingest's public port (443 with node TLS).
+      OBS_PORT             = tostring(local.metrics_port[r])
+      OBS_SCHEME           = "http"
       OBS_LOG_GROUP        = local.obs_log_group[r]
       OBS_REMOTE_WRITE_URL = local.obs_remote_write_url
       OBS_WRITER_ROLE_ARN  = aws_iam_role.metrics_writer.arn

@@ -68,8 +68,8 @@ output "redis_url" {
 }
 
 output "redis_users" {
-  description = "Redis ACL user of each role (DANMAKU_REDIS_USER)."
-  value       = { for r in local.roles : r => aws_elasticache_user.role[r].user_name }
+  description = "Redis ACL user of each role (DANMAKU_REDIS_USER), and ops: the operators' user (password: redis_ops_password_secret_arn)."
+  value       = merge({ for r in local.roles : r => aws_elasticache_user.role[r].user_name }, { ops = aws_elasticache_user.ops.user_name })
 }
 
 output "secret_arns" {

@@ -1,9 +1,11 @@
 # ElastiCache Redis in cluster mode: every key of a room carries the hash tag
 # {room:ID}, so a room lives on one shard and the shards spread the rooms.
 # Each role logs in as its own ACL user, danmaku-ROLE (DANMAKU_REDIS_USER
-# and DANMAKU_REDIS_PASSWORD), whose password only that role can read. The
-# users' access strings are local.redis_access_string: the per-role rules
-# (redis_acl.tf) or var.redis_access_strings.
+# and DANMAKU_REDIS_PASSWORD), whose password only that role can read. Each
+# user's access string is local.redis_acl_access[ROLE] (redis_acl.tf): only
+# the keys and commands that role's backends use, the table the stack's ACL
+# test proves on a real Redis. No variable widens them: a role that needs
+# more needs the table changed (and that test passing), not an override.
 #
 # Durability: ElastiCache has no appendfsync always. A write is acknowledged
 # by the primary before it reaches a replica, so a primary's failure can
@@ -38,9 +40,6 @@ locals {
   # The ACL user of each role (-redis-user), as the code names them
   # (internal/redisx).
   redis_user_name = { for r in local.roles : r => "danmaku-${r}" }
-  redis_access_string = {
-    for r in local.roles : r => lookup(var.redis_access_strings, r, "on ~danmaku:* +@all -@dangerous")
-  }
 }
 
 # A user group must hold a user named "default", and every connection starts
@@ -59,14 +58,20 @@ resource "aws_elasticache_user" "role" {
   user_id       = "${local.name}-${each.key}"
   user_name     = local.redis_user_name[each.key]
   engine        = "REDIS"
-  access_string = local.redis_access_string[each.key]
+  access_string = local.redis_acl_access[each.key]
   passwords     = [terraform_data.generated["redis-${each.key}"].output]
 }
 
+# The one group the cluster admits: the disabled "default" user, the roles'
+# users and the operators' (danmaku-ops, redis_acl.tf).
 resource "aws_elasticache_user_group" "redis" {
   user_group_id = local.name
   engine        = "REDIS"
-  user_ids      = concat([aws_elasticache_user.default.user_id], [for r in local.roles : aws_elasticache_user.role[r].user_id])
+  user_ids = concat(
+    [aws_elasticache_user.default.user_id],
+    [for r in local.roles : aws_elasticache_user.role[r].user_id],
+    [aws_elasticache_user.ops.user_id],
+  )
 }
 
 resource "aws_elasticache_replication_group" "redis" {

@@ -1,10 +1,13 @@
-# Least privilege in Redis: one ElastiCache user per role, danmaku-ROLE,
-# allowed only the keys and commands that role's backends use — an edge
-# cannot write the token keys, the rate-limit rules, the events or the bans
+# Least privilege in Redis: one ElastiCache user per role, danmaku-ROLE
+# (aws_elasticache_user.role, redis.tf), and the operators' danmaku-ops
+# (below), each allowed only the keys and commands it uses — an edge cannot
+# write the token keys, the rate-limit rules, the events or the bans
 # (docs/operations.md, "Redis users"). The access strings below are the
 # table in internal/redisx/acl.go; TestTerraformACL (go test
 # ./internal/redisx) fails when they differ and rewrites them with -update.
-# Redis 7 syntax: %R~ (read-only) and %W~ (write-only) key patterns.
+# Redis 7 syntax: %R~ (read-only) and %W~ (write-only) key patterns, which
+# the local tests prove on Redis 7; that ElastiCache's user API accepts them
+# in an access string cannot be checked without an AWS account (README.md).
 #
 # Passwords: each server role's is its existing redis-ROLE secret
 # (secrets.tf, DANMAKU_REDIS_PASSWORD of that role's machines only); the
@@ -20,29 +23,17 @@ locals {
     slicer = "on %R~danmaku:events ~danmaku:rooms ~danmaku:{room:*}:barrage ~danmaku:{room:*}:live ~danmaku:{room:*}:leader ~danmaku:{room:*}:giftbacklog ~danmaku:slicer:settings -@all +ping +cluster|slots +command +asking +evalsha +eval +hgetall +hdel +xreadgroup +xgroup|create +xgroup|destroy +xautoclaim +xack +xpending +xtrim +del +pexpire +time +get +set"
   }
   # END redis_acl
-
-  # The users' names, as the roles' DANMAKU_REDIS_USER.
-  redis_acl_user = { for r in keys(local.redis_acl_access) : r => "danmaku-${r}" }
 }
 
-resource "aws_elasticache_user" "acl" {
-  for_each      = local.redis_acl_access
-  user_id       = "${local.name}-${each.key}-acl"
-  user_name     = local.redis_acl_user[each.key]
+# The operators' user, which no machine runs as: the rate-limit rules
+# document, and reads for diagnosis. The roles' users are in redis.tf; all
+# of them are in the cluster's one user group there.
+resource "aws_elasticache_user" "ops" {
+  user_id       = "${local.name}-ops"
+  user_name     = "danmaku-ops"
   engine        = "REDIS"
-  access_string = each.value
-  passwords     = [each.key == "ops" ? terraform_data.redis_ops_password.output : terraform_data.generated["redis-${each.key}"].output]
-}
-
-# The group the cache admits: the disabled "default" user every connection
-# starts as (redis.tf), and the roles' users.
-resource "aws_elasticache_user_group" "acl" {
-  user_group_id = "${local.name}-acl"
-  engine        = "REDIS"
-  user_ids = concat(
-    [aws_elasticache_user.default.user_id],
-    [for r in sort(keys(local.redis_acl_access)) : aws_elasticache_user.acl[r].user_id],
-  )
+  access_string = local.redis_acl_access["ops"]
+  passwords     = [terraform_data.redis_ops_password.output]
 }
 
 # The operators' password (danmaku-ops: the rate-limit rules document,
@@ -69,11 +60,6 @@ resource "aws_secretsmanager_secret" "redis_ops" {
 resource "aws_secretsmanager_secret_version" "redis_ops" {
   secret_id     = aws_secretsmanager_secret.redis_ops.id
   secret_string = terraform_data.redis_ops_password.output
-}
-
-output "redis_acl_users" {
-  description = "Redis ACL user of each role (DANMAKU_REDIS_USER; ops: the operators' redis-cli)."
-  value       = local.redis_acl_user
 }
 
 output "redis_ops_password_secret_arn" {

@@ -312,8 +312,8 @@ for example in examples/*.tfvars; do
 		if [[ $name == concert-10m ]]; then
 			# 16 vCPU edges: the mocked instance type is the real one's size.
 			echo '  assert {'
-			echo '    condition     = floor(var.edge_fleet.count * 2 / 3) * output.node_capacity.edge_max_conns * 0.95 >= 10000000 && output.node_capacity.edge_max_conns == 93300'
-			echo '    error_message = "Ten million viewers fit the edges of two zones out of three, each below the gslb'"'"'s 95 % (93,300 connections per c6in.4xlarge)."'
+			echo '    condition     = floor(var.edge_fleet.count * 2 / 3) * output.node_capacity.edge_max_conns * 0.95 >= 10000000 && output.node_capacity.edge_max_conns == 35000'
+			echo '    error_message = "Ten million viewers fit the edges of two zones out of three, each below the gslb'"'"'s 95 % (35,000 connections per c6in.4xlarge: 32 µs of CPU per TLS frame, docs/benchmarks.md)."'
 			echo '  }'
 			echo '  assert {'
 			echo '    condition     = 1000000 / 25 <= var.gslb_load_balancers * 15000'
@@ -343,7 +343,7 @@ cat >"$work/outputs.tfstate" <<'EOF'
 {"version": 4, "terraform_version": "1.7.0", "serial": 1, "lineage": "env-sh-check",
  "outputs": {
   "region": {"value": "us-east-1", "type": "string"},
-  "env_edge": {"type": "string", "value": "# Flags: danmaku edge -edge 0.0.0.0:7702\nDANMAKU_REDIS='rediss://cfg.example:6379'\nDANMAKU_REDIS_USER='danmaku-edge'\n# secret DANMAKU_REDIS_PASSWORD arn:aws:secretsmanager:us-east-1:123456789012:secret:x\n"}
+  "env_edge": {"type": "string", "value": "# Flags: danmaku edge -edge 0.0.0.0:7702 -metrics-addr 0.0.0.0:7712\nDANMAKU_REDIS='rediss://cfg.example:6379'\nDANMAKU_REDIS_USER='danmaku-edge'\n# secret DANMAKU_REDIS_PASSWORD arn:aws:secretsmanager:us-east-1:123456789012:secret:x\n"}
  },
  "resources": []}
 EOF

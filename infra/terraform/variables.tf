@@ -453,16 +453,6 @@ variable "redis_snapshot_retention_days" {
   }
 }
 
-variable "redis_access_strings" {
-  description = "Redis ACL access string per role (gslb, ingest, edge, slicer), overriding the default \"on ~danmaku:* +@all -@dangerous\": every role's keys under the project's prefix, no administrative or dangerous command."
-  type        = map(string)
-  default     = {}
-  validation {
-    condition     = alltrue([for k in keys(var.redis_access_strings) : contains(["gslb", "ingest", "edge", "slicer"], k)])
-    error_message = "redis_access_strings keys are gslb, ingest, edge and slicer."
-  }
-}
-
 # ---------------------------------------------------------------------------
 # Secrets
 # ---------------------------------------------------------------------------

@@ -133,6 +133,11 @@ type Config struct {
 	// endpoints, which in `danmaku dev` (one registry per process) hold
 	// them; elsewhere the slicer figures are then absent.
 	SlicerMetrics []string
+	// IngestMetrics are base URLs of the ingests' metrics listeners
+	// (-metrics-addr, which an ingest outside dev must have: its public
+	// port serves no /metrics). Zero: the ingests the entries name, at
+	// their public URLs, as `danmaku dev` serves them.
+	IngestMetrics []string
 
 	// Concurrency bounds the comment POSTs in flight (workers and
 	// connections). The ingest answers a comment only once its batch is
@@ -313,6 +318,9 @@ func (c *Config) applyDefaults() error {
 	}
 	for i, u := range c.SlicerMetrics {
 		c.SlicerMetrics[i] = strings.TrimRight(u, "/")
+	}
+	for i, u := range c.IngestMetrics {
+		c.IngestMetrics[i] = strings.TrimRight(u, "/")
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -636,9 +644,13 @@ func (g *Generator) ingestList() []string {
 	return slices.Clone(g.ingests)
 }
 
-// metricEndpoints are the nodes whose counters the report reads: every
+// metricEndpoints are the nodes whose counters the report reads:
+// Config.IngestMetrics when given, else every
 // ingest an entry named, and the gift ingest.
 func (g *Generator) metricEndpoints() []string {
+	if len(g.cfg.IngestMetrics) > 0 {
+		return g.cfg.IngestMetrics
+	}
 	l := g.ingestList()
 	if g.cfg.GiftIngest != "" && !slices.Contains(l, g.cfg.GiftIngest) {
 		l = append(l, g.cfg.GiftIngest)

@@ -140,14 +140,16 @@ func TestLoadgenAgainstStack(t *testing.T) {
 }
 
 // TestLoadgenGiftsOnly: a gift flood needs one entry (to find the ingests),
-// not one per user, and every order is stored exactly once.
+// not one per user, and every order is stored exactly once. The stack
+// serves /metrics on a listener of its own, as outside dev, which the
+// generator reads the counters from (IngestMetrics).
 func TestLoadgenGiftsOnly(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the pipeline")
 	}
-	st := stacktest.Start(t, stack.Config{Events: []event.Event{stacktest.LiveEvent("lg", "lg-room")}})
+	st := stacktest.Start(t, stack.Config{Events: []event.Event{stacktest.LiveEvent("lg", "lg-room")}, MetricsAddr: "127.0.0.1:0"})
 	g, err := New(Config{GSLB: st.URLs[stack.RoleGSLB], Room: "lg-room", Users: 500, Rate: -1, GiftRate: 40,
-		Duration: time.Second, Pollers: -1, GiftConcurrency: 4})
+		Duration: time.Second, Pollers: -1, GiftConcurrency: 4, IngestMetrics: []string{st.URLs[stack.MetricsListener] + "/"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,6 +167,9 @@ func TestLoadgenGiftsOnly(t *testing.T) {
 	}
 	if gr.Orders == 0 || gr.Orders != gr.Accepted || answers != gr.Attempts || rep.Drops.Accepted["gift"] != gr.Accepted {
 		t.Errorf("gifts %+v, stored %d", gr, rep.Drops.Accepted["gift"])
+	}
+	if dr := rep.Drops; len(dr.ScrapeErrors) != 0 || len(dr.Endpoints) != 1 || dr.Endpoints[0] != st.URLs[stack.MetricsListener] {
+		t.Errorf("counters read from %v (errors %v), want the metrics listener %s", dr.Endpoints, dr.ScrapeErrors, st.URLs[stack.MetricsListener])
 	}
 	if rep.Latency.GiftPost.Count != gr.Orders {
 		t.Errorf("%d gift latencies for %d orders", rep.Latency.GiftPost.Count, gr.Orders)

@@ -117,6 +117,13 @@ type Config struct {
 	// Listen addresses per role ("127.0.0.1:0" picks a free port). Zero:
 	// the Default*Addr constants.
 	GSLBAddr, IngestAddr, EdgeAddr, OriginAddr, SlicerAddr string
+	// MetricsAddr, when set, is a listener of its own for the process's
+	// /metrics (and /healthz), plain HTTP, and no role's listener serves
+	// /metrics any more (it answers 404 not_found there): the edge's and
+	// the ingest's ports are public, the metrics port is for the scrapers
+	// only. Zero: every role serves /metrics on its own listener (dev,
+	// tests; `danmaku edge` and `danmaku ingest` require it outside dev).
+	MetricsAddr string
 	// PublicCDN is the CDN base URL clients are handed. Zero: this stack's
 	// origin ("http://<OriginAddr>/").
 	PublicCDN string
@@ -297,6 +304,10 @@ type Stack struct {
 
 	servers []*roleServer
 }
+
+// MetricsListener keys the metrics listener's URL in Stack.URLs (with
+// Config.MetricsAddr); it is no role.
+const MetricsListener = "metrics"
 
 type roleServer struct {
 	role string
@@ -531,6 +542,18 @@ func New(cfg Config) (*Stack, error) {
 		byRole[role] = rs
 		s.URLs[role] = "http://" + rs.ln.Addr().String()
 	}
+	// The roles' engines serve /metrics only when the process has no
+	// listener of its own for them.
+	var roleGatherer prometheus.Gatherer = s.registry
+	if cfg.MetricsAddr != "" {
+		rs, err := listen(MetricsListener, cfg.MetricsAddr)
+		if err != nil {
+			return nil, err
+		}
+		s.URLs[MetricsListener] = "http://" + rs.ln.Addr().String()
+		rs.srv = httpx.NewServer(httpx.NewEngine(httpx.EngineConfig{Role: MetricsListener, Logger: s.log.With("role", MetricsListener), Gatherer: s.registry}), 10*time.Second)
+		roleGatherer = nil
+	}
 	for _, c := range cfg.tlsFiles() {
 		if rs := byRole[c.role]; rs != nil && c.cert != "" {
 			if err := s.serveTLS(rs, c.cert, c.key); err != nil {
@@ -584,7 +607,7 @@ func New(cfg Config) (*Stack, error) {
 		}
 	}
 	engine := func(role string) *gin.Engine {
-		ec := httpx.EngineConfig{Role: role, Logger: s.log.With("role", role), Gatherer: s.registry, TrustedProxies: cfg.TrustedProxies}
+		ec := httpx.EngineConfig{Role: role, Logger: s.log.With("role", role), Gatherer: roleGatherer, TrustedProxies: cfg.TrustedProxies}
 		// The origin, like the edge, reads no body: one declared is
 		// refused at once rather than waited for until the read timeout.
 		ec.NoBody = role == RoleOrigin
@@ -715,7 +738,7 @@ func New(cfg Config) (*Stack, error) {
 			MaxConns: cfg.EdgeCapacity, Line: cfg.Line, Region: cfg.Region, CPU: s.nodeCPU(),
 			ConnectRate: cfg.EdgeConnectRate, MaxConnsPerUser: cfg.EdgeMaxUserConns, MaxRoomConns: cfg.EdgeMaxRoomConns,
 			MinGiftValue: cfg.MinGiftValue, DrainPeriod: cfg.EdgeDrain, AllowOrigins: origins, Events: s.events, Registerer: s.registry, Logger: s.log,
-			RateLimit: s.limiter, TrustedProxies: cfg.TrustedProxies,
+			RateLimit: s.limiter, TrustedProxies: cfg.TrustedProxies, NoMetricsRoute: roleGatherer == nil,
 		})
 		if err != nil {
 			return nil, err
@@ -1014,9 +1037,9 @@ func (s *Stack) Backends() Backends { return s.cfg.Backends }
 // Gatherer returns the process's metrics registry.
 func (s *Stack) Gatherer() prometheus.Gatherer { return s.registry }
 
-// PrintAddrs writes where each role listens.
+// PrintAddrs writes where each role listens, and the metrics listener.
 func (s *Stack) PrintAddrs(w *os.File) {
-	for _, role := range AllRoles {
+	for _, role := range append(slices.Clone(AllRoles), MetricsListener) {
 		if u, ok := s.URLs[role]; ok {
 			fmt.Fprintf(w, "%-7s %s\n", role, u)
 		}

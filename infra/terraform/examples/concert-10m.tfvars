@@ -5,8 +5,8 @@
 #   terraform apply -var-file=examples/concert-10m.tfvars
 #
 # Per-machine figures are docs/benchmarks.md's (2-vCPU machine, load client
-# on the same cores: conservative); main.tf's local.capacity_figures says
-# which. The quotas and reservations this needs, and when to ask for them:
+# on the same cores: conservative); compute.tf's local.capacity_figures says
+# which, by section. The quotas and reservations this needs, and when to ask for them:
 # docs/operations.md, "Pre-show checklist".
 
 event              = "concert-10m"
@@ -25,27 +25,36 @@ release_s3_uri        = "s3://artifacts-example/danmaku/v1.0.0/danmaku-linux-amd
 ami_id       = "ami-0123456789abcdef0"
 cors_origins = ["https://live.example.com", "https://m.live.example.com"]
 
-# Edges: one WebSocket per viewer; each edge serves TLS itself.
-#   CPU binds: 16 vCPU x 70 % / (10 frames/s x 12 us per TLS write)
-#                                                   = 93,300 connections (-max-conns)
-#   (memory: 16 KiB each is 1.4 GiB of 32)
-#   the gslb skips an edge at 95 %                  -> 88,635 usable
-#   one of three zones lost: N x 2/3 x 88,635 >= 10,000,000 -> N >= 170 -> 171
-#   normal load 58,480 each: 7 vCPU of writes at 10 frames/s; the join
-#   surge's TLS handshakes (~1 ms each) take ~6 vCPU more for ~10 s.
-edge_fleet = { instance_type = "c6in.4xlarge", count = 171, max_count = 200, alternate_instance_types = ["c6i.4xlarge", "c7i.4xlarge"] }
+# Edges: one WebSocket per viewer; each edge serves TLS itself. CPU per
+# frame written binds ("The edge terminating TLS against plain WebSocket",
+# 10,000 connections: 19.8-32.0 us with TLS, 10.6-14.9 us plain; planned at
+# 32 us).
+#   CPU binds: 16 vCPU x 70 % / (10 frames/s x 32 us per TLS frame)
+#                                                   = 35,000 connections (-max-conns)
+#   (memory: 24 KiB each, 20.8 KB measured with TLS, is 0.8 GiB of 32)
+#   the gslb skips an edge at 95 %                  -> 33,250 usable
+#   one of three zones lost: N x 2/3 x 33,250 >= 10,000,000 -> N >= 451.1 -> 452
+#   normal load 22,124 each: 7.1 vCPU of writes at 10 frames/s; the join
+#   surge (1,000,000 connects/s over 452 edges) at 1.6 ms of server CPU per
+#   TLS connect takes ~3.5 vCPU more for ~10 s.
+# A rehearsal that measures less CPU per frame on c6in.4xlarge lowers the
+# count (edge_max_conns): at 20 us, 56,000 per edge and 282 edges.
+edge_fleet = { instance_type = "c6in.4xlarge", count = 452, max_count = 520, alternate_instance_types = ["c6i.4xlarge", "c7i.4xlarge"] }
 
 # Ingest: a surge of 1,000,000 comment posts a second (one viewer in ten in
 # the same second), on kept-alive TLS connections.
-#   measured 6,800 posts/s per vCPU through the whole path on Redis
+#   measured 6,800 posts/s per vCPU through the whole path on Redis ("Upload
+#   path": 13,534/s on 2 vCPU, load client included; plain HTTP: TLS in
+#   the role, ~9-17 us a post by the edge's record cost, fits in the 30 % left)
 #   1,000,000 / (6,800 x 70 %)                      = 210 vCPU = 14 machines
 #   one zone lost: 14 x 3/2                         -> 21 (7 per zone)
 #   -ingest-capacity: 16 x 70 % x 6,800/s x 0.15 s in flight = 11,400
 ingest_fleet = { instance_type = "c6in.4xlarge", count = 21, max_count = 27, alternate_instance_types = ["c6i.4xlarge", "c7i.4xlarge"] }
 
 # gslb: the show-start join surge, 10,000,000 entries over ~10 s.
-#   an entry signs an Ed25519 token (23 us) and answers over HTTP: measured
-#   20,090/s on 2 vCPU, client included      -> 10,000 entries/s per vCPU
+#   an entry signs an Ed25519 token (22.9 us) and answers over HTTP: measured
+#   20,090/s on 2 vCPU, client included ("GSLB and tokens", Entry with
+#   Ed25519)                                 -> 10,000 entries/s per vCPU
 #   1,000,000 / (10,000 x 70 %)                     = 143 vCPU = 9 machines
 #   one zone lost: 9 x 3/2                          -> 14 -> 15 (5 per zone)
 gslb_fleet = { instance_type = "c7i.4xlarge", count = 15, max_count = 21, alternate_instance_types = ["c6i.4xlarge"] }
@@ -60,10 +69,12 @@ gslb_load_balancers = 3
 # zone's loss still leaves a standby.
 slicer_fleet = { instance_type = "c7i.xlarge", count = 3, alternate_instance_types = ["c6i.xlarge"] }
 
-# Redis: the load table is 16 shards of keys (spread over the Redis shards);
-# 192 reporting nodes, 15 gslb syncing every 5 ms: ~25 KB a sync when every
-# node changed (docs/benchmarks.md, "Load table sync"), ~75 MB/s at worst. A
-# room's keys share a shard: its stream is read by 171 edges and a slicer.
+# Redis: the load table is 16 shards of keys (spread over the Redis shards).
+# 473 reporting nodes (452 edges, 21 ingest), each writing ~4 reports a
+# second under load and at most 20 ("Load reports"), ~127 bytes a row; 15
+# gslb, each syncing every 5 ms, read every report once: ~3.6 MB/s, 18 MB/s
+# at worst. A room's keys share a shard: its live stream is read by up to
+# 452 edges and a slicer.
 redis_node_type          = "cache.r7g.xlarge"
 redis_shards             = 4
 redis_replicas_per_shard = 2

@@ -77,6 +77,7 @@ run "names_at_their_maximum" {
     condition = alltrue([for id in concat(
       [aws_elasticache_replication_group.redis.replication_group_id, aws_elasticache_user_group.redis.user_group_id, aws_elasticache_user.default.user_id],
       [for u in aws_elasticache_user.role : u.user_id],
+      [aws_elasticache_user.ops.user_id],
     ) : length(id) <= 40 && can(regex("^[a-z][a-z0-9-]*[a-z0-9]$", id)) && !strcontains(id, "--")])
     error_message = "ElastiCache ids are at most 40 characters, start with a letter, end with a letter or digit, and hold no \"--\"."
   }
@@ -142,12 +143,12 @@ run "plan_defaults" {
 
   assert {
     condition = (
-      # 2 vCPU x 70 % / (10 frames/s x 12 µs) = 11,666; 4 GiB x 50 % / 16 KiB = 131,072
-      output.role_env.edge.DANMAKU_MAX_CONNS == "11600" &&
+      # 2 vCPU x 70 % / (10 frames/s x 32 µs) = 4,375; 4 GiB x 50 % / 24 KiB = 87,381
+      output.role_env.edge.DANMAKU_MAX_CONNS == "4300" &&
       # 16 vCPU x 70 % x 6,800/s x 0.15 s = 11,424
       output.role_env.ingest.DANMAKU_INGEST_CAPACITY == "11400" &&
       !contains(keys(output.role_env.edge), "DANMAKU_EDGE_CAPACITY") &&
-      output.node_capacity == { edge_max_conns = 11600, ingest_capacity = 11400 }
+      output.node_capacity == { edge_max_conns = 4300, ingest_capacity = 11400 }
     )
     error_message = "Each edge and ingest reports a capacity worked out from its instance type."
   }
@@ -264,9 +265,19 @@ run "deployment" {
   assert {
     condition = (
       toset([for k, r in aws_vpc_security_group_ingress_rule.metrics : "${r.from_port} ${r.cidr_ipv4}"]) ==
-      toset(["7700 10.42.200.0/24", "7700 198.51.100.0/24", "7704 10.42.200.0/24", "7704 198.51.100.0/24"])
+      toset(flatten([for p in [7700, 7711, 7712, 7704] : ["${p} 10.42.200.0/24", "${p} 198.51.100.0/24"]])) &&
+      alltrue([for r in aws_vpc_security_group_ingress_rule.metrics : r.from_port == r.to_port && r.from_port != 443])
     )
-    error_message = "The gslb's and the slicer's metrics ports are open to the scrapers' ranges only."
+    error_message = "Every role's metrics port (the gslb's and the slicer's own, the edge's and the ingest's metrics listener) is open to the scrapers' ranges only; 443 is no metrics port."
+  }
+  assert {
+    # The edge's and the ingest's public port serves no /metrics: each has
+    # a metrics listener of its own, on the port the scrapers reach.
+    condition = alltrue([for r, p in { ingest = 7711, edge = 7712 } :
+      strcontains(join(" ", output.role_args[r]), "-metrics-addr 0.0.0.0:${p}") &&
+      strcontains({ ingest = output.env_ingest, edge = output.env_edge }[r], "-metrics-addr 0.0.0.0:${p}")
+    ])
+    error_message = "The edge and the ingest serve /metrics on a metrics listener (-metrics-addr) of their own, not on 443."
   }
   assert {
     condition = (
@@ -319,8 +330,8 @@ run "deployment" {
   # --- TLS in the roles, trusted proxies -------------------------------------
   assert {
     condition = (
-      join(" ", output.role_args.edge) == "-edge 0.0.0.0:443 -min-gift-value 0 -edge-tls-cert /etc/danmaku/tls/cert.pem -edge-tls-key /etc/danmaku/tls/key.pem -log-json -log-level info -segment-ms 1000" &&
-      join(" ", output.role_args.ingest) == "-ingest 0.0.0.0:443 -ingest-tls-cert /etc/danmaku/tls/cert.pem -ingest-tls-key /etc/danmaku/tls/key.pem -log-json -log-level info -segment-ms 1000"
+      join(" ", output.role_args.edge) == "-edge 0.0.0.0:443 -metrics-addr 0.0.0.0:7712 -min-gift-value 0 -edge-tls-cert /etc/danmaku/tls/cert.pem -edge-tls-key /etc/danmaku/tls/key.pem -log-json -log-level info -segment-ms 1000" &&
+      join(" ", output.role_args.ingest) == "-ingest 0.0.0.0:443 -metrics-addr 0.0.0.0:7711 -ingest-tls-cert /etc/danmaku/tls/cert.pem -ingest-tls-key /etc/danmaku/tls/key.pem -log-json -log-level info -segment-ms 1000"
     )
     error_message = "The edge and the ingest serve TLS themselves on 443, from the files the boot script writes."
   }
@@ -341,11 +352,12 @@ run "deployment" {
     error_message = "Roles on their own ports get no capability."
   }
   assert {
-    condition = alltrue([for r, want in { gslb = "http 7700", ingest = "https 443", edge = "https 443", slicer = "http 7704" } : alltrue([
+    condition = alltrue([for r, want in { gslb = "http 7700", ingest = "http 7711", edge = "http 7712", slicer = "http 7704" } : alltrue([
       strcontains(output.boot_user_data[r], "OBS_SCHEME='${split(" ", want)[0]}'"),
       strcontains(output.boot_user_data[r], "OBS_PORT='${split(" ", want)[1]}'"),
+      !strcontains(output.boot_user_data[r], "OBS_PORT='443'"),
     ])])
-    error_message = "Each machine's metrics agent scrapes its role where it listens, over TLS where the role serves it."
+    error_message = "Each machine's metrics agent scrapes its role's metrics port, never 443: the edge and the ingest serve no /metrics there."
   }
   assert {
     condition     = alltrue([for r in ["gslb", "ingest", "edge", "slicer"] : aws_launch_template.role[r].user_data == base64gzip(output.boot_user_data[r])])

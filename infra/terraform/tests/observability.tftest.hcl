@@ -164,7 +164,7 @@ run "workspace_rules_alerts_logs" {
 
   # --- collection on each machine ------------------------------------------------
   assert {
-    condition = alltrue([for r, p in { gslb = 7700, ingest = 7701, edge = 7702, slicer = 7704 } :
+    condition = alltrue([for r, p in { gslb = 7700, ingest = 7711, edge = 7712, slicer = 7704 } :
       strcontains(output.observability_boot[r], "OBS_PORT='${p}'") &&
       strcontains(output.observability_boot[r], "OBS_SCHEME='http'") &&
       strcontains(output.boot_user_data[r], output.observability_boot[r]) &&

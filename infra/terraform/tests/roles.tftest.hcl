@@ -198,10 +198,10 @@ run "machines" {
     condition = output.env_edge == join("\n", [
       "# danmaku edge of event test, from the event's Terraform outputs (infra/terraform/env.sh).",
       "# Per machine: DANMAKU_NODE_ID and DANMAKU_EDGE_URL; the certificate and key files the flags name.",
-      "# Flags: danmaku edge -edge 0.0.0.0:443 -min-gift-value 0 -edge-tls-cert /etc/danmaku/tls/cert.pem -edge-tls-key /etc/danmaku/tls/key.pem -log-json -log-level info -segment-ms 1000",
+      "# Flags: danmaku edge -edge 0.0.0.0:443 -metrics-addr 0.0.0.0:7712 -min-gift-value 0 -edge-tls-cert /etc/danmaku/tls/cert.pem -edge-tls-key /etc/danmaku/tls/key.pem -log-json -log-level info -segment-ms 1000",
       "DANMAKU_CORS_ORIGINS='https://app.example.com,https://www.example.com'",
       "DANMAKU_GIFT_WAIT_REPLICAS='1'",
-      "DANMAKU_MAX_CONNS='93300'",
+      "DANMAKU_MAX_CONNS='35000'",
       "DANMAKU_REDIS='rediss://clustercfg.danmaku-test.abc123.use1.cache.amazonaws.com:6379'",
       "DANMAKU_REDIS_CLUSTER='true'",
       "DANMAKU_REDIS_USER='danmaku-edge'",
@@ -245,12 +245,49 @@ run "machines" {
   assert {
     condition = (
       { for r, u in aws_elasticache_user.role : r => u.user_name } == { gslb = "danmaku-gslb", ingest = "danmaku-ingest", edge = "danmaku-edge", slicer = "danmaku-slicer" } &&
-      alltrue([for u in aws_elasticache_user.role : u.access_string == "on ~danmaku:* +@all -@dangerous"]) &&
+      alltrue([for r, u in aws_elasticache_user.role : u.access_string == local.redis_acl_access[r]]) &&
+      aws_elasticache_user.ops.user_name == "danmaku-ops" && aws_elasticache_user.ops.access_string == local.redis_acl_access["ops"] &&
       aws_elasticache_user.default.user_name == "default" && startswith(aws_elasticache_user.default.access_string, "off") &&
-      length(aws_elasticache_user_group.redis.user_ids) == 5 &&
-      aws_elasticache_replication_group.redis.user_group_ids == toset([aws_elasticache_user_group.redis.user_group_id])
+      aws_elasticache_user_group.redis.user_ids == toset(concat(
+        [aws_elasticache_user.default.user_id, aws_elasticache_user.ops.user_id],
+        [for u in aws_elasticache_user.role : u.user_id],
+      )) &&
+      aws_elasticache_replication_group.redis.user_group_ids == toset([aws_elasticache_user_group.redis.user_group_id]) &&
+      output.redis_users == { gslb = "danmaku-gslb", ingest = "danmaku-ingest", edge = "danmaku-edge", slicer = "danmaku-slicer", ops = "danmaku-ops" }
     )
-    error_message = "One ACL user per role, limited to the project's keys; the default user is off."
+    error_message = "One ACL user per role with the table's access string (redis_acl.tf), the operators' user, all in the cluster's one group; the default user is off."
+  }
+  assert {
+    # Least privilege, not just the project's prefix: every user starts from
+    # no command (-@all) and is granted commands one by one, never a
+    # category or every key.
+    condition = alltrue([for u in concat(values(aws_elasticache_user.role), [aws_elasticache_user.ops]) :
+      startswith(u.access_string, "on ") && contains(split(" ", u.access_string), "-@all") &&
+      length([for t in split(" ", u.access_string) : t if startswith(t, "+@") || contains(["~*", "%RW~*", "%W~*", "allkeys", "~danmaku:*", "%RW~danmaku:*", "%W~danmaku:*", "+@all"], t)]) == 0
+    ])
+    error_message = "No Redis user is granted a command category or every key."
+  }
+  assert {
+    # The edge reads the token keys (it verifies tokens) and can write none:
+    # its only pattern that covers danmaku:{auth}:* is %R~ (read-only). Each
+    # write-capable pattern (~, %W~, %RW~) is turned into a regex and tried on
+    # token keys.
+    condition = (
+      contains(split(" ", aws_elasticache_user.role["edge"].access_string), "%R~danmaku:{auth}:*") &&
+      !contains(split(" ", aws_elasticache_user.role["edge"].access_string), "allkeys") &&
+      alltrue(flatten([for t in split(" ", aws_elasticache_user.role["edge"].access_string) : [
+        for key in ["danmaku:{auth}:epoch:1", "danmaku:{auth}:pub"] :
+        !can(regex("^${replace(replace(replace(trimprefix(trimprefix(trimprefix(t, "%RW~"), "%W~"), "~"), "/[.{}|()+^$\\[\\]]/", "\\$0"), "*", ".*"), "?", ".")}$", key))
+      ] if startswith(t, "~") || startswith(t, "%W~") || startswith(t, "%RW~")]))
+    )
+    error_message = "The edge's Redis user reads the token keys and cannot write them (only %R~ on danmaku:{auth}:*)."
+  }
+  assert {
+    # The same check, proving it can fail: the gslb (the auth center) writes them.
+    condition = anytrue(flatten([for t in split(" ", aws_elasticache_user.role["gslb"].access_string) : [
+      can(regex("^${replace(replace(replace(trimprefix(trimprefix(trimprefix(t, "%RW~"), "%W~"), "~"), "/[.{}|()+^$\\[\\]]/", "\\$0"), "*", ".*"), "?", ".")}$", "danmaku:{auth}:epoch:1"))
+    ] if startswith(t, "~") || startswith(t, "%W~") || startswith(t, "%RW~")]))
+    error_message = "The gslb, which issues tokens, writes danmaku:{auth}:* (the check above is not vacuous)."
   }
 }
 
@@ -270,8 +307,8 @@ run "plain_nodes_and_given_keys" {
       strcontains(output.boot_user_data["edge"], "BOOT_PUBLIC_PORT='7702'"),
       strcontains(output.boot_user_data["edge"], "BOOT_TLS_SECRET=''"),
       strcontains(output.boot_user_data["edge"], "BOOT_BIND_PRIVILEGED='0'"),
-      join(" ", output.role_args.edge) == "-edge 0.0.0.0:7702 -min-gift-value 0 -log-json -log-level info -segment-ms 1000",
-      join(" ", output.role_args.ingest) == "-ingest 0.0.0.0:7701 -log-json -log-level info -segment-ms 1000",
+      join(" ", output.role_args.edge) == "-edge 0.0.0.0:7702 -metrics-addr 0.0.0.0:7712 -min-gift-value 0 -log-json -log-level info -segment-ms 1000",
+      join(" ", output.role_args.ingest) == "-ingest 0.0.0.0:7701 -metrics-addr 0.0.0.0:7711 -log-json -log-level info -segment-ms 1000",
     ])
     error_message = "Without a node certificate, edges and ingest nodes serve plain on their own port, with no capability."
   }

@@ -3,6 +3,7 @@ package edge
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -79,9 +80,30 @@ func TestHelloAccepted(t *testing.T) {
 
 // TestHelloRefused: every way a first frame can fail closes with its code
 // (mirroring the HTTP answers of a header handshake), counts the rejection
-// and frees the slot.
+// and frees the slot and the wait — on a socket waiting in an epoll loop
+// and on one waiting on a goroutine (TLS, other systems).
 func TestHelloRefused(t *testing.T) {
-	e := newEnv(t, envOpts{cfg: func(c *Config) { c.HelloTimeout = 200 * time.Millisecond }})
+	for _, kind := range socketKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			e := newEnv(t, envOpts{wrap: kind.wrap, cfg: func(c *Config) { c.HelloTimeout = 200 * time.Millisecond }})
+			testHelloRefused(t, e)
+			waitFor(t, "every slot and wait to free", func() bool { return e.srv.Load().Conns == 0 && e.srv.hellos.n.Load() == 0 })
+		})
+	}
+}
+
+// socketKinds are the two ways a socket is served: by an epoll loop
+// (Linux, plain TCP) and by goroutines (a listener that hides the
+// *net.TCPConn, as TLS does).
+var socketKinds = []struct {
+	name string
+	wrap func(net.Listener) net.Listener
+}{
+	{"epoll", nil},
+	{"goroutines", func(l net.Listener) net.Listener { return opaqueListener{l} }},
+}
+
+func testHelloRefused(t *testing.T, e *testEnv) {
 	otherEpoch := signToken(t, newKeyring(t, clock.NewFake(time.Now().Add(24*time.Hour))), "r1", e.addr)
 	tests := []struct {
 		name  string
@@ -122,7 +144,6 @@ func TestHelloRefused(t *testing.T) {
 			})
 		})
 	}
-	waitFor(t, "every slot to free", func() bool { return e.srv.Load().Conns == 0 })
 }
 
 // TestOriginChecked: a page from an origin not in AllowOrigins cannot

@@ -29,10 +29,11 @@ const (
 	// waiting socket costs under 1 KiB, on a goroutine (TLS) ~20 KiB:
 	// 10,000 of those are ~200 MB, not a node's memory.
 	defaultMaxHelloWaits = 10_000
-	// defaultMaxHelloWaitsPerAddr bounds them per client address: one
-	// address (a NAT included) has no need of more at once, each waiting
-	// a round trip, and one host cannot take the node's whole allowance.
-	defaultMaxHelloWaitsPerAddr = 64
+	// defaultMaxHelloWaitsPerAddr bounds them per client address, so that
+	// one host cannot take the node's whole allowance. Each wait lasts a
+	// round trip: 256 at once let a carrier NAT's address start ~1,000
+	// browsers a second at a 250 ms round trip.
+	defaultMaxHelloWaitsPerAddr = 256
 )
 
 // retryJitter is a Retry-After drawn from [connectRetryMin,

@@ -190,7 +190,7 @@ type Config struct {
 	MaxHelloWaits int
 	// MaxHelloWaitsPerAddr caps them per client address (the balancer's
 	// forwarded address where TrustedProxies lists it); beyond, 429
-	// hello_waits_addr (Retry-After 1-3 s). Zero: 64; negative: unlimited.
+	// hello_waits_addr (Retry-After 1-3 s). Zero: 256; negative: unlimited.
 	MaxHelloWaitsPerAddr int
 	// AllowOrigins are the web origins whose pages may connect: a
 	// handshake with another Origin is refused (403, code "origin"). A

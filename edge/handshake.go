@@ -146,12 +146,14 @@ var (
 
 // handleWS checks a handshake. A native client's token comes in the
 // Authorization header and is checked before the upgrade; a browser's
-// comes in its first frame, after it (serveHello). Either way the token
-// never travels in the URL: a query token is refused.
+// comes in its first frame, after it (helloWait: in an epoll loop, or
+// serveHello). Either way the token never travels in the URL: a query
+// token is refused.
 //
 // The handler writes the connection's catch-up itself and returns: the
 // socket then belongs to an epoll loop (or a goSock), and net/http's
-// per-request state and the handler's deep stack are freed.
+// per-request state and the handler's deep stack are freed. A browser's
+// socket goes to a loop at once, to wait for its hello there.
 func (s *Server) handleWS(c *gin.Context) {
 	if s.draining.Load() {
 		s.reject(c, http.StatusServiceUnavailable, CodeDraining, "node is draining; try another address")

@@ -141,8 +141,7 @@ func (w *helloWait) refuse(r *refusal) bool {
 		w.mu.Unlock()
 		return false
 	}
-	w.state = waitRefused
-	w.frag = nil
+	w.state = waitRefused // frag is the reader's: left to the collector
 	w.mu.Unlock()
 	w.s.m.rejects.WithLabelValues(r.code).Inc()
 	w.ps.closeWith(r.close, wire.TruncateRunes(r.msg, 40))

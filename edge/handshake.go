@@ -367,6 +367,13 @@ func (s *Server) serveHello(nc net.Conn, br *bufio.Reader, w *helloWait) {
 		r = refuseHelloFrame
 	case err != nil:
 		r = errClientGone // the client left
+	case f.op == ws.OpClose:
+		// The client leaves before its hello: its close is answered, as
+		// on any socket (and in a loop's wait).
+		s.conns.Add(-1)
+		_ = writeAll(nc, closeGrace, echoClose(f.payload))
+		_ = nc.Close()
+		return
 	default:
 		_ = nc.SetReadDeadline(time.Time{})
 		r = w.parse(f)

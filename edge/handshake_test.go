@@ -122,6 +122,10 @@ func testHelloRefused(t *testing.T, e *testEnv) {
 		{"unknown epoch", text(`{"token":"` + otherEpoch + `"}`), CloseTokenRejected, CodeTokenEpoch},
 		{"wrong node", text(`{"token":"` + signToken(t, e.keys, "r1", "ws://elsewhere:1") + `"}`), CloseWrongNode, CodeWrongNode},
 		{"silence", func(*websocket.Conn) error { return nil }, CloseHelloTimeout, CodeHelloTimeout},
+		// A client that leaves first gets its close answered, not refused.
+		{"close first", func(ws *websocket.Conn) error {
+			return ws.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(4321, "bye"))
+		}, 4321, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -136,6 +140,9 @@ func testHelloRefused(t *testing.T, e *testEnv) {
 			}
 			if got := closeCode(t, ws); got != tt.close {
 				t.Fatalf("close code %d, want %d", got, tt.close)
+			}
+			if tt.code == "" {
+				return
 			}
 			// The library itself closes a too-large read before the edge
 			// counts it: wait rather than race.

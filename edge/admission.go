@@ -3,6 +3,7 @@ package edge
 import (
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"danmaku/internal/bucket"
@@ -22,7 +23,54 @@ const (
 	// Retry-After of a connection refused for the rate is drawn from
 	// [1 s, 3 s], so that the refused do not all come back together.
 	connectRetryMin, connectRetryMax = 1, 3
+	// defaultMaxHelloWaits bounds the sockets of a node waiting for their
+	// hello at once. A browser's wait is one round trip; a socket that
+	// sends nothing holds its slot for HelloTimeout. On an epoll loop a
+	// waiting socket costs under 1 KiB, on a goroutine (TLS) ~20 KiB:
+	// 10,000 of those are ~200 MB, not a node's memory.
+	defaultMaxHelloWaits = 10_000
+	// defaultMaxHelloWaitsPerAddr bounds them per client address, so that
+	// one host cannot take the node's whole allowance. Each wait lasts a
+	// round trip: 256 at once let a carrier NAT's address start ~1,000
+	// browsers a second at a 250 ms round trip.
+	defaultMaxHelloWaitsPerAddr = 256
 )
+
+// retryJitter is a Retry-After drawn from [connectRetryMin,
+// connectRetryMax] seconds.
+func retryJitter() time.Duration {
+	return time.Duration(connectRetryMin+rand.IntN(connectRetryMax-connectRetryMin+1)) * time.Second
+}
+
+// helloWaits counts the sockets waiting for their hello, per node and per
+// client address, and refuses more than their caps. Safe for concurrent
+// use.
+type helloWaits struct {
+	max   int64 // ≤ 0: unlimited
+	n     atomic.Int64
+	addrs *userConns // per client address
+}
+
+// take counts one more waiting socket from addr, or returns the code it
+// is refused with: CodeHelloWaits (the node's cap), CodeHelloWaitsAddr
+// (the address's).
+func (w *helloWaits) take(addr string) string {
+	if n := w.n.Add(1); w.max > 0 && n > w.max {
+		w.n.Add(-1)
+		return CodeHelloWaits
+	}
+	if !w.addrs.acquire(addr) {
+		w.n.Add(-1)
+		return CodeHelloWaitsAddr
+	}
+	return ""
+}
+
+// done undoes one take: the socket said hello, or left, or was closed.
+func (w *helloWaits) done(addr string) {
+	w.addrs.release(addr)
+	w.n.Add(-1)
+}
 
 // connectBucket is the token bucket new connections pass: rate a second,
 // burst at most. Safe for concurrent use.
@@ -52,11 +100,12 @@ func (b *connectBucket) take(now time.Time) (bool, time.Duration) {
 	if ok {
 		return true, 0
 	}
-	return false, time.Duration(connectRetryMin+rand.IntN(connectRetryMax-connectRetryMin+1)) * time.Second
+	return false, retryJitter()
 }
 
-// userConns counts each user's connections on this node. Safe for
-// concurrent use.
+// userConns counts each user's connections on this node (and each client
+// address's sockets waiting for a hello: helloWaits). Safe for concurrent
+// use.
 type userConns struct {
 	max int // ≤ 0: unlimited
 

@@ -180,8 +180,18 @@ type Config struct {
 	Events *event.Directory
 	// HelloTimeout is how long a connection without an Authorization
 	// header (a browser's) may take to send its first frame, the token;
-	// an unauthenticated socket is freed after it. Zero: 5 s.
+	// an unauthenticated socket is closed with 4408 after it. A socket an
+	// epoll loop owns waits there, timed by Clock (within an eighth of
+	// the timeout); a TLS one on a goroutine, by a read deadline. Zero: 5 s.
 	HelloTimeout time.Duration
+	// MaxHelloWaits caps the upgraded sockets waiting for their hello at
+	// once; beyond, a handshake without an Authorization header gets 503
+	// hello_waits (Retry-After 1-3 s). Zero: 10,000; negative: unlimited.
+	MaxHelloWaits int
+	// MaxHelloWaitsPerAddr caps them per client address (the balancer's
+	// forwarded address where TrustedProxies lists it); beyond, 429
+	// hello_waits_addr (Retry-After 1-3 s). Zero: 256; negative: unlimited.
+	MaxHelloWaitsPerAddr int
 	// AllowOrigins are the web origins whose pages may connect: a
 	// handshake with another Origin is refused (403, code "origin"). A
 	// handshake without Origin is a native client and always allowed. The
@@ -190,10 +200,11 @@ type Config struct {
 	AllowOrigins httpx.Origins
 
 	// Clock stamps load reports and tells the time of what is counted in
-	// it: token expiries, the connect rate, the span a client's counter
-	// report may cover, how far ahead of the stream a last id may be. Nil:
-	// real clock. Network deadlines, pings and the merge window use real
-	// time, as the network does.
+	// it: token expiries, the connect rate, a plain socket's hello
+	// timeout, the span a client's counter report may cover, how far
+	// ahead of the stream a last id may be. Nil: real clock. Network
+	// deadlines, pings and the merge window use real time, as the network
+	// does.
 	Clock clock.Clock
 	// Logger. Nil: slog.Default().
 	Logger *slog.Logger
@@ -287,6 +298,12 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if cfg.HelloTimeout == 0 {
 		cfg.HelloTimeout = defaultHelloTimeout
+	}
+	if cfg.MaxHelloWaits == 0 {
+		cfg.MaxHelloWaits = defaultMaxHelloWaits
+	}
+	if cfg.MaxHelloWaitsPerAddr == 0 {
+		cfg.MaxHelloWaitsPerAddr = defaultMaxHelloWaitsPerAddr
 	}
 	cfg.Clock = clock.Or(cfg.Clock)
 	if cfg.Logger == nil {

@@ -100,6 +100,14 @@ func newConn(s *Server, h *hub, claims *auth.Claims) *conn {
 	return c
 }
 
+var _ sockOwner = (*conn)(nil)
+
+// touched marks that the client sent something: a pong, a report.
+func (c *conn) touched() int64 {
+	c.lastRead.Store(time.Now().UnixNano())
+	return c.s.cfg.ReadLimit
+}
+
 // kick closes the connection with code (0: without a close frame). Only
 // the first call counts; it reports whether this call was it.
 func (c *conn) kick(code int, text string) bool {

@@ -5,7 +5,9 @@
 //
 // An idle connection holds no goroutine and no buffer: after the handshake
 // a plain TCP socket is owned by one of the node's epoll loops (pollSock);
-// TLS sockets keep a reader and a writer goroutine (goSock). Framing uses
+// TLS sockets keep a reader and a writer goroutine (goSock). A browser's
+// socket, whose token comes in its first frame (the hello), waits for it
+// in a loop too (helloWait); a TLS one on a goroutine. Framing uses
 // github.com/gobwas/ws; the edge encodes its own frames once per room.
 //
 // # Data path

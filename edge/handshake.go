@@ -146,12 +146,14 @@ var (
 
 // handleWS checks a handshake. A native client's token comes in the
 // Authorization header and is checked before the upgrade; a browser's
-// comes in its first frame, after it (serveHello). Either way the token
-// never travels in the URL: a query token is refused.
+// comes in its first frame, after it (helloWait: in an epoll loop, or
+// serveHello). Either way the token never travels in the URL: a query
+// token is refused.
 //
 // The handler writes the connection's catch-up itself and returns: the
 // socket then belongs to an epoll loop (or a goSock), and net/http's
-// per-request state and the handler's deep stack are freed.
+// per-request state and the handler's deep stack are freed. A browser's
+// socket goes to a loop at once, to wait for its hello there.
 func (s *Server) handleWS(c *gin.Context) {
 	if s.draining.Load() {
 		s.reject(c, http.StatusServiceUnavailable, CodeDraining, "node is draining; try another address")
@@ -212,12 +214,29 @@ func (s *Server) handleWS(c *gin.Context) {
 		return
 	}
 	if claims == nil {
-		nc, br, ok := s.upgrade(c)
-		if !ok {
+		// A socket without a token waits for its hello: bounded per node
+		// and per address before it is upgraded.
+		addr := c.ClientIP()
+		if code := s.hellos.take(addr); code != "" {
+			status := http.StatusServiceUnavailable
+			msg := "too many connections wait for their hello on this node; retry after the Retry-After delay or try another address"
+			if code == CodeHelloWaitsAddr {
+				status = http.StatusTooManyRequests
+				msg = "too many connections from this address wait for their hello; retry after the Retry-After delay"
+			}
+			s.rejectRetry(c, status, code, msg, retryJitter())
 			return
 		}
-		slotHeld = false // serveHello owns it
-		s.serveHello(nc, br, last, hasLast)
+		nc, br, ok := s.upgrade(c)
+		if !ok {
+			s.hellos.done(addr)
+			return
+		}
+		slotHeld = false // the wait owns it
+		wait := helloWait{s: s, addr: addr, last: last, hasLast: hasLast}
+		if !s.pollHello(nc, br, &wait) {
+			s.serveHello(nc, br, &wait)
+		}
 		return
 	}
 
@@ -327,49 +346,65 @@ func (s *Server) upgrade(c *gin.Context) (net.Conn, *bufio.Reader, bool) {
 	return nc, br, true
 }
 
-// serveHello authenticates an upgraded connection by its first frame, then
-// starts it. A last id in the first frame wins over one in the query. It
-// owns the connection's slot.
-func (s *Server) serveHello(nc net.Conn, br *bufio.Reader, last msgID, hasLast bool) {
+// serveHello reads a socket's hello on this goroutine (a socket no epoll
+// loop can own: TLS, other systems), within HelloTimeout, then admits it.
+// It owns the connection's slot and its place among the hello waits.
+func (s *Server) serveHello(nc net.Conn, br *bufio.Reader, w *helloWait) {
+	if br == nil {
+		br = bufio.NewReaderSize(nc, goReadBuffer)
+	}
+	_ = nc.SetReadDeadline(time.Now().Add(s.cfg.HelloTimeout))
+	f, err := readClientMessage(br, s.cfg.ReadLimit)
+	s.hellos.done(w.addr)
+	var r *refusal
+	var ne interface{ Timeout() bool }
+	switch {
+	case errors.As(err, &ne) && ne.Timeout():
+		r = refuseHelloTimeout
+	case errors.Is(err, errFrameTooBig):
+		r = refuseHelloTooBig
+	case errors.Is(err, errFrameBad):
+		r = refuseHelloFrame
+	case err != nil:
+		r = errClientGone // the client left
+	case f.op == ws.OpClose:
+		// The client leaves before its hello: its close is answered, as
+		// on any socket (and in a loop's wait).
+		s.conns.Add(-1)
+		_ = writeAll(nc, closeGrace, echoClose(f.payload))
+		_ = nc.Close()
+		return
+	default:
+		_ = nc.SetReadDeadline(time.Time{})
+		r = w.parse(f)
+	}
+	if r != nil {
+		s.conns.Add(-1)
+		s.refuse(nc, br, r)
+		return
+	}
+	s.admitHello(nc, br, w.hl.Token, w.last, w.hasLast)
+}
+
+// Refusals of a hello.
+var (
+	refuseHelloTimeout = &refusal{code: CodeHelloTimeout, close: CloseHelloTimeout, msg: "no hello"}
+	refuseHelloTooBig  = &refusal{code: CodeBadHello, close: closeTooBig, msg: "hello too large"}
+	refuseHelloFrame   = &refusal{code: CodeBadHello, close: closeProtocol, msg: "bad frame"}
+	refuseBadHello     = &refusal{code: CodeBadHello, close: CloseBadHello, msg: "first frame must be {\"token\":…,\"last\":…}"}
+)
+
+// admitHello authenticates an upgraded connection by the token of its
+// hello, then starts it. A last id in the hello wins over one in the
+// query (the caller has put it in last). It owns the connection's slot.
+func (s *Server) admitHello(nc net.Conn, br *bufio.Reader, token string, last msgID, hasLast bool) {
 	slotHeld := true
 	defer func() {
 		if slotHeld {
 			s.conns.Add(-1)
 		}
 	}()
-	if br == nil {
-		br = bufio.NewReaderSize(nc, goReadBuffer)
-	}
-	_ = nc.SetReadDeadline(time.Now().Add(s.cfg.HelloTimeout))
-	f, err := readClientMessage(br, s.cfg.ReadLimit)
-	var ne interface{ Timeout() bool }
-	switch {
-	case errors.As(err, &ne) && ne.Timeout():
-		s.refuse(nc, br, &refusal{code: CodeHelloTimeout, close: CloseHelloTimeout, msg: "no hello"})
-		return
-	case errors.Is(err, errFrameTooBig):
-		s.refuse(nc, br, &refusal{code: CodeBadHello, close: closeTooBig, msg: "hello too large"})
-		return
-	case errors.Is(err, errFrameBad):
-		s.refuse(nc, br, &refusal{code: CodeBadHello, close: closeProtocol, msg: "bad frame"})
-		return
-	case err != nil:
-		_ = nc.Close() // the client left
-		return
-	}
-	_ = nc.SetReadDeadline(time.Time{})
-	hl, err := parseHello(f.payload)
-	if err == nil && (f.op != ws.OpText || !f.fin) {
-		err = fmt.Errorf("%w: not a text frame", errBadHello)
-	}
-	if err == nil && hl.Last != "" {
-		last, hasLast, err = parseLast(hl.Last)
-	}
-	if err != nil {
-		s.refuse(nc, br, &refusal{code: CodeBadHello, close: CloseBadHello, msg: "first frame must be {\"token\":…,\"last\":…}"})
-		return
-	}
-	claims, r := s.checkToken(hl.Token)
+	claims, r := s.checkToken(token)
 	if r != nil {
 		s.refuse(nc, br, r)
 		return

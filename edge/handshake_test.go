@@ -3,6 +3,7 @@ package edge
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -79,9 +80,30 @@ func TestHelloAccepted(t *testing.T) {
 
 // TestHelloRefused: every way a first frame can fail closes with its code
 // (mirroring the HTTP answers of a header handshake), counts the rejection
-// and frees the slot.
+// and frees the slot and the wait — on a socket waiting in an epoll loop
+// and on one waiting on a goroutine (TLS, other systems).
 func TestHelloRefused(t *testing.T) {
-	e := newEnv(t, envOpts{cfg: func(c *Config) { c.HelloTimeout = 200 * time.Millisecond }})
+	for _, kind := range socketKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			e := newEnv(t, envOpts{wrap: kind.wrap, cfg: func(c *Config) { c.HelloTimeout = 200 * time.Millisecond }})
+			testHelloRefused(t, e)
+			waitFor(t, "every slot and wait to free", func() bool { return e.srv.Load().Conns == 0 && e.srv.hellos.n.Load() == 0 })
+		})
+	}
+}
+
+// socketKinds are the two ways a socket is served: by an epoll loop
+// (Linux, plain TCP) and by goroutines (a listener that hides the
+// *net.TCPConn, as TLS does).
+var socketKinds = []struct {
+	name string
+	wrap func(net.Listener) net.Listener
+}{
+	{"epoll", nil},
+	{"goroutines", func(l net.Listener) net.Listener { return opaqueListener{l} }},
+}
+
+func testHelloRefused(t *testing.T, e *testEnv) {
 	otherEpoch := signToken(t, newKeyring(t, clock.NewFake(time.Now().Add(24*time.Hour))), "r1", e.addr)
 	tests := []struct {
 		name  string
@@ -100,6 +122,10 @@ func TestHelloRefused(t *testing.T) {
 		{"unknown epoch", text(`{"token":"` + otherEpoch + `"}`), CloseTokenRejected, CodeTokenEpoch},
 		{"wrong node", text(`{"token":"` + signToken(t, e.keys, "r1", "ws://elsewhere:1") + `"}`), CloseWrongNode, CodeWrongNode},
 		{"silence", func(*websocket.Conn) error { return nil }, CloseHelloTimeout, CodeHelloTimeout},
+		// A client that leaves first gets its close answered, not refused.
+		{"close first", func(ws *websocket.Conn) error {
+			return ws.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(4321, "bye"))
+		}, 4321, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -115,6 +141,9 @@ func TestHelloRefused(t *testing.T) {
 			if got := closeCode(t, ws); got != tt.close {
 				t.Fatalf("close code %d, want %d", got, tt.close)
 			}
+			if tt.code == "" {
+				return
+			}
 			// The library itself closes a too-large read before the edge
 			// counts it: wait rather than race.
 			waitFor(t, "the rejection to be counted", func() bool {
@@ -122,7 +151,6 @@ func TestHelloRefused(t *testing.T) {
 			})
 		})
 	}
-	waitFor(t, "every slot to free", func() bool { return e.srv.Load().Conns == 0 })
 }
 
 // TestOriginChecked: a page from an origin not in AllowOrigins cannot

@@ -132,13 +132,7 @@ func TestCloseAnswered(t *testing.T) {
 		{"65535", code(65535, ""), closeProtocol},
 		{"reason not UTF-8", code(1000, "\xff\xfe"), closeBadData},
 	}
-	for _, kind := range []struct {
-		name string
-		wrap func(net.Listener) net.Listener
-	}{
-		{"epoll", nil},
-		{"goroutines", func(l net.Listener) net.Listener { return opaqueListener{l} }},
-	} {
+	for _, kind := range socketKinds {
 		t.Run(kind.name, func(t *testing.T) {
 			e := newEnv(t, envOpts{wrap: kind.wrap})
 			addr := e.ts.Listener.Addr().String()

@@ -45,9 +45,15 @@ const (
 	// CodeRoomFull: the room holds MaxRoomConns connections on this node;
 	// try the next address.
 	CodeRoomFull = "room_full"
+	// CodeHelloWaits: MaxHelloWaits sockets wait for their hello on this
+	// node; retry after the Retry-After delay, or try the next address.
+	CodeHelloWaits = "hello_waits"
+	// CodeHelloWaitsAddr: MaxHelloWaitsPerAddr sockets from the client's
+	// address wait for their hello; retry after the Retry-After delay.
+	CodeHelloWaitsAddr = "hello_waits_addr"
 )
 
-var rejectCodes = []string{CodeUnauthorized, CodeTokenEpoch, CodeWrongNode, CodeBadRequest, CodeOverCapacity, CodeDraining, CodeUnavailable, CodeTokenInURL, CodeBadHello, CodeHelloTimeout, CodeOrigin, CodeConnectRate, CodeTooManyConns, CodeRoomFull}
+var rejectCodes = []string{CodeUnauthorized, CodeTokenEpoch, CodeWrongNode, CodeBadRequest, CodeOverCapacity, CodeDraining, CodeUnavailable, CodeTokenInURL, CodeBadHello, CodeHelloTimeout, CodeOrigin, CodeConnectRate, CodeTooManyConns, CodeRoomFull, CodeHelloWaits, CodeHelloWaitsAddr}
 
 // Close reasons, the label of the closes metric.
 const (
@@ -172,6 +178,10 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 			Name: "danmaku_edge_max_connections",
 			Help: "The connections this node takes at most (MaxConns, -max-conns; beyond, 503 over_capacity); 0: unlimited.",
 		}, func() float64 { return float64(s.cfg.MaxConns) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "danmaku_edge_hello_waits",
+			Help: "Upgraded sockets waiting for their first frame, the hello (browsers; at most MaxHelloWaits, beyond: 503 hello_waits).",
+		}, func() float64 { return float64(s.hellos.n.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "danmaku_edge_rooms",
 			Help: "Rooms with a hub (at least one connection) on this node.",

@@ -57,6 +57,7 @@ type Server struct {
 	siteOnce sync.Once      // the site reader starts with the first hub
 	pingOnce sync.Once      // so does the pinger
 	users    *userConns     // admission: connections per user
+	hellos   *helloWaits    // admission: sockets waiting for a hello
 	running  atomic.Bool
 	wg       sync.WaitGroup // hub goroutines and the load reporter
 
@@ -85,6 +86,7 @@ func New(cfg Config) (*Server, error) {
 		stopped:  make(chan struct{}),
 		connects: newConnectBucket(cfg.ConnectRate, cfg.ConnectBurst),
 		users:    &userConns{max: cfg.MaxConnsPerUser},
+		hellos:   &helloWaits{max: int64(cfg.MaxHelloWaits), addrs: &userConns{max: cfg.MaxHelloWaitsPerAddr}},
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 
@@ -160,21 +162,37 @@ func (s *Server) rejectRetry(c *gin.Context, status int, code, msg string, retry
 // no loop can own it (TLS, wrapped listeners, other systems). br holds
 // what the client sent past the handshake.
 func (s *Server) newSock(nc net.Conn, br *bufio.Reader, c *conn) sock {
-	s.pollOnce.Do(func() {
-		if s.poll, s.pollErr = newPoller(); s.pollErr != nil {
-			s.log.Warn("edge: no epoll loops; every socket gets goroutines", "err", s.pollErr)
-		}
-	})
-	if s.pollErr == nil {
-		var pre []byte
-		if br != nil && br.Buffered() > 0 {
-			pre, _ = br.Peek(br.Buffered())
-		}
-		if ps := s.poll.add(nc, pre, c); ps != nil {
+	if p := s.poller(); p != nil {
+		if ps := p.add(nc, pre(br), c); ps != nil {
 			return ps
 		}
 	}
 	return newGoSock(nc, br, c)
+}
+
+// poller returns the epoll loops, started with the first socket; nil
+// when they cannot start.
+func (s *Server) poller() *poller {
+	s.pollOnce.Do(func() {
+		// Loops wake at least this often to time out hello waits.
+		tick := min(max(s.cfg.HelloTimeout/8, time.Millisecond), time.Second)
+		if s.poll, s.pollErr = newPoller(s.cfg.Clock.Now, tick); s.pollErr != nil {
+			s.log.Warn("edge: no epoll loops; every socket gets goroutines", "err", s.pollErr)
+		}
+	})
+	if s.pollErr != nil {
+		return nil
+	}
+	return s.poll
+}
+
+// pre is what the client sent past the handshake, read into br already.
+func pre(br *bufio.Reader) []byte {
+	if br == nil || br.Buffered() == 0 {
+		return nil
+	}
+	b, _ := br.Peek(br.Buffered())
+	return b
 }
 
 // pingLoop ticks every connection a few times per ping interval (one

@@ -44,6 +44,21 @@ type sock interface {
 	closeWith(code int, text string)
 }
 
+// sockOwner is what a socket serves: a connection (conn), or a browser's
+// socket waiting for its hello (helloWait).
+type sockOwner interface {
+	// touched marks that the client sent something, and returns the
+	// largest frame it may send.
+	touched() int64
+	// onFrame handles a whole frame (close frames are the socket's);
+	// false: read no more (kicked, or handed off).
+	onFrame(f clientFrame) bool
+	// kick closes with code (0: without a close frame).
+	kick(code int, text string) bool
+	// finish runs once the socket is closed.
+	finish()
+}
+
 // Pre-encoded server frames.
 var (
 	pingFrame = serverFrame(ws.OpPing, nil)

@@ -39,6 +39,15 @@ type loop struct {
 
 	mu    sync.Mutex
 	socks map[int32]*pollSock
+
+	// Sockets waiting for their hello (helloWait), timed out by the loop:
+	// it wakes every tick and closes those past their deadline, told by
+	// now (the server's Clock).
+	now    func() time.Time
+	tick   time.Duration
+	swept  time.Time // loop only
+	hmu    sync.Mutex
+	hellos []*helloWait
 }
 
 // pollSock is a socket owned by a loop. mu guards fd against reuse: the
@@ -46,7 +55,7 @@ type loop struct {
 // no write can reach another socket that got the same number.
 type pollSock struct {
 	l *loop
-	c *conn
+	c sockOwner
 
 	mu    sync.Mutex
 	fd    int
@@ -66,7 +75,9 @@ const (
 	sockClosed
 )
 
-func newPoller() (*poller, error) {
+// newPoller starts the loops; they time hello waits by now, checked
+// every tick.
+func newPoller(now func() time.Time, tick time.Duration) (*poller, error) {
 	p := &poller{}
 	for range max(1, min(maxLoops, runtime.GOMAXPROCS(0))) {
 		epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
@@ -86,7 +97,7 @@ func newPoller() (*poller, error) {
 			p.stop()
 			return nil, err
 		}
-		l := &loop{epfd: epfd, efd: efd, buf: make([]byte, pollReadBuffer), socks: map[int32]*pollSock{}}
+		l := &loop{epfd: epfd, efd: efd, buf: make([]byte, pollReadBuffer), socks: map[int32]*pollSock{}, now: now, tick: tick}
 		p.loops = append(p.loops, l)
 		p.wg.Go(l.run)
 	}
@@ -124,7 +135,7 @@ func (p *poller) stop() {
 // add takes nc (a *net.TCPConn) out of Go's netpoller and into a loop;
 // pre is what the client sent past the handshake, already read. It
 // returns nil when nc cannot be polled here; nc is then untouched.
-func (p *poller) add(nc net.Conn, pre []byte, c *conn) sock {
+func (p *poller) add(nc net.Conn, pre []byte, c sockOwner) sock {
 	tc, ok := nc.(*net.TCPConn)
 	if !ok {
 		return nil
@@ -186,7 +197,7 @@ func (ps *pollSock) begin() {
 
 // deadSock is a socket that failed while moving to a loop: it takes
 // nothing, and its connection finishes once told to close.
-type deadSock struct{ c *conn }
+type deadSock struct{ c sockOwner }
 
 func (d deadSock) begin()               {}
 func (d deadSock) send([]byte, int) int { return sendClosed }
@@ -196,8 +207,9 @@ func (d deadSock) closeWith(int, string) {
 
 func (l *loop) run() {
 	evs := make([]unix.EpollEvent, 256)
+	wait := int(max(l.tick/time.Millisecond, 1))
 	for !l.stop.Load() {
-		n, err := unix.EpollWait(l.epfd, evs, -1)
+		n, err := unix.EpollWait(l.epfd, evs, wait)
 		if err != nil && !errors.Is(err, unix.EINTR) {
 			return
 		}
@@ -218,6 +230,10 @@ func (l *loop) run() {
 			if e.Events&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
 				ps.readable()
 			}
+		}
+		if now := time.Now(); now.Sub(l.swept) >= l.tick {
+			l.swept = now
+			l.sweepHellos()
 		}
 	}
 }
@@ -260,9 +276,9 @@ func (ps *pollSock) readable() {
 // the socket is closed or closing.
 func (ps *pollSock) consume(data []byte) bool {
 	c := ps.c
-	c.lastRead.Store(time.Now().UnixNano())
+	limit := c.touched()
 	for len(data) > 0 {
-		f, n, err := parseClientFrame(data, c.s.cfg.ReadLimit)
+		f, n, err := parseClientFrame(data, limit)
 		if err != nil {
 			c.kick(frameErrCode(err), "bad frame")
 			return false
@@ -276,6 +292,9 @@ func (ps *pollSock) consume(data []byte) bool {
 			return false
 		}
 		if !c.onFrame(f) {
+			if h, ok := c.(*helloWait); ok {
+				h.handOff(ps, data) // the hello: the rest is the connection's
+			}
 			return false
 		}
 	}
@@ -447,6 +466,30 @@ func (ps *pollSock) finishLocked() {
 	_ = unix.EpollCtl(l.epfd, unix.EPOLL_CTL_DEL, ps.fd, nil)
 	unix.Close(ps.fd)
 	l.mu.Unlock()
+}
+
+// detach takes the socket out of its loop, open (a hello's, handed to a
+// goroutine), and returns its fd; false when it is closing or closed.
+func (ps *pollSock) detach() (int, bool) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.state != sockOpen {
+		return -1, false
+	}
+	ps.state = sockClosed
+	ps.pending, ps.partial = nil, nil
+	l := ps.l
+	l.mu.Lock()
+	if l.socks[int32(ps.fd)] == ps {
+		delete(l.socks, int32(ps.fd))
+	}
+	if ps.registered {
+		_ = unix.EpollCtl(l.epfd, unix.EPOLL_CTL_DEL, ps.fd, nil)
+	}
+	l.mu.Unlock()
+	fd := ps.fd
+	ps.fd = -1
+	return fd, true
 }
 
 // rawWrite is write(2) without the scheduler's syscall bookkeeping: on a

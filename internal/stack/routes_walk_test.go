@@ -410,6 +410,8 @@ func walkCases() []walkCase {
 	c = add(RoleGSLB, entry, 503, "no_nodes", probe{method: "GET", path: "/v1/entry?room=demo", auth: "ticket"})
 	c.on, c.tries, c.pause = stackCrowded, 50, 100*time.Millisecond // once the edge's load is reported
 	not(RoleEdge, ws, 503, "unavailable", "the room's stream cannot be opened; edge tests")
+	not(RoleEdge, ws, 503, "hello_waits", "10,000 sockets waiting for their hello; edge tests (TestHelloWaitsCapped)")
+	not(RoleEdge, ws, 429, "hello_waits_addr", "256 sockets of one address waiting for their hello; edge tests (TestHelloWaitsCapped)")
 	unloaded(RoleEdge, ws, probe{method: "GET", path: "/v1/ws", auth: "host"})
 
 	// Rate limits: every route behind the limiter, each refused in turn by

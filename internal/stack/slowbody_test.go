@@ -82,7 +82,7 @@ func TestSlowBodies(t *testing.T) {
 	// machine busy with a thousand clients, still arrives within it
 	// (the header timeout is capped to it): the slow part is the body.
 	const readTimeout = 5 * time.Second
-	st := stacktest.Start(t, stack.Config{ReadTimeout: readTimeout})
+	st := stacktest.Start(t, stack.Config{ReadTimeout: readTimeout, MetricsAddr: "127.0.0.1:0"})
 	host := func(role string) string {
 		u, err := url.Parse(st.URLs[role])
 		if err != nil {
@@ -103,6 +103,8 @@ func TestSlowBodies(t *testing.T) {
 		{slowRequest{role: stack.RoleEdge, method: "POST", path: "/nosuch"}, slowOutcome{status: 400, code: "body_not_allowed"}},
 		// The origin takes no body either.
 		{slowRequest{role: stack.RoleOrigin, method: "GET", path: "/rooms/demo/live.json"}, slowOutcome{status: 400, code: "body_not_allowed"}},
+		// The metrics listener serves scrapes (GET) only.
+		{slowRequest{role: stack.MetricsListener, method: "GET", path: "/metrics"}, slowOutcome{status: 400, code: "body_not_allowed"}},
 		// The roles whose routes read bodies answer at the read timeout.
 		{slowRequest{role: stack.RoleGSLB, method: "POST", path: "/v1/admin/events", header: "Authorization: Bearer " + stack.DevServiceKey + "\r\n"}, slowOutcome{status: 408, code: "body_timeout"}},
 		{slowRequest{role: stack.RoleIngest, method: "POST", path: "/v1/gifts", header: "Authorization: Bearer " + stack.DevServiceKey + "\r\n"}, slowOutcome{status: 408, code: "body_timeout"}},

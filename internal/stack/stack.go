@@ -551,7 +551,9 @@ func New(cfg Config) (*Stack, error) {
 			return nil, err
 		}
 		s.URLs[MetricsListener] = "http://" + rs.ln.Addr().String()
-		rs.srv = httpx.NewServer(httpx.NewEngine(httpx.EngineConfig{Role: MetricsListener, Logger: s.log.With("role", MetricsListener), Gatherer: s.registry}), 10*time.Second)
+		// Scrapes are GETs: a declared body is refused at once (400
+		// body_not_allowed), as on the edge, rather than waited for.
+		rs.srv = httpx.NewServer(httpx.NewEngine(httpx.EngineConfig{Role: MetricsListener, Logger: s.log.With("role", MetricsListener), Gatherer: s.registry, NoBody: true}), 10*time.Second)
 		roleGatherer = nil
 	}
 	for _, c := range cfg.tlsFiles() {

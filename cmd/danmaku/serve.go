@@ -49,6 +49,8 @@ type serveFlags struct {
 	readTimeout         time.Duration
 	edgeConnectRate     float64
 	edgeUserConns       int
+	edgeHelloWaits      int
+	edgeAddrHelloWaits  int
 	edgeRoomConns       int
 	edgeTLSCert         string
 	edgeTLSKey          string
@@ -120,6 +122,8 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	durationVar(ss, &f.readTimeout, "read-timeout", "DANMAKU_READ_TIMEOUT", 0, "every role: how long a request's header and body may take to arrive before its connection is closed (default 15s)")
 	numberVar(ss, &f.edgeConnectRate, "edge-connect-rate", "DANMAKU_EDGE_CONNECT_RATE", "edge: new connections a second the edge takes; beyond, 503 connect_rate with a jittered Retry-After (default 5000; negative: unlimited)")
 	countVar(ss, &f.edgeUserConns, "edge-max-user-conns", "DANMAKU_EDGE_MAX_USER_CONNS", anyCount(), "edge: connections one user may hold on this edge; beyond, 429 too_many_conns (default 8; negative: unlimited)")
+	countVar(ss, &f.edgeHelloWaits, "edge-max-hello-waits", "DANMAKU_EDGE_MAX_HELLO_WAITS", anyCount(), "edge: sockets upgraded without a token that may wait for their first frame (the browser's hello) at once; beyond, 503 hello_waits with a jittered Retry-After (default 10000; negative: unlimited)")
+	countVar(ss, &f.edgeAddrHelloWaits, "edge-max-addr-hello-waits", "DANMAKU_EDGE_MAX_ADDR_HELLO_WAITS", anyCount(), "edge: such sockets one client address may hold; beyond, 429 hello_waits_addr (default 256; negative: unlimited)")
 	countVar(ss, &f.edgeRoomConns, "edge-max-room-conns", "DANMAKU_EDGE_MAX_ROOM_CONNS", atLeast(0), "edge: connections one room may hold on this edge; beyond, 503 room_full and the client tries its next edge (0: unlimited)")
 	fs.StringVar(&f.edgeTLSCert, "edge-tls-cert", env("DANMAKU_EDGE_TLS_CERT", ""), "edge: PEM certificate chain; with -edge-tls-key the edge serves wss:// itself, re-reading both files when they change (empty: plain ws://, e.g. behind a TLS-terminating balancer) [DANMAKU_EDGE_TLS_CERT]")
 	fs.StringVar(&f.edgeTLSKey, "edge-tls-key", env("DANMAKU_EDGE_TLS_KEY", ""), "edge: PEM private key of -edge-tls-cert [DANMAKU_EDGE_TLS_KEY]")
@@ -176,6 +180,7 @@ func (f *serveFlags) stackConfig(roles []string) (stack.Config, stack.BackendCon
 	cfg.CORSOrigins = splitList(f.corsOrigins)
 	cfg.ReadTimeout = f.readTimeout
 	cfg.EdgeDrain, cfg.EdgeConnectRate, cfg.EdgeMaxUserConns, cfg.EdgeMaxRoomConns = f.edgeDrain, f.edgeConnectRate, f.edgeUserConns, f.edgeRoomConns
+	cfg.EdgeMaxHelloWaits, cfg.EdgeMaxAddrHelloWaits = f.edgeHelloWaits, f.edgeAddrHelloWaits
 	// File paths, not secrets: the key itself stays in its file.
 	for _, p := range []struct{ role, cert, key, secure, plain string }{
 		{"edge", f.edgeTLSCert, f.edgeTLSKey, "wss://", "ws://"},

@@ -174,9 +174,9 @@ func TestSettingForms(t *testing.T) {
 			check: func(c stack.Config, _ stack.BackendConfig) bool {
 				return c.AuditRetention == 720*time.Hour && c.EdgeDrain == 90*time.Second
 			}},
-		{name: "number", env: map[string]string{"DANMAKU_EDGE_CONNECT_RATE": "2.5"}, args: []string{"-edge-max-user-conns", "-1"},
+		{name: "number", env: map[string]string{"DANMAKU_EDGE_CONNECT_RATE": "2.5", "DANMAKU_EDGE_MAX_HELLO_WAITS": "500"}, args: []string{"-edge-max-user-conns", "-1", "-edge-max-addr-hello-waits", "-1"},
 			check: func(c stack.Config, _ stack.BackendConfig) bool {
-				return c.EdgeConnectRate == 2.5 && c.EdgeMaxUserConns == -1
+				return c.EdgeConnectRate == 2.5 && c.EdgeMaxUserConns == -1 && c.EdgeMaxHelloWaits == 500 && c.EdgeMaxAddrHelloWaits == -1
 			}},
 		{name: "enumeration and lists", env: map[string]string{"DANMAKU_WORD_POLICY": "refuse", "DANMAKU_TRUSTED_PROXIES": "10.0.0.0/8, 192.0.2.7", "DANMAKU_LINES_REGIONS": "cn-sh=cn-east"},
 			args: []string{"-segment-ms", "250"},

@@ -234,6 +234,10 @@ type Config struct {
 	// MaxRoomConns). Zero: the edge's defaults.
 	EdgeConnectRate                    float64
 	EdgeMaxUserConns, EdgeMaxRoomConns int
+	// EdgeMaxHelloWaits and EdgeMaxAddrHelloWaits are edge.Config's
+	// MaxHelloWaits and MaxHelloWaitsPerAddr: sockets waiting for their
+	// hello, per node and per client address. Zero: the edge's defaults.
+	EdgeMaxHelloWaits, EdgeMaxAddrHelloWaits int
 	// EdgeTLSCert and EdgeTLSKey are the PEM files of the certificate the
 	// edge serves WSS with (TLS 1.2 at least, HTTP/1.1 only), re-read when
 	// they change so that a renewal needs no restart. Both or neither.
@@ -739,6 +743,7 @@ func New(cfg Config) (*Stack, error) {
 			Store: b.Streams, Verifier: s.keyring, Addr: s.URLs[RoleEdge], LoadTable: b.Load,
 			MaxConns: cfg.EdgeCapacity, Line: cfg.Line, Region: cfg.Region, CPU: s.nodeCPU(),
 			ConnectRate: cfg.EdgeConnectRate, MaxConnsPerUser: cfg.EdgeMaxUserConns, MaxRoomConns: cfg.EdgeMaxRoomConns,
+			MaxHelloWaits: cfg.EdgeMaxHelloWaits, MaxHelloWaitsPerAddr: cfg.EdgeMaxAddrHelloWaits,
 			MinGiftValue: cfg.MinGiftValue, DrainPeriod: cfg.EdgeDrain, AllowOrigins: origins, Events: s.events, Registerer: s.registry, Logger: s.log,
 			RateLimit: s.limiter, TrustedProxies: cfg.TrustedProxies, NoMetricsRoute: roleGatherer == nil,
 		})

@@ -52,7 +52,7 @@ type report struct {
 	// latency (report_slo.go, checkSLOFields).
 	Segs uint32        `json:"segs"`
 	Hits uint32        `json:"hits"`
-	Lat  latencyCounts `json:"lat"`
+	Lat  latencyCounts `json:"lat,omitzero"`
 }
 
 // maxReportCount bounds one counter of one report: no client renders or

@@ -41,6 +41,9 @@ func (l *latencyCounts) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// MarshalJSON writes the counts (a test's client sends what the edge reads).
+func (l latencyCounts) MarshalJSON() ([]byte, error) { return json.Marshal(l.n) }
+
 // checkSLOFields refuses a report whose service-level fields are out of
 // range: more segments than a client fetches between two reports, more
 // first-poll hits than segments, more latencies than a client is shown.

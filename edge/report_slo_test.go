@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"encoding/json"
 	"errors"
 	"strconv"
 	"strings"
@@ -52,6 +53,20 @@ func TestParseReportSLO(t *testing.T) {
 				t.Fatalf("refusal %v with %+v: want a counted, non-protocol refusal and no counts", err, r)
 			}
 		})
+	}
+}
+
+// A report marshalled (as the edge's tests send one) reads back the same,
+// with or without latencies.
+func TestReportRoundTrip(t *testing.T) {
+	for _, r := range []report{{Token: "t"}, {Segs: 2, Hits: 1, Lat: latencyCounts{n: [wire.LatencyBuckets]uint32{3, 0, 1}, set: true}}} {
+		b, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := parseReport(b); err != nil || got != r {
+			t.Errorf("%s: parsed %+v, %v; want %+v", b, got, err, r)
+		}
 	}
 }
 

@@ -1,4 +1,4 @@
-package stack
+package stack_test
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 
 	"danmaku/auth"
 	"danmaku/internal/event"
+	"danmaku/internal/stack"
+	"danmaku/internal/stack/stacktest"
 	"danmaku/sdk"
 )
 
@@ -23,14 +25,24 @@ func TestClientServiceLevelsReachTheEdge(t *testing.T) {
 		t.Skip("runs a few seconds of real segments")
 	}
 	const room = "slo"
-	st := startStack(t, Config{Events: []event.Event{liveEvent(room)}})
-	entry := st.URLs[RoleGSLB]
+	st := stacktest.Start(t, stack.Config{Events: []event.Event{stacktest.LiveEvent(room, room)}})
+	entry := st.URLs[stack.RoleGSLB]
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
+	// waitFor polls cond until it holds; ctx is only a guard against a hang.
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for !cond() {
+			if ctx.Err() != nil {
+				t.Fatalf("gave up waiting for %s", what)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 	run := func(c *sdk.Client) {
 		wg.Add(2)
 		go func() { defer wg.Done(); _ = c.Run(ctx) }()
@@ -40,15 +52,15 @@ func TestClientServiceLevelsReachTheEdge(t *testing.T) {
 			}
 		}()
 	}
-	viewer, err := sdk.New(sdk.Config{EntryURL: entry, Room: room, Ticket: ticket(t, "viewer", auth.RoleViewer), FirstJoinJitter: -1, ReportInterval: 100 * time.Millisecond, Logger: quiet})
+	viewer, err := sdk.New(sdk.Config{EntryURL: entry, Room: room, Ticket: stacktest.Ticket(t, "viewer", auth.RoleViewer), FirstJoinJitter: -1, ReportInterval: 100 * time.Millisecond, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
 	run(viewer)
-	waitFor(t, ctx, "the viewer joined", func() bool { return viewer.Stats().EdgeConnects > 0 })
+	waitFor("the viewer joined", func() bool { return viewer.Stats().EdgeConnects > 0 })
 	const sent = 2
 	for i := range sent {
-		c, err := sdk.New(sdk.Config{EntryURL: entry, Room: room, Ticket: ticket(t, fmt.Sprintf("sender%d", i), auth.RoleViewer), NoEdge: true, FirstJoinJitter: -1, Logger: quiet})
+		c, err := sdk.New(sdk.Config{EntryURL: entry, Room: room, Ticket: stacktest.Ticket(t, fmt.Sprintf("sender%d", i), auth.RoleViewer), NoEdge: true, FirstJoinJitter: -1, Logger: quiet})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -57,37 +69,14 @@ func TestClientServiceLevelsReachTheEdge(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var polls, hits, latencies float64
-	waitFor(t, ctx, "the viewer's reports in the edge's metrics", func() bool {
-		polls, hits, latencies = clientSLOMetrics(t, st)
+	var r stacktest.ClientReports
+	waitFor("the viewer's reports in the edge's metrics", func() bool {
+		r = stacktest.Reports(t, st)
 		s := viewer.Stats()
-		return latencies == sent && polls > 0 && polls == float64(s.SegmentsFetched) && hits == float64(s.FirstPollHits)
+		return r.Latencies == sent && r.FirstPolls > 0 && r.FirstPolls == float64(s.SegmentsFetched) && r.Hits == float64(s.FirstPollHits)
 	})
-	t.Logf("segments %v, first-poll hits %v, barrage latencies %v", polls, hits, latencies)
-}
-
-// clientSLOMetrics reads the clients' first polls (all, and hits) and the
-// count of their barrage latencies from the stack's registry.
-func clientSLOMetrics(t *testing.T, st *Stack) (polls, hits, latencies float64) {
-	t.Helper()
-	mfs, err := st.Gatherer().Gather()
-	if err != nil {
-		t.Fatal(err)
+	t.Logf("edge: %+v", r)
+	if r.Refused != 0 {
+		t.Errorf("%v reports refused", r.Refused)
 	}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			switch mf.GetName() {
-			case "danmaku_client_first_polls_total":
-				polls += m.GetCounter().GetValue()
-				for _, l := range m.GetLabel() {
-					if l.GetName() == "outcome" && l.GetValue() == "hit" {
-						hits += m.GetCounter().GetValue()
-					}
-				}
-			case "danmaku_client_barrage_latency_seconds":
-				latencies += float64(m.GetHistogram().GetSampleCount())
-			}
-		}
-	}
-	return polls, hits, latencies
 }

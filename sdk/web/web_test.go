@@ -145,10 +145,10 @@ func TestBrowser(t *testing.T) {
 			runNode(t, node, []string{"DANMAKU_GSLB=" + st.URLs[stack.RoleGSLB]}, 4*time.Minute, "test/browser.mjs")
 			// The page's reports were all taken by the edge, and their
 			// service-level fields reached its metrics.
-			bad, polls, lat := reportMetrics(t, st)
-			t.Logf("edge: %v bad reports, %v first polls and %v barrage latencies reported", bad, polls, lat)
-			if bad != 0 || polls == 0 || lat == 0 {
-				t.Errorf("edge: %v bad reports, %v first polls, %v latencies; want 0 bad and some of both", bad, polls, lat)
+			r := stacktest.Reports(t, st)
+			t.Logf("edge: %+v", r)
+			if r.Refused != 0 || r.FirstPolls == 0 || r.Latencies == 0 {
+				t.Errorf("edge: %+v; want none refused, some first polls and latencies", r)
 			}
 		})
 	}
@@ -242,27 +242,4 @@ func TestReportBoundsMatchWire(t *testing.T) {
 	if b == nil || string(b[1]) != strconv.Itoa(wire.MaxReportSegments) || string(b[2]) != strconv.Itoa(wire.MaxReportLatencies) {
 		t.Errorf("danmaku.js report bounds %q, want %d and %d", b, wire.MaxReportSegments, wire.MaxReportLatencies)
 	}
-}
-
-// reportMetrics reads the edge's refused reports and the clients' reported
-// first polls and barrage latencies from st's registry.
-func reportMetrics(t *testing.T, st *stack.Stack) (bad, polls, latencies float64) {
-	t.Helper()
-	mfs, err := st.Gatherer().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			switch mf.GetName() {
-			case "danmaku_edge_client_bad_reports_total":
-				bad += m.GetCounter().GetValue()
-			case "danmaku_client_first_polls_total":
-				polls += m.GetCounter().GetValue()
-			case "danmaku_client_barrage_latency_seconds":
-				latencies += float64(m.GetHistogram().GetSampleCount())
-			}
-		}
-	}
-	return bad, polls, latencies
 }

@@ -556,6 +556,7 @@ func (c *conn) onFrame(f clientFrame) bool {
 	}
 	c.s.m.renderDrops.Add(float64(r.Drops))
 	c.s.m.heldSends.Add(float64(r.Held))
+	c.s.m.addSLO(&r)
 	if r.Token != "" {
 		c.refreshToken(r.Token)
 	}

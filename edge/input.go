@@ -35,7 +35,7 @@ func parseLast(s string) (id msgID, ok bool, err error) {
 // since its previous report, which the edge adds to its metrics so that
 // client-side drops are visible on the server (text frame, JSON):
 //
-//	{"drops": 12, "held": 3}
+//	{"drops": 12, "held": 3, "segs": 10, "hits": 10, "lat": [0,0,4,…]}
 //
 // Unknown fields are ignored so that the SDK can add counters first.
 type report struct {
@@ -47,6 +47,12 @@ type report struct {
 	// in-band when the client's refreshed its entry (or the edge asked,
 	// tokenAsk): the connection lives on without reconnecting.
 	Token string `json:"token,omitempty"`
+	// Segs is segments the client fetched, Hits those of them its first
+	// request found (≤ Segs), Lat the barrage it delivered to the app by
+	// latency (report_slo.go, checkSLOFields).
+	Segs uint32        `json:"segs"`
+	Hits uint32        `json:"hits"`
+	Lat  latencyCounts `json:"lat,omitzero"`
 }
 
 // maxReportCount bounds one counter of one report: no client renders or
@@ -86,6 +92,9 @@ func parseReport(b []byte) (report, error) {
 	}
 	if len(r.Token) > maxTokenLen {
 		return report{}, fmt.Errorf("%w: token too long", errBadReport)
+	}
+	if err := checkSLOFields(&r); err != nil {
+		return report{}, err
 	}
 	return r, nil
 }

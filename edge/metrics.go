@@ -85,6 +85,12 @@ type metrics struct {
 	renderDrops              prometheus.Counter
 	heldSends                prometheus.Counter
 	badReports               prometheus.Counter
+	// The clients' view of the service levels (report_slo.go):
+	// danmaku_client_first_polls_total's two children and the latency
+	// histogram.
+	firstPolls           *prometheus.CounterVec
+	pollHits, pollMisses prometheus.Counter
+	latency              *latencyHist
 	// fanout is how long one room frame takes to be written to every
 	// connection: the edge's share of a gift's latency.
 	fanout prometheus.Histogram
@@ -148,6 +154,11 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 			Name: "danmaku_edge_client_bad_reports_total",
 			Help: "Client messages that were not a valid counter report (ignored when well-formed, else the connection is closed).",
 		}),
+		firstPolls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "danmaku_client_first_polls_total",
+			Help: "Segments clients fetched, by outcome of their first request: hit (found) or miss (asked early, or a wrong object first), as reported by clients.",
+		}, []string{"outcome"}),
+		latency: newLatencyHist(),
 		fanout: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "danmaku_edge_fanout_seconds",
 			Help:    "Time to write one room batch to every connection of the room on this node.",
@@ -165,11 +176,13 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 	for _, r := range []string{reasonResume, reasonGap, reasonDraining, reasonPolicy, reasonGone, reasonEnded, reasonExpired} {
 		m.closes.WithLabelValues(r)
 	}
+	m.pollHits = m.firstPolls.WithLabelValues("hit")
+	m.pollMisses = m.firstPolls.WithLabelValues("miss")
 	m.catchUp.WithLabelValues("ring")
 	m.catchUp.WithLabelValues("store")
 	cs := []prometheus.Collector{
 		m.framesSent, m.messagesSent, m.slow, m.rejects, m.closes, m.catchUp, m.tokenAsks, m.tokenExpired, m.tokenRefreshes, m.site,
-		m.readErrors, m.renderDrops, m.heldSends, m.badReports, m.fanout,
+		m.readErrors, m.renderDrops, m.heldSends, m.badReports, m.firstPolls, m.latency, m.fanout,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "danmaku_edge_connections",
 			Help: "Open WebSocket connections, including handshakes in progress.",

@@ -132,7 +132,8 @@ type Config struct {
 	// which operators see as client render drops. Nil: drops reported as 0.
 	Render *RenderQueue
 	// ReportInterval is how often the client reports its counters (render
-	// drops, held-back sends) over the edge connection. Zero: 10 s;
+	// drops, held-back sends, segments fetched and first-poll hits, and the
+	// delivered barrage by latency) over the edge connection. Zero: 10 s;
 	// negative: never.
 	ReportInterval time.Duration
 }

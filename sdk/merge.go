@@ -86,6 +86,7 @@ func (m *merger) deliver(ctx context.Context, batch []Message, now int64) error 
 			select {
 			case m.out <- msg:
 				m.stats.delivered.Add(1)
+				m.stats.observeLatency(msg.ID, now)
 			default:
 				m.stats.droppedBarrage.Add(1)
 			}
@@ -146,4 +147,18 @@ func (m *merger) admit(msg Message, now int64) (Message, bool) {
 		msg.ID = fresh[0]
 	}
 	return msg, true
+}
+
+// observeLatency counts a barrage message delivered at server time now (ms)
+// in its latency bucket. Its id's millisecond is the time the room stream
+// appended it, by the clock that also stamps the server's time the client
+// estimates: the ingest's acceptance, which is the start of the barrage's
+// end-to-end latency (the id's second and the segment's offset say the same,
+// less precisely). A malformed id is not counted.
+func (s *counters) observeLatency(id string, now int64) {
+	ms, _, err := wire.ParseID(id)
+	if err != nil {
+		return
+	}
+	s.latency[wire.LatencyBucket(now-ms)].Add(1)
 }

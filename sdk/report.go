@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"danmaku/internal/wire"
 )
 
 // defaultReportInterval is how often the client reports its counters to the
@@ -23,6 +25,13 @@ const maxReportDelta = 1_000_000
 type counterReport struct {
 	Drops int64 `json:"drops"`
 	Held  int64 `json:"held"`
+	// Segs is segments fetched, Hits those of them the first request
+	// found (Hits ≤ Segs): the first-poll hit ratio as clients see it.
+	Segs int64 `json:"segs,omitempty"`
+	Hits int64 `json:"hits,omitempty"`
+	// Lat counts the barrage delivered to the app by end-to-end latency,
+	// in the buckets of wire.LatencyBoundsMs (absent when none was).
+	Lat []int64 `json:"lat,omitempty"`
 }
 
 // reporter remembers what was reported, so that each report carries the
@@ -30,6 +39,51 @@ type counterReport struct {
 type reporter struct {
 	mu                  sync.Mutex
 	sentDrops, sentHeld int64
+	sentSegs, sentHits  int64
+	sentLat             [wire.LatencyBuckets]int64
+}
+
+// next is the report of what changed since the last one sent, within the
+// edge's bounds; what is beyond them waits for the next report. r.mu is
+// held.
+func (r *reporter) next(drops, held, segs, hits int64, lat *[wire.LatencyBuckets]int64) counterReport {
+	rep := counterReport{
+		Drops: min(drops-r.sentDrops, maxReportDelta),
+		Held:  min(held-r.sentHeld, maxReportDelta),
+		Segs:  min(segs-r.sentSegs, wire.MaxReportSegments),
+	}
+	// A hit is counted after its segment, and a report may carry fewer
+	// segments than were fetched: the edge refuses hits > segs, so the
+	// surplus waits for the segments it belongs to.
+	rep.Hits = min(hits-r.sentHits, rep.Segs)
+	budget := int64(wire.MaxReportLatencies)
+	for i := range lat {
+		n := min(lat[i]-r.sentLat[i], budget)
+		if n > 0 && rep.Lat == nil {
+			rep.Lat = make([]int64, wire.LatencyBuckets)
+		}
+		if n > 0 {
+			rep.Lat[i] = n
+			budget -= n
+		}
+	}
+	return rep
+}
+
+// empty reports whether rep carries nothing.
+func (rep *counterReport) empty() bool {
+	return rep.Drops == 0 && rep.Held == 0 && rep.Segs == 0 && rep.Hits == 0 && rep.Lat == nil
+}
+
+// sent records rep as written.
+func (r *reporter) sent(rep *counterReport) {
+	r.sentDrops += rep.Drops
+	r.sentHeld += rep.Held
+	r.sentSegs += rep.Segs
+	r.sentHits += rep.Hits
+	for i, n := range rep.Lat {
+		r.sentLat[i] += n
+	}
 }
 
 // report writes one report to conn if anything changed. A failed write is
@@ -40,13 +94,20 @@ func (c *Client) report(conn *websocket.Conn) error {
 		drops = c.cfg.Render.Drops()
 	}
 	held := c.stats.sendsHeldBack.Load()
+	// Hits before segments: every hit read then has its segment counted.
+	hits := c.stats.firstPollHits.Load()
+	segs := c.stats.segmentsFetched.Load()
+	var lat [wire.LatencyBuckets]int64
+	for i := range lat {
+		lat[i] = c.stats.latency[i].Load()
+	}
 	r := &c.reporter
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	// The edge refuses a report above maxReportDelta per counter; the rest
-	// goes out with the next report.
-	rep := counterReport{Drops: min(drops-r.sentDrops, maxReportDelta), Held: min(held-r.sentHeld, maxReportDelta)}
-	if rep.Drops == 0 && rep.Held == 0 {
+	// The edge refuses a report above its bounds; the rest goes out with
+	// the next report.
+	rep := r.next(drops, held, segs, hits, &lat)
+	if rep.empty() {
 		return nil
 	}
 	b, err := json.Marshal(rep)
@@ -60,8 +121,7 @@ func (c *Client) report(conn *websocket.Conn) error {
 	if err := conn.WriteMessage(websocket.TextMessage, b); err != nil {
 		return err
 	}
-	r.sentDrops += rep.Drops
-	r.sentHeld += rep.Held
+	r.sent(&rep)
 	return nil
 }
 

@@ -1,6 +1,10 @@
 package sdk
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+
+	"danmaku/internal/wire"
+)
 
 // Stats are the client's counters since New. Fields are int64 so that the
 // struct binds to mobile languages as it is.
@@ -102,6 +106,10 @@ type counters struct {
 	delivered      atomic.Int64
 	duplicates     atomic.Int64
 	droppedBarrage atomic.Int64
+	// latency counts the barrage delivered to the app by end-to-end
+	// latency (wire.LatencyBoundsMs): what the report's "lat" carries. Not
+	// in Stats, whose fields must bind to mobile languages.
+	latency [wire.LatencyBuckets]atomic.Int64
 
 	sendsPosted   atomic.Int64
 	sendsDeduped  atomic.Int64

@@ -32,6 +32,9 @@ const MIN_TOKEN_REFRESH_MS = 5000;
 // busy gslb at show start), a few samples of GET /v1/time, the tightest kept.
 const CLOCK_GOOD_MS = 5, CLOCK_SAMPLES = 4, CLOCK_SAMPLE_GAP_MS = 2000, CLOCK_DRIFT = 20e-6;
 const MAX_REPORT_DELTA = 1000000; // the edge refuses more per counter and report
+// The report's service-level fields (internal/wire/report.go): the edge
+// refuses more segments, or more latencies in all, in one report.
+const MAX_REPORT_SEGMENTS = 600, MAX_REPORT_LATENCIES = 10000;
 const MAX_RECENT_TEXTS = 64;
 // A fallback ingest answering 421 not_primary (the user's own node, the
 // first address, is live): back to the first address after Retry-After
@@ -55,6 +58,20 @@ export class DanmakuError extends Error {
 export function parseID(id) {
   const m = typeof id === 'string' && /^(\d{1,16})-(\d{1,20})$/.exec(id);
   return m ? [Number(m[1]), BigInt(m[2])] : null;
+}
+
+/**
+ * Upper bounds (ms, inclusive) of the latency buckets of the report to the
+ * edge, shared with the Go SDK and the edge (wire.LatencyBoundsMs; a Go test
+ * holds this copy to it). "lat" has one count per bound and one above.
+ */
+export const LATENCY_BOUNDS_MS = Object.freeze([100, 250, 500, 750, 1000, 1250, 1500, 2000, 3000, 5000, 10000]);
+
+/** The latency bucket of ms: the first whose bound is ≥ ms (negative: the first). */
+export function latencyBucket(ms) {
+  let i = 0;
+  while (i < LATENCY_BOUNDS_MS.length && ms > LATENCY_BOUNDS_MS[i]) i++;
+  return i;
 }
 
 /** Orders two ids like wire.CompareIDs; malformed ids sort first. */
@@ -425,7 +442,10 @@ export class DanmakuClient extends EventTarget {
     this._seen = new SeenSet(this.cfg.seenIds, this.cfg.seenWindowMs);
     this._sendQ = new SendQueue(this.cfg.sendQueue, this.cfg.sendIntervalMs, this.cfg.sendDedupMs);
     Object.assign(this, { _session: null, _joining: null, _wakeSend: null, _everConnected: false });
-    this._reported = { drops: 0, held: 0, at: -Infinity };
+    // What each report sent adds up to, and the delivered barrage by latency.
+    const buckets = () => new Array(LATENCY_BOUNDS_MS.length + 1).fill(0);
+    this._reported = { drops: 0, held: 0, segs: 0, hits: 0, lat: buckets(), at: -Infinity };
+    this._latency = buckets();
     this._stats = {
       entryFetches: 0, segmentsFetched: 0, firstPollHits: 0, firstPollMisses: 0, notFoundRetries: 0,
       fetchErrors: 0, decodeErrors: 0, mismatchRetries: 0, mismatchSkipped: 0, seqGaps: 0,
@@ -751,6 +771,9 @@ export class DanmakuClient extends EventTarget {
         continue;
       }
       this._stats.delivered++;
+      // Barrage latency: from its id's millisecond (the ingest's append, on
+      // the clock serverNow estimates) to its delivery here.
+      if (out.kind === KIND_BARRAGE) this._latency[latencyBucket(now - parseID(out.id)[0])]++;
       this.cfg.render?.push(out);
       this._emit('message', out);
     }
@@ -918,16 +941,30 @@ export class DanmakuClient extends EventTarget {
     });
   }
 
-  // Reports render drops and held-back sends since the previous report that
-  // went out, at most once per reportIntervalMs across reconnects.
+  // Reports render drops, held-back sends, segments fetched, first-poll
+  // hits and the delivered barrage by latency since the previous report that
+  // went out, at most once per reportIntervalMs across reconnects (the
+  // frame of sdk/report.go). What is above the edge's bounds goes out later.
   _report(ws) {
-    const r = this._reported, now = this._now();
+    const r = this._reported, now = this._now(), st = this._stats;
     if (ws.readyState !== 1 || now - r.at < this.cfg.reportIntervalMs) return;
-    const drops = this.cfg.render?.drops() ?? 0, held = this._stats.sendsHeldBack;
+    const drops = this.cfg.render?.drops() ?? 0, held = st.sendsHeldBack;
     const rep = { drops: Math.min(drops - r.drops, MAX_REPORT_DELTA), held: Math.min(held - r.held, MAX_REPORT_DELTA) };
-    if (rep.drops === 0 && rep.held === 0) return;
+    const segs = Math.min(st.segmentsFetched - r.segs, MAX_REPORT_SEGMENTS);
+    // The edge refuses hits > segs: hits beyond this report's segments wait.
+    const hits = Math.min(st.firstPollHits - r.hits, segs);
+    if (segs > 0) Object.assign(rep, { segs, hits });
+    let budget = MAX_REPORT_LATENCIES;
+    const lat = this._latency.map((n, i) => {
+      const d = Math.min(n - r.lat[i], budget);
+      budget -= d;
+      return d;
+    });
+    if (budget < MAX_REPORT_LATENCIES) rep.lat = lat;
+    if (rep.drops === 0 && rep.held === 0 && !rep.segs && !rep.lat) return;
     ws.send(JSON.stringify(rep));
-    Object.assign(r, { drops: r.drops + rep.drops, held: r.held + rep.held, at: now });
+    Object.assign(r, { drops: r.drops + rep.drops, held: r.held + rep.held, segs: r.segs + segs, hits: r.hits + hits, at: now });
+    lat.forEach((d, i) => { r.lat[i] += d; });
     this._stats.reportsSent++;
   }
 

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,6 +21,7 @@ import (
 
 	"danmaku/internal/stack"
 	"danmaku/internal/stack/stacktest"
+	"danmaku/internal/wire"
 	"danmaku/sdk/web"
 )
 
@@ -141,6 +143,13 @@ func TestBrowser(t *testing.T) {
 		t.Run(fmt.Sprintf("segment_ms=%d", ms), func(t *testing.T) {
 			st := startStack(t, stack.Config{SegmentMs: ms})
 			runNode(t, node, []string{"DANMAKU_GSLB=" + st.URLs[stack.RoleGSLB]}, 4*time.Minute, "test/browser.mjs")
+			// The page's reports were all taken by the edge, and their
+			// service-level fields reached its metrics.
+			r := stacktest.Reports(t, st)
+			t.Logf("edge: %+v", r)
+			if r.Refused != 0 || r.FirstPolls == 0 || r.Latencies == 0 {
+				t.Errorf("edge: %+v; want none refused, some first polls and latencies", r)
+			}
 		})
 	}
 }
@@ -205,4 +214,32 @@ func startStack(tb testing.TB, cfg stack.Config) *stack.Stack {
 		tb.Fatalf("the gslb does not serve the demo page at / (%d): Config.Demo should register web.Register on its engine", resp.StatusCode)
 	}
 	return st
+}
+
+// TestReportBoundsMatchWire: the browser SDK's copy of the report's latency
+// buckets and per-report bounds is the one the edge holds reports to.
+func TestReportBoundsMatchWire(t *testing.T) {
+	src, err := os.ReadFile("danmaku.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`LATENCY_BOUNDS_MS = Object\.freeze\(\[([0-9, ]+)\]\)`).FindSubmatch(src)
+	if m == nil {
+		t.Fatal("danmaku.js: no LATENCY_BOUNDS_MS")
+	}
+	var got []int64
+	for _, f := range strings.Split(string(m[1]), ",") {
+		n, err := strconv.ParseInt(strings.TrimSpace(f), 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, n)
+	}
+	if !slices.Equal(got, wire.LatencyBoundsMs[:]) {
+		t.Errorf("LATENCY_BOUNDS_MS = %v, wire.LatencyBoundsMs = %v", got, wire.LatencyBoundsMs)
+	}
+	b := regexp.MustCompile(`MAX_REPORT_SEGMENTS = (\d+), MAX_REPORT_LATENCIES = (\d+);`).FindSubmatch(src)
+	if b == nil || string(b[1]) != strconv.Itoa(wire.MaxReportSegments) || string(b[2]) != strconv.Itoa(wire.MaxReportLatencies) {
+		t.Errorf("danmaku.js report bounds %q, want %d and %d", b, wire.MaxReportSegments, wire.MaxReportLatencies)
+	}
 }

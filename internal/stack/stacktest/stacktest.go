@@ -69,3 +69,43 @@ func Ticket(tb testing.TB, user, role string) string {
 	}
 	return tk
 }
+
+// ClientReports is what the clients' reports to st's edge added up to.
+type ClientReports struct {
+	// Refused counts reports the edge refused
+	// (danmaku_edge_client_bad_reports_total).
+	Refused float64
+	// FirstPolls and Hits are danmaku_client_first_polls_total, all
+	// outcomes and "hit".
+	FirstPolls, Hits float64
+	// Latencies is the count of danmaku_client_barrage_latency_seconds.
+	Latencies float64
+}
+
+// Reports reads ClientReports from st's registry.
+func Reports(tb testing.TB, st *stack.Stack) ClientReports {
+	tb.Helper()
+	mfs, err := st.Gatherer().Gather()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var r ClientReports
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			switch mf.GetName() {
+			case "danmaku_edge_client_bad_reports_total":
+				r.Refused += m.GetCounter().GetValue()
+			case "danmaku_client_first_polls_total":
+				r.FirstPolls += m.GetCounter().GetValue()
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "outcome" && l.GetValue() == "hit" {
+						r.Hits += m.GetCounter().GetValue()
+					}
+				}
+			case "danmaku_client_barrage_latency_seconds":
+				r.Latencies += float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return r
+}

@@ -199,6 +199,7 @@ async function main() {
   client = new DanmakuClient({
     entryURL: location.origin, room, ticket: await devTicket(), render: queue,
     firstJoinJitterMs: Number(params.get('jitter') ?? 0), // one viewer opening a page: no need to wait
+    ...(params.has('report') ? { reportIntervalMs: Number(params.get('report')) } : {}), // the browser test's: every second
   });
   window.danmakuDemo.client = client;
   client.addEventListener('message', () => {

@@ -21,7 +21,7 @@ const hide = (hidden) => page.evaluate((h) => {
 const ok = (what) => console.log(`ok - ${what}`);
 
 try {
-  await page.goto(`${env.gslb}/?room=${room}&user=alice`);
+  await page.goto(`${env.gslb}/?room=${room}&user=alice&report=1000`); // reports every second: the Go side checks them
   await until('the page to join and hold the edge', () => page.evaluate(() => {
     const c = window.danmakuDemo?.client;
     return c?.entry && c.stats().edgeState === 'open' && c.stats().segmentsFetched > 0;

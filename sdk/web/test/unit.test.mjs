@@ -8,7 +8,7 @@ import {
   segmentKey, manifestKey, dueMs, liveSlot, clockFromEntry, pollRetryMs, nextBackoff, jittered,
   parseID, compareIDs, identityOf, normalizeText, checkText, SendQueue, SeenSet, admit, RenderQueue,
   decodeSegment, decodeFrame, segmentMatches, manifestSlot, toMessage, DanmakuClient, watchVisibility,
-  KIND_BARRAGE, KIND_GIFT, KIND_SYSTEM, CLOSE,
+  KIND_BARRAGE, KIND_GIFT, KIND_SYSTEM, CLOSE, LATENCY_BOUNDS_MS, latencyBucket,
 } from '../danmaku.js';
 
 const msg = (id, kind = KIND_BARRAGE, extra = {}) => ({ ...toMessage({ id, k: kind }, 'segment'), ...extra });
@@ -534,4 +534,51 @@ test('client: a site-wide broadcast from the edge does not move the resume point
   assert.ok(got.some((m) => m.site && m.text === 'site news'), 'the site message was delivered');
   c.stop();
   await run;
+});
+
+test('latency buckets: bounds inclusive, negative in the first, above the last in the extra one', () => {
+  assert.deepEqual([latencyBucket(-5), latencyBucket(100), latencyBucket(101), latencyBucket(1250), latencyBucket(10001)],
+    [0, 0, 1, 5, LATENCY_BOUNDS_MS.length]);
+});
+
+test('client report: segments, first-poll hits and barrage latency since the last report, within the edge bounds', () => {
+  let now = 5000;
+  const c = new DanmakuClient({ entryURL: 'http://gslb.test', room: 'demo', ticket: 't', now: () => now, fetch: async () => new Response(null, { status: 500 }) });
+  const sent = [];
+  const ws = { readyState: 1, send: (d) => sent.push(JSON.parse(d)) };
+  const lat = (...pairs) => {
+    const a = new Array(LATENCY_BOUNDS_MS.length + 1).fill(0);
+    for (let i = 0; i < pairs.length; i += 2) a[pairs[i]] = pairs[i + 1];
+    return a;
+  };
+  c._report(ws);
+  assert.equal(sent.length, 0, 'nothing to report: nothing sent');
+  // Two barrage, 100 ms and 1200 ms after their ids' ms; a gift is not counted.
+  c._deliver([msg('4900-0'), msg('3800-0'), gift('4000-0', 'bob', 'rose')]);
+  Object.assign(c._stats, { segmentsFetched: 3, firstPollHits: 2 });
+  c._report(ws);
+  assert.deepEqual(sent, [{ drops: 0, held: 0, segs: 3, hits: 2, lat: lat(0, 1, 5, 1) }]);
+  now += 10000;
+  c._report(ws);
+  assert.equal(sent.length, 1, 'nothing changed: nothing sent');
+  // Above the bounds: the rest goes out with the next report.
+  Object.assign(c._stats, { segmentsFetched: 3 + 601, firstPollHits: 2 + 601 });
+  c._latency[LATENCY_BOUNDS_MS.length] += 10001;
+  now += 10000;
+  c._report(ws);
+  now += 10000;
+  c._report(ws);
+  assert.deepEqual(sent.slice(1), [
+    { drops: 0, held: 0, segs: 600, hits: 600, lat: lat(LATENCY_BOUNDS_MS.length, 10000) },
+    { drops: 0, held: 0, segs: 1, hits: 1, lat: lat(LATENCY_BOUNDS_MS.length, 1) },
+  ]);
+  // A hit whose segment went out in an earlier report waits for the next segment.
+  c._reported.hits -= 1;
+  now += 10000;
+  c._report(ws);
+  assert.equal(sent.length, 3, 'a hit alone is not sent');
+  c._stats.segmentsFetched += 1;
+  now += 10000;
+  c._report(ws);
+  assert.deepEqual(sent[3], { drops: 0, held: 0, segs: 1, hits: 1 });
 });

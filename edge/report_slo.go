@@ -1,0 +1,130 @@
+package edge
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"danmaku/internal/wire"
+)
+
+// The service levels only clients see, as their reports carry them
+// (internal/wire/report.go): segments fetched and first-poll hits, and a
+// histogram of the barrage latency, in buckets every SDK shares with the
+// edge.
+
+// latencyCounts is a report's "lat": one count per bucket of
+// wire.LatencyBoundsMs and one above the last. It is an array, so that a
+// report stays comparable; set tells an absent "lat" from an empty one.
+type latencyCounts struct {
+	n   [wire.LatencyBuckets]uint32
+	set bool
+}
+
+// UnmarshalJSON takes an array of exactly wire.LatencyBuckets counts.
+func (l *latencyCounts) UnmarshalJSON(b []byte) error {
+	if bytes.Equal(b, []byte("null")) {
+		return fmt.Errorf("%w: lat is null", errBadReport)
+	}
+	var n []uint32
+	if err := json.Unmarshal(b, &n); err != nil {
+		return err
+	}
+	if len(n) != wire.LatencyBuckets {
+		return fmt.Errorf("%w: lat has %d buckets, want %d", errBadReport, len(n), wire.LatencyBuckets)
+	}
+	copy(l.n[:], n)
+	l.set = true
+	return nil
+}
+
+// MarshalJSON writes the counts (a test's client sends what the edge reads).
+func (l latencyCounts) MarshalJSON() ([]byte, error) { return json.Marshal(l.n) }
+
+// checkSLOFields refuses a report whose service-level fields are out of
+// range: more segments than a client fetches between two reports, more
+// first-poll hits than segments, more latencies than a client is shown.
+func checkSLOFields(r *report) error {
+	if r.Segs > wire.MaxReportSegments {
+		return fmt.Errorf("%w: segs out of range", errBadReport)
+	}
+	if r.Hits > r.Segs {
+		return fmt.Errorf("%w: hits above segs", errBadReport)
+	}
+	var total uint64
+	for _, n := range r.Lat.n {
+		total += uint64(n)
+	}
+	if total > wire.MaxReportLatencies {
+		return fmt.Errorf("%w: lat out of range", errBadReport)
+	}
+	return nil
+}
+
+// latencyValueMs is where a bucket's counts are observed: the middle of
+// the bucket, and 1.5 times the last bound for what is above it. The
+// histogram's buckets are exact; its _sum (and so a mean) is approximate.
+func latencyValueMs(i int) float64 {
+	b := wire.LatencyBoundsMs
+	switch {
+	case i == 0:
+		return float64(b[0]) / 2
+	case i < len(b):
+		return float64(b[i-1]+b[i]) / 2
+	}
+	return 1.5 * float64(b[len(b)-1])
+}
+
+// latencyHist is danmaku_client_barrage_latency_seconds: the clients'
+// histograms added up. A report adds many observations per bucket at once,
+// which a prometheus.Histogram can only take one by one, so the counts are
+// kept here and exposed as a constant histogram on each scrape.
+type latencyHist struct {
+	desc   *prometheus.Desc
+	counts [wire.LatencyBuckets]atomic.Uint64
+	sumUs  atomic.Uint64 // microseconds, at latencyValueMs per count
+}
+
+var _ prometheus.Collector = (*latencyHist)(nil)
+
+func newLatencyHist() *latencyHist {
+	return &latencyHist{desc: prometheus.NewDesc(
+		"danmaku_client_barrage_latency_seconds",
+		"End-to-end latency of barrage (ingest acceptance to delivery to the app, by the server clock the SDK estimates), as reported by clients in fixed buckets; _sum is approximate (each count taken at its bucket's middle).",
+		nil, nil)}
+}
+
+func (h *latencyHist) add(l *latencyCounts) {
+	for i, n := range l.n {
+		if n == 0 {
+			continue
+		}
+		h.counts[i].Add(uint64(n))
+		h.sumUs.Add(uint64(n) * uint64(latencyValueMs(i)*1000))
+	}
+}
+
+func (h *latencyHist) Describe(ch chan<- *prometheus.Desc) { ch <- h.desc }
+
+func (h *latencyHist) Collect(ch chan<- prometheus.Metric) {
+	buckets := make(map[float64]uint64, len(wire.LatencyBoundsMs))
+	var cum uint64
+	for i, b := range wire.LatencyBoundsMs {
+		cum += h.counts[i].Load()
+		buckets[float64(b)/1000] = cum
+	}
+	cum += h.counts[len(wire.LatencyBoundsMs)].Load()
+	ch <- prometheus.MustNewConstHistogram(h.desc, cum, float64(h.sumUs.Load())/1e6, buckets)
+}
+
+// addSLO adds a report's service-level fields to the metrics.
+func (m *metrics) addSLO(r *report) {
+	m.pollHits.Add(float64(r.Hits))
+	m.pollMisses.Add(float64(r.Segs - r.Hits))
+	if r.Lat.set {
+		m.latency.add(&r.Lat)
+	}
+}

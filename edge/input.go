@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"unicode/utf8"
+
+	"danmaku/internal/httpx"
 )
 
 // maxLastLen bounds the last query parameter: "<ms>-<seq>" with 64-bit
@@ -37,7 +39,8 @@ func parseLast(s string) (id msgID, ok bool, err error) {
 //
 //	{"drops": 12, "held": 3}
 //
-// Unknown fields are ignored so that the SDK can add counters first.
+// Names are exact and none may repeat (httpx.CheckJSON, as for a request
+// body); other members are ignored so that the SDK can add counters first.
 type report struct {
 	// Drops is messages dropped from the render queue.
 	Drops uint32 `json:"drops"`
@@ -73,6 +76,11 @@ func parseReport(b []byte) (report, error) {
 			return r, fmt.Errorf("%w: not a JSON object", errBadReport)
 		}
 		return r, errReportSyntax
+	}
+	if err := httpx.CheckJSON(b, &r, false); err != nil {
+		// {"DROPS":…} or a counter twice breaks the protocol as surely as
+		// a syntax error: encoding/json would read one of our names in it.
+		return report{}, fmt.Errorf("%w: %v", errReportSyntax, err)
 	}
 	if err := json.Unmarshal(b, &r); err != nil {
 		var se *json.SyntaxError

@@ -98,6 +98,44 @@ func parseReport(b []byte) (report, error) {
 	return r, nil
 }
 
+// Why a well-formed counter report is not added to the metrics: the
+// reason label of danmaku_edge_client_reports_refused_total.
+const (
+	reportOverBound = "over_bound"
+	reportTooOften  = "too_often"
+)
+
+// reportCap is the most a connection's reports may add at once: a full
+// window at ReportRate.
+func (s *Server) reportCap() float32 {
+	return float32(s.cfg.ReportRate * s.cfg.ReportWindow.Seconds())
+}
+
+// takeReport decides whether a counter report r, arriving at now (Unix
+// ns, Config.Clock), is added to the client metrics: not within
+// ReportEvery of the last one taken, and not above what the connection
+// can have dropped or held back since — ReportRate a second, up to
+// ReportWindow's worth. A refused report is dropped whole (a client that
+// lies about one counter lies about the report) and spends nothing; it
+// returns the reason, or "" when r is taken.
+func (c *conn) takeReport(r report, now int64) string {
+	cfg := &c.s.cfg
+	if c.reportAt != 0 && now-c.reportAt < int64(cfg.ReportEvery) {
+		return reportTooOften
+	}
+	if el := now - c.creditAt; el > 0 {
+		c.reportCredit = min(c.s.reportCap(), c.reportCredit+float32(float64(el)/1e9*cfg.ReportRate))
+		c.creditAt = now
+	}
+	n := float32(r.Drops) + float32(r.Held)
+	if n > c.reportCredit {
+		return reportOverBound
+	}
+	c.reportCredit -= n
+	c.reportAt = now
+	return ""
+}
+
 // tokenAsk is the text frame an edge sends a connection whose token is
 // about to expire: fetch a new entry and send its token in-band
 // ({"token": ...}) before exp_ms plus the grace, or be closed with 4401.

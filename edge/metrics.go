@@ -79,6 +79,7 @@ type metrics struct {
 	renderDrops              prometheus.Counter
 	heldSends                prometheus.Counter
 	badReports               prometheus.Counter
+	reportsRefused           *prometheus.CounterVec
 	// fanout is how long one room frame takes to be written to every
 	// connection: the edge's share of a gift's latency.
 	fanout prometheus.Histogram
@@ -142,6 +143,10 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 			Name: "danmaku_edge_client_bad_reports_total",
 			Help: "Client messages that were not a valid counter report (ignored when well-formed, else the connection is closed).",
 		}),
+		reportsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "danmaku_edge_client_reports_refused_total",
+			Help: "Well-formed client counter reports not added to the client metrics, by reason: over_bound (more than the connection can have dropped or held back since its last report, Config.ReportRate), too_often (sooner than Config.ReportEvery after its last).",
+		}, []string{"reason"}),
 		fanout: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "danmaku_edge_fanout_seconds",
 			Help:    "Time to write one room batch to every connection of the room on this node.",
@@ -159,11 +164,14 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 	for _, r := range []string{reasonResume, reasonGap, reasonDraining, reasonPolicy, reasonGone, reasonEnded, reasonExpired} {
 		m.closes.WithLabelValues(r)
 	}
+	for _, r := range []string{reportOverBound, reportTooOften} {
+		m.reportsRefused.WithLabelValues(r)
+	}
 	m.catchUp.WithLabelValues("ring")
 	m.catchUp.WithLabelValues("store")
 	cs := []prometheus.Collector{
 		m.framesSent, m.messagesSent, m.slow, m.rejects, m.closes, m.catchUp, m.tokenAsks, m.tokenExpired, m.tokenRefreshes, m.site,
-		m.readErrors, m.renderDrops, m.heldSends, m.badReports, m.fanout,
+		m.readErrors, m.renderDrops, m.heldSends, m.badReports, m.reportsRefused, m.fanout,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "danmaku_edge_connections",
 			Help: "Open WebSocket connections, including handshakes in progress.",

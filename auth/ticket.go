@@ -89,8 +89,10 @@ const maxIdentityTokenBytes = 1200
 // business's login service must fix its ticket, so the caller may say
 // which claim and why. It wraps ErrBadTicket.
 type ClaimError struct {
-	// Claim is the ticket's claim name: "sub", "nick" or "av"; "payload"
-	// for a payload that is not UTF-8.
+	// Claim is the ticket's claim name: "sub", "nick" or "av"; a claim's
+	// name as the ticket spells it when it is one of ours in another case
+	// ("Role") or repeated; "payload" for a payload that is not UTF-8 or
+	// holds half a surrogate pair.
 	Claim  string
 	Reason string
 }
@@ -119,17 +121,19 @@ func (v *TicketVerifier) Verify(ticket string) (*Ticket, error) {
 	if ticket == "" || len(ticket) > maxTokenBytes {
 		return nil, fmt.Errorf("%w: empty or too long", ErrBadTicket)
 	}
-	t, payloadUTF8, err := v.parse(ticket)
+	t, bad, err := v.parse(ticket)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadTicket, err)
 	}
 	if t.Role == "" {
 		t.Role = RoleViewer
 	}
-	if !payloadUTF8 {
-		// encoding/json would have turned the bad bytes into U+FFFD, which
-		// a nickname would then show.
-		return nil, &ClaimError{Claim: "payload", Reason: "not valid UTF-8"}
+	if bad != nil {
+		// Not UTF-8 (encoding/json would have turned the bad bytes into
+		// U+FFFD, which a nickname would then show), or a claim in another
+		// case or repeated (encoding/json would have taken "Role" for
+		// role, and the last of two).
+		return nil, bad
 	}
 	// A missing subject or an unknown role is no ticket of ours at all, as
 	// before the identity rules: 401 at entry, not a claim to fix.

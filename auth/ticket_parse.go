@@ -14,6 +14,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"danmaku/internal/httpx"
 )
 
 // The entry endpoint verifies a business ticket once per viewer joining,
@@ -52,9 +54,9 @@ type ticketScratch struct {
 	wire    ticketWire
 }
 
-// ticketWire is a ticket's claims as decoded: Ticket's JSON names
-// (encoding/json matches them as it matches Ticket's, case-insensitively,
-// the last of duplicate keys winning), the dates kept as numbers.
+// ticketWire is a ticket's claims as decoded: Ticket's JSON names (the
+// payload has passed strictClaims, or decodeTicketFast, so they are spelt
+// exactly and none is repeated), the dates kept as numbers.
 type ticketWire struct {
 	Nick      string           `json:"nick"`
 	Avatar    string           `json:"av"`
@@ -155,19 +157,53 @@ func (v *TicketVerifier) checkHeader(seg string) error {
 	return nil
 }
 
+// strictClaims checks a ticket's payload as every JSON body is checked
+// (httpx.CheckJSON): UTF-8, no half surrogate pair, each claim of Ticket
+// spelt exactly and none repeated. encoding/json, which the jwt library
+// decodes claims with, matches names in any case and keeps the last of
+// repeated ones, so {"sub":"alice","Role":"admin"} was an admin's ticket.
+// The claim set is open: other claims are passed over.
+func strictClaims(payload []byte) *ClaimError {
+	err := httpx.CheckJSON(payload, (*Ticket)(nil), false)
+	if err == nil {
+		return nil
+	}
+	ce := &ClaimError{Claim: "payload", Reason: err.Error()}
+	if je, ok := errors.AsType[*httpx.JSONError](err); ok {
+		ce.Reason = je.Reason
+		if je.Member != "" {
+			ce.Claim = je.Member
+		}
+	}
+	return ce
+}
+
+// strictPayload checks the claims of a JWT the library accepted as
+// strictClaims does, v naming its claims.
+func strictPayload(token string, v any) error {
+	_, rest, _ := strings.Cut(token, ".")
+	seg, _, _ := strings.Cut(rest, ".")
+	b, err := base64.RawURLEncoding.DecodeString(seg)
+	if err != nil {
+		return err
+	}
+	return httpx.CheckJSON(b, v, false)
+}
+
 // parse verifies a ticket's header, signature and times and returns its
-// claims as the library filled them, and whether the payload is UTF-8.
-func (v *TicketVerifier) parse(ticket string) (*Ticket, bool, error) {
+// claims as the library filled them, and what strictClaims finds wrong
+// with its payload.
+func (v *TicketVerifier) parse(ticket string) (*Ticket, *ClaimError, error) {
 	h, rest, ok := strings.Cut(ticket, ".")
 	if !ok {
-		return nil, false, errTicketSegments
+		return nil, nil, errTicketSegments
 	}
 	p, sig, ok := strings.Cut(rest, ".")
 	if !ok || strings.IndexByte(sig, '.') >= 0 {
-		return nil, false, errTicketSegments
+		return nil, nil, errTicketSegments
 	}
 	if err := v.checkHeader(h); err != nil {
-		return nil, false, err
+		return nil, nil, err
 	}
 
 	st := v.scratch.Get().(*ticketScratch)
@@ -183,14 +219,16 @@ func (v *TicketVerifier) parse(ticket string) (*Ticket, bool, error) {
 	}
 	n, err := enc.Decode(st.payload[:cap(st.payload)], signed[len(h)+1:])
 	if err != nil {
-		return nil, false, fmt.Errorf("%w: could not base64 decode claim: %w", jwt.ErrTokenMalformed, err)
+		return nil, nil, fmt.Errorf("%w: could not base64 decode claim: %w", jwt.ErrTokenMalformed, err)
 	}
 	payload := st.payload[:n]
+	var bad *ClaimError // what the fast path takes is strict already
 	if !decodeTicketFast(payload, &st.wire) {
 		st.wire = ticketWire{}
 		if err := json.Unmarshal(payload, &st.wire); err != nil {
-			return nil, false, fmt.Errorf("%w: could not JSON decode claim: %w", jwt.ErrTokenMalformed, err)
+			return nil, nil, fmt.Errorf("%w: could not JSON decode claim: %w", jwt.ErrTokenMalformed, err)
 		}
+		bad = strictClaims(payload)
 	}
 	var mac []byte
 	if sseg := st.buf[len(signed)+1:]; enc.DecodedLen(len(sseg)) <= len(st.sig) {
@@ -200,18 +238,18 @@ func (v *TicketVerifier) parse(ticket string) (*Ticket, bool, error) {
 		mac, err = enc.DecodeString(sig)
 	}
 	if err != nil {
-		return nil, false, fmt.Errorf("%w: could not base64 decode signature: %w", jwt.ErrTokenMalformed, err)
+		return nil, nil, fmt.Errorf("%w: could not base64 decode signature: %w", jwt.ErrTokenMalformed, err)
 	}
 	st.mac.Reset()
 	st.mac.Write(signed)
 	if !hmac.Equal(mac, st.mac.Sum(st.sum[:0])) {
-		return nil, false, errTicketSig
+		return nil, nil, errTicketSig
 	}
 
 	w := &st.wire
 	now := v.now()
 	if !w.ExpiresAt.set {
-		return nil, false, errTicketExpMiss
+		return nil, nil, errTicketExpMiss
 	}
 	a := &ticketAlloc{exp: numericDate(w.ExpiresAt.sec)}
 	var errs []error
@@ -225,7 +263,7 @@ func (v *TicketVerifier) parse(ticket string) (*Ticket, bool, error) {
 		}
 	}
 	if len(errs) > 0 {
-		return nil, false, errors.Join(errs...)
+		return nil, nil, errors.Join(errs...)
 	}
 	t := &a.t
 	t.Nick, t.Avatar, t.Role = w.Nick, w.Avatar, w.Role
@@ -238,17 +276,18 @@ func (v *TicketVerifier) parse(ticket string) (*Ticket, bool, error) {
 		a.iat = numericDate(w.IssuedAt.sec)
 		t.IssuedAt = &a.iat
 	}
-	return t, utf8.Valid(payload), nil
+	return t, bad, nil
 }
 
 // decodeTicketFast decodes the payload an ordinary login service writes —
-// one flat object whose keys are Ticket's claim names exactly, its strings
-// valid UTF-8 without escapes, its dates integers of at most 15 digits — as
-// json.Unmarshal into ticketWire would, and reports whether it did. On
-// anything else (another key, a key in another case, an escape, a fraction,
-// null, an array, invalid JSON) it reports false and the caller leaves the
-// payload to json.Unmarshal: the fast path never has to know encoding/json's
-// rules beyond what it accepts.
+// one flat object whose keys are Ticket's claim names exactly, each once,
+// its strings valid UTF-8 without escapes, its dates integers of at most 15
+// digits — as json.Unmarshal into ticketWire would, and reports whether it
+// did. On anything else (another key, a key in another case, a repeated
+// key, an escape, a fraction, null, an array, invalid JSON) it reports
+// false and the caller leaves the payload to json.Unmarshal and
+// strictClaims: the fast path never has to know encoding/json's rules
+// beyond what it accepts.
 func decodeTicketFast(b []byte, w *ticketWire) bool {
 	*w = ticketWire{}
 	i := skipJSONSpace(b, 0)
@@ -259,11 +298,13 @@ func decodeTicketFast(b []byte, w *ticketWire) bool {
 	if i < len(b) && b[i] == '}' {
 		return skipJSONSpace(b, i+1) == len(b)
 	}
+	var seen uint16 // the claims read, by their case below
 	for {
 		key, j, ok := plainJSONString(b, i)
 		if !ok {
 			return false
 		}
+		var bit uint16
 		i = skipJSONSpace(b, j)
 		if i >= len(b) || b[i] != ':' {
 			return false
@@ -274,25 +315,38 @@ func decodeTicketFast(b []byte, w *ticketWire) bool {
 		switch string(key) {
 		case "nick":
 			str = &w.Nick
+			bit = 1 << 0
 		case "av":
 			str = &w.Avatar
+			bit = 1 << 1
 		case "role":
 			str = &w.Role
+			bit = 1 << 2
 		case "iss":
 			str = &w.Issuer
+			bit = 1 << 3
 		case "sub":
 			str = &w.Subject
+			bit = 1 << 4
 		case "jti":
 			str = &w.ID
+			bit = 1 << 5
 		case "exp":
 			date = &w.ExpiresAt
+			bit = 1 << 6
 		case "nbf":
 			date = &w.NotBefore
+			bit = 1 << 7
 		case "iat":
 			date = &w.IssuedAt
+			bit = 1 << 8
 		default:
 			return false
 		}
+		if seen&bit != 0 {
+			return false // repeated: strictClaims refuses it
+		}
+		seen |= bit
 		if str != nil {
 			v, j, ok := plainJSONString(b, i)
 			if !ok {

@@ -176,6 +176,54 @@ func TestTicketPayloadNotUTF8(t *testing.T) {
 	}
 }
 
+// signTicket signs a raw payload as a business login service would.
+func signTicket(key []byte, payload string) string {
+	enc := base64.RawURLEncoding
+	head := enc.EncodeToString([]byte(`{"alg":"HS256","typ":"JWT"}`))
+	body := enc.EncodeToString([]byte(payload))
+	mac := hmac.New(sha256.New, key)
+	mac.Write([]byte(head + "." + body))
+	return head + "." + body + "." + enc.EncodeToString(mac.Sum(nil))
+}
+
+// TestTicketClaimsStrict: claims are read as strictly as a JSON body. A
+// claim of ours in another case ("Role": encoding/json took it for role,
+// so {"sub":"alice","Role":"admin"} was an admin's ticket) or repeated (the
+// last won) is a ClaimError naming it, whichever path decodes the payload;
+// claims not ours stay allowed (the claim set is open).
+func TestTicketClaimsStrict(t *testing.T) {
+	v, _ := newTicketVerifier(t, ticketKey)
+	exp := time.Now().Add(time.Hour).Unix()
+	for _, tc := range []struct {
+		payload, claim string // claim "": accepted
+	}{
+		{`{"sub":"alice","role":"host","exp":%d}`, ""},
+		{`{"sub":"alice","exp":%d,"tenant":"x","aud":["a"]}`, ""},
+		{`{"s\u0075b":"alice","exp":%d}`, ""}, // an escape spells the same name
+		{`{"sub":"alice","Role":"admin","exp":%d}`, "Role"},
+		{`{"sub":"alice","ROLE":"admin","exp":%d}`, "ROLE"},
+		{`{"SUB":"alice","exp":%d}`, "SUB"},
+		{`{"sub":"alice","nic\u212a":"n","exp":%d}`, "nic\u212a"},
+		{`{"sub":"alice","role":"viewer","role":"admin","exp":%d}`, "role"},
+		{`{"sub":"alice","sub":"bob","exp":%d}`, "sub"},
+		{`{"sub":"alice","exp":%d,"exp":99999999999}`, "exp"},
+		{`{"sub":"alice","exp":%d,"tenant":"x","tenant":"y"}`, "tenant"},
+		{`{"sub":"alice","nick":"\ud800","exp":%d}`, "payload"},
+	} {
+		tk, err := v.Verify(signTicket(ticketKey, fmt.Sprintf(tc.payload, exp)))
+		if tc.claim == "" {
+			if err != nil {
+				t.Errorf("%s: %v", tc.payload, err)
+			}
+			continue
+		}
+		var ce *auth.ClaimError
+		if !errors.As(err, &ce) || ce.Claim != tc.claim || !errors.Is(err, auth.ErrBadTicket) {
+			t.Errorf("%s: %v (%+v), want a ClaimError on %q", tc.payload, err, tk, tc.claim)
+		}
+	}
+}
+
 // The largest identity a ticket may carry still makes a token every node
 // accepts, with room to spare for a long list of node addresses.
 func TestTicketIdentityFitsAToken(t *testing.T) {

@@ -98,6 +98,8 @@ func TestBadFramesClosed(t *testing.T) {
 		{"binary (msgpack or not)", [][]byte{rawFrame(0x82, true, []byte{0x81, 0xa1, 'v', 0x01})}, closeUnsupported},
 		{"text, not JSON", [][]byte{rawFrame(0x81, true, []byte("hello"))}, closeBadData},
 		{"text, bad UTF-8", [][]byte{rawFrame(0x81, true, []byte{'"', 0xff, '"'})}, closeBadData},
+		{"report, a name in capitals", [][]byte{rawFrame(0x81, true, []byte(`{"DROPS":5}`))}, closeBadData},
+		{"report, a counter twice", [][]byte{rawFrame(0x81, true, []byte(`{"drops":1,"drops":5}`))}, closeBadData},
 		{"reserved opcode", [][]byte{rawFrame(0x83, true, nil)}, closeProtocol},
 		{"reserved control opcode", [][]byte{rawFrame(0x8B, true, nil)}, closeProtocol},
 		{"unmasked", [][]byte{rawFrame(0x81, false, []byte(`{}`))}, closeProtocol},

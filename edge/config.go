@@ -30,6 +30,12 @@ const (
 	defaultReadLimit    = 4 << 10
 	defaultDrainPeriod  = 10 * time.Second
 	defaultHelloTimeout = 5 * time.Second
+	// defaultReportRate is three times the slicer's default budget (60
+	// messages per viewer per second), the edge's pushes included.
+	defaultReportRate   = 200
+	defaultReportWindow = time.Minute
+	// defaultReportEvery is half the SDKs' report interval (10 s).
+	defaultReportEvery = 5 * time.Second
 
 	// minMergeWindow is the shortest merge window accepted: frames closer
 	// together than this get cut or coalesced by middleboxes anyway.
@@ -192,6 +198,24 @@ type Config struct {
 	// forwarded address where TrustedProxies lists it); beyond, 429
 	// hello_waits_addr (Retry-After 1-3 s). Zero: 256; negative: unlimited.
 	MaxHelloWaitsPerAddr int
+	// ReportRate bounds what a connection's counter reports may add to
+	// the client metrics ({"drops":N,"held":N}, the two summed): a client
+	// cannot drop or hold back more than it was sent or typed. Each
+	// connection earns ReportRate a second, up to ReportWindow's worth
+	// (a full window at connect, so that what an SDK carries over from
+	// its previous connection passes); a report above what it has left is
+	// refused whole and counted in
+	// danmaku_edge_client_reports_refused_total{reason="over_bound"}.
+	// Once a report carried a million drops. Zero: 200 a second.
+	ReportRate float64
+	// ReportWindow is how much unreported time a connection's bound
+	// accumulates at most. Zero: 1 minute.
+	ReportWindow time.Duration
+	// ReportEvery is the least time between two counter reports of one
+	// connection: a report sooner after the last one taken is refused and
+	// counted (reason "too_often"); a frame with a token alone is not a
+	// report. Zero: 5 s (the SDKs report every 10 s).
+	ReportEvery time.Duration
 	// AllowOrigins are the web origins whose pages may connect: a
 	// handshake with another Origin is refused (403, code "origin"). A
 	// handshake without Origin is a native client and always allowed. The
@@ -249,6 +273,9 @@ func (cfg Config) withDefaults() (Config, error) {
 		{"ReadLimit", cfg.ReadLimit < 0},
 		{"DrainPeriod", cfg.DrainPeriod < 0},
 		{"HelloTimeout", cfg.HelloTimeout < 0},
+		{"ReportRate", cfg.ReportRate < 0},
+		{"ReportWindow", cfg.ReportWindow < 0},
+		{"ReportEvery", cfg.ReportEvery < 0},
 	} {
 		if f.bad {
 			return cfg, fmt.Errorf("%w: %s must not be negative", ErrInvalidConfig, f.name)
@@ -304,6 +331,15 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if cfg.MaxHelloWaitsPerAddr == 0 {
 		cfg.MaxHelloWaitsPerAddr = defaultMaxHelloWaitsPerAddr
+	}
+	if cfg.ReportRate == 0 {
+		cfg.ReportRate = defaultReportRate
+	}
+	if cfg.ReportWindow == 0 {
+		cfg.ReportWindow = defaultReportWindow
+	}
+	if cfg.ReportEvery == 0 {
+		cfg.ReportEvery = defaultReportEvery
 	}
 	cfg.Clock = clock.Or(cfg.Clock)
 	if cfg.Logger == nil {

@@ -81,6 +81,12 @@ type conn struct {
 	// reader only.
 	tokens  float32
 	tokenAt int64 // Unix ns
+	// What the client's counter reports may still add (reportCredit, as
+	// of creditAt, Unix ns of Config.Clock) and when the last one was
+	// taken (0: none): see takeReport. Reader only.
+	reportCredit float32
+	creditAt     int64
+	reportAt     int64
 	// frag is a message whose first fragments arrived; reader only.
 	frag       []byte
 	fragBinary bool
@@ -97,6 +103,7 @@ func newConn(s *Server, h *hub, claims *auth.Claims) *conn {
 	if claims.ExpiresAt != nil {
 		c.exp.Store(claims.ExpiresAt.UnixMilli())
 	}
+	c.reportCredit, c.creditAt = s.reportCap(), s.cfg.Clock.Now().UnixNano()
 	return c
 }
 
@@ -554,9 +561,17 @@ func (c *conn) onFrame(f clientFrame) bool {
 		}
 		return true
 	}
-	c.s.m.renderDrops.Add(float64(r.Drops))
-	c.s.m.heldSends.Add(float64(r.Held))
-	c.s.m.addSLO(&r)
+	if r.Drops > 0 || r.Held > 0 || r.Segs > 0 || r.Lat.set {
+		// One counter report, its service levels included, is taken or
+		// refused whole: the same spacing (ReportEvery) for all of it.
+		if reason := c.takeReport(r, c.s.cfg.Clock.Now().UnixNano()); reason != "" {
+			c.s.m.reportsRefused.WithLabelValues(reason).Inc()
+		} else {
+			c.s.m.renderDrops.Add(float64(r.Drops))
+			c.s.m.heldSends.Add(float64(r.Held))
+			c.s.m.addSLO(&r)
+		}
+	}
 	if r.Token != "" {
 		c.refreshToken(r.Token)
 	}

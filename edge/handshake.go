@@ -49,7 +49,9 @@ const maxTokenLen = 4 << 10
 // hello is the first frame a browser sends: a page cannot set headers on a
 // WebSocket, and a token in the URL leaks into logs, proxies and redirect
 // Locations. Text frame, JSON: {"token": "...", "last": "<id>"}; last is
-// optional. Unknown fields are ignored so a later SDK may add some.
+// optional. Names are exact and none may repeat (httpx.CheckJSON, as for
+// a request body: {"TOKEN":…} is refused, not read as the token); other
+// members are ignored so a later SDK may add some.
 type hello struct {
 	Token string `json:"token"`
 	Last  string `json:"last"`
@@ -63,6 +65,9 @@ func parseHello(b []byte) (hello, error) {
 	b = bytes.TrimSpace(b)
 	if len(b) == 0 || b[0] != '{' {
 		return hello{}, fmt.Errorf("%w: not a JSON object", errBadHello)
+	}
+	if err := httpx.CheckJSON(b, &h, false); err != nil {
+		return hello{}, fmt.Errorf("%w: %v", errBadHello, err)
 	}
 	if err := json.Unmarshal(b, &h); err != nil {
 		return hello{}, fmt.Errorf("%w: %v", errBadHello, err)

@@ -117,6 +117,11 @@ func testHelloRefused(t *testing.T, e *testEnv) {
 			return ws.WriteMessage(websocket.BinaryMessage, []byte(`{"token":"`+e.token("r1")+`"}`))
 		}, CloseBadHello, CodeBadHello},
 		{"bad last", text(`{"token":"` + e.token("r1") + `","last":"abc"}`), CloseBadHello, CodeBadHello},
+		// Names are exact and none repeats, as in a request body: a valid
+		// token under "TOKEN", or after a bad one, connected.
+		{"token in capitals", text(`{"TOKEN":"` + e.token("r1") + `"}`), CloseBadHello, CodeBadHello},
+		{"token repeated", text(`{"token":"x","token":"` + e.token("r1") + `"}`), CloseBadHello, CodeBadHello},
+		{"last in another case", text(`{"token":"` + e.token("r1") + `","Last":"1-0"}`), CloseBadHello, CodeBadHello},
 		{"too large", text(`{"token":"` + strings.Repeat("x", 5000) + `"}`), websocket.CloseMessageTooBig, CodeBadHello},
 		{"garbage token", text(`{"token":"x.y.z"}`), CloseTokenRejected, CodeUnauthorized},
 		{"unknown epoch", text(`{"token":"` + otherEpoch + `"}`), CloseTokenRejected, CodeTokenEpoch},

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"unicode/utf8"
+
+	"danmaku/internal/httpx"
 )
 
 // maxLastLen bounds the last query parameter: "<ms>-<seq>" with 64-bit
@@ -37,7 +39,8 @@ func parseLast(s string) (id msgID, ok bool, err error) {
 //
 //	{"drops": 12, "held": 3, "segs": 10, "hits": 10, "lat": [0,0,4,…]}
 //
-// Unknown fields are ignored so that the SDK can add counters first.
+// Names are exact and none may repeat (httpx.CheckJSON, as for a request
+// body); other members are ignored so that the SDK can add counters first.
 type report struct {
 	// Drops is messages dropped from the render queue.
 	Drops uint32 `json:"drops"`
@@ -80,6 +83,11 @@ func parseReport(b []byte) (report, error) {
 		}
 		return r, errReportSyntax
 	}
+	if err := httpx.CheckJSON(b, &r, false); err != nil {
+		// {"DROPS":…} or a counter twice breaks the protocol as surely as
+		// a syntax error: encoding/json would read one of our names in it.
+		return report{}, fmt.Errorf("%w: %v", errReportSyntax, err)
+	}
 	if err := json.Unmarshal(b, &r); err != nil {
 		var se *json.SyntaxError
 		if errors.As(err, &se) {
@@ -97,6 +105,44 @@ func parseReport(b []byte) (report, error) {
 		return report{}, err
 	}
 	return r, nil
+}
+
+// Why a well-formed counter report is not added to the metrics: the
+// reason label of danmaku_edge_client_reports_refused_total.
+const (
+	reportOverBound = "over_bound"
+	reportTooOften  = "too_often"
+)
+
+// reportCap is the most a connection's reports may add at once: a full
+// window at ReportRate.
+func (s *Server) reportCap() float32 {
+	return float32(s.cfg.ReportRate * s.cfg.ReportWindow.Seconds())
+}
+
+// takeReport decides whether a counter report r, arriving at now (Unix
+// ns, Config.Clock), is added to the client metrics: not within
+// ReportEvery of the last one taken, and not above what the connection
+// can have dropped or held back since — ReportRate a second, up to
+// ReportWindow's worth. A refused report is dropped whole (a client that
+// lies about one counter lies about the report) and spends nothing; it
+// returns the reason, or "" when r is taken.
+func (c *conn) takeReport(r report, now int64) string {
+	cfg := &c.s.cfg
+	if c.reportAt != 0 && now-c.reportAt < int64(cfg.ReportEvery) {
+		return reportTooOften
+	}
+	if el := now - c.creditAt; el > 0 {
+		c.reportCredit = min(c.s.reportCap(), c.reportCredit+float32(float64(el)/1e9*cfg.ReportRate))
+		c.creditAt = now
+	}
+	n := float32(r.Drops) + float32(r.Held)
+	if n > c.reportCredit {
+		return reportOverBound
+	}
+	c.reportCredit -= n
+	c.reportAt = now
+	return ""
 }
 
 // tokenAsk is the text frame an edge sends a connection whose token is

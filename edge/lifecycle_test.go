@@ -16,6 +16,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"danmaku/gslb"
+	"danmaku/internal/clock"
 	"danmaku/internal/wire"
 )
 
@@ -184,6 +185,44 @@ func TestDeadConnectionsReleased(t *testing.T) {
 	t.Logf("heap %d KiB before, %d KiB after %d connections came and went", heap0>>10, heap>>10, silent)
 	if heap > heap0+uint64(silent)*4<<10 {
 		t.Errorf("heap %d KiB after the drops, %d KiB before: connections left memory behind", heap>>10, heap0>>10)
+	}
+}
+
+// TestClientReportsBounded: a connection's counter reports add at most
+// ReportRate a second of its life to the client metrics (a full
+// ReportWindow at connect), at most one per ReportEvery; what is refused
+// is counted by reason. Once two connections added 15 million drops in 6 s.
+func TestClientReportsBounded(t *testing.T) {
+	clk := clock.NewFake(time.Now())
+	e := newEnv(t, envOpts{cfg: func(c *Config) {
+		c.Clock = clk
+		c.ReportRate, c.ReportWindow, c.ReportEvery = 10, 10*time.Second, 5*time.Second // at most 100
+	}})
+	ws := e.connect("r1", "")
+	refused := func(reason string) float64 { return counter(e.srv.m.reportsRefused.WithLabelValues(reason)) }
+	steps := []struct {
+		advance            time.Duration
+		report             string
+		drops, held        float64 // the metrics after it
+		overBound, tooSoon float64
+	}{
+		{0, `{"drops":100}`, 100, 0, 0, 0},                   // a full window at connect
+		{0, `{"drops":1}`, 100, 0, 0, 1},                     // within ReportEvery
+		{5 * time.Second, `{"drops":1000000}`, 100, 0, 1, 1}, // 50 earned
+		{0, `{"drops":30,"held":20}`, 130, 20, 1, 1},         // the 50, summed
+		{5 * time.Second, `{"drops":51}`, 130, 20, 2, 1},     // 50 earned again
+		{20 * time.Second, `{"held":101}`, 130, 20, 3, 1},    // the window caps what 20 s earn
+		{0, `{"held":100,"token":""}`, 130, 120, 3, 1},
+	}
+	for i, st := range steps {
+		clk.Advance(st.advance)
+		if err := ws.WriteMessage(websocket.TextMessage, []byte(st.report)); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, fmt.Sprintf("step %d (%s) to be counted", i, st.report), func() bool {
+			return refused(reportOverBound) == st.overBound && refused(reportTooOften) == st.tooSoon &&
+				counter(e.srv.m.renderDrops) == st.drops && counter(e.srv.m.heldSends) == st.held
+		})
 	}
 }
 

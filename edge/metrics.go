@@ -91,6 +91,7 @@ type metrics struct {
 	firstPolls           *prometheus.CounterVec
 	pollHits, pollMisses prometheus.Counter
 	latency              *latencyHist
+	reportsRefused       *prometheus.CounterVec
 	// fanout is how long one room frame takes to be written to every
 	// connection: the edge's share of a gift's latency.
 	fanout prometheus.Histogram
@@ -159,6 +160,10 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 			Help: "Segments clients fetched, by outcome of their first request: hit (found) or miss (asked early, or a wrong object first), as reported by clients.",
 		}, []string{"outcome"}),
 		latency: newLatencyHist(),
+		reportsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "danmaku_edge_client_reports_refused_total",
+			Help: "Well-formed client counter reports not added to the client metrics, by reason: over_bound (more than the connection can have dropped or held back since its last report, Config.ReportRate), too_often (sooner than Config.ReportEvery after its last).",
+		}, []string{"reason"}),
 		fanout: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "danmaku_edge_fanout_seconds",
 			Help:    "Time to write one room batch to every connection of the room on this node.",
@@ -178,11 +183,14 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 	}
 	m.pollHits = m.firstPolls.WithLabelValues("hit")
 	m.pollMisses = m.firstPolls.WithLabelValues("miss")
+	for _, r := range []string{reportOverBound, reportTooOften} {
+		m.reportsRefused.WithLabelValues(r)
+	}
 	m.catchUp.WithLabelValues("ring")
 	m.catchUp.WithLabelValues("store")
 	cs := []prometheus.Collector{
 		m.framesSent, m.messagesSent, m.slow, m.rejects, m.closes, m.catchUp, m.tokenAsks, m.tokenExpired, m.tokenRefreshes, m.site,
-		m.readErrors, m.renderDrops, m.heldSends, m.badReports, m.firstPolls, m.latency, m.fanout,
+		m.readErrors, m.renderDrops, m.heldSends, m.badReports, m.reportsRefused, m.firstPolls, m.latency, m.fanout,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "danmaku_edge_connections",
 			Help: "Open WebSocket connections, including handshakes in progress.",

@@ -195,6 +195,11 @@ const (
 // call.
 const TimePath = "/v1/time"
 
+// BrowserRoutes are the routes a page calls (the web SDK: its entry and
+// its clock samples): the only ones the gslb grants CORS
+// (httpx.EngineConfig.CORSRoutes). The events API is an operator's.
+var BrowserRoutes = []string{"/v1/entry", TimePath}
+
 // Register adds the entry and time routes to r: admission first, then
 // the rate limits, then the handler.
 func (s *Server) Register(r gin.IRoutes) {

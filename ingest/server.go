@@ -370,6 +370,12 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
+// BrowserRoutes are the routes a page calls (the web SDK's comments, a
+// host page's announcements): the only ones the ingest grants CORS
+// (httpx.EngineConfig.CORSRoutes). Gifts come from business servers, and
+// the lottery, ban and broadcast APIs from operators' tools.
+var BrowserRoutes = []string{"/v1/rooms/:room/barrage", "/v1/rooms/:room/announce"}
+
 // Register adds the upload routes to r, behind the rate limits when
 // Config.RateLimit is set.
 func (s *Server) Register(r gin.IRoutes) {

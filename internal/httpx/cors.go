@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -62,12 +63,58 @@ func (o Origins) Empty() bool { return !o.all && len(o.list) == 0 }
 // every request would otherwise cost two round trips.
 const corsMaxAge = 10 * time.Minute
 
+// CodeCORSNotAllowed: a CORS preflight to a route that browsers do not
+// call (gifts, operator APIs): no origin is granted it.
+const CodeCORSNotAllowed = "cors_not_allowed"
+
 // CORS returns the middleware that answers preflights and sets the CORS
-// headers for allowed origins. The library (gin-contrib/cors) answers with a
-// bare 403 for a foreign origin; here a foreign preflight gets the coded
-// error, and a foreign simple request is served without CORS headers (the
-// browser then hides the answer from the page, which is the protection).
-func CORS(o Origins) gin.HandlerFunc {
+// headers for allowed origins, on the routes browsers call (gin patterns,
+// "/v1/rooms/:room/barrage") and on no other: a preflight to another path
+// is answered 403 cors_not_allowed, and a request to one gets no CORS
+// headers, so that no page can read what a server-to-server or operator
+// API answers. The library (gin-contrib/cors) answers with a bare 403 for
+// a foreign origin; here a foreign preflight gets the coded error, and a
+// foreign simple request is served without CORS headers (the browser then
+// hides the answer from the page, which is the protection).
+func CORS(o Origins, routes []string) gin.HandlerFunc {
+	granted := corsFor(o)
+	return func(c *gin.Context) {
+		path := c.Request.URL.EscapedPath() // as the engine routes it
+		if !slices.ContainsFunc(routes, func(r string) bool { return matchRoute(r, path) }) {
+			if c.Request.Method == http.MethodOptions && c.GetHeader("Origin") != "" {
+				Abort(c, Errorf(http.StatusForbidden, CodeCORSNotAllowed, "browsers do not call this route: no origin may"))
+			}
+			return
+		}
+		granted(c)
+	}
+}
+
+// matchRoute reports whether path is one of pattern's: its segments equal,
+// a ":name" segment matching any one that is not empty.
+func matchRoute(pattern, path string) bool {
+	for {
+		p, pRest, pMore := strings.Cut(pattern, "/")
+		s, sRest, sMore := strings.Cut(path, "/")
+		if strings.HasPrefix(p, ":") {
+			if s == "" {
+				return false
+			}
+		} else if p != s {
+			return false
+		}
+		if pMore != sMore {
+			return false
+		}
+		if !pMore {
+			return true
+		}
+		pattern, path = pRest, sRest
+	}
+}
+
+// corsFor is CORS on a route browsers call.
+func corsFor(o Origins) gin.HandlerFunc {
 	if o.Empty() {
 		return func(c *gin.Context) {
 			if c.Request.Method == http.MethodOptions && c.GetHeader("Origin") != "" {

@@ -40,30 +40,46 @@ func TestParseOrigins(t *testing.T) {
 	}
 }
 
+// TestCORS: preflights and CORS headers for allowed origins on the routes
+// browsers call (CORSRoutes); a preflight to any other route is a coded
+// 403 cors_not_allowed, whatever the origin, and an answer there carries
+// no CORS header (gifts and operator APIs were granted CORS).
 func TestCORS(t *testing.T) {
 	allowed, _ := ParseOrigins([]string{"https://app.test"})
+	all, _ := ParseOrigins([]string{"*"})
 	tests := []struct {
 		name    string
 		cors    *Origins
+		path    string
 		method  string
 		origin  string
 		status  int
 		code    string // coded error expected, "" for none
 		allowed bool   // Access-Control-Allow-Origin set to origin
 	}{
-		{"preflight from an allowed page", &allowed, http.MethodOptions, "https://app.test", http.StatusNoContent, "", true},
-		{"preflight from a foreign page", &allowed, http.MethodOptions, "https://evil.test", http.StatusForbidden, CodeForbidden, false},
-		{"post from an allowed page", &allowed, http.MethodPost, "https://app.test", http.StatusOK, "", true},
-		{"post from a foreign page: served, no CORS headers", &allowed, http.MethodPost, "https://evil.test", http.StatusOK, "", false},
-		{"native client", &allowed, http.MethodPost, "", http.StatusOK, "", false},
-		{"empty list: preflight refused with a code", &Origins{}, http.MethodOptions, "https://app.test", http.StatusForbidden, CodeForbidden, false},
-		{"no CORS at all: preflight is a coded 405", nil, http.MethodOptions, "https://app.test", http.StatusMethodNotAllowed, CodeNoMethod, false},
+		{"preflight from an allowed page", &allowed, "/v1/rooms/demo/thing", http.MethodOptions, "https://app.test", http.StatusNoContent, "", true},
+		{"preflight from a foreign page", &allowed, "/v1/rooms/demo/thing", http.MethodOptions, "https://evil.test", http.StatusForbidden, CodeForbidden, false},
+		{"post from an allowed page", &allowed, "/v1/rooms/demo/thing", http.MethodPost, "https://app.test", http.StatusOK, "", true},
+		{"post from a foreign page: served, no CORS headers", &allowed, "/v1/rooms/demo/thing", http.MethodPost, "https://evil.test", http.StatusOK, "", false},
+		{"native client", &allowed, "/v1/rooms/demo/thing", http.MethodPost, "", http.StatusOK, "", false},
+		{"empty list: preflight refused with a code", &Origins{}, "/v1/rooms/demo/thing", http.MethodOptions, "https://app.test", http.StatusForbidden, CodeForbidden, false},
+		{"no CORS at all: preflight is a coded 405", nil, "/v1/rooms/demo/thing", http.MethodOptions, "https://app.test", http.StatusMethodNotAllowed, CodeNoMethod, false},
+		{"operator route: preflight from an allowed page refused", &allowed, "/v1/admin/thing", http.MethodOptions, "https://app.test", http.StatusForbidden, CodeCORSNotAllowed, false},
+		{"operator route: preflight refused under *", &all, "/v1/admin/thing", http.MethodOptions, "https://app.test", http.StatusForbidden, CodeCORSNotAllowed, false},
+		{"operator route: preflight refused with an empty list", &Origins{}, "/v1/admin/thing", http.MethodOptions, "https://app.test", http.StatusForbidden, CodeCORSNotAllowed, false},
+		{"operator route: post from an allowed page, no CORS headers", &allowed, "/v1/admin/thing", http.MethodPost, "https://app.test", http.StatusOK, "", false},
+		{"operator route: native client", &allowed, "/v1/admin/thing", http.MethodPost, "", http.StatusOK, "", false},
+		{"a longer path is another route", &allowed, "/v1/rooms/demo/thing/x", http.MethodOptions, "https://app.test", http.StatusForbidden, CodeCORSNotAllowed, false},
+		{"an empty parameter is no route", &allowed, "/v1/rooms//thing", http.MethodOptions, "https://app.test", http.StatusForbidden, CodeCORSNotAllowed, false},
+		{"an escaped slash stays in its segment", &allowed, "/v1/rooms/a%2Fb/thing", http.MethodOptions, "https://app.test", http.StatusNoContent, "", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			e := NewEngine(EngineConfig{Role: "test", CORS: tt.cors})
-			e.POST("/v1/thing", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"ok": true}) })
-			req := httptest.NewRequest(tt.method, "/v1/thing", nil)
+			e := NewEngine(EngineConfig{Role: "test", CORS: tt.cors, CORSRoutes: []string{"/v1/rooms/:room/thing"}})
+			ok := func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"ok": true}) }
+			e.POST("/v1/rooms/:room/thing", ok)
+			e.POST("/v1/admin/thing", ok)
+			req := httptest.NewRequest(tt.method, tt.path, nil)
 			if tt.origin != "" {
 				req.Header.Set("Origin", tt.origin)
 			}

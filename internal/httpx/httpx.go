@@ -241,9 +241,13 @@ type EngineConfig struct {
 	// cannot choose its ISP line by forging a header.
 	TrustedProxies []string
 	// CORS, when set, answers browser preflights and sets CORS headers for
-	// these origins (a page on another origin calls the API). Nil: no CORS
-	// handling; a preflight answers 405.
+	// these origins (a page on another origin calls the API) on
+	// CORSRoutes. Nil: no CORS handling; a preflight answers 405.
 	CORS *Origins
+	// CORSRoutes are the routes browsers call (gin patterns): the only
+	// ones CORS applies to. A preflight to another path is answered 403
+	// cors_not_allowed. Empty: none.
+	CORSRoutes []string
 	// NoBody marks a role none of whose routes reads a request body (the
 	// edge). A request that declares one (Content-Length or chunked) is
 	// answered 400 body_not_allowed before any route runs, and its
@@ -291,7 +295,7 @@ func NewEngine(cfg EngineConfig) *gin.Engine {
 		e.Use(refuseBody)
 	}
 	if cfg.CORS != nil {
-		e.Use(CORS(*cfg.CORS))
+		e.Use(CORS(*cfg.CORS, cfg.CORSRoutes))
 	}
 	e.NoRoute(func(c *gin.Context) { Abort(c, Errorf(http.StatusNotFound, CodeNotFound, "no such endpoint")) })
 	e.NoMethod(func(c *gin.Context) {

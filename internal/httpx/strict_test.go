@@ -347,3 +347,48 @@ func FuzzBindJSON(f *testing.F) {
 		}
 	})
 }
+
+// TestCheckJSON: JSON read outside a body (claims, frames) gets BindJSON's
+// rules — exact names, no duplicates, UTF-8, one value — with unknown
+// members refused in a closed format and passed over in an open one.
+func TestCheckJSON(t *testing.T) {
+	type frame struct {
+		Token string `json:"token"`
+		Last  string `json:"last"`
+	}
+	for _, tc := range []struct {
+		data           string
+		closed         bool
+		member, reason string // "" and "": accepted
+	}{
+		{`{"token":"t","last":"1-0"}`, true, "", ""},
+		{` {"t\u006fken":"t"} `, true, "", ""},
+		{`{"token":"t","other":[1,{"x":2}]}`, false, "", ""},
+		{`{"token":"t","other":1}`, true, "other", "unknown"},
+		{`{"TOKEN":"t"}`, false, "TOKEN", `names are case-sensitive; did you mean "token"?`},
+		{`{"Token":"t"}`, true, "Token", `names are case-sensitive; did you mean "token"?`},
+		{`{"la\u017Ft":"1-0"}`, false, "laſt", `names are case-sensitive; did you mean "last"?`},
+		{`{"token":"a","token":"b"}`, false, "token", "repeated"},
+		{`{"token":"a","x":1,"x":2}`, false, "x", "repeated"},
+		{`{"token":"a"} {}`, false, "", "data after the JSON value at byte 14: a body holds one JSON value"},
+		{`{"token":"a`, false, "", "truncated JSON"},
+		{"{\"token\":\"\xff\"}", false, "", "not valid UTF-8"},
+		{`{"token":"\ud800"}`, false, "", `field "token" holds the escape \ud800 at byte 10, half of a surrogate pair without its other half: not a character`},
+	} {
+		err := CheckJSON([]byte(tc.data), &frame{}, tc.closed)
+		if tc.reason == "" {
+			if err != nil {
+				t.Errorf("%s (closed %v): %v", tc.data, tc.closed, err)
+			}
+			continue
+		}
+		je, ok := err.(*JSONError)
+		if !ok || je.Member != tc.member || je.Reason != tc.reason {
+			t.Errorf("%s (closed %v): %#v, want member %q reason %q", tc.data, tc.closed, err, tc.member, tc.reason)
+		}
+	}
+	data := []byte(`{"token":"t","last":"1-0","x":1}`)
+	if n := testing.AllocsPerRun(100, func() { _ = CheckJSON(data, (*frame)(nil), false) }); n != 0 {
+		t.Errorf("CheckJSON of valid data allocates %v times", n)
+	}
+}

@@ -304,11 +304,20 @@ type jsonScanner struct {
 	i      int
 	depth  int
 	locate int
+	// open: a struct's schema names the members it knows, not all it may
+	// hold (CheckJSON of an open format): another name is passed over,
+	// unless it is one of the known ones in another case.
+	open bool
 }
 
 // checkJSON scans data (valid UTF-8) as one JSON value of schema sc.
 func checkJSON(data []byte, sc *schema) *jsonFault {
 	s := jsonScanner{data: data}
+	return s.check(sc)
+}
+
+// check scans s.data as one JSON value of schema sc.
+func (s *jsonScanner) check(sc *schema) *jsonFault {
 	if f := s.value(sc); f != nil {
 		return f
 	}
@@ -317,6 +326,58 @@ func checkJSON(data []byte, sc *schema) *jsonFault {
 		return s.fault(faultTrailing)
 	}
 	return nil
+}
+
+// JSONError is what CheckJSON found wrong.
+type JSONError struct {
+	// Member is the JSON path of the member at fault (`role`,
+	// `rooms[2].id`); empty when the fault is not one member's.
+	Member string
+	// Reason says what is wrong, without the member's name: "unknown",
+	// "repeated", "names are case-sensitive; did you mean \"role\"?", or
+	// what is wrong with the whole text.
+	Reason string
+	msg    string
+}
+
+// Error is the message BindJSON gives for the same fault.
+func (e *JSONError) Error() string { return e.msg }
+
+// CheckJSON checks data, one JSON value that arrives outside a request
+// body — a ticket's claims, a WebSocket frame —, by the rules BindJSON
+// applies to a body before it decodes one, so that no two readers of it can
+// see different values: valid UTF-8, no half surrogate pair, one value, and
+// in each object that v's type describes (v as given to json.Unmarshal) a
+// member's name spelt exactly as its field's and no member twice. A member
+// v's type does not name is refused when closed; when not (a format that
+// others may extend: a JWT's claim set, a report a newer client adds
+// counters to) it is passed over, unless it is one of v's names in another
+// case, which encoding/json would have taken for it. Types are left to the
+// decoder. It returns nil or a *JSONError, and allocates nothing for valid
+// data whose objects have up to 64 known members.
+func CheckJSON(data []byte, v any, closed bool) error {
+	if !utf8.Valid(data) {
+		return &JSONError{Reason: "not valid UTF-8", msg: fmt.Sprintf("not valid UTF-8 (byte %d)", firstInvalidUTF8(data))}
+	}
+	s := jsonScanner{data: data, open: !closed}
+	f := s.check(schemaOf(reflect.TypeOf(v)))
+	if f == nil {
+		return nil
+	}
+	e := &JSONError{msg: f.httpError().Message}
+	e.Reason = e.msg
+	switch f.kind {
+	case faultUnknown:
+		e.Reason = "unknown"
+	case faultCase:
+		e.Reason = fmt.Sprintf("names are case-sensitive; did you mean %q?", f.hint)
+	case faultDuplicate:
+		e.Reason = "repeated"
+	}
+	if f.kind == faultUnknown || f.kind == faultCase || f.kind == faultDuplicate {
+		e.Member = pathString(f.path)
+	}
+	return e
 }
 
 // locatePath returns the path of the value an encoding/json error offset
@@ -650,23 +711,28 @@ func (s *jsonScanner) object(sc *schema) *jsonFault {
 		if strict {
 			idx, known := sc.index[string(key)]
 			if !known {
-				f := &jsonFault{kind: faultUnknown, offset: keyAt}
+				kind, hint := faultUnknown, ""
 				for _, fd := range sc.fields {
-					if strings.EqualFold(string(key), fd.name) {
-						f.kind, f.hint = faultCase, fd.name
+					if bytes.EqualFold(key, []byte(fd.name)) { // names are short: no allocation
+						kind, hint = faultCase, fd.name
 						break
 					}
 				}
-				f.push(pathElem{key: string(key), index: -1})
-				return f
-			}
-			if idx < 64 {
-				dup = seenFields&(1<<idx) != 0
-				seenFields |= 1 << idx
+				if kind == faultCase || !s.open {
+					f := &jsonFault{kind: kind, offset: keyAt, hint: hint}
+					f.push(pathElem{key: string(key), index: -1})
+					return f
+				}
+				dup = !others.add(key) // an open format's other member
 			} else {
-				dup = !others.add(key)
+				if idx < 64 {
+					dup = seenFields&(1<<idx) != 0
+					seenFields |= 1 << idx
+				} else {
+					dup = !others.add(key)
+				}
+				child = sc.fields[idx].schema
 			}
-			child = sc.fields[idx].schema
 		} else {
 			dup = !others.add(key)
 			if sc != nil && sc.kind == kindMap {

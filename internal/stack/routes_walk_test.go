@@ -200,10 +200,13 @@ func walkCases() []walkCase {
 	for _, role := range AllRoles {
 		add(role, "*", 405, "method_not_allowed", probe{method: "DELETE", path: "/healthz"})
 	}
-	for _, role := range []string{RoleGSLB, RoleIngest} {
-		add(role, "*", 403, "forbidden", probe{method: "OPTIONS", path: "/v1/entry", header: map[string]string{
-			"Origin": "https://elsewhere.example", "Access-Control-Request-Method": "GET"}})
-	}
+	preflight := map[string]string{"Origin": "https://elsewhere.example", "Access-Control-Request-Method": "POST"}
+	add(RoleGSLB, "*", 403, "forbidden", probe{method: "OPTIONS", path: "/v1/entry", header: preflight})
+	add(RoleIngest, "*", 403, "forbidden", probe{method: "OPTIONS", path: "/v1/rooms/demo/barrage", header: preflight})
+	// Browsers never call gifts or the operator APIs: no origin is granted
+	// them (TestCORS in internal/httpx: an allowed one neither).
+	add(RoleGSLB, "*", 403, "cors_not_allowed", probe{method: "OPTIONS", path: "/v1/admin/events", header: preflight})
+	add(RoleIngest, "*", 403, "cors_not_allowed", probe{method: "OPTIONS", path: "/v1/gifts", header: preflight})
 	add(RoleEdge, "*", 400, "body_not_allowed", probe{method: "GET", path: "/healthz", body: `{"x":1}`})
 	add(RoleOrigin, "*", 400, "body_not_allowed", probe{method: "GET", path: "/healthz", body: `{"x":1}`})
 	for _, role := range []string{RoleGSLB, RoleIngest, RoleSlicer} {

@@ -618,7 +618,10 @@ func New(cfg Config) (*Stack, error) {
 		// refused at once rather than waited for until the read timeout.
 		ec.NoBody = role == RoleOrigin
 		if role == RoleGSLB || role == RoleIngest {
-			ec.CORS = &origins
+			ec.CORS, ec.CORSRoutes = &origins, gslb.BrowserRoutes
+			if role == RoleIngest {
+				ec.CORSRoutes = ingest.BrowserRoutes
+			}
 			// Healthy once it can sign or verify a token issued now: a
 			// load balancer must not send requests it would refuse.
 			if ring := s.keyring; ring != nil {

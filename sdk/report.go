@@ -16,9 +16,10 @@ import (
 // edge: well inside the edge's allowance (a burst of 10, then one a second).
 const defaultReportInterval = 10 * time.Second
 
-// maxReportDelta is the largest change per counter the edge accepts in one
-// report.
-const maxReportDelta = 1_000_000
+// maxReportDelta is the largest change per counter one report carries: the
+// edge takes 200 drops and held sends a second of a connection's life and
+// refuses a report beyond that whole, so each goes out in 10 s portions.
+const maxReportDelta = wire.MaxReportCounter
 
 // counterReport is the text frame the edge relays to the operators' metrics
 // (edge/README.md): what changed since the previous report.

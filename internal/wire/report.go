@@ -40,4 +40,9 @@ const (
 	MaxReportSegments = 600
 	// MaxReportLatencies bounds the sum of the "lat" counts.
 	MaxReportLatencies = 10_000
+	// MaxReportCounter bounds "drops" and "held" each: the edge adds at
+	// most 200 of the two together a second of a connection's life
+	// (edge.Config.ReportRate) and refuses a report beyond that whole, so
+	// an SDK sends at most 10 s worth (its report interval) at a time.
+	MaxReportCounter = 1_000
 )

@@ -242,4 +242,7 @@ func TestReportBoundsMatchWire(t *testing.T) {
 	if b == nil || string(b[1]) != strconv.Itoa(wire.MaxReportSegments) || string(b[2]) != strconv.Itoa(wire.MaxReportLatencies) {
 		t.Errorf("danmaku.js report bounds %q, want %d and %d", b, wire.MaxReportSegments, wire.MaxReportLatencies)
 	}
+	if d := regexp.MustCompile(`MAX_REPORT_DELTA = (\d+);`).FindSubmatch(src); d == nil || string(d[1]) != strconv.Itoa(wire.MaxReportCounter) {
+		t.Errorf("danmaku.js MAX_REPORT_DELTA %q, want %d", d, wire.MaxReportCounter)
+	}
 }

@@ -3,14 +3,17 @@ package edge
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gorilla/websocket"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"danmaku/internal/clock"
 	"danmaku/internal/wire"
 )
 
@@ -75,7 +78,9 @@ func TestReportRoundTrip(t *testing.T) {
 // nothing, and the connection lives on.
 func TestClientSLOReports(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	e := newEnv(t, envOpts{cfg: func(c *Config) { c.Registerer = reg }})
+	// One report per ReportEvery is taken: the fake clock spaces them.
+	clk := clock.NewFake(time.Now())
+	e := newEnv(t, envOpts{cfg: func(c *Config) { c.Registerer = reg; c.Clock = clk }})
 	ws := e.connect("r1", "")
 	lat := make([]string, wire.LatencyBuckets)
 	for i := range lat {
@@ -83,14 +88,18 @@ func TestClientSLOReports(t *testing.T) {
 	}
 	good := `{"segs":10,"hits":8,"lat":[` + strings.Join(lat, ",") + `]}`
 	bad := `{"segs":10,"hits":11,"lat":[` + strings.Join(lat, ",") + `]}`
-	for _, f := range []string{good, bad, good} {
-		if err := ws.WriteMessage(websocket.TextMessage, []byte(f)); err != nil {
+	for i, step := range []struct {
+		frame      string
+		hits, bads float64
+	}{{good, 8, 0}, {bad, 8, 1}, {good, 16, 1}} {
+		if err := ws.WriteMessage(websocket.TextMessage, []byte(step.frame)); err != nil {
 			t.Fatal(err)
 		}
+		waitFor(t, fmt.Sprintf("report %d", i+1), func() bool {
+			return counter(e.srv.m.pollHits) == step.hits && counter(e.srv.m.badReports) == step.bads
+		})
+		clk.Advance(defaultReportEvery)
 	}
-	waitFor(t, "the reports", func() bool {
-		return counter(e.srv.m.pollHits) == 16 && counter(e.srv.m.badReports) == 1
-	})
 	if got := counter(e.srv.m.pollMisses); got != 4 {
 		t.Errorf("misses %v, want 4", got)
 	}

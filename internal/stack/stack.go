@@ -238,6 +238,10 @@ type Config struct {
 	// MaxHelloWaits and MaxHelloWaitsPerAddr: sockets waiting for their
 	// hello, per node and per client address. Zero: the edge's defaults.
 	EdgeMaxHelloWaits, EdgeMaxAddrHelloWaits int
+	// EdgeReportEvery is edge.Config.ReportEvery: the least time between
+	// two counter reports of one connection. Zero: the edge's 5 s (the
+	// SDKs report every 10 s); tests whose clients report faster set it.
+	EdgeReportEvery time.Duration
 	// EdgeTLSCert and EdgeTLSKey are the PEM files of the certificate the
 	// edge serves WSS with (TLS 1.2 at least, HTTP/1.1 only), re-read when
 	// they change so that a renewal needs no restart. Both or neither.
@@ -746,7 +750,7 @@ func New(cfg Config) (*Stack, error) {
 			Store: b.Streams, Verifier: s.keyring, Addr: s.URLs[RoleEdge], LoadTable: b.Load,
 			MaxConns: cfg.EdgeCapacity, Line: cfg.Line, Region: cfg.Region, CPU: s.nodeCPU(),
 			ConnectRate: cfg.EdgeConnectRate, MaxConnsPerUser: cfg.EdgeMaxUserConns, MaxRoomConns: cfg.EdgeMaxRoomConns,
-			MaxHelloWaits: cfg.EdgeMaxHelloWaits, MaxHelloWaitsPerAddr: cfg.EdgeMaxAddrHelloWaits,
+			MaxHelloWaits: cfg.EdgeMaxHelloWaits, MaxHelloWaitsPerAddr: cfg.EdgeMaxAddrHelloWaits, ReportEvery: cfg.EdgeReportEvery,
 			MinGiftValue: cfg.MinGiftValue, DrainPeriod: cfg.EdgeDrain, AllowOrigins: origins, Events: s.events, Registerer: s.registry, Logger: s.log,
 			RateLimit: s.limiter, TrustedProxies: cfg.TrustedProxies, NoMetricsRoute: roleGatherer == nil,
 		})

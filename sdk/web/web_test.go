@@ -141,7 +141,10 @@ func TestBrowser(t *testing.T) {
 	node := tools(t, true)
 	for _, ms := range []int64{1000, 250} {
 		t.Run(fmt.Sprintf("segment_ms=%d", ms), func(t *testing.T) {
-			st := startStack(t, stack.Config{SegmentMs: ms})
+			// The page reports every second (?report=1000); the edge
+			// takes reports that often here (its default is one per 5 s
+			// against the SDKs' 10 s).
+			st := startStack(t, stack.Config{SegmentMs: ms, EdgeReportEvery: time.Nanosecond})
 			runNode(t, node, []string{"DANMAKU_GSLB=" + st.URLs[stack.RoleGSLB]}, 4*time.Minute, "test/browser.mjs")
 			// The page's reports were all taken by the edge, and their
 			// service-level fields reached its metrics.

@@ -72,8 +72,10 @@ func Ticket(tb testing.TB, user, role string) string {
 
 // ClientReports is what the clients' reports to st's edge added up to.
 type ClientReports struct {
-	// Refused counts reports the edge refused
-	// (danmaku_edge_client_bad_reports_total).
+	// Refused counts reports the edge refused: malformed or out of range
+	// (danmaku_edge_client_bad_reports_total), over the connection's
+	// bound or too soon after its last
+	// (danmaku_edge_client_reports_refused_total).
 	Refused float64
 	// FirstPolls and Hits are danmaku_client_first_polls_total, all
 	// outcomes and "hit".
@@ -93,7 +95,7 @@ func Reports(tb testing.TB, st *stack.Stack) ClientReports {
 	for _, mf := range mfs {
 		for _, m := range mf.GetMetric() {
 			switch mf.GetName() {
-			case "danmaku_edge_client_bad_reports_total":
+			case "danmaku_edge_client_bad_reports_total", "danmaku_edge_client_reports_refused_total":
 				r.Refused += m.GetCounter().GetValue()
 			case "danmaku_client_first_polls_total":
 				r.FirstPolls += m.GetCounter().GetValue()

@@ -51,6 +51,34 @@ type redisError string
 func (e redisError) Error() string { return string(e) }
 func (redisError) RedisError()     {}
 
+// TestSlowCallRule: by default a call slower than half the IOTimeout
+// counts against the server; a negative SlowCall turns that rule off, and
+// then only errors do.
+func TestSlowCallRule(t *testing.T) {
+	for _, c := range []struct {
+		slow time.Duration
+		open bool
+	}{{0, true}, {-1, false}} {
+		addr := fmt.Sprintf("%s-%d", t.Name(), c.slow)
+		cfg := Config{URL: addr, Breaker: breaker.Config{Failures: 2, OpenFor: time.Hour, SlowCall: c.slow}}
+		if err := checkBreaker(cfg); err != nil {
+			t.Fatalf("SlowCall %v: %v", c.slow, err)
+		}
+		h, err := newBreakerHook(addr, cfg, time.Second, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 3 {
+			if done, err := h.b.Allow(); err == nil {
+				done(nil, time.Hour)
+			}
+		}
+		if got := h.b.State() == breaker.Open; got != c.open {
+			t.Errorf("SlowCall %v: open after slow answers = %v, want %v", c.slow, got, c.open)
+		}
+	}
+}
+
 func TestBlockOf(t *testing.T) {
 	ctx := context.Background()
 	cases := []struct {

@@ -412,9 +412,16 @@ func TestDurationChangeFollowed(t *testing.T) {
 	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("PUT event: %v %v", err, resp)
 	}
-	// The slicer and the gslb re-read the events within a second; the
-	// switch happens at the next whole second after that.
-	time.Sleep(2500 * time.Millisecond)
+	// The slicer re-reads the events within a second and switches at the
+	// next whole second after that: the manifest says when it has.
+	waitFor(t, ctx, "the slicer writing 250 ms segments", func() bool {
+		obj, err := st.cfg.Backends.Objects.Get(ctx, wire.ManifestKey("switch"))
+		if err != nil {
+			return false
+		}
+		man, err := wire.DecodeManifest(obj.Body)
+		return err == nil && man.Dur == 250
+	})
 	send("quarter second")
 	await("quarter second")
 	if got := c.Stats(); got.SeqGaps != 0 || got.DecodeErrors != 0 {

@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorilla/websocket"
+
+	"danmaku/internal/wire"
 	"danmaku/internal/wsbench"
 )
 
@@ -126,4 +129,28 @@ func TestBadFramesClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	sameIDs(t, "after the bad frames", got, []string{id})
+}
+
+// TestDeflateOfferIgnored: a client offering permessage-deflate (every
+// browser does) is upgraded without it — the answer names no extension —
+// and served plain frames: the edge encodes a frame once for all its
+// connections, so it compresses for none. A client that compresses anyway
+// sends RSV1 and is closed 1002 (TestBadFramesClosed, "RSV bit").
+func TestDeflateOfferIgnored(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	d := &websocket.Dialer{HandshakeTimeout: safety, EnableCompression: true}
+	ws, resp, err := e.dialWith(d, e.token("r1"), "")
+	if err != nil {
+		t.Fatalf("dial offering permessage-deflate: %v", err)
+	}
+	defer ws.Close()
+	if ext := resp.Header.Get("Sec-WebSocket-Extensions"); ext != "" {
+		t.Fatalf("the edge accepted extensions %q", ext)
+	}
+	waitFor(t, "the room's hub", func() bool { return e.srv.roomCount() == 1 })
+	id := e.append("r1", gift(5000, 1))[0].ID
+	got, err := readUntil(ws, "r1", func(ms []wire.Message) bool { return len(ms) > 0 })
+	if err != nil || got[0].ID != id {
+		t.Fatalf("read %+v, %v; want the gift %s in a plain frame", got, err, id)
+	}
 }

@@ -3,6 +3,7 @@ package edge
 import (
 	"encoding/json"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,6 +30,13 @@ func TestTokenRefreshInBand(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ws.Close()
+	// Pings count the server's ticks: it sends one only once the last is
+	// answered, and checks the token's expiry in the same tick, after it.
+	var pings atomic.Int64
+	ws.SetPingHandler(func(data string) error {
+		pings.Add(1)
+		return ws.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(safety))
+	})
 	asks := make(chan tokenAsk, 4)
 	closed := make(chan int, 1)
 	go func() {
@@ -76,7 +84,10 @@ func TestTokenRefreshInBand(t *testing.T) {
 	})
 
 	clk.Advance(3 * time.Minute) // past the old expiry and its grace
-	time.Sleep(10 * 20 * time.Millisecond)
+	// Ping p+1 may be on its way; p+2 is sent by a tick after the advance,
+	// and p+3 only once that tick (and its expiry check) is done.
+	p := pings.Load()
+	waitFor(t, "three more pings", func() bool { return pings.Load() >= p+3 })
 	select {
 	case code := <-closed:
 		t.Fatalf("closed (%d) although a fresh token came in-band", code)

@@ -60,7 +60,7 @@ type loadRig struct {
 	room  string
 }
 
-func newLoadRig(t *testing.T, redisAddr string, nodes int, room string, capacity, refill float64) *loadRig {
+func newLoadRig(t *testing.T, rc redisx.Config, nodes int, room string, capacity, refill float64) *loadRig {
 	t.Helper()
 	secrets := auth.NewMemorySecrets()
 	center, err := auth.NewCenter(auth.CenterConfig{Store: secrets, MasterKey: testMaster, Logger: discard})
@@ -81,12 +81,15 @@ func newLoadRig(t *testing.T, redisAddr string, nodes int, room string, capacity
 	// The load table is in memory: the nodes' reports (every 5 ms) would
 	// be Redis traffic of their own, not the upload path's.
 	table := gslb.NewMemoryLoadTable()
+	if rc.IOTimeout == 0 {
+		rc.IOTimeout = 500 * time.Millisecond
+	}
 	r := &loadRig{ring: ring, room: room}
 	runCtx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })
 	for i := range nodes {
-		rdb := redistest.Dial(t, redisx.Config{URL: redisAddr, IOTimeout: 500 * time.Millisecond})
+		rdb := redistest.Dial(t, rc)
 		rs, err := stream.NewRedisStore(stream.RedisConfig{Client: rdb, Logger: discard})
 		if err != nil {
 			t.Fatal(err)
@@ -311,7 +314,7 @@ func TestLoadRoundTrips(t *testing.T) {
 	)
 	addr := testenv.Redis(t)
 	probe := redistest.Dial(t, redisx.Config{URL: addr})
-	r := newLoadRig(t, addr, nodes, "rt-room", capacity, refill)
+	r := newLoadRig(t, redisx.Config{URL: addr}, nodes, "rt-room", capacity, refill)
 	tokens := r.tokens(t, users)
 
 	// Idle: the nodes run (load sync, sweeps) and nothing is sent.
@@ -372,7 +375,7 @@ func TestLoadRedisOutage(t *testing.T) {
 		downFor  = 10 * time.Second
 	)
 	addr, srv := testenv.RedisRestartable(t)
-	r := newLoadRig(t, addr, nodes, "outage-room", capacity, refill)
+	r := newLoadRig(t, redisx.Config{URL: addr}, nodes, "outage-room", capacity, refill)
 	tokens := r.tokens(t, users)
 	// Let the nodes see each other in the load table (the share divides
 	// by the live ingest nodes).
@@ -452,7 +455,7 @@ func TestLoadPulse(t *testing.T) {
 		rate, _ = strconv.ParseFloat(s, 64)
 	}
 	addr := testenv.Redis(t)
-	r := newLoadRig(t, addr, nodes, "pulse-room", capacity, refill)
+	r := newLoadRig(t, redisx.Config{URL: addr}, nodes, "pulse-room", capacity, refill)
 	tokens := r.tokens(t, users)
 	time.Sleep(1500 * time.Millisecond) // the nodes see each other
 	start := time.Now()

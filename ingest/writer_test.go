@@ -194,7 +194,21 @@ func TestWriterHold(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	time.Sleep(20 * time.Millisecond)
+	// Once the queue holds no failed batch (head) and nothing queued,
+	// nothing can be sent again: the count is final.
+	q := r.w.queueOf(room)
+	for i := 0; ; i++ {
+		q.mu.Lock()
+		idle := q.head == nil && len(q.queue) == 0
+		q.mu.Unlock()
+		if idle {
+			break
+		}
+		if i > 5000 {
+			t.Fatal("the queue never went idle")
+		}
+		time.Sleep(time.Millisecond) // polling the queue
+	}
 	if n := r.stored(t, room); n != 1 {
 		t.Fatalf("stored %d, want 1", n)
 	}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/maxmind/mmdbwriter"
@@ -432,47 +433,51 @@ func TestRefreshInPlace(t *testing.T) {
 }
 
 // TestRun: the poll loop picks up a change, and a broken file is logged
-// once however many polls see it.
+// once however many polls see it. It runs in a synctest bubble: the polls
+// follow the fake clock, so "20 more polls" is exactly that on any machine.
 func TestRun(t *testing.T) {
-	cidr := filepath.Join(t.TempDir(), "lines.txt")
-	writeFile(t, cidr, []byte("198.51.100.0/24 unicom\n"))
-	var logs testenv.SyncBuffer
-	c, err := lines.New(lines.Config{CIDR: cidr, Poll: time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
+	synctest.Test(t, func(t *testing.T) {
+		cidr := filepath.Join(t.TempDir(), "lines.txt")
+		writeFile(t, cidr, []byte("198.51.100.0/24 unicom\n"))
+		var logs testenv.SyncBuffer
+		c, err := lines.New(lines.Config{CIDR: cidr, Poll: time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		if err != nil {
+			t.Fatal(err)
 		}
-	}()
-	waitFor := func(what string, ok func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); !ok(); time.Sleep(time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s; logs:\n%s", what, logs.String())
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- c.Run(ctx) }()
+		defer func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Error(err)
+			}
+		}()
+		waitFor := func(what string, ok func() bool) {
+			t.Helper()
+			for deadline := time.Now().Add(10 * time.Second); !ok(); time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("timed out waiting for %s; logs:\n%s", what, logs.String())
+				}
 			}
 		}
-	}
-	writeFile(t, cidr, []byte("198.51.100.0/24 mobile\n"))
-	waitFor("the new file", func() bool { return c.Line(ip("198.51.100.1")) == "mobile" })
+		writeFile(t, cidr, []byte("198.51.100.0/24 mobile\n"))
+		waitFor("the new file", func() bool { return c.Line(ip("198.51.100.1")) == "mobile" })
 
-	writeFile(t, cidr, []byte("198.51.100.0/24 Mobile\n"))
-	waitFor("the failure log", func() bool { return strings.Contains(logs.String(), "lines reload failed") })
-	time.Sleep(20 * time.Millisecond) // many more polls of the same broken file
-	if n := strings.Count(logs.String(), "lines reload failed"); n != 1 {
-		t.Errorf("failure logged %d times, want once:\n%s", n, logs.String())
-	}
-	if got := c.Line(ip("198.51.100.1")); got != "mobile" {
-		t.Errorf("after a broken file: %q, want the last good %q", got, "mobile")
-	}
-	writeFile(t, cidr, []byte("198.51.100.0/24 edu\n"))
-	waitFor("the fixed file", func() bool { return c.Line(ip("198.51.100.1")) == "edu" })
-	waitFor("the recovery log", func() bool { return strings.Contains(logs.String(), "lines reloads again") })
+		writeFile(t, cidr, []byte("198.51.100.0/24 Mobile\n"))
+		waitFor("the failure log", func() bool { return strings.Contains(logs.String(), "lines reload failed") })
+		time.Sleep(20 * time.Millisecond) // the bubble's clock: 20 more polls of the same broken file
+		synctest.Wait()
+		if n := strings.Count(logs.String(), "lines reload failed"); n != 1 {
+			t.Errorf("failure logged %d times, want once:\n%s", n, logs.String())
+		}
+		if got := c.Line(ip("198.51.100.1")); got != "mobile" {
+			t.Errorf("after a broken file: %q, want the last good %q", got, "mobile")
+		}
+		writeFile(t, cidr, []byte("198.51.100.0/24 edu\n"))
+		waitFor("the fixed file", func() bool { return c.Line(ip("198.51.100.1")) == "edu" })
+		waitFor("the recovery log", func() bool { return strings.Contains(logs.String(), "lines reloads again") })
+	})
 }
 
 // TestConcurrentLookupsDuringReloads runs under -race: readers see either

@@ -9,7 +9,8 @@
 // ErrOpen. After OpenFor it lets Probes calls through (half-open): if they
 // all succeed it closes, if one fails it opens again for another OpenFor.
 // A call the caller cancelled counts neither way. The open period runs on
-// the real clock (gobreaker's own), so tests use short periods.
+// gobreaker's clock, time.Now: tests of it run in a testing/synctest
+// bubble, where that clock is fake.
 //
 // One Breaker guards one target (a Redis node, an S3 endpoint and bucket);
 // For hands out one Breaker per target and dependency, shared by every

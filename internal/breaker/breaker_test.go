@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -37,8 +38,11 @@ func newBreaker(t *testing.T, cfg breaker.Config) *breaker.Breaker {
 	return b
 }
 
-// waitState waits (polling, without asserting how long it takes) until b
-// reads want.
+// waitState waits until b reads want. The tests that wait for an open
+// period to pass run in a synctest bubble, where gobreaker's clock
+// (time.Now) is the bubble's: the sleeps below advance it, and no
+// scheduling delay of a loaded machine can let an open period pass between
+// two of the test's own steps.
 func waitState(t *testing.T, b *breaker.Breaker, want breaker.State) {
 	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); b.State() != want; {
@@ -113,48 +117,52 @@ func TestBreakerCounts(t *testing.T) {
 }
 
 func TestBreakerProbesAndCloses(t *testing.T) {
-	b := newBreaker(t, breaker.Config{Failures: 1, OpenFor: 20 * time.Millisecond, Probes: 2})
-	_ = b.Do(func() error { return errDown })
-	if b.State() != breaker.Open {
-		t.Fatal("not open after its failure")
-	}
-	waitState(t, b, breaker.HalfOpen)
-
-	// Half-open: Probes calls go through, the rest fail fast.
-	done1, err1 := b.Allow()
-	done2, err2 := b.Allow()
-	_, err3 := b.Allow()
-	if err1 != nil || err2 != nil || !errors.Is(err3, breaker.ErrOpen) {
-		t.Fatalf("half-open admits %v %v %v; want two probes, then ErrOpen", err1, err2, err3)
-	}
-	// A failed probe opens it again.
-	done1(errDown, 0)
-	done2(nil, 0)
-	if b.State() != breaker.Open {
-		t.Fatalf("after a failed probe: %v, want open", b.State())
-	}
-	waitState(t, b, breaker.HalfOpen)
-	for i := range 2 {
-		if err := b.Do(func() error { return nil }); err != nil {
-			t.Fatalf("probe %d: %v", i, err)
+	synctest.Test(t, func(t *testing.T) {
+		b := newBreaker(t, breaker.Config{Failures: 1, OpenFor: 20 * time.Millisecond, Probes: 2})
+		_ = b.Do(func() error { return errDown })
+		if b.State() != breaker.Open {
+			t.Fatal("not open after its failure")
 		}
-	}
-	if b.State() != breaker.Closed {
-		t.Fatalf("after two good probes: %v, want closed", b.State())
-	}
+		waitState(t, b, breaker.HalfOpen)
+
+		// Half-open: Probes calls go through, the rest fail fast.
+		done1, err1 := b.Allow()
+		done2, err2 := b.Allow()
+		_, err3 := b.Allow()
+		if err1 != nil || err2 != nil || !errors.Is(err3, breaker.ErrOpen) {
+			t.Fatalf("half-open admits %v %v %v; want two probes, then ErrOpen", err1, err2, err3)
+		}
+		// A failed probe opens it again.
+		done1(errDown, 0)
+		done2(nil, 0)
+		if b.State() != breaker.Open {
+			t.Fatalf("after a failed probe: %v, want open", b.State())
+		}
+		waitState(t, b, breaker.HalfOpen)
+		for i := range 2 {
+			if err := b.Do(func() error { return nil }); err != nil {
+				t.Fatalf("probe %d: %v", i, err)
+			}
+		}
+		if b.State() != breaker.Closed {
+			t.Fatalf("after two good probes: %v, want closed", b.State())
+		}
+	})
 }
 
 func TestBreakerCancelledProbeFreesItsSlot(t *testing.T) {
-	b := newBreaker(t, breaker.Config{Failures: 1, OpenFor: 10 * time.Millisecond})
-	_ = b.Do(func() error { return errDown })
-	waitState(t, b, breaker.HalfOpen)
-	_ = b.Do(func() error { return context.Canceled })
-	if err := b.Do(func() error { return nil }); err != nil {
-		t.Fatalf("the probe after a cancelled one: %v", err)
-	}
-	if b.State() != breaker.Closed {
-		t.Fatalf("%v, want closed", b.State())
-	}
+	synctest.Test(t, func(t *testing.T) {
+		b := newBreaker(t, breaker.Config{Failures: 1, OpenFor: 10 * time.Millisecond})
+		_ = b.Do(func() error { return errDown })
+		waitState(t, b, breaker.HalfOpen)
+		_ = b.Do(func() error { return context.Canceled })
+		if err := b.Do(func() error { return nil }); err != nil {
+			t.Fatalf("the probe after a cancelled one: %v", err)
+		}
+		if b.State() != breaker.Closed {
+			t.Fatalf("%v, want closed", b.State())
+		}
+	})
 }
 
 func TestForSharesOneBreakerPerTarget(t *testing.T) {
@@ -190,70 +198,75 @@ func TestConfig(t *testing.T) {
 }
 
 func TestMetrics(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(breaker.Collectors()...)
-	cfg := breaker.Config{Dep: "metrics-test", Target: "t1", Failures: 1, OpenFor: 10 * time.Millisecond}
-	b, err := breaker.For(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	state := func() float64 {
-		t.Helper()
-		mfs, err := reg.Gather()
+	synctest.Test(t, func(t *testing.T) {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(breaker.Collectors()...)
+		cfg := breaker.Config{Dep: "metrics-test", Target: "t1", Failures: 1, OpenFor: 10 * time.Millisecond}
+		b, err := breaker.For(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, mf := range mfs {
-			if mf.GetName() != "danmaku_breaker_state" {
-				continue
+		state := func() float64 {
+			t.Helper()
+			mfs, err := reg.Gather()
+			if err != nil {
+				t.Fatal(err)
 			}
-			for _, m := range mf.GetMetric() {
-				labels := map[string]string{}
-				for _, l := range m.GetLabel() {
-					labels[l.GetName()] = l.GetValue()
+			for _, mf := range mfs {
+				if mf.GetName() != "danmaku_breaker_state" {
+					continue
 				}
-				if labels["dep"] == "metrics-test" && labels["target"] == "t1" {
-					return m.GetGauge().GetValue()
+				for _, m := range mf.GetMetric() {
+					labels := map[string]string{}
+					for _, l := range m.GetLabel() {
+						labels[l.GetName()] = l.GetValue()
+					}
+					if labels["dep"] == "metrics-test" && labels["target"] == "t1" {
+						return m.GetGauge().GetValue()
+					}
 				}
 			}
+			t.Fatal("no state series")
+			return 0
 		}
-		t.Fatal("no state series")
-		return 0
-	}
-	if got := state(); got != 0 {
-		t.Fatalf("state %v, want 0 (closed)", got)
-	}
-	_ = b.Do(func() error { return errDown })
-	if got := state(); got != 2 {
-		t.Fatalf("state %v, want 2 (open)", got)
-	}
-	// Read at scrape time: the open period passes without a call.
-	time.Sleep(20 * time.Millisecond)
-	if got := state(); got != 1 {
-		t.Fatalf("state %v, want 1 (half-open)", got)
-	}
-	_ = b.Do(func() error { return nil })
-	if got := state(); got != 0 {
-		t.Fatalf("state %v, want 0 (closed)", got)
-	}
-	n, err := testutil.GatherAndCount(reg, "danmaku_breaker_transitions_total")
-	if err != nil || n == 0 {
-		t.Fatalf("transitions: %d series, %v", n, err)
-	}
+		if got := state(); got != 0 {
+			t.Fatalf("state %v, want 0 (closed)", got)
+		}
+		_ = b.Do(func() error { return errDown })
+		if got := state(); got != 2 {
+			t.Fatalf("state %v, want 2 (open)", got)
+		}
+		// Read at scrape time: the open period passes without a call
+		// (the bubble's clock: exactly 20 ms).
+		time.Sleep(20 * time.Millisecond)
+		if got := state(); got != 1 {
+			t.Fatalf("state %v, want 1 (half-open)", got)
+		}
+		_ = b.Do(func() error { return nil })
+		if got := state(); got != 0 {
+			t.Fatalf("state %v, want 0 (closed)", got)
+		}
+		n, err := testutil.GatherAndCount(reg, "danmaku_breaker_transitions_total")
+		if err != nil || n == 0 {
+			t.Fatalf("transitions: %d series, %v", n, err)
+		}
+	})
 }
 
 // TestBreakerSlowProbeCloses: a probe is judged by its answer, not its
 // duration — the first call after an outage often carries what piled up.
 func TestBreakerSlowProbeCloses(t *testing.T) {
-	b := newBreaker(t, breaker.Config{Failures: 1, SlowCall: time.Millisecond, OpenFor: 10 * time.Millisecond})
-	_ = b.Do(func() error { return errDown })
-	waitState(t, b, breaker.HalfOpen)
-	done, err := b.Allow()
-	if err != nil {
-		t.Fatal(err)
-	}
-	done(nil, time.Second)
-	if got := b.State(); got != breaker.Closed {
-		t.Fatalf("after a slow good probe: %v, want closed", got)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		b := newBreaker(t, breaker.Config{Failures: 1, SlowCall: time.Millisecond, OpenFor: 10 * time.Millisecond})
+		_ = b.Do(func() error { return errDown })
+		waitState(t, b, breaker.HalfOpen)
+		done, err := b.Allow()
+		if err != nil {
+			t.Fatal(err)
+		}
+		done(nil, time.Second)
+		if got := b.State(); got != breaker.Closed {
+			t.Fatalf("after a slow good probe: %v, want closed", got)
+		}
+	})
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"danmaku/internal/clock"
 	"danmaku/internal/redisx"
 )
 
@@ -31,17 +32,30 @@ func WindowKey(key string) string {
 // take the last slot.
 type RedisWindow struct {
 	rdb redis.UniversalClient
+	// clk, when set, times the script instead of Redis's TIME (tests).
+	clk clock.Clock
 	// node and seq make every admission a distinct member, even two in one
 	// microsecond from two nodes.
 	node string
 	seq  atomic.Uint64
 }
 
-// NewRedisWindow returns the windows kept in rdb.
+// NewRedisWindow returns the windows kept in rdb, timed by Redis's clock.
 func NewRedisWindow(rdb redis.UniversalClient) *RedisWindow {
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
 	return &RedisWindow{rdb: rdb, node: hex.EncodeToString(b)}
+}
+
+// NewRedisWindowOn returns the windows kept in rdb, timed by c instead of
+// Redis's clock: for tests, whose fake clock then slides the windows
+// without sleeping. Every node must share c, which only a test can do.
+// The sets still expire on Redis's clock, one window after their last
+// admission, so a test's windows should be longer than its pauses.
+func NewRedisWindowOn(rdb redis.UniversalClient, c clock.Clock) *RedisWindow {
+	w := NewRedisWindow(rdb)
+	w.clk = c
+	return w
 }
 
 // windowScript is a sliding log: drop what left the window, admit if
@@ -50,15 +64,22 @@ func NewRedisWindow(rdb redis.UniversalClient) *RedisWindow {
 // costs nothing.
 //
 // KEYS[1] the set; ARGV[1] limit; ARGV[2] window in ms; ARGV[3] a member
-// suffix unique to this call. Returns {admitted 0|1, count, retry ms}.
+// suffix unique to this call; ARGV[4], when given, the time in µs instead
+// of Redis's TIME (NewRedisWindowOn). Returns {admitted 0|1, count, retry
+// ms}.
 var windowScript = redis.NewScript(`
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now
+if ARGV[4] then
+	now = tonumber(ARGV[4])
+else
+	local t = redis.call('TIME')
+	now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
 local win = tonumber(ARGV[2]) * 1000
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - win)
 local n = redis.call('ZCARD', KEYS[1])
 if n < tonumber(ARGV[1]) then
-	redis.call('ZADD', KEYS[1], now, t[1] .. '.' .. t[2] .. '.' .. ARGV[3])
+	redis.call('ZADD', KEYS[1], now, now .. '.' .. ARGV[3])
 	redis.call('PEXPIRE', KEYS[1], ARGV[2])
 	return {1, n + 1, 0}
 end
@@ -77,7 +98,11 @@ func (w *RedisWindow) Take(ctx context.Context, key string, limit int64, window 
 		return WindowResult{}, fmt.Errorf("ratelimit: window %s: %w", key, err)
 	}
 	member := w.node + "." + strconv.FormatUint(w.seq.Add(1), 36)
-	v, err := windowScript.Run(ctx, w.rdb, []string{WindowKey(key)}, limit, ms, member).Int64Slice()
+	args := []any{limit, ms, member}
+	if w.clk != nil {
+		args = append(args, w.clk.Now().UnixMicro())
+	}
+	v, err := windowScript.Run(ctx, w.rdb, []string{WindowKey(key)}, args...).Int64Slice()
 	if err != nil {
 		return WindowResult{}, fmt.Errorf("ratelimit: window %s: %w", key, err)
 	}

@@ -11,8 +11,11 @@ import (
 	"danmaku/internal/redisx/redistest"
 )
 
-// windowBackend is one Window under test; pass lets time go by (a fake
-// clock for memory, sleeping for Redis, whose clock the script reads).
+// windowBackend is one Window under test; pass lets time go by on its fake
+// clock (Redis's windows are timed by it too: NewRedisWindowOn). Redis
+// still expires a set on its own clock one window after the last
+// admission, so the windows below are tens of seconds: longer than any
+// pause of a loaded machine between two takes.
 type windowBackend struct {
 	name string
 	open func(t *testing.T) (w ratelimit.Window, pass func(time.Duration))
@@ -25,7 +28,8 @@ func windowBackends() []windowBackend {
 	}}}
 	for _, k := range redistest.Kinds() {
 		out = append(out, windowBackend{k.Name, func(t *testing.T) (ratelimit.Window, func(time.Duration)) {
-			return ratelimit.NewRedisWindow(k.Client(t)), time.Sleep
+			c := clock.NewFake(time.Unix(1_700_000_000, 0))
+			return ratelimit.NewRedisWindowOn(k.Client(t), c), c.Advance
 		}})
 	}
 	return out
@@ -47,30 +51,30 @@ func TestWindowConformance(t *testing.T) {
 			w, pass := b.open(t)
 			t.Run("admits the limit, then refuses with the wait", func(t *testing.T) {
 				for i := range int64(3) {
-					if r := take(t, w, "a", 3, 300*time.Millisecond); !r.Allowed || r.Count != i+1 {
+					if r := take(t, w, "a", 3, 30*time.Second); !r.Allowed || r.Count != i+1 {
 						t.Fatalf("take %d: %+v", i, r)
 					}
 				}
-				r := take(t, w, "a", 3, 300*time.Millisecond)
-				if r.Allowed || r.Count != 3 || r.RetryIn <= 0 || r.RetryIn > 300*time.Millisecond {
+				r := take(t, w, "a", 3, 30*time.Second)
+				if r.Allowed || r.Count != 3 || r.RetryIn <= 0 || r.RetryIn > 30*time.Second {
 					t.Fatalf("over the limit: %+v", r)
 				}
-				if r := take(t, w, "b", 3, 300*time.Millisecond); !r.Allowed {
+				if r := take(t, w, "b", 3, 30*time.Second); !r.Allowed {
 					t.Fatalf("another key is limited: %+v", r)
 				}
 			})
 			t.Run("slides", func(t *testing.T) {
-				take(t, w, "s", 2, 400*time.Millisecond)
-				pass(250 * time.Millisecond)
-				take(t, w, "s", 2, 400*time.Millisecond)
-				if r := take(t, w, "s", 2, 400*time.Millisecond); r.Allowed {
+				take(t, w, "s", 2, 40*time.Second)
+				pass(25 * time.Second)
+				take(t, w, "s", 2, 40*time.Second)
+				if r := take(t, w, "s", 2, 40*time.Second); r.Allowed {
 					t.Fatal("admitted over the limit")
 				}
-				pass(200 * time.Millisecond) // the first left the window; the second not
-				if r := take(t, w, "s", 2, 400*time.Millisecond); !r.Allowed || r.Count != 2 {
+				pass(20 * time.Second) // the first left the window; the second not
+				if r := take(t, w, "s", 2, 40*time.Second); !r.Allowed || r.Count != 2 {
 					t.Fatalf("after the first left: %+v", r)
 				}
-				if r := take(t, w, "s", 2, 400*time.Millisecond); r.Allowed {
+				if r := take(t, w, "s", 2, 40*time.Second); r.Allowed {
 					t.Fatal("admitted over the limit after sliding")
 				}
 			})

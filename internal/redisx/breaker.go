@@ -68,6 +68,7 @@ type breakerHook struct {
 func checkBreaker(cfg Config) error {
 	bc := cfg.Breaker
 	bc.Dep, bc.Target = breakerDep, "any"
+	bc.SlowCall = max(bc.SlowCall, 0) // negative: off (Config.Breaker)
 	if _, err := breaker.New(bc); err != nil {
 		return fmt.Errorf("redisx: %w", err)
 	}
@@ -77,8 +78,11 @@ func checkBreaker(cfg Config) error {
 func newBreakerHook(addr string, cfg Config, call, io time.Duration) (breakerHook, error) {
 	bc := cfg.Breaker
 	bc.Dep, bc.Target, bc.IsFailure = breakerDep, addr, isFailure
-	if bc.SlowCall == 0 {
+	switch {
+	case bc.SlowCall == 0:
 		bc.SlowCall = io / 2
+	case bc.SlowCall < 0:
+		bc.SlowCall = 0 // off: breaker.Config's zero
 	}
 	if bc.OpenFor == 0 {
 		bc.OpenFor = defaultOpenFor

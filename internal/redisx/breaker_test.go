@@ -51,6 +51,34 @@ type redisError string
 func (e redisError) Error() string { return string(e) }
 func (redisError) RedisError()     {}
 
+// TestSlowCallRule: by default a call slower than half the IOTimeout
+// counts against the server; a negative SlowCall turns that rule off, and
+// then only errors do.
+func TestSlowCallRule(t *testing.T) {
+	for _, c := range []struct {
+		slow time.Duration
+		open bool
+	}{{0, true}, {-1, false}} {
+		addr := fmt.Sprintf("%s-%d", t.Name(), c.slow)
+		cfg := Config{URL: addr, Breaker: breaker.Config{Failures: 2, OpenFor: time.Hour, SlowCall: c.slow}}
+		if err := checkBreaker(cfg); err != nil {
+			t.Fatalf("SlowCall %v: %v", c.slow, err)
+		}
+		h, err := newBreakerHook(addr, cfg, time.Second, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 3 {
+			if done, err := h.b.Allow(); err == nil {
+				done(nil, time.Hour)
+			}
+		}
+		if got := h.b.State() == breaker.Open; got != c.open {
+			t.Errorf("SlowCall %v: open after slow answers = %v, want %v", c.slow, got, c.open)
+		}
+	}
+}
+
 func TestBlockOf(t *testing.T) {
 	ctx := context.Background()
 	cases := []struct {
@@ -225,16 +253,44 @@ func TestBreakerProbeThroughANewConnection(t *testing.T) {
 	// Every connection is gone (as after a reset); the probe must dial.
 	proxy.Restore()
 	proxy.Cut()
+	// Whether the failed probe opened the breaker again is read from the
+	// transitions, not the state: a loaded machine may let the 100 ms open
+	// period pass before the state is read.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(Collectors()...)
+	opens := func() float64 {
+		t.Helper()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != "danmaku_breaker_transitions_total" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				ls := map[string]string{}
+				for _, l := range m.GetLabel() {
+					ls[l.GetName()] = l.GetValue()
+				}
+				if ls["dep"] == breakerDep && ls["to"] == "open" {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+		return 0
+	}
 	for range 5 {
 		for b.State() != breaker.HalfOpen {
-			time.Sleep(5 * time.Millisecond)
+			time.Sleep(5 * time.Millisecond) // polling the state
 		}
+		before := opens()
 		err := c.Get(ctx, "k").Err()
 		if errors.Is(err, breaker.ErrOpen) || err == nil {
 			t.Fatalf("the probe: %v, want its own failure", err)
 		}
-		if s := b.State(); s != breaker.Open {
-			t.Fatalf("after a failed probe the breaker is %v, want open", s)
+		if n := opens() - before; n != 1 {
+			t.Fatalf("after a failed probe the breaker opened %v times, want once (now %v)", n, b.State())
 		}
 	}
 	proxy.Restore()

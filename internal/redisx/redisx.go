@@ -128,7 +128,10 @@ type Config struct {
 	// Breaker tunes the circuit breaker every server (or Cluster node)
 	// gets: Failures, SlowCall, OpenFor and Probes (Dep, Target and
 	// IsFailure are set here). Zero fields: breaker's defaults, OpenFor
-	// 1 s and SlowCall half the IOTimeout. A server's breaker is the
+	// 1 s and SlowCall half the IOTimeout; a negative SlowCall turns the
+	// slow-call rule off (only errors and timeouts count: what tests on a
+	// loaded machine want, where a starved process makes a fast answer
+	// look slow). A server's breaker is the
 	// process's, shared by every client of its address: the first
 	// client's settings hold. While it is open, commands fail at once with
 	// an error that matches breaker.ErrOpen (docs/reliability.md).

@@ -74,9 +74,23 @@ func TestAuditTrailThroughStack(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// The slicer writes each second once it has ended (plus its publish
-	// delay): three seconds cover the ones the comments fell in.
-	time.Sleep(3 * time.Second)
+	// The comments fell in seconds before now (the stream's clock decides
+	// a message's second): once the slicer has written a segment that
+	// starts at or after now, every one of them is written and audited.
+	answered, err := st.cfg.Backends.Streams.Now(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithTimeout(ctx, time.Minute) // a guard against a hang
+	defer wcancel()
+	waitFor(t, wctx, "the seconds of the comments written", func() bool {
+		obj, err := st.cfg.Backends.Objects.Get(ctx, wire.ManifestKey(room))
+		if err != nil {
+			return false
+		}
+		man, err := wire.DecodeManifest(obj.Body)
+		return err == nil && man.StartMs() >= answered.UnixMilli()
+	})
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)

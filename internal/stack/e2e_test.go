@@ -94,6 +94,22 @@ func postJSON(t *testing.T, url, bearer string, body any) map[string]any {
 	return out
 }
 
+// e2eClient is the SDK configuration of TestEndToEnd's clients. The test
+// asserts that every message reaches every viewer, which the SDK promises
+// only while it keeps up; on a loaded CI machine 200 pollers in one
+// race-instrumented process fall behind, so the two rules that trade
+// completeness for staying live are off here (each has its own tests in
+// sdk/): jumping to live past FarBehind (it skipped the seconds holding
+// the barrage) and the HTTP client's 10 s timeout (a post that timed out is
+// a comment dropped). The test's context bounds every request instead.
+func e2eClient(t *testing.T, entry, room, user, role string, noEdge bool) sdk.Config {
+	return sdk.Config{
+		EntryURL: entry, Room: room, Ticket: ticket(t, user, role), NoEdge: noEdge,
+		FirstJoinJitter: -1, FarBehind: -1, HTTPClient: &http.Client{},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+}
+
 // TestEndToEnd is acceptance 1 of the walking skeleton: 200 SDK viewers in
 // one room, 20 senders under the budget, one host announcement and 3 gifts.
 // Every viewer receives every gift and the announcement exactly once, and
@@ -124,7 +140,7 @@ func TestEndToEnd(t *testing.T) {
 	clients := make([]*sdk.Client, viewers)
 	var wg sync.WaitGroup
 	for i := range viewers {
-		c, err := sdk.New(sdk.Config{EntryURL: entry, Room: room, Ticket: ticket(t, fmt.Sprintf("viewer%d", i), auth.RoleViewer), FirstJoinJitter: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		c, err := sdk.New(e2eClient(t, entry, room, fmt.Sprintf("viewer%d", i), auth.RoleViewer, false))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -159,7 +175,7 @@ func TestEndToEnd(t *testing.T) {
 	// Senders: SDK clients that only send (the throttle spaces their sends).
 	sendClients := make([]*sdk.Client, senders)
 	for i := range senders {
-		c, err := sdk.New(sdk.Config{EntryURL: entry, Room: room, Ticket: ticket(t, fmt.Sprintf("sender%d", i), auth.RoleViewer), NoEdge: true, FirstJoinJitter: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		c, err := sdk.New(e2eClient(t, entry, room, fmt.Sprintf("sender%d", i), auth.RoleViewer, true))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -192,7 +208,7 @@ func TestEndToEnd(t *testing.T) {
 	}
 
 	// The host announces; the business server sends three gifts.
-	host, err := sdk.New(sdk.Config{EntryURL: entry, Room: room, Ticket: ticket(t, "host", auth.RoleHost), NoEdge: true, FirstJoinJitter: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	host, err := sdk.New(e2eClient(t, entry, room, "host", auth.RoleHost, true))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -396,9 +412,16 @@ func TestDurationChangeFollowed(t *testing.T) {
 	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("PUT event: %v %v", err, resp)
 	}
-	// The slicer and the gslb re-read the events within a second; the
-	// switch happens at the next whole second after that.
-	time.Sleep(2500 * time.Millisecond)
+	// The slicer re-reads the events within a second and switches at the
+	// next whole second after that: the manifest says when it has.
+	waitFor(t, ctx, "the slicer writing 250 ms segments", func() bool {
+		obj, err := st.cfg.Backends.Objects.Get(ctx, wire.ManifestKey("switch"))
+		if err != nil {
+			return false
+		}
+		man, err := wire.DecodeManifest(obj.Body)
+		return err == nil && man.Dur == 250
+	})
 	send("quarter second")
 	await("quarter second")
 	if got := c.Stats(); got.SeqGaps != 0 || got.DecodeErrors != 0 {

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"danmaku/internal/testenv"
@@ -54,62 +55,67 @@ func TestNewErrors(t *testing.T) {
 
 // TestReload: a replaced pair is served within a poll; a bad replacement
 // keeps the last good certificate and is logged once, however many polls
-// see it; a good one after it is served again.
+// see it; a good one after it is served again. It runs in a synctest
+// bubble: the polls follow the fake clock, so "5 more polls" is exactly
+// that on any machine.
 func TestReload(t *testing.T) {
-	dir := t.TempDir()
-	first := tlsxtest.Write(t, dir, "first")
-	var logs testenv.SyncBuffer
-	p, err := tlsx.New(tlsx.Config{CertFile: first.CertFile, KeyFile: first.KeyFile, Poll: 10 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
+	synctest.Test(t, func(t *testing.T) {
+		dir := t.TempDir()
+		first := tlsxtest.Write(t, dir, "first")
+		var logs testenv.SyncBuffer
+		p, err := tlsx.New(tlsx.Config{CertFile: first.CertFile, KeyFile: first.KeyFile, Poll: 10 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		if err != nil {
+			t.Fatal(err)
 		}
-	}()
-	serial := func() string { return p.Certificate().Leaf.SerialNumber.String() }
-	waitServed := func(want string) {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second) // a guard, not a speed requirement
-		for serial() != want {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- p.Run(ctx) }()
+		defer func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("run: %v", err)
+			}
+		}()
+		serial := func() string { return p.Certificate().Leaf.SerialNumber.String() }
+		waitServed := func(want string) {
+			t.Helper()
+			deadline := time.Now().Add(10 * time.Second) // the bubble's clock: a guard
+			for serial() != want {
+				if time.Now().After(deadline) {
+					t.Fatalf("serving %s, want %s", serial(), want)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+		if serial() != first.X509.SerialNumber.String() {
+			t.Fatal("New does not serve the first pair")
+		}
+		second := tlsxtest.Write(t, dir, "second")
+		waitServed(second.X509.SerialNumber.String())
+
+		// Replacing a pair is two renames: a poll between them may see the new
+		// certificate with the old key and log that once. Count from here on.
+		before := len(logs.String())
+		tlsxtest.WriteFile(t, second.CertFile, []byte("truncated\n"))
+		after := func() string { return logs.String()[before:] }
+		deadline := time.Now().Add(10 * time.Second)
+		for !strings.Contains(after(), "reload failed") {
 			if time.Now().After(deadline) {
-				t.Fatalf("serving %s, want %s", serial(), want)
+				t.Fatalf("bad pair not logged; logs:\n%s", logs.String())
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
-	}
-	if serial() != first.X509.SerialNumber.String() {
-		t.Fatal("New does not serve the first pair")
-	}
-	second := tlsxtest.Write(t, dir, "second")
-	waitServed(second.X509.SerialNumber.String())
-
-	// Replacing a pair is two renames: a poll between them may see the new
-	// certificate with the old key and log that once. Count from here on.
-	before := len(logs.String())
-	tlsxtest.WriteFile(t, second.CertFile, []byte("truncated\n"))
-	after := func() string { return logs.String()[before:] }
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(after(), "reload failed") {
-		if time.Now().After(deadline) {
-			t.Fatalf("bad pair not logged; logs:\n%s", logs.String())
+		time.Sleep(50 * time.Millisecond) // the bubble's clock: 5 more polls of the same bad pair
+		synctest.Wait()
+		if serial() != second.X509.SerialNumber.String() {
+			t.Fatal("a bad pair replaced the good one")
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	time.Sleep(50 * time.Millisecond) // several more polls of the same bad pair
-	if serial() != second.X509.SerialNumber.String() {
-		t.Fatal("a bad pair replaced the good one")
-	}
-	if n := strings.Count(after(), "reload failed"); n != 1 {
-		t.Fatalf("bad pair logged %d times, want once:\n%s", n, logs.String())
-	}
-	third := tlsxtest.Write(t, dir, "third")
-	waitServed(third.X509.SerialNumber.String())
+		if n := strings.Count(after(), "reload failed"); n != 1 {
+			t.Fatalf("bad pair logged %d times, want once:\n%s", n, logs.String())
+		}
+		third := tlsxtest.Write(t, dir, "third")
+		waitServed(third.X509.SerialNumber.String())
+	})
 }
 
 // TestServerConfig: handshakes present the current certificate, refuse

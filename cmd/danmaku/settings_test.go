@@ -331,7 +331,12 @@ func TestServeAuditDestination(t *testing.T) {
 			for k, v := range c.env {
 				t.Setenv(k, v)
 			}
-			cfg, b, err := parseServeArgs(c.role, c.args...)
+			args := c.args
+			if c.role == "ingest" || c.role == "edge" {
+				// Their required metrics listener (TestMetricsAddrRequired).
+				args = append([]string{"-metrics-addr", "127.0.0.1:0"}, args...)
+			}
+			cfg, b, err := parseServeArgs(c.role, args...)
 			if c.wantErr != "" {
 				var ue usageError
 				if !errors.As(err, &ue) || !strings.Contains(err.Error(), c.wantErr) {

@@ -31,6 +31,16 @@ const maxLoops = 4
 // pollReadBuffer is each loop's read buffer.
 const pollReadBuffer = 16 << 10
 
+// maxReadsPerWake bounds how many reads one socket gets per wake-up of its
+// loop (64 KiB with pollReadBuffer). Sockets are registered level-triggered
+// (no EPOLLET): one with data left is reported by the next epoll_wait
+// again, and the kernel puts it behind the sockets that were ready with
+// it, so a client that floods its socket gets its turn and no more — its
+// neighbours' pongs and flushes are not held up behind it. Without the
+// bound, a loop read one flooding socket for as long as it kept up, and a
+// neighbour's queue filled meanwhile (closed 631 ms into a pong flood).
+const maxReadsPerWake = 4
+
 type loop struct {
 	epfd int
 	efd  int // an eventfd that wakes the loop to stop
@@ -238,12 +248,13 @@ func (l *loop) run() {
 	}
 }
 
-// readable drains the socket into the loop's buffer and hands whole
-// frames to the connection, outside the socket's lock (the connection
-// takes its own first, then the socket's).
+// readable reads the socket into the loop's buffer, at most
+// maxReadsPerWake times, and hands whole frames to the connection,
+// outside the socket's lock (the connection takes its own first, then the
+// socket's). What it leaves unread, epoll reports again (level-triggered).
 func (ps *pollSock) readable() {
 	buf := ps.l.buf
-	for {
+	for range maxReadsPerWake {
 		ps.mu.Lock()
 		if ps.state == sockClosed {
 			ps.mu.Unlock()

@@ -26,7 +26,7 @@ var settingCommands = []struct {
 	flags func() *flag.FlagSet
 	args  func(t *testing.T) []string
 }{
-	{"dev", serveFlagSet, roleArgs},
+	{"dev", devFlagSet, roleArgs},
 	{"gslb", serveFlagSet, roleArgs},
 	{"ingest", serveFlagSet, roleArgs},
 	{"edge", serveFlagSet, roleArgs},
@@ -44,6 +44,13 @@ func serveFlagSet() *flag.FlagSet {
 	fs := newFlags("serve", io.Discard)
 	var f serveFlags
 	f.register(fs)
+	return fs
+}
+
+func devFlagSet() *flag.FlagSet {
+	fs := newFlags("dev", io.Discard)
+	var f serveFlags
+	f.registerDev(fs)
 	return fs
 }
 

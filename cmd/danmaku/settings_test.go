@@ -386,7 +386,7 @@ func TestServeAuditDestination(t *testing.T) {
 }
 
 // TestOperationsDocListsEverySetting keeps docs/operations.md's settings
-// table true to the roles' flags: every flag, and every setting's
+// table true to the roles' flags (and dev's): every flag, and every setting's
 // environment variable, is named there.
 func TestOperationsDocListsEverySetting(t *testing.T) {
 	doc, err := os.ReadFile("../../docs/operations.md")
@@ -394,7 +394,7 @@ func TestOperationsDocListsEverySetting(t *testing.T) {
 		t.Fatal(err)
 	}
 	envInUsage := regexp.MustCompile(`\[(DANMAKU_[A-Z0-9_]+)\]`)
-	serveFlagSet().VisitAll(func(fl *flag.Flag) {
+	devFlagSet().VisitAll(func(fl *flag.Flag) {
 		names := []string{"`-" + fl.Name + "`"}
 		if s, ok := fl.Value.(*setting); ok && s.env != "" {
 			names = append(names, "`"+s.env+"`")

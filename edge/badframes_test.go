@@ -70,14 +70,24 @@ func dialSending(t *testing.T, addr, tok string, frames ...[]byte) (net.Conn, *b
 // closePayload reads until the edge's close frame and returns its payload.
 func closePayload(t *testing.T, c net.Conn, br *bufio.Reader) []byte {
 	t.Helper()
+	p, err := readClose(c, br)
+	if err != nil {
+		t.Fatalf("no close frame: %v", err)
+	}
+	return p
+}
+
+// readClose reads until the edge's close frame and returns its payload
+// (closePayload for another goroutine than the test's).
+func readClose(c net.Conn, br *bufio.Reader) ([]byte, error) {
 	_ = c.SetReadDeadline(time.Now().Add(safety))
 	for {
 		f, err := wsbench.ReadFrame(br)
 		if err != nil {
-			t.Fatalf("no close frame: %v", err)
+			return nil, err
 		}
 		if f.Op == 0x8 {
-			return f.Payload
+			return f.Payload, nil
 		}
 	}
 }

@@ -55,8 +55,9 @@ const (
 	// drainSteps is how many batches a drain closes connections in.
 	drainSteps = 100
 	// clientMsgBurst and clientMsgEvery rate-limit what a client may send
-	// (counter reports): a burst of 10, then one every second. More is
-	// closed with ClosePolicy.
+	// (counter reports, pings, pongs it was not asked for): a burst of 10,
+	// then one every second of Config.Clock. More is closed with
+	// ClosePolicy.
 	clientMsgBurst = 10
 	clientMsgEvery = time.Second
 	// maxBackoff caps the wait between failed store reads.
@@ -225,8 +226,9 @@ type Config struct {
 
 	// Clock stamps load reports and tells the time of what is counted in
 	// it: token expiries, the connect rate, a plain socket's hello
-	// timeout, the span a client's counter report may cover, how far
-	// ahead of the stream a last id may be. Nil: real clock. Network
+	// timeout, the span a client's counter report may cover, the frames
+	// a client may send (clientMsgBurst), how far ahead of the stream a
+	// last id may be. Nil: real clock. Network
 	// deadlines, pings and the merge window use real time, as the network
 	// does.
 	Clock clock.Clock

@@ -77,10 +77,13 @@ type conn struct {
 	skip    msgID
 	hasSkip bool
 
-	// The client's allowance (a token bucket): read by its socket's
-	// reader only.
+	// The client's allowance (a token bucket, timed by Config.Clock):
+	// read by its socket's reader only.
 	tokens  float32
 	tokenAt int64 // Unix ns
+	// pingsOut is how many of our pings are unanswered: that many pongs
+	// are free.
+	pingsOut atomic.Int32
 	// What the client's counter reports may still add (reportCredit, as
 	// of creditAt, Unix ns of Config.Clock) and when the last one was
 	// taken (0: none): see takeReport. Reader only.
@@ -99,7 +102,7 @@ func newConn(s *Server, h *hub, claims *auth.Claims) *conn {
 	c := &conn{s: s, h: h, user: claims.User(), idx: -1, tokens: clientMsgBurst}
 	now := time.Now().UnixNano()
 	c.lastRead.Store(now)
-	c.tokenAt, c.lastPing = now, now
+	c.tokenAt, c.lastPing = s.cfg.Clock.Now().UnixNano(), now
 	if claims.ExpiresAt != nil {
 		c.exp.Store(claims.ExpiresAt.UnixMilli())
 	}
@@ -342,6 +345,7 @@ func (c *conn) tick(now time.Time) {
 		// frames already, and closed as slow if it stays so.
 		if c.sk.send(pingFrame, c.s.cfg.QueueSize) == sendOK {
 			c.lastPing = t
+			c.pingsOut.Add(1)
 		}
 	}
 	c.checkExpiryLocked()
@@ -498,12 +502,16 @@ func (c *conn) resumeGap(p resumePlan) (bool, error) {
 // is called by the socket's reader only, one frame at a time; false ends
 // the connection (it has been kicked).
 func (c *conn) onFrame(f clientFrame) bool {
-	if f.op == ws.OpPong {
-		return true // lastRead, moved by the reader, is all a pong is for
+	// One allowance for everything a client sends, pings and pongs
+	// included: each ping costs a pong written by this server, and each
+	// frame a turn of the epoll loop the client shares with its
+	// neighbours. A pong answering one of our pings is free (lastRead,
+	// moved by the reader, is all it is for); an unasked one is not.
+	if f.op == ws.OpPong && c.pingsOut.Load() > 0 {
+		c.pingsOut.Add(-1) // the reader alone takes it down
+		return true
 	}
-	// One allowance for everything a client sends, pings included: each
-	// ping costs a pong written by this server.
-	now := time.Now().UnixNano()
+	now := c.s.cfg.Clock.Now().UnixNano()
 	c.tokens = min(clientMsgBurst, c.tokens+float32(now-c.tokenAt)/float32(clientMsgEvery))
 	c.tokenAt = now
 	if c.tokens < 1 {
@@ -511,6 +519,9 @@ func (c *conn) onFrame(f clientFrame) bool {
 		return false
 	}
 	c.tokens--
+	if f.op == ws.OpPong {
+		return true
+	}
 	if f.op == ws.OpPing {
 		c.mu.Lock()
 		if !c.closing && c.sk != nil {

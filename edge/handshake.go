@@ -397,6 +397,9 @@ var (
 	refuseHelloTooBig  = &refusal{code: CodeBadHello, close: closeTooBig, msg: "hello too large"}
 	refuseHelloFrame   = &refusal{code: CodeBadHello, close: closeProtocol, msg: "bad frame"}
 	refuseBadHello     = &refusal{code: CodeBadHello, close: CloseBadHello, msg: "first frame must be {\"token\":…,\"last\":…}"}
+	// refuseHelloFlood: pings or pongs before the hello beyond the
+	// allowance's burst, on a socket waiting in an epoll loop.
+	refuseHelloFlood = &refusal{code: CodeBadHello, close: ClosePolicy, msg: "too many frames before the hello"}
 )
 
 // admitHello authenticates an upgraded connection by the token of its

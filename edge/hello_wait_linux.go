@@ -19,6 +19,9 @@ type loopWait struct {
 	// frag is a hello that came in fragments; the loop's only.
 	frag   []byte
 	fragOp ws.OpCode
+	// controls counts the control frames before the hello: more than
+	// clientMsgBurst is a flood in a loop shared with other sockets.
+	controls int
 }
 
 var _ sockOwner = (*helloWait)(nil)
@@ -85,14 +88,21 @@ func (w *helloWait) touched() int64 { return w.s.cfg.ReadLimit }
 
 // onFrame takes the client's first message as its hello, joining
 // fragments within ReadLimit; control frames before it are skipped, as a
-// goroutine's read skips them. A hello of the right shape ends the wait:
-// false, and handOff follows.
+// goroutine's read skips them, up to clientMsgBurst of them (more closes
+// 1008, as a connection's allowance does). A hello of the right shape ends
+// the wait: false, and handOff follows.
 func (w *helloWait) onFrame(f clientFrame) bool {
 	w.mu.Lock()
 	open := w.state == waitOpen
 	w.mu.Unlock()
-	if !open || f.op.IsControl() {
+	if !open {
 		return true // refused: the client's close is awaited
+	}
+	if f.op.IsControl() {
+		if w.controls++; w.controls > clientMsgBurst {
+			return w.refuse(refuseHelloFlood)
+		}
+		return true
 	}
 	switch {
 	case f.op == ws.OpContinuation:

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorilla/websocket"
+
 	"danmaku/internal/clock"
 	"danmaku/internal/wsbench"
 )
@@ -77,4 +79,44 @@ func loopWaits(s *Server) int {
 		l.hmu.Unlock()
 	}
 	return n
+}
+
+// TestHelloPongFloodClosed: a socket waiting in a loop for its hello that
+// sends pongs instead is closed 1008 past the allowance's burst, on a
+// frozen clock (the hello timeout plays no part); a few control frames
+// before a hello are skipped, as before.
+func TestHelloPongFloodClosed(t *testing.T) {
+	e := newEnv(t, envOpts{cfg: func(c *Config) { c.Clock = clock.NewFake(time.Now()) }})
+	ws, _, err := e.dialBrowser("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	for range 3 * clientMsgBurst {
+		if err := ws.WriteControl(websocket.PongMessage, []byte("p"), time.Now().Add(safety)); err != nil {
+			break // closed under us
+		}
+	}
+	if got := closeCode(t, ws); got != ClosePolicy {
+		t.Fatalf("close code %d, want %d", got, ClosePolicy)
+	}
+
+	ok, _, err := e.dialBrowser("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ok.Close()
+	for range clientMsgBurst {
+		if err := ok.WriteControl(websocket.PongMessage, []byte("p"), time.Now().Add(safety)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := text(`{"token":"` + e.token("r1") + `"}`)(ok); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the connection to join", func() bool { return e.srv.OnlineRooms()["r1"] == 1 })
+	want := e.append("r1", sys("after the pongs"))[0].ID
+	if _, err := readUntil(ok, "r1", untilID(want)); err != nil {
+		t.Fatalf("a hello after %d pongs: %v", clientMsgBurst, err)
+	}
 }

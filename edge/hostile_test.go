@@ -7,12 +7,16 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/gorilla/websocket"
 
+	"danmaku/internal/clock"
 	"danmaku/internal/wire"
+	"danmaku/internal/wsbench"
 )
 
 // Hostile input the edge gets from outside, one test per kind; the
@@ -189,5 +193,108 @@ func TestUpgradeRefusedCoded(t *testing.T) {
 				checkCoded(t, resp, http.StatusBadRequest, CodeBadRequest)
 			})
 		}
+	}
+}
+
+// TestPongFloodNeighbourServed: a client that sends pongs as fast as it
+// can is closed with ClosePolicy (unasked pongs count against the
+// allowance, a burst of 10), and its neighbours — one of them in its
+// epoll loop: maxLoops neighbours dialled first, handed out round-robin —
+// receive every frame of a broadcast sent during the flood and stay
+// connected. Once a pong flood got a neighbour closed 631 ms in. The
+// allowance runs on the frozen clock: the flooder earns nothing back.
+func TestPongFloodNeighbourServed(t *testing.T) {
+	for _, kind := range socketKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			e := newEnv(t, envOpts{wrap: kind.wrap, cfg: func(c *Config) { c.Clock = clock.NewFake(time.Now()) }})
+			neighbours := make([]*websocket.Conn, maxLoops)
+			for i := range neighbours {
+				neighbours[i] = e.connect("r1", "")
+			}
+			c, br, err := wsbench.Dial(e.ts.Listener.Addr().String(), e.token("r1"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var flood []byte
+			for range 64 { // 8 KiB a write: sent moves while the edge reads
+				flood = append(flood, rawFrame(0x8A, true, []byte(strings.Repeat("p", 125)))...)
+			}
+			var sent atomic.Int64
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				for { // until the edge closes the socket (or the test does)
+					n, err := c.Write(flood)
+					sent.Add(int64(n))
+					if err != nil {
+						return
+					}
+				}
+			}()
+			defer func() { c.Close(); <-done }()
+			closed := make(chan int, 1)
+			go func() { // the flooder reads its close at once: the edge ends it after closeGrace
+				p, err := readClose(c, br)
+				if err != nil || len(p) < 2 {
+					closed <- -1
+					return
+				}
+				closed <- int(binary.BigEndian.Uint16(p))
+			}()
+			waitFor(t, "the flood to be under way", func() bool { return sent.Load() >= 32<<10 }) // 250 pongs: 11 close it
+
+			var want []string
+			for i := range 100 {
+				want = append(want, ids(e.append("r1", sys(fmt.Sprintf("during the flood %d", i))))...)
+			}
+			for i, ws := range neighbours {
+				got, err := readUntil(ws, "r1", untilID(want[len(want)-1]))
+				if err != nil {
+					t.Fatalf("neighbour %d: %v after %d messages (flooder sent %d bytes)", i, err, len(got), sent.Load())
+				}
+				sameIDs(t, fmt.Sprintf("neighbour %d", i), got, want)
+			}
+			if got := <-closed; got != ClosePolicy {
+				t.Fatalf("flooder closed with %d, want %d", got, ClosePolicy)
+			}
+			waitFor(t, "the flooder to be gone", func() bool {
+				return e.srv.Load().Conns == len(neighbours) && counter(e.srv.m.closes.WithLabelValues(reasonPolicy)) == 1
+			})
+			t.Logf("flooder sent %d KiB", sent.Load()>>10)
+		})
+	}
+}
+
+// TestAnsweredPongsFree: a pong answering one of the edge's pings costs
+// nothing: a client that answers three bursts' worth of pings (on a frozen
+// clock the allowance earns nothing back) is still served.
+func TestAnsweredPongsFree(t *testing.T) {
+	e := newEnv(t, envOpts{cfg: func(c *Config) {
+		c.Clock = clock.NewFake(time.Now())
+		c.PingInterval, c.PongGrace = 5*time.Millisecond, safety
+	}})
+	ws := e.connect("r1", "")
+	pongs := 0
+	ws.SetPingHandler(func(p string) error { // on the reader's goroutine
+		if err := ws.WriteControl(websocket.PongMessage, []byte(p), time.Now().Add(safety)); err != nil {
+			return err
+		}
+		if pongs++; pongs == 3*clientMsgBurst {
+			// Behind the pongs on the wire: once it is counted, they were.
+			return ws.WriteMessage(websocket.TextMessage, []byte(`{"drops":1}`))
+		}
+		return nil
+	})
+	errc := make(chan error, 1)
+	go func() {
+		_, err := readUntil(ws, "r1", func(ms []wire.Message) bool {
+			return len(ms) > 0 && ms[len(ms)-1].Text == "end"
+		})
+		errc <- err
+	}()
+	waitFor(t, "the report behind the pongs", func() bool { return counter(e.srv.m.renderDrops) == 1 })
+	e.append("r1", sys("end"))
+	if err := <-errc; err != nil {
+		t.Fatalf("client answering pings: %v", err)
 	}
 }

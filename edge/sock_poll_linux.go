@@ -31,6 +31,22 @@ const maxLoops = 4
 // pollReadBuffer is each loop's read buffer.
 const pollReadBuffer = 16 << 10
 
+// maxReadsPerWake bounds how many reads one socket gets per wake-up of its
+// loop (64 KiB with pollReadBuffer). Sockets are registered level-triggered
+// (no EPOLLET): one with data left is reported by the next epoll_wait
+// again, and the kernel puts it behind the sockets that were ready with
+// it, so a client that floods its socket gets its turn and no more — its
+// neighbours' pongs and flushes are not held up behind it. Without the
+// bound, a loop read one flooding socket for as long as it kept up, and a
+// neighbour's queue filled meanwhile (closed 631 ms into a pong flood).
+const maxReadsPerWake = 4
+
+// closingReadLimit is what a socket may send after our close frame before
+// its loop stops reading it (deaf): a client answering the close sends a
+// few bytes, one flooding on reads at the loop's full speed until the
+// close grace ends it. Deaf, its kernel buffer fills and TCP holds it back.
+const closingReadLimit = maxReadsPerWake * pollReadBuffer
+
 type loop struct {
 	epfd int
 	efd  int // an eventfd that wakes the loop to stop
@@ -67,6 +83,11 @@ type pollSock struct {
 	off        int    // bytes of pending[0] on the wire already
 	partial    []byte // an incomplete client frame
 	timer      *time.Timer
+	// closingRead counts what was read after our close frame; past
+	// closingReadLimit the socket is deaf (EPOLLIN disarmed) until it
+	// hangs up or the close grace ends it.
+	closingRead int
+	deaf        bool
 }
 
 const (
@@ -183,11 +204,7 @@ func (ps *pollSock) begin() {
 	l.mu.Lock()
 	l.socks[int32(ps.fd)] = ps
 	l.mu.Unlock()
-	ev := uint32(unix.EPOLLIN | unix.EPOLLRDHUP)
-	if ps.out {
-		ev |= unix.EPOLLOUT
-	}
-	if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, ps.fd, &unix.EpollEvent{Events: ev, Fd: int32(ps.fd)}); err != nil {
+	if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, ps.fd, &unix.EpollEvent{Events: ps.eventsLocked(), Fd: int32(ps.fd)}); err != nil {
 		ps.finishLocked()
 		go ps.c.finish()
 		return
@@ -238,15 +255,24 @@ func (l *loop) run() {
 	}
 }
 
-// readable drains the socket into the loop's buffer and hands whole
-// frames to the connection, outside the socket's lock (the connection
-// takes its own first, then the socket's).
+// readable reads the socket into the loop's buffer, at most
+// maxReadsPerWake times, and hands whole frames to the connection,
+// outside the socket's lock (the connection takes its own first, then the
+// socket's). What it leaves unread, epoll reports again (level-triggered).
 func (ps *pollSock) readable() {
 	buf := ps.l.buf
-	for {
+	for range maxReadsPerWake {
 		ps.mu.Lock()
 		if ps.state == sockClosed {
 			ps.mu.Unlock()
+			return
+		}
+		if ps.deaf {
+			// Only a hang-up or an error wakes a deaf socket: its client
+			// is gone, or past answering our close.
+			ps.finishLocked()
+			ps.mu.Unlock()
+			ps.c.finish()
 			return
 		}
 		n, err := unix.Read(ps.fd, buf)
@@ -259,6 +285,14 @@ func (ps *pollSock) readable() {
 			ps.mu.Unlock()
 			ps.c.finish()
 			return
+		}
+		if ps.state == sockClosing {
+			if ps.closingRead += n; ps.closingRead >= closingReadLimit {
+				ps.deaf = true
+				ps.rearmLocked()
+				ps.mu.Unlock()
+				return
+			}
 		}
 		data := buf[:n]
 		if ps.partial != nil {
@@ -395,14 +429,28 @@ func (ps *pollSock) armLocked(out bool) {
 		return
 	}
 	ps.out = out
-	if !ps.registered {
-		return // begin registers with out
+	ps.rearmLocked()
+}
+
+// rearmLocked tells epoll what the socket waits for now, once registered
+// (begin registers it with eventsLocked).
+func (ps *pollSock) rearmLocked() {
+	if ps.registered {
+		_ = unix.EpollCtl(ps.l.epfd, unix.EPOLL_CTL_MOD, ps.fd, &unix.EpollEvent{Events: ps.eventsLocked(), Fd: int32(ps.fd)})
 	}
-	ev := uint32(unix.EPOLLIN | unix.EPOLLRDHUP)
-	if out {
+}
+
+// eventsLocked is what the socket waits for: reading (unless deaf), the
+// peer's hang-up, and writing while frames are pending.
+func (ps *pollSock) eventsLocked() uint32 {
+	ev := uint32(unix.EPOLLRDHUP)
+	if !ps.deaf {
+		ev |= unix.EPOLLIN
+	}
+	if ps.out {
 		ev |= unix.EPOLLOUT
 	}
-	_ = unix.EpollCtl(ps.l.epfd, unix.EPOLL_CTL_MOD, ps.fd, &unix.EpollEvent{Events: ev, Fd: int32(ps.fd)})
+	return ev
 }
 
 // closeWith is called with the connection's lock held: the connection

@@ -33,6 +33,9 @@ type serveFlags struct {
 	logJSON                            bool
 	corsOrigins                        string
 	dev                                bool // `danmaku dev`: dev keys, the demo page
+	// devUnsafe is dev's -dev-unsafe-backends: real backends or production
+	// keys, and then nothing public (checkDevSafe).
+	devUnsafe bool
 
 	redisURL, redisUser string
 	redisCluster        bool
@@ -159,7 +162,7 @@ func (f *serveFlags) stackConfig(roles []string) (stack.Config, stack.BackendCon
 		GSLBAddr: f.gslb, IngestAddr: f.ingest, EdgeAddr: f.edge, OriginAddr: f.origin, SlicerAddr: f.slicer,
 		PublicCDN: f.cdn, DataDir: f.data, Budget: f.budget, SegmentMs: f.segmentMs, Retention: f.retention, MinGiftValue: f.minGift, BroadcastGiftValue: f.broadcastGift,
 		IngestURL: f.ingestURL, EdgeURL: f.edgeURL, NodeID: f.nodeID,
-		Dev:          f.dev,
+		Dev: f.dev, DevUnsafeBackends: f.devUnsafe,
 		EdgeCapacity: f.maxConns, IngestCapacity: f.ingestCap, Line: f.line, Region: f.region, Lines: f.lines,
 		GSLBMaxInFlight: f.gslbInFlight, GSLBMaxTableAge: f.gslbTableAge,
 		AuditDir: f.auditDir, AuditRetention: f.auditRetention, WordsFile: f.words, WordPolicy: f.wordPolicy,
@@ -291,7 +294,7 @@ func serveRoles(ctx context.Context, roles []string, f *serveFlags, stdout, stde
 	}
 	if _, ok := st.URLs[stack.RoleGSLB]; ok {
 		fmt.Fprintf(stdout, "entry:  %s/v1/entry?room=demo (ticket: danmaku ticket -user alice)\n", st.URLs[stack.RoleGSLB])
-		if f.dev {
+		if f.dev && !f.devUnsafe {
 			fmt.Fprintf(stdout, "demo:   open %s/ in a browser\n", st.URLs[stack.RoleGSLB])
 		}
 	}
@@ -307,12 +310,59 @@ func serveRoles(ctx context.Context, roles []string, f *serveFlags, stdout, stde
 func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("dev", stderr)
 	var f serveFlags
-	f.register(fs)
+	f.registerDev(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	f.setDev()
+	if err := f.checkDevSafe(); err != nil {
+		return err
+	}
 	return serveRoles(ctx, stack.AllRoles, &f, stdout, stderr)
+}
+
+// registerDev adds dev's flags: the roles' and the one naming the risk of
+// running dev on real backends.
+func (f *serveFlags) registerDev(fs *flag.FlagSet) {
+	f.register(fs)
+	boolVar(&f.settings, &f.devUnsafe, "dev-unsafe-backends", "", "run dev on real backends (-redis, -s3-bucket, -audit-s3-bucket) or with production keys (DANMAKU_TICKET_KEY, DANMAKU_MASTER_KEY, DANMAKU_*_KEYS) from the environment: then every key is required as for the roles, and no public dev key, dev ticket (GET /v1/dev/ticket) or demo page is served")
+}
+
+// devProductionKeys are the secrets dev refuses from its environment: it
+// would sign with them (tickets for anyone who asks, tokens) or take them
+// beside its public keys.
+var devProductionKeys = []string{"DANMAKU_TICKET_KEY", "DANMAKU_MASTER_KEY", "DANMAKU_GIFT_KEYS", "DANMAKU_ANNOUNCE_KEYS", "DANMAKU_OPERATOR_KEYS"}
+
+// checkDevSafe keeps dev's public keys on its in-memory backends: with a
+// production key in the environment or a real backend, dev refuses to
+// start, naming each, unless -dev-unsafe-backends says the risk is known
+// (then the stack serves nothing public). Once dev's unauthenticated
+// GET /v1/dev/ticket minted admin tickets under a production
+// DANMAKU_TICKET_KEY, and its public service key was taken while it wrote
+// to real Redis and S3.
+func (f *serveFlags) checkDevSafe() error {
+	if f.devUnsafe {
+		return nil
+	}
+	var risks []string
+	for _, k := range devProductionKeys {
+		if os.Getenv(k) != "" {
+			risks = append(risks, k+" is set (a production key)")
+		}
+	}
+	for _, b := range []struct{ flag, env, v string }{
+		{"redis", "DANMAKU_REDIS", f.redisURL},
+		{"s3-bucket", "DANMAKU_S3_BUCKET", f.s3.Bucket},
+		{"audit-s3-bucket", "DANMAKU_AUDIT_S3_BUCKET", f.auditBucket},
+	} {
+		if b.v != "" {
+			risks = append(risks, fmt.Sprintf("-%s [%s] names a real backend", b.flag, b.env))
+		}
+	}
+	if len(risks) == 0 {
+		return nil
+	}
+	return usageError{fmt.Errorf("danmaku dev runs on in-memory backends with public keys and mints tickets for anyone who asks; refused: %s. Unset them, or give -dev-unsafe-backends to run every role in one process with your own keys and nothing public", strings.Join(risks, "; "))}
 }
 
 // setDev makes the flags dev's: its own defaults, where the roles have none.

@@ -26,7 +26,7 @@ var settingCommands = []struct {
 	flags func() *flag.FlagSet
 	args  func(t *testing.T) []string
 }{
-	{"dev", serveFlagSet, roleArgs},
+	{"dev", devFlagSet, roleArgs},
 	{"gslb", serveFlagSet, roleArgs},
 	{"ingest", serveFlagSet, roleArgs},
 	{"edge", serveFlagSet, roleArgs},
@@ -44,6 +44,13 @@ func serveFlagSet() *flag.FlagSet {
 	fs := newFlags("serve", io.Discard)
 	var f serveFlags
 	f.register(fs)
+	return fs
+}
+
+func devFlagSet() *flag.FlagSet {
+	fs := newFlags("dev", io.Discard)
+	var f serveFlags
+	f.registerDev(fs)
 	return fs
 }
 
@@ -384,7 +391,7 @@ func TestServeAuditDestination(t *testing.T) {
 }
 
 // TestOperationsDocListsEverySetting keeps docs/operations.md's settings
-// table true to the roles' flags: every flag, and every setting's
+// table true to the roles' flags (and dev's): every flag, and every setting's
 // environment variable, is named there.
 func TestOperationsDocListsEverySetting(t *testing.T) {
 	doc, err := os.ReadFile("../../docs/operations.md")
@@ -392,7 +399,7 @@ func TestOperationsDocListsEverySetting(t *testing.T) {
 		t.Fatal(err)
 	}
 	envInUsage := regexp.MustCompile(`\[(DANMAKU_[A-Z0-9_]+)\]`)
-	serveFlagSet().VisitAll(func(fl *flag.Flag) {
+	devFlagSet().VisitAll(func(fl *flag.Flag) {
 		names := []string{"`-" + fl.Name + "`"}
 		if s, ok := fl.Value.(*setting); ok && s.env != "" {
 			names = append(names, "`"+s.env+"`")

@@ -1,8 +1,10 @@
 package stack
 
 import (
+	"encoding/json"
 	"io"
 	"log/slog"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -41,6 +43,22 @@ func TestRolesRefuseWithoutKeys(t *testing.T) {
 		}), []string{"public dev ticket key"}},
 		{"ingest with the public service key", with(base(RoleIngest), func(c *Config) { c.MasterKey, c.GiftKeys = master, []string{DevServiceKey} }), []string{DevServiceKey}},
 		{"dev fills in its keys", with(base(RoleGSLB), func(c *Config) { c.Dev = true }), nil},
+		// `danmaku dev -dev-unsafe-backends`: real backends or production
+		// keys, so nothing public.
+		{"dev on real backends, nothing", with(base(RoleGSLB), func(c *Config) { c.Dev, c.DevUnsafeBackends = true, true }),
+			[]string{"DANMAKU_MASTER_KEY", "DANMAKU_TICKET_KEY", "DANMAKU_OPERATOR_KEYS"}},
+		{"dev on real backends with the public ticket key", with(base(RoleGSLB), func(c *Config) {
+			c.Dev, c.DevUnsafeBackends = true, true
+			c.MasterKey, c.TicketKey, c.OperatorKeys = master, auth.DevTicketKey, []string{"op"}
+		}), []string{"public dev ticket key"}},
+		{"dev on real backends with the public service key", with(base(RoleIngest), func(c *Config) {
+			c.Dev, c.DevUnsafeBackends = true, true
+			c.MasterKey, c.GiftKeys = master, []string{DevServiceKey}
+		}), []string{DevServiceKey}},
+		{"dev on real backends with its keys", with(base(RoleGSLB), func(c *Config) {
+			c.Dev, c.DevUnsafeBackends = true, true
+			c.MasterKey, c.TicketKey, c.OperatorKeys = master, []byte("a-real-ticket-key-0123456789"), []string{"op"}
+		}), nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -67,3 +85,44 @@ func TestRolesRefuseWithoutKeys(t *testing.T) {
 }
 
 func with(c Config, f func(*Config)) Config { f(&c); return c }
+
+// TestDevTicketsOnlyWithThePublicKey: GET /v1/dev/ticket mints with the
+// public dev ticket key alone. Dev given a key of its own (an embedder's)
+// or on real backends (DevUnsafeBackends) serves no dev ticket: 404
+// not_found, never a ticket an unauthenticated caller got signed with a
+// real key.
+func TestDevTicketsOnlyWithThePublicKey(t *testing.T) {
+	master := []byte("0123456789abcdef0123456789abcdef")
+	for _, tt := range []struct {
+		name string
+		cfg  Config
+		want int
+	}{
+		{"public key", Config{Dev: true}, http.StatusOK},
+		{"a key of its own", Config{Dev: true, TicketKey: []byte("a-real-ticket-key-0123456789")}, http.StatusNotFound},
+		{"real backends", Config{Dev: true, DevUnsafeBackends: true, MasterKey: master, TicketKey: []byte("a-real-ticket-key-0123456789"),
+			GiftKeys: []string{"g"}, OperatorKeys: []string{"o"}}, http.StatusNotFound},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			st := startStack(t, tt.cfg)
+			resp, err := http.Get(st.URLs[RoleGSLB] + "/v1/dev/ticket?user=alice&role=admin")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			if tt.want == http.StatusOK {
+				if resp.StatusCode != http.StatusOK {
+					t.Fatalf("status %d, want 200", resp.StatusCode)
+				}
+				return
+			}
+			var body struct {
+				Error struct{ Code string } `json:"error"`
+			}
+			_ = json.NewDecoder(resp.Body).Decode(&body)
+			if resp.StatusCode != tt.want || body.Error.Code != "not_found" {
+				t.Fatalf("status %d %q, want %d not_found", resp.StatusCode, body.Error.Code, tt.want)
+			}
+		})
+	}
+}

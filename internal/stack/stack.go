@@ -191,6 +191,13 @@ type Config struct {
 	// key is accepted and every role refuses to start without its own keys
 	// (checkKeys says which).
 	Dev bool
+	// DevUnsafeBackends is `danmaku dev -dev-unsafe-backends`: every role
+	// in one process as with Dev, but on real backends or with production
+	// keys, so nothing public: no key is filled in (each role requires its
+	// own, as without Dev), the public keys are refused, and neither the
+	// demo page nor GET /v1/dev/ticket is served (404 not_found). False:
+	// Dev alone says.
+	DevUnsafeBackends bool
 	// TicketKey verifies business tickets (DANMAKU_TICKET_KEY). Required by
 	// the gslb.
 	TicketKey []byte
@@ -358,6 +365,10 @@ func (s *Stack) createEvents(ctx context.Context) error {
 	return nil
 }
 
+// devPublic reports whether the public dev keys, dev tickets and the demo
+// page are this process's: `danmaku dev` on embedded backends only.
+func (c *Config) devPublic() bool { return c.Dev && !c.DevUnsafeBackends }
+
 // devKeys fills in the public keys of `danmaku dev` where none were given.
 func (c *Config) devKeys() {
 	if len(c.TicketKey) == 0 {
@@ -377,8 +388,8 @@ func (c *Config) devKeys() {
 }
 
 // checkKeys refuses a configuration whose roles lack their keys, naming
-// every missing one. Outside Dev a public dev key is refused too: anyone can
-// mint tickets with it.
+// every missing one. Outside embedded dev (devPublic) a public dev key is
+// refused too: anyone can mint tickets with it.
 func (c *Config) checkKeys() error {
 	var missing []string
 	need := func(cond bool, what string) {
@@ -403,13 +414,13 @@ func (c *Config) checkKeys() error {
 	if len(missing) > 0 {
 		return fmt.Errorf("stack: cannot start %s without %s", strings.Join(c.Roles, ", "), strings.Join(missing, "; "))
 	}
-	if !c.Dev {
+	if !c.devPublic() {
 		if string(c.TicketKey) == string(auth.DevTicketKey) {
-			return errors.New("stack: the public dev ticket key is accepted only by `danmaku dev`")
+			return errors.New("stack: the public dev ticket key is accepted only by `danmaku dev` on in-memory backends")
 		}
 		for _, k := range slices.Concat(c.GiftKeys, c.AnnounceKeys, c.OperatorKeys) {
 			if k == DevServiceKey {
-				return fmt.Errorf("stack: the public %q is accepted only by `danmaku dev`", DevServiceKey)
+				return fmt.Errorf("stack: the public %q is accepted only by `danmaku dev` on in-memory backends", DevServiceKey)
 			}
 		}
 	}
@@ -451,7 +462,7 @@ func New(cfg Config) (*Stack, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.Dev {
+	if cfg.devPublic() {
 		cfg.devKeys()
 		cfg.Events = append(cfg.Events, DemoEvent(time.Now().Add(-time.Minute)))
 	}
@@ -589,7 +600,7 @@ func New(cfg Config) (*Stack, error) {
 			cfg.PublicCDN = u + "/"
 		}
 	}
-	if cfg.Dev && s.URLs[RoleGSLB] != "" {
+	if cfg.devPublic() && s.URLs[RoleGSLB] != "" {
 		// The page is served by the gslb: its origin is the gslb's, under
 		// either name a newcomer may type.
 		u := s.URLs[RoleGSLB]
@@ -686,8 +697,12 @@ func New(cfg Config) (*Stack, error) {
 		gs.Register(e)
 		api := &event.API{Store: b.Events, Keys: cfg.OperatorKeys, Changed: func(ctx context.Context) { _ = s.events.Refresh(ctx) }, Logger: s.log.With("role", RoleGSLB)}
 		api.Register(e.Group("", s.limiter.Handler(nil)))
-		if cfg.Dev {
-			gslb.RegisterDevTickets(e, cfg.TicketKey)
+		if cfg.devPublic() {
+			// Dev tickets are minted with the public key alone: an
+			// embedder's own key never signs for an unauthenticated GET.
+			if string(cfg.TicketKey) == string(auth.DevTicketKey) {
+				gslb.RegisterDevTickets(e, cfg.TicketKey)
+			}
 			web.Register(e)
 		}
 		rs.srv = httpx.NewServer(e, 10*time.Second)

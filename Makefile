@@ -20,7 +20,7 @@ GOBIN_DIR := $(firstword $(subst :, ,$(shell $(GO) env GOPATH)))/bin
 endif
 export PATH := $(GOBIN_DIR):$(PATH):/usr/sbin:/usr/local/sbin
 
-.PHONY: help deps fmt-check vet test bench bench-latency bench-web bench-rooms bench-ingest bench-limits bench-roundtrips local-up local-down
+.PHONY: help deps fmt-check vet test fuzz bench bench-latency bench-web bench-rooms bench-ingest bench-limits bench-roundtrips local-up local-down
 
 help: ## list the targets
 	@echo "Targets:"
@@ -62,6 +62,18 @@ bench-ingest: deps ## upload path: loopback throughput vs a bare gin handler (5 
 	for run in 1 2 3; do \
 		DANMAKU_REQUIRE_SERVERS=1 DANMAKU_LOAD=1 $(GO) test -run 'TestLoad' -count 1 -v -timeout 20m ./ingest | grep -E '^(=== RUN|--- |    load_test)'; \
 	done
+
+fuzz: ## every fuzz target for FUZZTIME each (default 30s; FUZZ=regexp picks targets by name); a crasher is kept in the package's testdata/fuzz and fails the run (docs/reliability.md)
+	@fuzztime="$${FUZZTIME:-30s}"; pick="$${FUZZ:-.}"; failed=0; \
+	while IFS= read -r file; do \
+		dir="$$(dirname "$$file")"; \
+		for name in $$(grep -o '^func Fuzz[A-Za-z0-9_]*' "$$file" | cut -d' ' -f2); do \
+			[[ "$$name" =~ $$pick ]] || continue; \
+			echo "== $$dir $$name ($$fuzztime)"; \
+			$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime "$$fuzztime" "$$dir" || failed=1; \
+		done; \
+	done < <(grep -rl --include='*_test.go' '^func Fuzz' . | sort); \
+	exit $$failed
 
 bench-roundtrips: deps ## whole stack (gslb, ingest, edge processes, one Redis): Redis round trips per 1,000 comments at 1,200/s over 3 rooms, idle subtracted; load reports per node (3 runs; docs/benchmarks.md)
 	for run in 1 2 3; do \

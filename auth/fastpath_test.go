@@ -54,10 +54,18 @@ func jwtSign(k *Keyring, c Claims) (string, time.Time, error) {
 type jwtTicketVerifier struct {
 	key    []byte
 	parser *jwt.Parser
+	// policy is a TicketVerifier's with the same key and clock: the
+	// deployment's checks (scope claims, lifetime, aud, iss) are shared,
+	// not parsed.
+	policy *TicketVerifier
 }
 
 func newJWTTicketVerifier(key []byte, now func() time.Time) *jwtTicketVerifier {
-	return &jwtTicketVerifier{key: key, parser: jwt.NewParser(
+	policy, err := NewTicketVerifier(key, now)
+	if err != nil {
+		panic(err)
+	}
+	return &jwtTicketVerifier{key: key, policy: policy, parser: jwt.NewParser(
 		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
 		jwt.WithExpirationRequired(),
 		jwt.WithLeeway(5*time.Second),
@@ -95,6 +103,9 @@ func (v *jwtTicketVerifier) Verify(ticket string) (*Ticket, error) {
 	}
 	if n := jsonLen(t.Subject) + jsonLen(t.Nick) + jsonLen(t.Avatar); n > maxIdentityTokenBytes {
 		return nil, &ClaimError{Claim: "av", Reason: fmt.Sprintf("sub, nick and av would take %d bytes of the token, more than %d", n, maxIdentityTokenBytes)}
+	}
+	if err := v.policy.checkPolicy(&t); err != nil {
+		return nil, err
 	}
 	return &t, nil
 }
@@ -338,7 +349,7 @@ func BenchmarkSign(b *testing.B) {
 	}
 }
 
-var fuzzTicketKey = []byte("ticket-key-for-tests-0123456789")
+var fuzzTicketKey = []byte("ticket-key-for-tests-0123456789-")
 
 // ticketNow is the verifiers' time in the ticket tests: fixed, so that a
 // fuzz input means the same on every run.
@@ -434,6 +445,13 @@ func addTicketSeeds(f *testing.F) {
 		{hs, ``, 3, ""},
 		{hs, p(`{"sub":"u1","role":"root","exp":%d}`, now+60), 3, ""},
 		{hs, p(`{"sub":"u 1","exp":%d}`, now+60), 3, ""},
+		{hs, p(`{"sub":"u1","role":"host","rooms":["a","b"],"event":"e","exp":%d}`, now+60), 3, ""}, // scoped
+		{hs, p(`{"sub":"u1","rooms":[],"event":"","exp":%d}`, now+60), 3, ""},                        // scope empty
+		{hs, p(`{"sub":"u1","rooms":"a","exp":%d}`, now+60), 3, ""},                                  // rooms a string
+		{hs, p(`{"sub":"u1","rooms":["a b"],"exp":%d}`, now+60), 3, ""},                              // no room name
+		{hs, p(`{"sub":"u1","rooms":null,"event":"e.1","exp":%d}`, now+60), 3, ""},                   // no event id
+		{hs, p(`{"sub":"u1","exp":%d}`, now+60*86400), 3, ""},                                        // 60 days
+		{hs, p(`{"sub":"u1","exp":%d,"iat":%d}`, now+3600, now-25*3600), 3, ""},                      // exp-iat over a day
 		{`{"alg":"none","typ":"JWT"}`, valid, 7, ""},
 		{`{"alg":"HS512","typ":"JWT"}`, valid, 3, ""},
 		{`{"alg":"RS256","typ":"JWT"}`, valid, 3, ""},

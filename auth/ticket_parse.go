@@ -46,7 +46,7 @@ var (
 
 // ticketScratch is what one verification needs beside what it returns.
 type ticketScratch struct {
-	mac     hash.Hash // HMAC-SHA256 keyed with the verifier's key
+	macs    []hash.Hash // HMAC-SHA256 keyed with each of the verifier's keys
 	buf     []byte    // the ticket's bytes
 	payload []byte    // the decoded payload
 	sum     [sha256.Size]byte
@@ -64,6 +64,8 @@ type ticketWire struct {
 	Issuer    string           `json:"iss"`
 	Subject   string           `json:"sub"`
 	Audience  jwt.ClaimStrings `json:"aud"`
+	Rooms     []string         `json:"rooms"`
+	Event     string           `json:"event"`
 	ExpiresAt wireDate         `json:"exp"`
 	NotBefore wireDate         `json:"nbf"`
 	IssuedAt  wireDate         `json:"iat"`
@@ -240,9 +242,16 @@ func (v *TicketVerifier) parse(ticket string) (*Ticket, *ClaimError, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: could not base64 decode signature: %w", jwt.ErrTokenMalformed, err)
 	}
-	st.mac.Reset()
-	st.mac.Write(signed)
-	if !hmac.Equal(mac, st.mac.Sum(st.sum[:0])) {
+	signedBy := false
+	for _, h := range st.macs { // the current key first: one HMAC but during a rotation
+		h.Reset()
+		h.Write(signed)
+		if hmac.Equal(mac, h.Sum(st.sum[:0])) {
+			signedBy = true
+			break
+		}
+	}
+	if !signedBy {
 		return nil, nil, errTicketSig
 	}
 
@@ -268,6 +277,7 @@ func (v *TicketVerifier) parse(ticket string) (*Ticket, *ClaimError, error) {
 	t := &a.t
 	t.Nick, t.Avatar, t.Role = w.Nick, w.Avatar, w.Role
 	t.Issuer, t.Subject, t.Audience, t.ID = w.Issuer, w.Subject, w.Audience, w.ID
+	t.Rooms, t.Event = w.Rooms, w.Event
 	t.ExpiresAt = &a.exp
 	if w.NotBefore.set {
 		t.NotBefore = &a.nbf
@@ -340,7 +350,10 @@ func decodeTicketFast(b []byte, w *ticketWire) bool {
 		case "iat":
 			date = &w.IssuedAt
 			bit = 1 << 8
-		default:
+		case "event":
+			str = &w.Event
+			bit = 1 << 9
+		default: // "rooms" too: an array is json.Unmarshal's
 			return false
 		}
 		if seen&bit != 0 {

@@ -446,12 +446,12 @@ func addTicketSeeds(f *testing.F) {
 		{hs, p(`{"sub":"u1","role":"root","exp":%d}`, now+60), 3, ""},
 		{hs, p(`{"sub":"u 1","exp":%d}`, now+60), 3, ""},
 		{hs, p(`{"sub":"u1","role":"host","rooms":["a","b"],"event":"e","exp":%d}`, now+60), 3, ""}, // scoped
-		{hs, p(`{"sub":"u1","rooms":[],"event":"","exp":%d}`, now+60), 3, ""},                        // scope empty
-		{hs, p(`{"sub":"u1","rooms":"a","exp":%d}`, now+60), 3, ""},                                  // rooms a string
-		{hs, p(`{"sub":"u1","rooms":["a b"],"exp":%d}`, now+60), 3, ""},                              // no room name
-		{hs, p(`{"sub":"u1","rooms":null,"event":"e.1","exp":%d}`, now+60), 3, ""},                   // no event id
-		{hs, p(`{"sub":"u1","exp":%d}`, now+60*86400), 3, ""},                                        // 60 days
-		{hs, p(`{"sub":"u1","exp":%d,"iat":%d}`, now+3600, now-25*3600), 3, ""},                      // exp-iat over a day
+		{hs, p(`{"sub":"u1","rooms":[],"event":"","exp":%d}`, now+60), 3, ""},                       // scope empty
+		{hs, p(`{"sub":"u1","rooms":"a","exp":%d}`, now+60), 3, ""},                                 // rooms a string
+		{hs, p(`{"sub":"u1","rooms":["a b"],"exp":%d}`, now+60), 3, ""},                             // no room name
+		{hs, p(`{"sub":"u1","rooms":null,"event":"e.1","exp":%d}`, now+60), 3, ""},                  // no event id
+		{hs, p(`{"sub":"u1","exp":%d}`, now+60*86400), 3, ""},                                       // 60 days
+		{hs, p(`{"sub":"u1","exp":%d,"iat":%d}`, now+3600, now-25*3600), 3, ""},                     // exp-iat over a day
 		{`{"alg":"none","typ":"JWT"}`, valid, 7, ""},
 		{`{"alg":"HS512","typ":"JWT"}`, valid, 3, ""},
 		{`{"alg":"RS256","typ":"JWT"}`, valid, 3, ""},

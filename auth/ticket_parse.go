@@ -47,8 +47,8 @@ var (
 // ticketScratch is what one verification needs beside what it returns.
 type ticketScratch struct {
 	macs    []hash.Hash // HMAC-SHA256 keyed with each of the verifier's keys
-	buf     []byte    // the ticket's bytes
-	payload []byte    // the decoded payload
+	buf     []byte      // the ticket's bytes
+	payload []byte      // the decoded payload
 	sum     [sha256.Size]byte
 	sig     [64]byte
 	wire    ticketWire

@@ -64,9 +64,11 @@ func mustJSON(t testing.TB, v any) []byte {
 	return b
 }
 
-func ticket(t *testing.T, user, role string) string {
+// ticket mints a dev ticket; a host or admin role holds only in the rooms
+// it names.
+func ticket(t *testing.T, user, role string, rooms ...string) string {
 	t.Helper()
-	tk, err := auth.MintTicket(auth.DevTicketKey, user, auth.Ticket{Nick: user, Role: role}, time.Hour)
+	tk, err := auth.MintTicket(auth.DevTicketKey, user, auth.Ticket{Nick: user, Role: role, Rooms: rooms}, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +194,7 @@ func TestEndToEnd(t *testing.T) {
 	}
 
 	// The host announces; the business server sends three gifts.
-	host, err := sdk.New(sdk.Config{EntryURL: entry, Room: room, Ticket: ticket(t, "host", auth.RoleHost), NoEdge: true, FirstJoinJitter: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	host, err := sdk.New(sdk.Config{EntryURL: entry, Room: room, Ticket: ticket(t, "host", auth.RoleHost, room), NoEdge: true, FirstJoinJitter: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

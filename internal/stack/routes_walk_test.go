@@ -752,16 +752,9 @@ func (w *walk) wordsLoaded(t *testing.T) bool {
 // entryToken is the dynamic token of an entry to room with ticket.
 func (w *walk) entryToken(t *testing.T, room, ticket string) string {
 	t.Helper()
-	req, _ := http.NewRequest("GET", w.base(RoleGSLB)+"/v1/entry?room="+room, nil)
-	req.Header.Set("Authorization", "Bearer "+ticket)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var e gslb.Entry
-	if err := json.NewDecoder(resp.Body).Decode(&e); err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("entry to %s: %d (%v)", room, resp.StatusCode, err)
+	code, e := getEntry(t, w.base(RoleGSLB), room, ticket)
+	if code != http.StatusOK {
+		t.Fatalf("entry to %s: %d", room, code)
 	}
 	return e.Token
 }

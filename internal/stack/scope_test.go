@@ -23,20 +23,7 @@ func TestHostScope(t *testing.T) {
 		Rooms: []event.Room{{ID: "room-a"}, {ID: "room-b"}}}}})
 	entry := func(room, ticket string) (int, gslb.Entry) {
 		t.Helper()
-		req, _ := http.NewRequest("GET", st.URLs[RoleGSLB]+"/v1/entry?room="+room, nil)
-		req.Header.Set("Authorization", "Bearer "+ticket)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var e gslb.Entry
-		if resp.StatusCode == http.StatusOK {
-			if err := json.NewDecoder(resp.Body).Decode(&e); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return resp.StatusCode, e
+		return getEntry(t, st.URLs[RoleGSLB], room, ticket)
 	}
 	post := func(path, token, body string) int {
 		t.Helper()
@@ -69,12 +56,7 @@ func TestHostScope(t *testing.T) {
 		t.Errorf("host of A starting a lottery in A: %d", c)
 	}
 	// A's token in B: the token names its room.
-	if c := announce("room-b", inA.Token); c != http.StatusForbidden {
-		t.Errorf("A's host token announcing in B: %d", c)
-	}
-	if c := lottery("room-b", inA.Token); c != http.StatusForbidden {
-		t.Errorf("A's host token starting a lottery in B: %d", c)
-	}
+	refusedHostActions(t, "A's host token in B", announce, lottery, "room-b", inA.Token)
 	// A's ticket at B's entry: refused.
 	if code, _ := entry("room-b", hostA); code != http.StatusForbidden {
 		t.Errorf("host of A entering B: %d", code)
@@ -84,10 +66,36 @@ func TestHostScope(t *testing.T) {
 	if code != http.StatusOK || inB.Role != auth.RoleViewer {
 		t.Fatalf("unscoped host in B: %d, role %q", code, inB.Role)
 	}
-	if c := announce("room-b", inB.Token); c != http.StatusForbidden {
-		t.Errorf("unscoped host announcing in B: %d", c)
+	refusedHostActions(t, "unscoped host in B", announce, lottery, "room-b", inB.Token)
+}
+
+// refusedHostActions checks that token's announcement and lottery in room
+// are refused 403.
+func refusedHostActions(t *testing.T, who string, announce, lottery func(room, token string) int, room, token string) {
+	t.Helper()
+	for what, act := range map[string]func(room, token string) int{"announcement": announce, "lottery": lottery} {
+		if c := act(room, token); c != http.StatusForbidden {
+			t.Errorf("%s: %s answered %d, want 403", who, what, c)
+		}
 	}
-	if c := lottery("room-b", inB.Token); c != http.StatusForbidden {
-		t.Errorf("unscoped host starting a lottery in B: %d", c)
+}
+
+// getEntry asks the gslb at base for an entry to room with ticket: the
+// status, and the answer of a 200.
+func getEntry(t *testing.T, base, room, ticket string) (int, gslb.Entry) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", base+"/v1/entry?room="+room, nil)
+	req.Header.Set("Authorization", "Bearer "+ticket)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
 	}
+	defer resp.Body.Close()
+	var e gslb.Entry
+	if resp.StatusCode == http.StatusOK {
+		if err := json.NewDecoder(resp.Body).Decode(&e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return resp.StatusCode, e
 }

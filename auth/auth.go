@@ -413,6 +413,9 @@ func (k *Keyring) verify(token string) (*Claims, signedBy, error) {
 	if len(token) > maxTokenBytes {
 		return nil, by, fmt.Errorf("%w: too long", ErrBadToken)
 	}
+	if !compactJWT(token) {
+		return nil, by, errNotCompact
+	}
 	var c Claims
 	_, err := k.parser.ParseWithClaims(token, &c, func(t *jwt.Token) (any, error) {
 		kid, _ := t.Header["kid"].(string)
@@ -449,4 +452,60 @@ func (k *Keyring) verify(token string) (*Claims, signedBy, error) {
 		return nil, signedBy{}, fmt.Errorf("%w: claims: %v", ErrBadToken, err)
 	}
 	return &c, by, nil
+}
+
+// errNotCompact refuses a token outside compactJWT's shape.
+var errNotCompact = fmt.Errorf("%w: not three canonical base64url segments", ErrBadToken)
+
+// b64url marks the characters of unpadded base64url, each with its 6-bit
+// value plus one (0: not one of them).
+var b64url = func() (t [256]uint8) {
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+	for i := range len(alphabet) {
+		t[alphabet[i]] = uint8(i) + 1
+	}
+	return t
+}()
+
+// compactJWT reports whether s is three non-empty segments of unpadded
+// base64url joined by dots, each spelt the one way an encoder spells its
+// bytes: no length a decoder would have to reject, and no bit set in the
+// last character beyond the bytes it carries. The library's decoder
+// ignores those bits and skips CR and LF, so without this one token had
+// thousands of spellings, each accepted, each a new token-cache entry.
+// It reads s once and allocates nothing.
+func compactJWT(s string) bool {
+	segs, start := 0, 0
+	for i := 0; i <= len(s); i++ {
+		if i < len(s) && s[i] != '.' {
+			if b64url[s[i]] == 0 {
+				return false
+			}
+			continue
+		}
+		if segs++; segs > 3 || !canonicalSegment(s[start:i]) {
+			return false
+		}
+		start = i + 1
+	}
+	return segs == 3
+}
+
+// canonicalSegment reports whether seg, of base64url characters, is an
+// encoder's spelling: not empty, not one character over a whole group, and
+// its last character's unused low bits zero.
+func canonicalSegment(seg string) bool {
+	if len(seg) == 0 {
+		return false
+	}
+	last := b64url[seg[len(seg)-1]] - 1
+	switch len(seg) % 4 {
+	case 1:
+		return false
+	case 2: // one byte: 4 unused bits
+		return last&0x0f == 0
+	case 3: // two bytes: 2 unused bits
+		return last&0x03 == 0
+	}
+	return true
 }

@@ -77,6 +77,9 @@ func (v *jwtTicketVerifier) Verify(ticket string) (*Ticket, error) {
 	if ticket == "" || len(ticket) > maxTokenBytes {
 		return nil, fmt.Errorf("%w: empty or too long", ErrBadTicket)
 	}
+	if !compactJWT(ticket) { // before the library, which takes any spelling
+		return nil, fmt.Errorf("%w: not three canonical base64url segments", ErrBadTicket)
+	}
 	var t Ticket
 	if _, err := v.parser.ParseWithClaims(ticket, &t, func(*jwt.Token) (any, error) { return v.key, nil }); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadTicket, err)

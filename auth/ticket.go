@@ -215,6 +215,9 @@ func (v *TicketVerifier) Verify(ticket string) (*Ticket, error) {
 	if ticket == "" || len(ticket) > maxTokenBytes {
 		return nil, fmt.Errorf("%w: empty or too long", ErrBadTicket)
 	}
+	if !compactJWT(ticket) { // one ticket, one spelling, as for tokens
+		return nil, fmt.Errorf("%w: not three canonical base64url segments", ErrBadTicket)
+	}
 	t, bad, err := v.parse(ticket)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadTicket, err)

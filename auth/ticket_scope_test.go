@@ -165,3 +165,27 @@ func TestTicketAudienceIssuer(t *testing.T) {
 		}
 	}
 }
+
+// A ticket has one spelling: its signature with unused bits set, or a
+// line break inserted, is refused before it is parsed.
+func TestTicketOneSpelling(t *testing.T) {
+	v, _ := newTicketVerifier(t, ticketKey)
+	tk := mint(t, ticketKey, "u1", auth.Ticket{}, time.Hour)
+	if _, err := v.Verify(tk); err != nil {
+		t.Fatal(err)
+	}
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+	last := strings.IndexByte(alphabet, tk[len(tk)-1]) // 43 characters: 2 unused bits
+	for _, s := range []string{
+		tk[:len(tk)-1] + string(alphabet[last|1]),
+		tk[:len(tk)-1] + string(alphabet[last|2]),
+		tk[:10] + "\r\n" + tk[10:],
+		tk[:len(tk)-5] + "\n" + tk[len(tk)-5:],
+		tk + "=",
+		" " + tk,
+	} {
+		if _, err := v.Verify(s); !errors.Is(err, auth.ErrBadTicket) {
+			t.Errorf("%q: %v", s, err)
+		}
+	}
+}

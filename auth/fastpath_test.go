@@ -450,6 +450,12 @@ func addTicketSeeds(f *testing.F) {
 		{hs, p(`{"sub":"u 1","exp":%d}`, now+60), 3, ""},
 		{hs, p(`{"sub":"u1","role":"host","rooms":["a","b"],"event":"e","exp":%d}`, now+60), 3, ""}, // scoped
 		{hs, p(`{"sub":"u1","rooms":[],"event":"","exp":%d}`, now+60), 3, ""},                       // scope empty
+		{hs, p(`{"sub":"u1","rooms":[ "a" , "b" ],"exp":%d}`, now+60), 3, ""},                       // spaces
+		{hs, p(`{"sub":"u1","rooms":["a",],"exp":%d}`, now+60), 3, ""},                              // trailing comma
+		{hs, p(`{"sub":"u1","rooms":["a",1],"exp":%d}`, now+60), 3, ""},                             // not strings
+		{hs, p(`{"sub":"u1","rooms":["\u0061"],"exp":%d}`, now+60), 3, ""},                          // an escape
+		{hs, p(`{"sub":"u1","rooms":["a"],"rooms":["b"],"exp":%d}`, now+60), 3, ""},                 // repeated
+		{hs, p(`{"sub":"u1","rooms":[["a"]],"exp":%d}`, now+60), 3, ""},                             // nested
 		{hs, p(`{"sub":"u1","rooms":"a","exp":%d}`, now+60), 3, ""},                                 // rooms a string
 		{hs, p(`{"sub":"u1","rooms":["a b"],"exp":%d}`, now+60), 3, ""},                             // no room name
 		{hs, p(`{"sub":"u1","rooms":null,"event":"e.1","exp":%d}`, now+60), 3, ""},                  // no event id
@@ -563,14 +569,24 @@ func BenchmarkTicketVerify(b *testing.B) {
 		b.Fatal(err)
 	}
 	tk := benchTicket()
+	// A paid room's host: the ticket names its rooms and event.
+	scoped := fuzzTicket(`{"alg":"HS256","typ":"JWT"}`,
+		fmt.Sprintf(`{"nick":"弹幕观众小明","av":"a7","role":"host","rooms":["main","backstage"],"event":"xmas-2026","sub":"user-12345678","exp":%d,"iat":%d}`,
+			ticketNow.Unix()+3600, ticketNow.Unix()), 3, "")
 	for _, impl := range []struct {
 		name   string
 		verify func(string) (*Ticket, error)
-	}{{"jwt", newJWTTicketVerifier(fuzzTicketKey, now).Verify}, {"fast", fast.Verify}} {
+		ticket string
+	}{
+		{"jwt", newJWTTicketVerifier(fuzzTicketKey, now).Verify, tk},
+		{"fast", fast.Verify, tk},
+		{"scoped/jwt", newJWTTicketVerifier(fuzzTicketKey, now).Verify, scoped},
+		{"scoped/fast", fast.Verify, scoped},
+	} {
 		b.Run(impl.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := impl.verify(tk); err != nil {
+				if _, err := impl.verify(impl.ticket); err != nil {
 					b.Fatal(err)
 				}
 			}

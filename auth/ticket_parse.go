@@ -291,10 +291,11 @@ func (v *TicketVerifier) parse(ticket string) (*Ticket, *ClaimError, error) {
 
 // decodeTicketFast decodes the payload an ordinary login service writes —
 // one flat object whose keys are Ticket's claim names exactly, each once,
-// its strings valid UTF-8 without escapes, its dates integers of at most 15
-// digits — as json.Unmarshal into ticketWire would, and reports whether it
-// did. On anything else (another key, a key in another case, a repeated
-// key, an escape, a fraction, null, an array, invalid JSON) it reports
+// its strings valid UTF-8 without escapes, rooms an array of such strings,
+// its dates integers of at most 15 digits — as json.Unmarshal into
+// ticketWire would, and reports whether it did. On anything else (another
+// key, a key in another case, a repeated key, an escape, a fraction, null,
+// any other array, invalid JSON) it reports
 // false and the caller leaves the payload to json.Unmarshal and
 // strictClaims: the fast path never has to know encoding/json's rules
 // beyond what it accepts.
@@ -353,14 +354,22 @@ func decodeTicketFast(b []byte, w *ticketWire) bool {
 		case "event":
 			str = &w.Event
 			bit = 1 << 9
-		default: // "rooms" too: an array is json.Unmarshal's
+		case "rooms":
+			bit = 1 << 10
+		default:
 			return false
 		}
 		if seen&bit != 0 {
 			return false // repeated: strictClaims refuses it
 		}
 		seen |= bit
-		if str != nil {
+		if bit == 1<<10 {
+			rooms, j, ok := plainJSONStrings(b, i)
+			if !ok {
+				return false
+			}
+			w.Rooms, i = rooms, j
+		} else if str != nil {
 			v, j, ok := plainJSONString(b, i)
 			if !ok {
 				return false
@@ -388,6 +397,39 @@ func decodeTicketFast(b []byte, w *ticketWire) bool {
 			return skipJSONSpace(b, i+1) == len(b)
 		default:
 			return false
+		}
+	}
+}
+
+// plainJSONStrings returns the array of plain strings (plainJSONString)
+// at b[i] and the index after it: what encoding/json decodes into a
+// []string, an empty array included (an empty slice, not nil).
+func plainJSONStrings(b []byte, i int) ([]string, int, bool) {
+	if i >= len(b) || b[i] != '[' {
+		return nil, 0, false // null, or not an array: json.Unmarshal's
+	}
+	out := []string{}
+	i = skipJSONSpace(b, i+1)
+	if i < len(b) && b[i] == ']' {
+		return out, i + 1, true
+	}
+	for {
+		v, j, ok := plainJSONString(b, i)
+		if !ok {
+			return nil, 0, false
+		}
+		out = append(out, string(v))
+		i = skipJSONSpace(b, j)
+		if i >= len(b) {
+			return nil, 0, false
+		}
+		switch b[i] {
+		case ',':
+			i = skipJSONSpace(b, i+1)
+		case ']':
+			return out, i + 1, true
+		default:
+			return nil, 0, false
 		}
 	}
 }

@@ -127,7 +127,7 @@ type TicketVerifier struct {
 	// header is the last header segment seen to name HS256 (see
 	// checkHeader); nil before the first.
 	header atomic.Pointer[string]
-	// scratch holds *ticketScratch: a keyed HMAC and buffers, so that a
+	// scratch holds *ticketScratch: an HMAC keyed with each key and buffers, so that a
 	// verification allocates only what it returns.
 	scratch sync.Pool
 }

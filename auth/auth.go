@@ -23,6 +23,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -413,6 +414,9 @@ func (k *Keyring) verify(token string) (*Claims, signedBy, error) {
 	if len(token) > maxTokenBytes {
 		return nil, by, fmt.Errorf("%w: too long", ErrBadToken)
 	}
+	if !compactJWT(token) {
+		return nil, by, errNotCompact
+	}
 	var c Claims
 	_, err := k.parser.ParseWithClaims(token, &c, func(t *jwt.Token) (any, error) {
 		kid, _ := t.Header["kid"].(string)
@@ -449,4 +453,68 @@ func (k *Keyring) verify(token string) (*Claims, signedBy, error) {
 		return nil, signedBy{}, fmt.Errorf("%w: claims: %v", ErrBadToken, err)
 	}
 	return &c, by, nil
+}
+
+// errNotCompact refuses a token outside compactJWT's shape.
+var errNotCompact = fmt.Errorf("%w: not three canonical base64url segments", ErrBadToken)
+
+// b64url holds each unpadded base64url character's 6-bit value, and
+// notB64url is 1 for every other byte.
+var b64url, notB64url = func() (val, not [256]uint8) {
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+	for i := range not {
+		not[i] = 1
+	}
+	for i := range len(alphabet) {
+		val[alphabet[i]], not[alphabet[i]] = uint8(i), 0
+	}
+	return
+}()
+
+// compactJWT reports whether s is three non-empty segments of unpadded
+// base64url joined by dots, each spelt the one way an encoder spells its
+// bytes: no length a decoder would have to reject, and no bit set in the
+// last character beyond the bytes it carries. The library's decoder
+// ignores those bits and skips CR and LF, so without this one token had
+// thousands of spellings, each accepted, each a new token-cache entry.
+// It reads s once, without a branch per byte, and allocates nothing.
+func compactJWT(s string) bool {
+	h, rest, ok := strings.Cut(s, ".")
+	if !ok {
+		return false
+	}
+	p, sig, ok := strings.Cut(rest, ".")
+	return ok && canonicalSegment(h) && canonicalSegment(p) && canonicalSegment(sig)
+}
+
+// canonicalSegment reports whether seg is an encoder's spelling of some
+// bytes in unpadded base64url: not empty, only base64url characters (a dot
+// is none), not one character over a whole group, and its last
+// character's unused low bits zero.
+func canonicalSegment(seg string) bool {
+	if len(seg) == 0 {
+		return false
+	}
+	last := b64url[seg[len(seg)-1]]
+	n := len(seg)
+	var bad uint8
+	for ; len(seg) >= 8; seg = seg[8:] { // eight loads a round, no branch
+		bad |= notB64url[seg[0]] | notB64url[seg[1]] | notB64url[seg[2]] | notB64url[seg[3]] |
+			notB64url[seg[4]] | notB64url[seg[5]] | notB64url[seg[6]] | notB64url[seg[7]]
+	}
+	for i := 0; i < len(seg); i++ {
+		bad |= notB64url[seg[i]]
+	}
+	if bad != 0 {
+		return false
+	}
+	switch n % 4 {
+	case 1:
+		return false
+	case 2: // one byte: 4 unused bits
+		return last&0x0f == 0
+	case 3: // two bytes: 2 unused bits
+		return last&0x03 == 0
+	}
+	return true
 }

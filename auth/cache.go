@@ -145,8 +145,8 @@ func NewTokenCache(cfg TokenCacheConfig) (*TokenCache, error) {
 // Verify returns the claims of token as Keyring.Verify does, from the cache
 // when it holds the token and the token is still good.
 func (c *TokenCache) Verify(token string) (*Claims, error) {
-	if token == "" || len(token) > maxTokenBytes {
-		return c.k.Verify(token) // refused; not worth hashing
+	if token == "" || len(token) > maxTokenBytes || !compactJWT(token) {
+		return c.k.Verify(token) // refused before any look-up; not worth hashing
 	}
 	sh := &c.shards[maphash.String(c.seed, token)&c.mask]
 	now := c.k.cfg.Clock.Now().UnixNano()
@@ -251,8 +251,8 @@ func (sh *tokenShard) drop(token string) {
 type TokenCacheStats struct {
 	// Hits were answered from the cache; Misses were looked up, not found
 	// good, and went to Keyring.Verify (whether or not it accepted the
-	// token). An empty or oversized token is refused without a look-up
-	// and counts in neither.
+	// token). An empty, oversized or malformed (not compactJWT) token is
+	// refused without a look-up and counts in neither.
 	Hits, Misses uint64
 	// Evictions are tokens removed to make room for others.
 	Evictions uint64

@@ -512,3 +512,67 @@ func FuzzTokenCache(f *testing.F) {
 		sameAnswer(t, e, c, tok, "second")
 	})
 }
+
+// malleate returns up to n other spellings of tok that a lenient base64url
+// decoder reads as the same bytes: unused low bits set in a segment's last
+// character, and CR, LF or CRLF inserted anywhere (the library's decoder
+// skips them).
+func malleate(tok string, n int) []string {
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+	var out []string
+	segs := strings.Split(tok, ".")
+	for si, seg := range segs {
+		v := strings.IndexByte(alphabet, seg[len(seg)-1])
+		unused := map[int]int{2: 0x0f, 3: 0x03}[len(seg)%4]
+		for bits := 1; bits <= unused; bits++ {
+			if v&unused != 0 {
+				break
+			}
+			alt := append([]string(nil), segs...)
+			alt[si] = seg[:len(seg)-1] + string(alphabet[v|bits])
+			out = append(out, strings.Join(alt, "."))
+		}
+	}
+	for i := 1; i < len(tok) && len(out) < n; i++ {
+		for _, ins := range []string{"\n", "\r", "\r\n", "\n\n", "\n\r"} {
+			out = append(out, tok[:i]+ins+tok[i:])
+		}
+	}
+	return out[:min(n, len(out))]
+}
+
+// TestTokenCacheRefusesMalleated is issue 20's acceptance for token
+// shapes: 3,000 spellings of one token are each refused before any look-up
+// and make no cache entry, where each used to verify and take a slot; the
+// token as signed still verifies.
+func TestTokenCacheRefusesMalleated(t *testing.T) {
+	e := newEnv(t)
+	c := newCache(t, e, 0)
+	tok := e.sign(t, userClaims(1))
+	spellings := malleate(tok, 3000)
+	if len(spellings) != 3000 {
+		t.Fatalf("%d spellings", len(spellings))
+	}
+	for _, s := range spellings {
+		if _, err := c.Verify(s); !errors.Is(err, auth.ErrBadToken) {
+			t.Fatalf("spelling %q: %v, want ErrBadToken", s, err)
+		}
+		if _, err := e.ring.Verify(s); !errors.Is(err, auth.ErrBadToken) {
+			t.Fatalf("keyring accepts spelling %q: %v", s, err)
+		}
+	}
+	if st := c.Stats(); st.Len != 0 || st.Misses != 0 || st.Hits != 0 {
+		t.Fatalf("after 3,000 spellings: %+v, want no entry and no look-up", st)
+	}
+	if _, err := c.Verify(tok); err != nil {
+		t.Fatalf("the token as signed: %v", err)
+	}
+	if st := c.Stats(); st.Len != 1 {
+		t.Fatalf("Len = %d, want 1", st.Len)
+	}
+	for _, s := range []string{"a.b", "a.b.c.d", "ab.cd.ef.", ".ab.cd", "ab..cd", "ab.cd.e", "ab+c.cd.ef", "ab.cd.ef=", "ab.cd.e f"} {
+		if _, err := c.Verify(s); !errors.Is(err, auth.ErrBadToken) {
+			t.Errorf("%q: %v", s, err)
+		}
+	}
+}

@@ -54,10 +54,18 @@ func jwtSign(k *Keyring, c Claims) (string, time.Time, error) {
 type jwtTicketVerifier struct {
 	key    []byte
 	parser *jwt.Parser
+	// policy is a TicketVerifier's with the same key and clock: the
+	// deployment's checks (scope claims, lifetime, aud, iss) are shared,
+	// not parsed.
+	policy *TicketVerifier
 }
 
 func newJWTTicketVerifier(key []byte, now func() time.Time) *jwtTicketVerifier {
-	return &jwtTicketVerifier{key: key, parser: jwt.NewParser(
+	policy, err := NewTicketVerifier(key, now)
+	if err != nil {
+		panic(err)
+	}
+	return &jwtTicketVerifier{key: key, policy: policy, parser: jwt.NewParser(
 		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
 		jwt.WithExpirationRequired(),
 		jwt.WithLeeway(5*time.Second),
@@ -68,6 +76,9 @@ func newJWTTicketVerifier(key []byte, now func() time.Time) *jwtTicketVerifier {
 func (v *jwtTicketVerifier) Verify(ticket string) (*Ticket, error) {
 	if ticket == "" || len(ticket) > maxTokenBytes {
 		return nil, fmt.Errorf("%w: empty or too long", ErrBadTicket)
+	}
+	if !compactJWT(ticket) { // before the library, which takes any spelling
+		return nil, fmt.Errorf("%w: not three canonical base64url segments", ErrBadTicket)
 	}
 	var t Ticket
 	if _, err := v.parser.ParseWithClaims(ticket, &t, func(*jwt.Token) (any, error) { return v.key, nil }); err != nil {
@@ -95,6 +106,9 @@ func (v *jwtTicketVerifier) Verify(ticket string) (*Ticket, error) {
 	}
 	if n := jsonLen(t.Subject) + jsonLen(t.Nick) + jsonLen(t.Avatar); n > maxIdentityTokenBytes {
 		return nil, &ClaimError{Claim: "av", Reason: fmt.Sprintf("sub, nick and av would take %d bytes of the token, more than %d", n, maxIdentityTokenBytes)}
+	}
+	if err := v.policy.checkPolicy(&t); err != nil {
+		return nil, err
 	}
 	return &t, nil
 }
@@ -338,7 +352,7 @@ func BenchmarkSign(b *testing.B) {
 	}
 }
 
-var fuzzTicketKey = []byte("ticket-key-for-tests-0123456789")
+var fuzzTicketKey = []byte("ticket-key-for-tests-0123456789-")
 
 // ticketNow is the verifiers' time in the ticket tests: fixed, so that a
 // fuzz input means the same on every run.
@@ -434,6 +448,19 @@ func addTicketSeeds(f *testing.F) {
 		{hs, ``, 3, ""},
 		{hs, p(`{"sub":"u1","role":"root","exp":%d}`, now+60), 3, ""},
 		{hs, p(`{"sub":"u 1","exp":%d}`, now+60), 3, ""},
+		{hs, p(`{"sub":"u1","role":"host","rooms":["a","b"],"event":"e","exp":%d}`, now+60), 3, ""}, // scoped
+		{hs, p(`{"sub":"u1","rooms":[],"event":"","exp":%d}`, now+60), 3, ""},                       // scope empty
+		{hs, p(`{"sub":"u1","rooms":[ "a" , "b" ],"exp":%d}`, now+60), 3, ""},                       // spaces
+		{hs, p(`{"sub":"u1","rooms":["a",],"exp":%d}`, now+60), 3, ""},                              // trailing comma
+		{hs, p(`{"sub":"u1","rooms":["a",1],"exp":%d}`, now+60), 3, ""},                             // not strings
+		{hs, p(`{"sub":"u1","rooms":["\u0061"],"exp":%d}`, now+60), 3, ""},                          // an escape
+		{hs, p(`{"sub":"u1","rooms":["a"],"rooms":["b"],"exp":%d}`, now+60), 3, ""},                 // repeated
+		{hs, p(`{"sub":"u1","rooms":[["a"]],"exp":%d}`, now+60), 3, ""},                             // nested
+		{hs, p(`{"sub":"u1","rooms":"a","exp":%d}`, now+60), 3, ""},                                 // rooms a string
+		{hs, p(`{"sub":"u1","rooms":["a b"],"exp":%d}`, now+60), 3, ""},                             // no room name
+		{hs, p(`{"sub":"u1","rooms":null,"event":"e.1","exp":%d}`, now+60), 3, ""},                  // no event id
+		{hs, p(`{"sub":"u1","exp":%d}`, now+60*86400), 3, ""},                                       // 60 days
+		{hs, p(`{"sub":"u1","exp":%d,"iat":%d}`, now+3600, now-25*3600), 3, ""},                     // exp-iat over a day
 		{`{"alg":"none","typ":"JWT"}`, valid, 7, ""},
 		{`{"alg":"HS512","typ":"JWT"}`, valid, 3, ""},
 		{`{"alg":"RS256","typ":"JWT"}`, valid, 3, ""},
@@ -542,14 +569,24 @@ func BenchmarkTicketVerify(b *testing.B) {
 		b.Fatal(err)
 	}
 	tk := benchTicket()
+	// A paid room's host: the ticket names its rooms and event.
+	scoped := fuzzTicket(`{"alg":"HS256","typ":"JWT"}`,
+		fmt.Sprintf(`{"nick":"弹幕观众小明","av":"a7","role":"host","rooms":["main","backstage"],"event":"xmas-2026","sub":"user-12345678","exp":%d,"iat":%d}`,
+			ticketNow.Unix()+3600, ticketNow.Unix()), 3, "")
 	for _, impl := range []struct {
 		name   string
 		verify func(string) (*Ticket, error)
-	}{{"jwt", newJWTTicketVerifier(fuzzTicketKey, now).Verify}, {"fast", fast.Verify}} {
+		ticket string
+	}{
+		{"jwt", newJWTTicketVerifier(fuzzTicketKey, now).Verify, tk},
+		{"fast", fast.Verify, tk},
+		{"scoped/jwt", newJWTTicketVerifier(fuzzTicketKey, now).Verify, scoped},
+		{"scoped/fast", fast.Verify, scoped},
+	} {
 		b.Run(impl.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := impl.verify(tk); err != nil {
+				if _, err := impl.verify(impl.ticket); err != nil {
 					b.Fatal(err)
 				}
 			}

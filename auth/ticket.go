@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,6 +15,7 @@ import (
 
 	"danmaku/internal/ident"
 	"danmaku/internal/jsonx"
+	"danmaku/internal/wire"
 )
 
 // ErrBadTicket is returned for a business ticket that does not verify.
@@ -25,8 +27,16 @@ var ErrBadTicket = errors.New("auth: invalid ticket")
 type Ticket struct {
 	Nick   string `json:"nick,omitempty"`
 	Avatar string `json:"av,omitempty"`
-	// Role is "viewer" (default), "host" or "admin".
+	// Role is "viewer" (default), "host" or "admin". A host or admin role
+	// holds only in the rooms the ticket's scope names (Scoped): an
+	// unscoped ticket is a viewer's everywhere (RoleIn).
 	Role string `json:"role,omitempty"`
+	// Rooms, when set, are the only rooms the ticket admits (at most
+	// MaxTicketRooms room names).
+	Rooms []string `json:"rooms,omitempty"`
+	// Event, when set, is the only event whose rooms the ticket admits.
+	// With Rooms too, a room must be in both.
+	Event string `json:"event,omitempty"`
 	jwt.RegisteredClaims
 }
 
@@ -48,29 +58,113 @@ func MintTicket(key []byte, user string, t Ticket, ttl time.Duration) (string, e
 	return s, nil
 }
 
+// MaxTicketRooms bounds a ticket's rooms claim.
+const MaxTicketRooms = 100
+
+// Scoped reports whether the ticket names the rooms or the event it admits.
+func (t *Ticket) Scoped() bool { return len(t.Rooms) > 0 || t.Event != "" }
+
+// Admits reports whether the ticket admits room, a room of event ("": the
+// room belongs to no known event). An unscoped ticket admits every room.
+func (t *Ticket) Admits(room, event string) bool {
+	if len(t.Rooms) > 0 && !slices.Contains(t.Rooms, room) {
+		return false
+	}
+	return t.Event == "" || t.Event == event
+}
+
+// RoleIn is the ticket's role in room of event: its own in a room its
+// scope admits, a viewer's where it is unscoped. A host or admin ticket
+// that names no room or event is no host anywhere: otherwise a host of one
+// room would be a host of every room.
+func (t *Ticket) RoleIn(room, event string) string {
+	if !t.Scoped() || !t.Admits(room, event) {
+		return RoleViewer
+	}
+	return t.Role
+}
+
+// TicketConfig configures a TicketVerifier.
+type TicketConfig struct {
+	// Keys verify tickets: a ticket signed with any of them is accepted,
+	// so that a login service's key rotates without a gap (the new key
+	// beside the old one until every ticket signed with the old has
+	// expired). At least one; each at least MinTicketKeyBytes.
+	Keys [][]byte
+	// MaxLifetime refuses a ticket whose exp is more than this after its
+	// iat, or after now (ErrTicketLifetime): a ticket lost in a log must
+	// not open rooms for years. Zero: DefaultMaxTicketLifetime; negative:
+	// refused.
+	MaxLifetime time.Duration
+	// Audience, when set, must be one of the ticket's aud. Empty: aud is
+	// not checked.
+	Audience string
+	// Issuer, when set, must be the ticket's iss. Empty: iss is not
+	// checked.
+	Issuer string
+	// Now tells the time. Nil: time.Now.
+	Now func() time.Time
+}
+
+// MinTicketKeyBytes is the shortest ticket key accepted: RFC 7518 asks for
+// a key of at least the hash's size (256 bits) for HS256.
+const MinTicketKeyBytes = 32
+
+// DefaultMaxTicketLifetime: see TicketConfig.MaxLifetime.
+const DefaultMaxTicketLifetime = 24 * time.Hour
+
+// ErrTicketLifetime is returned for a ticket that verifies but lives longer
+// than the verifier's MaxLifetime. It wraps ErrBadTicket.
+var ErrTicketLifetime = fmt.Errorf("%w: lifetime over the maximum", ErrBadTicket)
+
 // TicketVerifier verifies business tickets. Safe for concurrent use.
 type TicketVerifier struct {
-	key []byte
-	now func() time.Time
+	keys        [][]byte
+	maxLifetime time.Duration
+	audience    string
+	issuer      string
+	now         func() time.Time
 	// header is the last header segment seen to name HS256 (see
 	// checkHeader); nil before the first.
 	header atomic.Pointer[string]
-	// scratch holds *ticketScratch: a keyed HMAC and buffers, so that a
+	// scratch holds *ticketScratch: an HMAC keyed with each key and buffers, so that a
 	// verification allocates only what it returns.
 	scratch sync.Pool
 }
 
-// NewTicketVerifier returns a verifier for tickets signed with key; now tells
-// the time (nil: time.Now).
+// NewTicketVerifier returns a verifier for tickets signed with key, with
+// TicketConfig's defaults; now tells the time (nil: time.Now).
 func NewTicketVerifier(key []byte, now func() time.Time) (*TicketVerifier, error) {
-	if len(key) < 16 {
-		return nil, errors.New("auth: ticket key must be at least 16 bytes")
+	return NewTicketVerifierFrom(TicketConfig{Keys: [][]byte{key}, Now: now})
+}
+
+// NewTicketVerifierFrom checks cfg and returns a verifier.
+func NewTicketVerifierFrom(cfg TicketConfig) (*TicketVerifier, error) {
+	if len(cfg.Keys) == 0 {
+		return nil, errors.New("auth: a ticket key is required")
 	}
-	if now == nil {
-		now = time.Now
+	for i, k := range cfg.Keys {
+		if len(k) < MinTicketKeyBytes {
+			return nil, fmt.Errorf("auth: ticket key %d of %d is %d bytes: at least %d are required (HS256 keys of 256 bits, RFC 7518)", i+1, len(cfg.Keys), len(k), MinTicketKeyBytes)
+		}
 	}
-	v := &TicketVerifier{key: key, now: now}
-	v.scratch.New = func() any { return &ticketScratch{mac: hmac.New(sha256.New, v.key)} }
+	switch {
+	case cfg.MaxLifetime == 0:
+		cfg.MaxLifetime = DefaultMaxTicketLifetime
+	case cfg.MaxLifetime < 0:
+		return nil, fmt.Errorf("auth: ticket MaxLifetime must be positive (got %v)", cfg.MaxLifetime)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	v := &TicketVerifier{keys: cfg.Keys, maxLifetime: cfg.MaxLifetime, audience: cfg.Audience, issuer: cfg.Issuer, now: cfg.Now}
+	v.scratch.New = func() any {
+		st := &ticketScratch{}
+		for _, k := range v.keys {
+			st.macs = append(st.macs, hmac.New(sha256.New, k))
+		}
+		return st
+	}
 	return v, nil
 }
 
@@ -121,6 +215,9 @@ func (v *TicketVerifier) Verify(ticket string) (*Ticket, error) {
 	if ticket == "" || len(ticket) > maxTokenBytes {
 		return nil, fmt.Errorf("%w: empty or too long", ErrBadTicket)
 	}
+	if !compactJWT(ticket) { // one ticket, one spelling, as for tokens
+		return nil, fmt.Errorf("%w: not three canonical base64url segments", ErrBadTicket)
+	}
 	t, bad, err := v.parse(ticket)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadTicket, err)
@@ -154,7 +251,39 @@ func (v *TicketVerifier) Verify(ticket string) (*Ticket, error) {
 	if n := jsonLen(t.Subject) + jsonLen(t.Nick) + jsonLen(t.Avatar); n > maxIdentityTokenBytes {
 		return nil, &ClaimError{Claim: "av", Reason: fmt.Sprintf("sub, nick and av would take %d bytes of the token, more than %d", n, maxIdentityTokenBytes)}
 	}
+	if err := v.checkPolicy(t); err != nil {
+		return nil, err
+	}
 	return t, nil
+}
+
+// checkPolicy checks what the deployment asks of a ticket beyond its
+// signature and identity: its scope claims well formed, its lifetime, its
+// audience and issuer. The same checks whichever parser filled t.
+func (v *TicketVerifier) checkPolicy(t *Ticket) error {
+	if len(t.Rooms) > MaxTicketRooms {
+		return &ClaimError{Claim: "rooms", Reason: fmt.Sprintf("at most %d rooms (got %d)", MaxTicketRooms, len(t.Rooms))}
+	}
+	for _, r := range t.Rooms {
+		if !wire.ValidRoom(r) {
+			return &ClaimError{Claim: "rooms", Reason: fmt.Sprintf("%q is no room name: 1-64 of A-Z a-z 0-9 _ -", r)}
+		}
+	}
+	if t.Event != "" && !wire.ValidRoom(t.Event) { // event ids follow the room rules
+		return &ClaimError{Claim: "event", Reason: "not an event id: 1-64 of A-Z a-z 0-9 _ -"}
+	}
+	exp := t.ExpiresAt.Time // exp is required: parse refused a ticket without
+	if exp.Sub(v.now()) > v.maxLifetime+ticketLeeway ||
+		(t.IssuedAt != nil && exp.Sub(t.IssuedAt.Time) > v.maxLifetime) {
+		return fmt.Errorf("%w (%v)", ErrTicketLifetime, v.maxLifetime)
+	}
+	if v.audience != "" && !slices.Contains(t.Audience, v.audience) {
+		return fmt.Errorf("%w: aud does not name %q", ErrBadTicket, v.audience)
+	}
+	if v.issuer != "" && t.Issuer != v.issuer {
+		return fmt.Errorf("%w: iss is not %q", ErrBadTicket, v.issuer)
+	}
+	return nil
 }
 
 // jsonLen is the length of s as a JSON string in a token.

@@ -46,9 +46,9 @@ var (
 
 // ticketScratch is what one verification needs beside what it returns.
 type ticketScratch struct {
-	mac     hash.Hash // HMAC-SHA256 keyed with the verifier's key
-	buf     []byte    // the ticket's bytes
-	payload []byte    // the decoded payload
+	macs    []hash.Hash // HMAC-SHA256 keyed with each of the verifier's keys
+	buf     []byte      // the ticket's bytes
+	payload []byte      // the decoded payload
 	sum     [sha256.Size]byte
 	sig     [64]byte
 	wire    ticketWire
@@ -64,6 +64,8 @@ type ticketWire struct {
 	Issuer    string           `json:"iss"`
 	Subject   string           `json:"sub"`
 	Audience  jwt.ClaimStrings `json:"aud"`
+	Rooms     []string         `json:"rooms"`
+	Event     string           `json:"event"`
 	ExpiresAt wireDate         `json:"exp"`
 	NotBefore wireDate         `json:"nbf"`
 	IssuedAt  wireDate         `json:"iat"`
@@ -240,9 +242,16 @@ func (v *TicketVerifier) parse(ticket string) (*Ticket, *ClaimError, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: could not base64 decode signature: %w", jwt.ErrTokenMalformed, err)
 	}
-	st.mac.Reset()
-	st.mac.Write(signed)
-	if !hmac.Equal(mac, st.mac.Sum(st.sum[:0])) {
+	signedBy := false
+	for _, h := range st.macs { // the current key first: one HMAC but during a rotation
+		h.Reset()
+		h.Write(signed)
+		if hmac.Equal(mac, h.Sum(st.sum[:0])) {
+			signedBy = true
+			break
+		}
+	}
+	if !signedBy {
 		return nil, nil, errTicketSig
 	}
 
@@ -268,6 +277,7 @@ func (v *TicketVerifier) parse(ticket string) (*Ticket, *ClaimError, error) {
 	t := &a.t
 	t.Nick, t.Avatar, t.Role = w.Nick, w.Avatar, w.Role
 	t.Issuer, t.Subject, t.Audience, t.ID = w.Issuer, w.Subject, w.Audience, w.ID
+	t.Rooms, t.Event = w.Rooms, w.Event
 	t.ExpiresAt = &a.exp
 	if w.NotBefore.set {
 		t.NotBefore = &a.nbf
@@ -281,10 +291,11 @@ func (v *TicketVerifier) parse(ticket string) (*Ticket, *ClaimError, error) {
 
 // decodeTicketFast decodes the payload an ordinary login service writes —
 // one flat object whose keys are Ticket's claim names exactly, each once,
-// its strings valid UTF-8 without escapes, its dates integers of at most 15
-// digits — as json.Unmarshal into ticketWire would, and reports whether it
-// did. On anything else (another key, a key in another case, a repeated
-// key, an escape, a fraction, null, an array, invalid JSON) it reports
+// its strings valid UTF-8 without escapes, rooms an array of such strings,
+// its dates integers of at most 15 digits — as json.Unmarshal into
+// ticketWire would, and reports whether it did. On anything else (another
+// key, a key in another case, a repeated key, an escape, a fraction, null,
+// any other array, invalid JSON) it reports
 // false and the caller leaves the payload to json.Unmarshal and
 // strictClaims: the fast path never has to know encoding/json's rules
 // beyond what it accepts.
@@ -340,6 +351,11 @@ func decodeTicketFast(b []byte, w *ticketWire) bool {
 		case "iat":
 			date = &w.IssuedAt
 			bit = 1 << 8
+		case "event":
+			str = &w.Event
+			bit = 1 << 9
+		case "rooms":
+			bit = 1 << 10
 		default:
 			return false
 		}
@@ -347,7 +363,13 @@ func decodeTicketFast(b []byte, w *ticketWire) bool {
 			return false // repeated: strictClaims refuses it
 		}
 		seen |= bit
-		if str != nil {
+		if bit == 1<<10 {
+			rooms, j, ok := plainJSONStrings(b, i)
+			if !ok {
+				return false
+			}
+			w.Rooms, i = rooms, j
+		} else if str != nil {
 			v, j, ok := plainJSONString(b, i)
 			if !ok {
 				return false
@@ -375,6 +397,39 @@ func decodeTicketFast(b []byte, w *ticketWire) bool {
 			return skipJSONSpace(b, i+1) == len(b)
 		default:
 			return false
+		}
+	}
+}
+
+// plainJSONStrings returns the array of plain strings (plainJSONString)
+// at b[i] and the index after it: what encoding/json decodes into a
+// []string, an empty array included (an empty slice, not nil).
+func plainJSONStrings(b []byte, i int) ([]string, int, bool) {
+	if i >= len(b) || b[i] != '[' {
+		return nil, 0, false // null, or not an array: json.Unmarshal's
+	}
+	out := []string{}
+	i = skipJSONSpace(b, i+1)
+	if i < len(b) && b[i] == ']' {
+		return out, i + 1, true
+	}
+	for {
+		v, j, ok := plainJSONString(b, i)
+		if !ok {
+			return nil, 0, false
+		}
+		out = append(out, string(v))
+		i = skipJSONSpace(b, j)
+		if i >= len(b) {
+			return nil, 0, false
+		}
+		switch b[i] {
+		case ',':
+			i = skipJSONSpace(b, i+1)
+		case ']':
+			return out, i + 1, true
+		default:
+			return nil, 0, false
 		}
 	}
 }

@@ -16,7 +16,7 @@ import (
 	"danmaku/internal/clock"
 )
 
-var ticketKey = []byte("ticket-key-for-tests-0123456789")
+var ticketKey = []byte("ticket-key-for-tests-0123456789-")
 
 // newTicketVerifier reads the time from a fake clock started at the wall
 // clock, because MintTicket stamps tickets with time.Now.

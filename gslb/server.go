@@ -276,7 +276,7 @@ func (s *Server) verifyTicket(c *gin.Context, ticket string) (*auth.Ticket, erro
 // identify is the rate limiter's user: the subject of a ticket that
 // verifies. A request without one is left to the entry, which refuses it.
 func (s *Server) identify(c *gin.Context) ratelimit.Identity {
-	ticket := httpx.BearerToken(c, "ticket")
+	ticket := httpx.BearerToken(c, "")
 	if ticket == "" {
 		return ratelimit.Identity{}
 	}
@@ -288,25 +288,39 @@ func (s *Server) identify(c *gin.Context) ratelimit.Identity {
 }
 
 func (s *Server) entry(c *gin.Context) {
+	// A ticket in the URL is written to access logs, proxies' logs and
+	// browser history: refused, before anything else, so that a client
+	// that sends one learns at once rather than after the room checks.
+	if _, ok := c.GetQuery("ticket"); ok {
+		s.fail(c, httpx.Errorf(http.StatusBadRequest, "ticket_in_query", "send the ticket as Authorization: Bearer TICKET, never in the URL"))
+		return
+	}
 	room := c.Query("room")
 	if !wire.ValidRoom(room) {
 		s.fail(c, httpx.Errorf(http.StatusBadRequest, "bad_room", "room must be 1-64 characters of A-Z a-z 0-9 _ -"))
 		return
 	}
 	segmentMs := s.cfg.SegmentMs
+	var eventID string
+	scopeRequired := false
 	if s.cfg.Events != nil {
 		// Before the ticket: an unknown room costs nothing but a map read.
 		if e := s.cfg.Events.Check(room); e != nil {
 			s.fail(c, e)
 			return
 		}
-		if v, _ := s.cfg.Events.Lookup(room); v.Room.SegmentMs != 0 {
+		v, _ := s.cfg.Events.Lookup(room)
+		if v.Room.SegmentMs != 0 {
 			segmentMs = v.Room.SegmentMs
 		}
+		if v.Event != nil {
+			eventID = v.Event.ID
+		}
+		scopeRequired = v.ScopeRequired()
 	}
-	ticket := httpx.BearerToken(c, "ticket")
+	ticket := httpx.BearerToken(c, "")
 	if ticket == "" {
-		s.fail(c, httpx.Errorf(http.StatusUnauthorized, "no_ticket", "a business ticket is required (Authorization: Bearer or ?ticket=)"))
+		s.fail(c, httpx.Errorf(http.StatusUnauthorized, "no_ticket", "a business ticket is required (Authorization: Bearer TICKET)"))
 		return
 	}
 	t, err := s.verifyTicket(c, ticket)
@@ -318,9 +332,26 @@ func (s *Server) entry(c *gin.Context) {
 			s.fail(c, httpx.Errorf(http.StatusBadRequest, "bad_ticket_claim", "ticket claim %q: %s", ce.Claim, ce.Reason))
 			return
 		}
+		if errors.Is(err, auth.ErrTicketLifetime) {
+			s.fail(c, httpx.Errorf(http.StatusUnauthorized, "ticket_lifetime", "the ticket lives longer than this deployment accepts; the login service must issue shorter-lived tickets"))
+			return
+		}
 		s.fail(c, httpx.Errorf(http.StatusUnauthorized, "bad_ticket", "ticket rejected"))
 		return
 	}
+	// Scope: a paid room takes only tickets that name their rooms or
+	// event; a scoped ticket enters only what it names. Host and admin
+	// hold only there: elsewhere, and for an unscoped ticket, the token is
+	// a viewer's, which the ingest and edge check against the token's room.
+	if scopeRequired && !t.Scoped() {
+		s.fail(c, httpx.Errorf(http.StatusForbidden, "ticket_scope_required", "room %s admits only tickets that name their rooms or event", room))
+		return
+	}
+	if !t.Admits(room, eventID) {
+		s.fail(c, httpx.Errorf(http.StatusForbidden, "ticket_scope", "the ticket does not admit room %s", room))
+		return
+	}
+	t.Role = t.RoleIn(room, eventID) // t is this request's own
 	_, near := ratelimit.Near(c)
 	if near && s.answerLast(c, t, room, segmentMs) {
 		return

@@ -26,7 +26,7 @@ import (
 )
 
 var (
-	ticketKey = []byte("gslb-test-ticket-key-0123456789")
+	ticketKey = []byte("gslb-test-ticket-key-0123456789-")
 	master    = []byte("gslb-test-master-key-0123456789-0123456789")
 )
 
@@ -168,7 +168,7 @@ func entriesCounter(t testing.TB, reg *prometheus.Registry, code string) float64
 
 func TestEntryOK(t *testing.T) {
 	f := newEntryFixture(t, true, healthyNodes()...)
-	ticket := mintTicket(t, ticketKey, "user-7", auth.Ticket{Nick: "长长的昵称超过六个字", Avatar: "a9", Role: auth.RoleHost}, time.Hour)
+	ticket := mintTicket(t, ticketKey, "user-7", auth.Ticket{Nick: "长长的昵称超过六个字", Avatar: "a9", Role: auth.RoleHost, Rooms: []string{"room_1-A"}}, time.Hour)
 
 	for _, tc := range []struct {
 		name   string
@@ -176,7 +176,6 @@ func TestEntryOK(t *testing.T) {
 		header string
 	}{
 		{"bearer header", "/v1/entry?room=room_1-A", ticket},
-		{"ticket query", "/v1/entry?room=room_1-A&ticket=" + ticket, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := f.get(tc.target, tc.header)
@@ -239,8 +238,8 @@ func TestEntryOK(t *testing.T) {
 			}
 		})
 	}
-	if n := entriesCounter(t, f.reg, "ok"); n != 2 {
-		t.Errorf("entries{code=ok} = %v, want 2", n)
+	if n := entriesCounter(t, f.reg, "ok"); n != 1 {
+		t.Errorf("entries{code=ok} = %v, want 1", n)
 	}
 }
 
@@ -263,7 +262,10 @@ func TestEntryBadInput(t *testing.T) {
 		{"non-ASCII room", "/v1/entry?room=%E6%88%BF", good, 400, "bad_room"},
 		{"65-char room", "/v1/entry?room=" + strings.Repeat("r", 65), good, 400, "bad_room"},
 		{"missing ticket", "/v1/entry?room=r1", "", 401, "no_ticket"},
-		{"empty ticket query", "/v1/entry?room=r1&ticket=", "", 401, "no_ticket"},
+		{"empty ticket query", "/v1/entry?room=r1&ticket=", "", 400, "ticket_in_query"},
+		{"ticket in the query", "/v1/entry?room=r1&ticket=" + good, "", 400, "ticket_in_query"},
+		{"ticket in the query beside the header", "/v1/entry?room=r1&ticket=" + good, good, 400, "ticket_in_query"},
+		{"60-day ticket", "/v1/entry?room=r1", mintTicket(t, ticketKey, "u1", auth.Ticket{}, 60*24*time.Hour), 401, "ticket_lifetime"},
 		{"garbage ticket", "/v1/entry?room=r1", "garbage", 401, "bad_ticket"},
 		{"expired ticket", "/v1/entry?room=r1", mintTicket(t, ticketKey, "u1", auth.Ticket{}, -time.Minute), 401, "bad_ticket"},
 		{"ticket of another key", "/v1/entry?room=r1", mintTicket(t, []byte("some-other-ticket-key-0123456"), "u1", auth.Ticket{}, time.Hour), 401, "bad_ticket"},
@@ -487,6 +489,70 @@ func TestEntryOnlyLiveRooms(t *testing.T) {
 	empty, _ := event.NewDirectory(event.DirectoryConfig{Store: event.NewMemoryStore(), Clock: f.clk})
 	if rec := getEntry(t, entryEngine(t, f, gslb.ServerConfig{Events: empty}), "stage"); rec.Code != http.StatusServiceUnavailable || errorCode(t, rec) != "events_unavailable" {
 		t.Errorf("before the first load: %d %s", rec.Code, rec.Body)
+	}
+}
+
+// TestEntryScope: a ticket enters only the rooms and event it names; host
+// and admin hold only there, so a host of room A is no host of room B; a
+// paid room refuses an unscoped ticket.
+func TestEntryScope(t *testing.T) {
+	f := newEntryFixture(t, true, healthyNodes()...)
+	now := f.clk.Now()
+	dir := directoryOf(t, f.clk,
+		event.Event{ID: "show", Start: now.Add(-time.Minute), End: now.Add(time.Hour),
+			Rooms: []event.Room{{ID: "room-a"}, {ID: "room-b"}, {ID: "vip", TicketScopeRequired: true}}},
+		event.Event{ID: "paid", Start: now.Add(-time.Minute), End: now.Add(time.Hour), TicketScopeRequired: true,
+			Rooms: []event.Room{{ID: "stage"}}},
+	)
+	e := entryEngine(t, f, gslb.ServerConfig{Events: dir})
+	hostA := auth.Ticket{Role: auth.RoleHost, Rooms: []string{"room-a"}}
+	unscopedHost := auth.Ticket{Role: auth.RoleHost}
+	showAdmin := auth.Ticket{Role: auth.RoleAdmin, Event: "show"}
+	paidViewer := auth.Ticket{Event: "paid"}
+	for _, c := range []struct {
+		name   string
+		tk     auth.Ticket
+		room   string
+		status int
+		code   string // or the role of a 200
+	}{
+		{"host of A in A", hostA, "room-a", 200, auth.RoleHost},
+		{"host of A in B", hostA, "room-b", 403, "ticket_scope"},
+		{"unscoped host in B: a viewer", unscopedHost, "room-b", 200, auth.RoleViewer},
+		{"event admin in B", showAdmin, "room-b", 200, auth.RoleAdmin},
+		{"event admin in another event", showAdmin, "stage", 403, "ticket_scope"},
+		{"unscoped viewer in a paid room", auth.Ticket{}, "vip", 403, "ticket_scope_required"},
+		{"unscoped host in a paid event", unscopedHost, "stage", 403, "ticket_scope_required"},
+		{"scoped viewer in a paid event", paidViewer, "stage", 200, auth.RoleViewer},
+		{"event admin in its paid room", showAdmin, "vip", 200, auth.RoleAdmin},
+		{"rooms and event both narrow", auth.Ticket{Rooms: []string{"stage"}, Event: "show"}, "stage", 403, "ticket_scope"},
+	} {
+		req := httptest.NewRequest(http.MethodGet, "/v1/entry?room="+c.room, nil)
+		req.Header.Set("Authorization", "Bearer "+mintTicket(t, ticketKey, "u1", c.tk, time.Hour))
+		rec := httptest.NewRecorder()
+		e.ServeHTTP(rec, req)
+		if rec.Code != c.status {
+			t.Errorf("%s: %d %s, want %d", c.name, rec.Code, rec.Body, c.status)
+			continue
+		}
+		if c.status != 200 {
+			if code := errorCode(t, rec); code != c.code {
+				t.Errorf("%s: code %s, want %s", c.name, code, c.code)
+			}
+			continue
+		}
+		var got gslb.Entry
+		if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
+			t.Fatal(err)
+		}
+		claims, err := f.ring.Verify(got.Token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The token's role is what the ingest and edge act on, for its room.
+		if got.Role != c.code || claims.Role != c.code || claims.Room != c.room {
+			t.Errorf("%s: answer role %s, token role %s room %s, want %s in %s", c.name, got.Role, claims.Role, claims.Room, c.code, c.room)
+		}
 	}
 }
 
@@ -741,7 +807,7 @@ func FuzzEntry(f *testing.F) {
 			if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || e.Token == "" {
 				t.Fatalf("200 with body %q", rec.Body)
 			}
-		case http.StatusBadRequest, http.StatusUnauthorized, http.StatusServiceUnavailable:
+		case http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden, http.StatusServiceUnavailable:
 			errorCode(t, rec)
 		default:
 			t.Fatalf("status %d for query %q auth %q: %s", rec.Code, query, authz, rec.Body)

@@ -44,7 +44,9 @@ func (id *identity) getTicket() (string, error) {
 	if nick == "" {
 		nick = id.user
 	}
-	return auth.MintTicket(auth.DevTicketKey, id.user, auth.Ticket{Nick: nick, Role: id.role}, 24*time.Hour)
+	// Scoped to the room: host and admin hold only where a ticket names
+	// the room, and a dev ticket acts in one room.
+	return auth.MintTicket(auth.DevTicketKey, id.user, auth.Ticket{Nick: nick, Role: id.role, Rooms: []string{id.room}}, 24*time.Hour)
 }
 
 func runTicket(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -52,17 +54,23 @@ func runTicket(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	user := fs.String("user", "alice", "user id")
 	nick := fs.String("nick", "", "nickname (default: the user id)")
 	role := fs.String("role", auth.RoleViewer, "viewer, host or admin")
-	ttl := fs.Duration("ttl", 24*time.Hour, "lifetime")
+	ttl := fs.Duration("ttl", 24*time.Hour, "lifetime (the gslb refuses more than its -ticket-max-lifetime, 24h by default)")
+	rooms := fs.String("rooms", "", "comma list of the rooms the ticket admits, where a host or admin role holds (default: any room, as a viewer)")
+	event := fs.String("event", "", "the event whose rooms the ticket admits, where a host or admin role holds (default: any)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if !auth.ValidRole(*role) {
 		return usageError{fmt.Errorf("bad -role %q", *role)}
 	}
+	var scope []string
+	if *rooms != "" {
+		scope = strings.Split(*rooms, ",")
+	}
 	if *nick == "" {
 		*nick = *user
 	}
-	t, err := auth.MintTicket(auth.DevTicketKey, *user, auth.Ticket{Nick: *nick, Role: *role}, *ttl)
+	t, err := auth.MintTicket(auth.DevTicketKey, *user, auth.Ticket{Nick: *nick, Role: *role, Rooms: scope, Event: *event}, *ttl)
 	if err != nil {
 		return err
 	}

@@ -109,7 +109,7 @@ func testDistributedPipeline(t *testing.T, startRedis func(t *testing.T) (string
 		"DANMAKU_S3_PATH_STYLE=true", "DANMAKU_S3_PREFIX=dist/",
 		"DANMAKU_S3_ACCESS_KEY="+env.AccessKey, "DANMAKU_S3_SECRET_KEY="+env.SecretKey,
 		"DANMAKU_GIFT_KEYS=svc-key", "DANMAKU_OPERATOR_KEYS=op-key",
-		"DANMAKU_TICKET_KEY=distributed-test-ticket-key",
+		"DANMAKU_TICKET_KEY=distributed-test-ticket-key-0123456789",
 		"DANMAKU_AUDIT_DIR="+diskDir(t),
 	)
 	start := func(extraEnv []string, args ...string) *lines {

@@ -65,7 +65,7 @@ func TestStackRoundTrips(t *testing.T) {
 
 	ports := freePorts(t, 5)
 	addr := func(i int) string { return fmt.Sprintf("127.0.0.1:%d", ports[i]) }
-	const ticketKey = "roundtrips-test-ticket-key"
+	const ticketKey = "roundtrips-test-ticket-key-0123456789"
 	base := append(os.Environ(),
 		"DANMAKU_REDIS="+redisAddr,
 		"DANMAKU_GIFT_KEYS=svc-key", "DANMAKU_OPERATOR_KEYS=op-key",

@@ -64,6 +64,9 @@ type serveFlags struct {
 	lines               linesclass.Config
 	linesISP, linesReg  string
 	gslbInFlight        int
+	ticketMaxLifetime   time.Duration
+	ticketAudience      string
+	ticketIssuer        string
 	gslbTableAge        time.Duration
 	trustedProxies      string
 	rateLimits          string
@@ -140,6 +143,9 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	textVar(ss, &f.linesISP, "lines-isp", "DANMAKU_LINES_ISP", "a comma list of key=line", checkMapping, "as4134", "gslb: ASN or ISP name to line for a standard ISP/ASN database, e.g. 'as4134=telecom,as4837=unicom'")
 	textVar(ss, &f.linesReg, "lines-regions", "DANMAKU_LINES_REGIONS", "a comma list of code=region", checkMapping, "cn-sh", "gslb: country or country-subdivision code to region, e.g. 'cn-sh=cn-east'")
 	countVar(ss, &f.gslbInFlight, "gslb-max-inflight", "DANMAKU_GSLB_MAX_INFLIGHT", atLeast(0), "gslb: entry requests answered at once; beyond, 503 overloaded at once with a jittered Retry-After (default 128, about 64 per core)")
+	durationVar(ss, &f.ticketMaxLifetime, "ticket-max-lifetime", "DANMAKU_TICKET_MAX_LIFETIME", time.Minute, "gslb: longest a business ticket may live (exp after iat, or after now); longer ones get 401 ticket_lifetime (default 24h)")
+	textVar(ss, &f.ticketAudience, "ticket-audience", "DANMAKU_TICKET_AUDIENCE", "1-256 printable ASCII characters without spaces", checkClaimValue, "a b", "gslb: a ticket's aud must name this (empty: aud not checked)")
+	textVar(ss, &f.ticketIssuer, "ticket-issuer", "DANMAKU_TICKET_ISSUER", "1-256 printable ASCII characters without spaces", checkClaimValue, "a b", "gslb: a ticket's iss must be this (empty: iss not checked)")
 	durationVar(ss, &f.gslbTableAge, "gslb-max-table-age", "DANMAKU_GSLB_MAX_TABLE_AGE", 0, "gslb: how long the last good load table is used while syncs fail; then 503 table_stale (default 3s)")
 	textVar(ss, &f.trustedProxies, "trusted-proxies", "DANMAKU_TRUSTED_PROXIES", "a comma list of addresses or CIDRs", checkProxies, "10.0.0.0/8,not-an-ip", "comma list of addresses or CIDRs of the load balancers whose X-Forwarded-For is believed (the gslb classifies clients by address); empty: none")
 	fs.StringVar(&f.rateLimits, "rate-limits", env("DANMAKU_RATE_LIMITS", ""), "gslb, ingest: rate-limit rules (JSON, docs/api-limits.md), re-read every 250 ms; with -redis the rules may instead be changed in Redis (default: the built-in rules) [DANMAKU_RATE_LIMITS]")
@@ -165,6 +171,7 @@ func (f *serveFlags) stackConfig(roles []string) (stack.Config, stack.BackendCon
 		Dev: f.dev, DevUnsafeBackends: f.devUnsafe,
 		EdgeCapacity: f.maxConns, IngestCapacity: f.ingestCap, Line: f.line, Region: f.region, Lines: f.lines,
 		GSLBMaxInFlight: f.gslbInFlight, GSLBMaxTableAge: f.gslbTableAge,
+		TicketMaxLifetime: f.ticketMaxLifetime, TicketAudience: f.ticketAudience, TicketIssuer: f.ticketIssuer,
 		AuditDir: f.auditDir, AuditRetention: f.auditRetention, WordsFile: f.words, WordPolicy: f.wordPolicy,
 		RateLimitsFile: f.rateLimits, GSLBNodes: f.gslbNodes,
 	}
@@ -204,6 +211,9 @@ func (f *serveFlags) stackConfig(roles []string) (stack.Config, stack.BackendCon
 	}
 	if v := os.Getenv("DANMAKU_TICKET_KEY"); v != "" {
 		cfg.TicketKey = []byte(v)
+	}
+	if v := os.Getenv("DANMAKU_TICKET_KEY_PREVIOUS"); v != "" {
+		cfg.PreviousTicketKey = []byte(v)
 	}
 	if os.Getenv("DANMAKU_SERVICE_KEYS") != "" {
 		return cfg, stack.BackendConfig{}, usageError{errors.New("DANMAKU_SERVICE_KEYS was split by scope: DANMAKU_GIFT_KEYS, DANMAKU_ANNOUNCE_KEYS, DANMAKU_OPERATOR_KEYS")}

@@ -414,6 +414,20 @@ func checkOrigins(v string) error {
 	return nil
 }
 
+// checkClaimValue holds a ticket claim's expected value (aud, iss) to
+// what a login service writes: 1-256 printable ASCII characters, no space.
+func checkClaimValue(v string) error {
+	if len(v) > 256 {
+		return fmt.Errorf("%d bytes, at most 256", len(v))
+	}
+	for _, c := range []byte(v) {
+		if c <= ' ' || c > '~' {
+			return fmt.Errorf("%q is not printable ASCII or is a space", c)
+		}
+	}
+	return nil
+}
+
 // parseMapping reads a key=value comma list (nil for "").
 func parseMapping(v string) (map[string]string, error) {
 	if v == "" {

@@ -454,3 +454,20 @@ func TestMetricsAddrRequired(t *testing.T) {
 		})
 	}
 }
+
+// TestServeTicketSettings: the ticket settings and the previous ticket key
+// reach the stack.
+func TestServeTicketSettings(t *testing.T) {
+	clearDanmakuEnv(t)
+	t.Setenv("DANMAKU_TICKET_KEY", "the-new-ticket-key-0123456789abcdef")
+	t.Setenv("DANMAKU_TICKET_KEY_PREVIOUS", "the-old-ticket-key-0123456789abcdef")
+	t.Setenv("DANMAKU_TICKET_AUDIENCE", "danmaku")
+	cfg, _, err := parseServe(t, "gslb", "-ticket-max-lifetime", "2h", "-ticket-issuer", "https://login.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(cfg.PreviousTicketKey) != "the-old-ticket-key-0123456789abcdef" || cfg.TicketMaxLifetime != 2*time.Hour ||
+		cfg.TicketAudience != "danmaku" || cfg.TicketIssuer != "https://login.example" {
+		t.Fatalf("config: previous key %q, lifetime %v, aud %q, iss %q", cfg.PreviousTicketKey, cfg.TicketMaxLifetime, cfg.TicketAudience, cfg.TicketIssuer)
+	}
+}

@@ -123,6 +123,12 @@ type RoomView struct {
 	EventRefill float64
 }
 
+// ScopeRequired reports whether the room admits only tickets that name
+// their rooms or event (Event.TicketScopeRequired or the room's own).
+func (v RoomView) ScopeRequired() bool {
+	return v.Room.TicketScopeRequired || (v.Event != nil && v.Event.TicketScopeRequired)
+}
+
 // Lookup returns room's current event — the live one, else the next to
 // start, else the last to end — its settings there, and the state. ok is
 // false for a room no event names (or before the first load).

@@ -31,6 +31,11 @@ type Event struct {
 	EndedAt *time.Time `json:"ended_at,omitempty" yaml:"ended_at,omitempty"`
 	// Rooms are the event's rooms and their settings.
 	Rooms []Room `json:"rooms" yaml:"rooms"`
+	// TicketScopeRequired admits to every room of the event only tickets
+	// that name their rooms or event (a paid event): an unscoped ticket is
+	// refused at entry (403 ticket_scope_required). False: any valid
+	// ticket enters, as a viewer unless its scope names the room.
+	TicketScopeRequired bool `json:"ticket_scope_required,omitempty" yaml:"ticket_scope_required,omitempty"`
 }
 
 // Room is one room of an event and its settings. Zero fields take the
@@ -51,6 +56,9 @@ type Room struct {
 	MinGiftValue int64 `json:"min_gift_value,omitempty" yaml:"min_gift_value,omitempty"`
 	// Limits are the room's upload limits. Nil: the ingest's defaults.
 	Limits *Limits `json:"limits,omitempty" yaml:"limits,omitempty"`
+	// TicketScopeRequired is Event.TicketScopeRequired for this room
+	// alone (a paid room in a free event). False: the event's.
+	TicketScopeRequired bool `json:"ticket_scope_required,omitempty" yaml:"ticket_scope_required,omitempty"`
 }
 
 // Limits size a room's upload buckets.

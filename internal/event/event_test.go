@@ -311,3 +311,29 @@ func TestLookupCarriesEventRefill(t *testing.T) {
 		t.Fatalf("room b's own settings lost: %+v", v.Room)
 	}
 }
+
+// TestScopeRequired: a paid event makes every room take scoped tickets
+// only, a paid room itself alone; the field survives the JSON an operator
+// writes.
+func TestScopeRequired(t *testing.T) {
+	now := time.Now()
+	var free, paid event.Event
+	for p, doc := range map[*event.Event]string{
+		&free: `{"id":"free","start":"2026-01-01T00:00:00Z","end":"2026-01-02T00:00:00Z","rooms":[{"id":"hall"},{"id":"vip","ticket_scope_required":true}]}`,
+		&paid: `{"id":"paid","start":"2026-01-01T00:00:00Z","end":"2026-01-02T00:00:00Z","ticket_scope_required":true,"rooms":[{"id":"stage"}]}`,
+	} {
+		if err := json.Unmarshal([]byte(doc), p); err != nil {
+			t.Fatal(err)
+		}
+		p.Start, p.End = now.Add(-time.Minute), now.Add(time.Hour)
+	}
+	d, err := event.DirectoryOf(clock.NewFake(now), free, paid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for room, want := range map[string]bool{"hall": false, "vip": true, "stage": true} {
+		if v, ok := d.Lookup(room); !ok || v.ScopeRequired() != want {
+			t.Errorf("%s: ScopeRequired = %v, want %v", room, v.ScopeRequired(), want)
+		}
+	}
+}

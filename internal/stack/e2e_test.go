@@ -64,9 +64,11 @@ func mustJSON(t testing.TB, v any) []byte {
 	return b
 }
 
-func ticket(t *testing.T, user, role string) string {
+// ticket mints a dev ticket; a host or admin role holds only in the rooms
+// it names.
+func ticket(t *testing.T, user, role string, rooms ...string) string {
 	t.Helper()
-	tk, err := auth.MintTicket(auth.DevTicketKey, user, auth.Ticket{Nick: user, Role: role}, time.Hour)
+	tk, err := auth.MintTicket(auth.DevTicketKey, user, auth.Ticket{Nick: user, Role: role, Rooms: rooms}, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +106,7 @@ func postJSON(t *testing.T, url, bearer string, body any) map[string]any {
 // a comment dropped). The test's context bounds every request instead.
 func e2eClient(t *testing.T, entry, room, user, role string, noEdge bool) sdk.Config {
 	return sdk.Config{
-		EntryURL: entry, Room: room, Ticket: ticket(t, user, role), NoEdge: noEdge,
+		EntryURL: entry, Room: room, Ticket: ticket(t, user, role, room), NoEdge: noEdge,
 		FirstJoinJitter: -1, FarBehind: -1, HTTPClient: &http.Client{},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}

@@ -33,7 +33,7 @@ func TestRolesRefuseWithoutKeys(t *testing.T) {
 		{"slicer, nothing", base(RoleSlicer), []string{"DANMAKU_OPERATOR_KEYS", "-s3-bucket"}},
 		{"origin, nothing", base(RoleOrigin), []string{"-s3-bucket"}},
 		{"gslb with its keys", with(base(RoleGSLB), func(c *Config) {
-			c.MasterKey, c.TicketKey, c.OperatorKeys = master, []byte("a-real-ticket-key-0123456789"), []string{"op"}
+			c.MasterKey, c.TicketKey, c.OperatorKeys = master, []byte("a-real-ticket-key-0123456789abcdef"), []string{"op"}
 		}), nil},
 		{"ingest with its keys", with(base(RoleIngest), func(c *Config) { c.MasterKey, c.GiftKeys = master, []string{"gift"} }), nil},
 		{"edge with its keys", with(base(RoleEdge), func(c *Config) { c.MasterKey = master }), nil},
@@ -41,6 +41,15 @@ func TestRolesRefuseWithoutKeys(t *testing.T) {
 		{"gslb with the public ticket key", with(base(RoleGSLB), func(c *Config) {
 			c.MasterKey, c.TicketKey, c.OperatorKeys = master, auth.DevTicketKey, []string{"op"}
 		}), []string{"public dev ticket key"}},
+		{"gslb with a 31-byte ticket key", with(base(RoleGSLB), func(c *Config) {
+			c.MasterKey, c.TicketKey, c.OperatorKeys = master, []byte("a-short-ticket-key-0123456789ab"), []string{"op"}
+		}), []string{"DANMAKU_TICKET_KEY is 31 bytes", "at least 32"}},
+		{"gslb with a short previous ticket key", with(base(RoleGSLB), func(c *Config) {
+			c.MasterKey, c.TicketKey, c.PreviousTicketKey, c.OperatorKeys = master, []byte("a-real-ticket-key-0123456789abcdef"), []byte("old-key"), []string{"op"}
+		}), []string{"DANMAKU_TICKET_KEY_PREVIOUS is 7 bytes"}},
+		{"gslb during a rotation", with(base(RoleGSLB), func(c *Config) {
+			c.MasterKey, c.TicketKey, c.PreviousTicketKey, c.OperatorKeys = master, []byte("a-real-ticket-key-0123456789abcdef"), []byte("the-old-ticket-key-0123456789abcdef"), []string{"op"}
+		}), nil},
 		{"ingest with the public service key", with(base(RoleIngest), func(c *Config) { c.MasterKey, c.GiftKeys = master, []string{DevServiceKey} }), []string{DevServiceKey}},
 		{"dev fills in its keys", with(base(RoleGSLB), func(c *Config) { c.Dev = true }), nil},
 		// `danmaku dev -dev-unsafe-backends`: real backends or production

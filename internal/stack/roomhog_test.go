@@ -39,7 +39,7 @@ func TestRoomHog(t *testing.T) {
 	t.Cleanup(func() { _ = closeBackends() })
 	st := startStack(t, Config{
 		Backends: b, DataDir: t.TempDir(), MasterKey: []byte("0123456789abcdef0123456789abcdef"),
-		TicketKey: []byte("room-hog-ticket-key-0123456789"), GiftKeys: []string{"g"}, OperatorKeys: []string{"o"},
+		TicketKey: []byte("room-hog-ticket-key-0123456789abcdef"), GiftKeys: []string{"g"}, OperatorKeys: []string{"o"},
 		Events: []event.Event{liveEvent("stage")}, Logger: log,
 		// The rules are not what is measured: with the built-in ones the
 		// hog's 31st entry would be a 429 (entry-user, 30 a minute), which
@@ -54,7 +54,7 @@ func TestRoomHog(t *testing.T) {
 	goroutines := runtime.NumGoroutine()
 	keysBefore, roomsBefore := keys(), st.slicer.RoomsRunning()
 
-	tk, err := auth.MintTicket([]byte("room-hog-ticket-key-0123456789"), "hog", auth.Ticket{}, time.Hour)
+	tk, err := auth.MintTicket([]byte("room-hog-ticket-key-0123456789abcdef"), "hog", auth.Ticket{}, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}

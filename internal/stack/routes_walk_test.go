@@ -230,6 +230,10 @@ func walkCases() []walkCase {
 	add(RoleGSLB, entry, 401, "no_ticket", probe{method: "GET", path: "/v1/entry?room=demo"})
 	add(RoleGSLB, entry, 401, "bad_ticket", probe{method: "GET", path: "/v1/entry?room=demo", auth: "junk"})
 	add(RoleGSLB, entry, 400, "bad_ticket_claim", probe{method: "GET", path: "/v1/entry?room=demo", auth: "badClaimTicket"})
+	add(RoleGSLB, entry, 400, "ticket_in_query", probe{method: "GET", path: "/v1/entry?room=demo&ticket=SECRET"})
+	add(RoleGSLB, entry, 401, "ticket_lifetime", probe{method: "GET", path: "/v1/entry?room=demo", auth: "longTicket"})
+	add(RoleGSLB, entry, 403, "ticket_scope", probe{method: "GET", path: "/v1/entry?room=demo", auth: "elsewhereTicket"})
+	add(RoleGSLB, entry, 403, "ticket_scope_required", probe{method: "GET", path: "/v1/entry?room=paid", auth: "ticket"})
 	not(RoleGSLB, entry, 503, "overloaded", "more entries in flight than MaxInFlight; gslb tests")
 	not(RoleGSLB, entry, 503, "table_stale", "the load table unreadable for MaxAge; gslb tests")
 	not(RoleGSLB, entry, 400, "token_too_large", "too many node addresses (a configuration fault); gslb tests")
@@ -484,6 +488,7 @@ func TestWalkEveryAnswer(t *testing.T) {
 		{ID: "strict", Limits: &event.Limits{Words: "refuse"}},
 		{ID: "lane", Limits: &event.Limits{FastLanePerSec: 1}},
 		{ID: "full"},
+		{ID: "paid", TicketScopeRequired: true},
 	}}
 	later := event.Event{ID: "walk-later", Start: now.Add(time.Hour), End: now.Add(2 * time.Hour), Rooms: []event.Room{{ID: "later"}}}
 	f := &faults{}
@@ -652,8 +657,14 @@ func (w *walk) setUp(t *testing.T) {
 	}
 	w.creds["ticket"] = tk("walker", auth.RoleViewer)
 	w.creds["badClaimTicket"] = tk("two words", auth.RoleViewer)
+	w.creds["elsewhereTicket"] = ticket(t, "elsewhere", auth.RoleViewer, "full")
+	long, err := auth.MintTicket(auth.DevTicketKey, "long", auth.Ticket{}, 60*24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.creds["longTicket"] = long
 	w.creds["viewer"] = w.entryToken(t, "demo", tk("viewer", auth.RoleViewer))
-	w.creds["host"] = w.entryToken(t, "demo", tk("host", auth.RoleHost))
+	w.creds["host"] = w.entryToken(t, "demo", ticket(t, "host", auth.RoleHost, "demo"))
 	w.creds["strictViewer"] = w.entryToken(t, "strict", tk("strict-viewer", auth.RoleViewer))
 	w.creds["holder"] = w.entryToken(t, "full", tk("holder", auth.RoleViewer))
 	w.creds["fullViewer"] = w.entryToken(t, "full", tk("full-viewer", auth.RoleViewer))
@@ -741,16 +752,9 @@ func (w *walk) wordsLoaded(t *testing.T) bool {
 // entryToken is the dynamic token of an entry to room with ticket.
 func (w *walk) entryToken(t *testing.T, room, ticket string) string {
 	t.Helper()
-	req, _ := http.NewRequest("GET", w.base(RoleGSLB)+"/v1/entry?room="+room, nil)
-	req.Header.Set("Authorization", "Bearer "+ticket)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var e gslb.Entry
-	if err := json.NewDecoder(resp.Body).Decode(&e); err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("entry to %s: %d (%v)", room, resp.StatusCode, err)
+	code, e := getEntry(t, w.base(RoleGSLB), room, ticket)
+	if code != http.StatusOK {
+		t.Fatalf("entry to %s: %d", room, code)
 	}
 	return e.Token
 }

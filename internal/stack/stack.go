@@ -199,8 +199,18 @@ type Config struct {
 	// Dev alone says.
 	DevUnsafeBackends bool
 	// TicketKey verifies business tickets (DANMAKU_TICKET_KEY). Required by
-	// the gslb.
+	// the gslb; at least auth.MinTicketKeyBytes.
 	TicketKey []byte
+	// PreviousTicketKey, during a rotation of the login service's key,
+	// verifies the tickets signed with the old key beside TicketKey
+	// (DANMAKU_TICKET_KEY_PREVIOUS). Nil: one key.
+	PreviousTicketKey []byte
+	// TicketMaxLifetime refuses tickets living longer (exp after iat or
+	// now). Zero: auth.DefaultMaxTicketLifetime (24 h).
+	TicketMaxLifetime time.Duration
+	// TicketAudience and TicketIssuer, when set, must be a ticket's aud
+	// (one of) and iss. Empty: not checked.
+	TicketAudience, TicketIssuer string
 	// GiftKeys are the gift API's service keys (DANMAKU_GIFT_KEYS).
 	// Required by the ingest.
 	GiftKeys []string
@@ -414,8 +424,16 @@ func (c *Config) checkKeys() error {
 	if len(missing) > 0 {
 		return fmt.Errorf("stack: cannot start %s without %s", strings.Join(c.Roles, ", "), strings.Join(missing, "; "))
 	}
+	for _, k := range []struct {
+		env string
+		key []byte
+	}{{"DANMAKU_TICKET_KEY", c.TicketKey}, {"DANMAKU_TICKET_KEY_PREVIOUS", c.PreviousTicketKey}} {
+		if c.has(RoleGSLB) && len(k.key) > 0 && len(k.key) < auth.MinTicketKeyBytes {
+			return fmt.Errorf("stack: %s is %d bytes: a ticket key takes at least %d (HS256 wants 256 bits, RFC 7518)", k.env, len(k.key), auth.MinTicketKeyBytes)
+		}
+	}
 	if !c.devPublic() {
-		if string(c.TicketKey) == string(auth.DevTicketKey) {
+		if string(c.TicketKey) == string(auth.DevTicketKey) || string(c.PreviousTicketKey) == string(auth.DevTicketKey) {
 			return errors.New("stack: the public dev ticket key is accepted only by `danmaku dev` on in-memory backends")
 		}
 		for _, k := range slices.Concat(c.GiftKeys, c.AnnounceKeys, c.OperatorKeys) {
@@ -681,7 +699,12 @@ func New(cfg Config) (*Stack, error) {
 		// Clients schedule their polls on the clock that decides segments.
 		s.storeTime = clock.NewFollower(cfg.EntryClock, b.Streams.Now, 0)
 		s.registry.MustRegister(clockMargin(s.storeTime))
-		tickets, err := auth.NewTicketVerifier(cfg.TicketKey, nil)
+		keys := [][]byte{cfg.TicketKey}
+		if len(cfg.PreviousTicketKey) > 0 {
+			keys = append(keys, cfg.PreviousTicketKey)
+		}
+		tickets, err := auth.NewTicketVerifierFrom(auth.TicketConfig{Keys: keys, MaxLifetime: cfg.TicketMaxLifetime,
+			Audience: cfg.TicketAudience, Issuer: cfg.TicketIssuer})
 		if err != nil {
 			return nil, err
 		}

@@ -170,7 +170,7 @@ func TestEndToEnd(t *testing.T) {
 	c, err := NewClient(&Config{
 		EntryURL:          st.URLs[stack.RoleGSLB],
 		Room:              room,
-		Ticket:            ticket(t, "host1", auth.RoleHost),
+		Ticket:            stacktest.Ticket(t, "host1", auth.RoleHost, room),
 		FirstJoinJitterMs: noJitterMs(t),
 		// Nothing leaves the screen during the test, whatever its pace.
 		RenderDisplayMs: time.Hour.Milliseconds(),

@@ -61,9 +61,11 @@ func LiveEvent(id string, rooms ...string) event.Event {
 
 // Ticket mints a business ticket for user with the public dev key, which
 // an embedded stack accepts.
-func Ticket(tb testing.TB, user, role string) string {
+func Ticket(tb testing.TB, user, role string, rooms ...string) string {
 	tb.Helper()
-	tk, err := auth.MintTicket(auth.DevTicketKey, user, auth.Ticket{Nick: user, Role: role}, time.Hour)
+	// A host or admin role holds only in the rooms a ticket names: tests
+	// that act as hosts name theirs.
+	tk, err := auth.MintTicket(auth.DevTicketKey, user, auth.Ticket{Nick: user, Role: role, Rooms: rooms}, time.Hour)
 	if err != nil {
 		tb.Fatal(err)
 	}

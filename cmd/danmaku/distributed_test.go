@@ -124,7 +124,7 @@ func testDistributedPipeline(t *testing.T, startRedis func(t *testing.T) (string
 	// Only rooms of a live event exist: provision one as an operator does.
 	eventCLI(t, ctx, bin, base, "create", "-gslb", "http://"+addr(0), "-f", eventFile(t, "dist", "dist"))
 
-	ticket, err := auth.MintTicket([]byte("distributed-test-ticket-key"), "viewer", auth.Ticket{Nick: "viewer"}, time.Hour)
+	ticket, err := auth.MintTicket([]byte("distributed-test-ticket-key-0123456789"), "viewer", auth.Ticket{Nick: "viewer"}, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +143,7 @@ func testDistributedPipeline(t *testing.T, startRedis func(t *testing.T) (string
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	alice, err := auth.MintTicket([]byte("distributed-test-ticket-key"), "alice", auth.Ticket{Nick: "alice"}, time.Hour)
+	alice, err := auth.MintTicket([]byte("distributed-test-ticket-key-0123456789"), "alice", auth.Ticket{Nick: "alice"}, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -511,7 +511,8 @@ func (d *deployment) secret(name, role string) string {
 	case "DANMAKU_REDIS_PASSWORD":
 		return "conformance-redis-" + role
 	}
-	return "conformance-" + strings.ToLower(strings.TrimPrefix(name, "DANMAKU_"))
+	// Long enough for every key's minimum (a ticket key takes 32 bytes).
+	return "conformance-" + strings.ToLower(strings.TrimPrefix(name, "DANMAKU_")) + "-0123456789abcdef0123"
 }
 
 // ticket mints a business ticket with the event's ticket key.

@@ -66,7 +66,7 @@ func TestRolesRefuseWithoutKeys(t *testing.T) {
 		}), []string{DevServiceKey}},
 		{"dev on real backends with its keys", with(base(RoleGSLB), func(c *Config) {
 			c.Dev, c.DevUnsafeBackends = true, true
-			c.MasterKey, c.TicketKey, c.OperatorKeys = master, []byte("a-real-ticket-key-0123456789"), []string{"op"}
+			c.MasterKey, c.TicketKey, c.OperatorKeys = master, []byte("a-real-ticket-key-0123456789abcdef"), []string{"op"}
 		}), nil},
 	}
 	for _, tt := range tests {
@@ -108,8 +108,8 @@ func TestDevTicketsOnlyWithThePublicKey(t *testing.T) {
 		want int
 	}{
 		{"public key", Config{Dev: true}, http.StatusOK},
-		{"a key of its own", Config{Dev: true, TicketKey: []byte("a-real-ticket-key-0123456789")}, http.StatusNotFound},
-		{"real backends", Config{Dev: true, DevUnsafeBackends: true, MasterKey: master, TicketKey: []byte("a-real-ticket-key-0123456789"),
+		{"a key of its own", Config{Dev: true, TicketKey: []byte("a-real-ticket-key-0123456789abcdef")}, http.StatusNotFound},
+		{"real backends", Config{Dev: true, DevUnsafeBackends: true, MasterKey: master, TicketKey: []byte("a-real-ticket-key-0123456789abcdef"),
 			GiftKeys: []string{"g"}, OperatorKeys: []string{"o"}}, http.StatusNotFound},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,0 +1,206 @@
+package ban
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"danmaku/internal/clock"
+	"danmaku/internal/reload"
+)
+
+// Defaults of ListConfig.
+const (
+	defaultReload = time.Second
+	defaultPurge  = 10 * time.Minute
+)
+
+// ListConfig configures a List.
+type ListConfig struct {
+	// Store is where bans live. Required.
+	Store Store
+	// Role names the metrics: danmaku_<Role>_bans and
+	// danmaku_<Role>_banned_total. Required.
+	Role string
+	// Reload is how often the store's version is checked. Zero: 1 s.
+	Reload time.Duration
+	// PurgeEvery is how often lapsed bans are deleted from the store. Zero:
+	// 10 minutes. Negative: never (another process purges; a reader with
+	// read-only access to the store).
+	PurgeEvery time.Duration
+	// Clock judges expiry. Nil: real clock.
+	Clock clock.Clock
+	// Registerer receives the metrics. Nil: a private registry.
+	Registerer prometheus.Registerer
+	// Logger. Nil: slog.Default().
+	Logger *slog.Logger
+}
+
+// List is a process's view of the bans: a snapshot of the Store, reloaded
+// when the store's version moves (checked every Reload, like
+// event.Directory), so Banned is a map read. A failed reload keeps the
+// last snapshot; until the first load, nobody is banned (Ready is false).
+// Changed lets a role act on a new snapshot (the edge closes the
+// connections of the users it bans). Safe for concurrent use.
+type List struct {
+	store Store
+	what  string
+	every time.Duration
+	purge time.Duration
+	clk   clock.Clock
+	log   *slog.Logger
+
+	snap atomic.Pointer[snapshot]
+
+	banned prometheus.Counter
+	active prometheus.Gauge
+}
+
+type snapshot struct {
+	version int64
+	until   map[banKey]time.Time // zero: never lapses
+	// changed is closed when a newer snapshot replaces this one.
+	changed chan struct{}
+}
+
+// NewList returns a List; call Refresh or Run to load it.
+func NewList(cfg ListConfig) (*List, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("ban: list: Store is required")
+	}
+	if cfg.Role == "" {
+		return nil, errors.New("ban: list: Role is required")
+	}
+	if cfg.Reload < 0 {
+		return nil, errors.New("ban: list: negative Reload")
+	}
+	if cfg.Reload == 0 {
+		cfg.Reload = defaultReload
+	}
+	if cfg.PurgeEvery == 0 {
+		cfg.PurgeEvery = defaultPurge
+	}
+	if cfg.Registerer == nil {
+		cfg.Registerer = prometheus.NewRegistry()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	l := &List{store: cfg.Store, what: cfg.Role + ": ban list", every: cfg.Reload, purge: cfg.PurgeEvery, clk: clock.Or(cfg.Clock), log: cfg.Logger}
+	l.banned = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "danmaku_" + cfg.Role + "_banned_total",
+		Help: "Requests refused because their user is banned from the room.",
+	})
+	l.active = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "danmaku_" + cfg.Role + "_bans",
+		Help: "Bans in this node's snapshot.",
+	})
+	for _, c := range []prometheus.Collector{l.banned, l.active} {
+		if err := cfg.Registerer.Register(c); err != nil {
+			return nil, fmt.Errorf("ban: list metrics: %w", err)
+		}
+	}
+	// An empty, unloaded snapshot carries the first changed channel.
+	l.snap.Store(&snapshot{version: -1, changed: make(chan struct{})})
+	return l, nil
+}
+
+// Refresh reloads the snapshot if the store's version moved.
+func (l *List) Refresh(ctx context.Context) error {
+	cur := l.snap.Load()
+	if cur.until != nil {
+		v, err := l.store.Version(ctx)
+		if err != nil {
+			return err
+		}
+		if v == cur.version {
+			return nil
+		}
+	}
+	bans, v, err := l.store.List(ctx)
+	if err != nil {
+		return err
+	}
+	s := &snapshot{version: v, until: make(map[banKey]time.Time, len(bans)), changed: make(chan struct{})}
+	now := l.clk.Now()
+	for _, b := range bans {
+		if b.Active(now) {
+			s.until[banKey{b.User, b.Room}] = b.Until
+		}
+	}
+	// Two concurrent refreshes (the loop and an operator API's write):
+	// only one replaces cur, so changed is closed once.
+	if l.snap.CompareAndSwap(cur, s) {
+		close(cur.changed)
+		l.active.Set(float64(len(s.until)))
+	}
+	return nil
+}
+
+// Run reloads every interval, and purges lapsed bans every PurgeEvery,
+// until ctx is done.
+func (l *List) Run(ctx context.Context) error {
+	lastPurge := l.clk.Now()
+	return reload.Every(ctx, l.every, l.log, l.what, func(ctx context.Context) error {
+		err := l.Refresh(ctx)
+		if now := l.clk.Now(); l.purge > 0 && now.Sub(lastPurge) >= l.purge {
+			lastPurge = now
+			if n, err := l.store.Purge(ctx, now); err != nil {
+				l.log.Warn("ban: purging lapsed bans failed", "err", err)
+			} else if n > 0 {
+				l.log.Info("ban: purged lapsed bans", "bans", n)
+			}
+		}
+		return err
+	})
+}
+
+// Ready reports whether the list has loaded the store at least once.
+func (l *List) Ready() bool { return l.snap.Load().until != nil }
+
+// Changed returns a channel closed when the next snapshot replaces the
+// current one: a watcher takes it, reads the bans (Each), and waits on it.
+func (l *List) Changed() <-chan struct{} { return l.snap.Load().changed }
+
+// Banned reports whether user is banned from room now (a ban of the room
+// or of every room), and counts the refusal when so. It reads the snapshot
+// only.
+func (l *List) Banned(room, user string) bool {
+	if l.Has(room, user) {
+		l.banned.Inc()
+		return true
+	}
+	return false
+}
+
+// Has is Banned without the count: for a check that refuses nothing.
+func (l *List) Has(room, user string) bool {
+	s := l.snap.Load()
+	if len(s.until) == 0 {
+		return false
+	}
+	now := l.clk.Now()
+	for _, k := range [2]banKey{{user, ""}, {user, room}} {
+		if until, ok := s.until[k]; ok && (until.IsZero() || now.Before(until)) {
+			return true
+		}
+	}
+	return false
+}
+
+// Each calls fn for every ban of the snapshot in force now: room "" for a
+// ban of every room. Order is unspecified.
+func (l *List) Each(fn func(user, room string)) {
+	s := l.snap.Load()
+	now := l.clk.Now()
+	for k, until := range s.until {
+		if until.IsZero() || now.Before(until) {
+			fn(k.user, k.room)
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 
 	"danmaku/auth"
 	"danmaku/gslb"
+	"danmaku/internal/ban"
 	"danmaku/internal/clock"
 	"danmaku/internal/event"
 	"danmaku/internal/httpx"
@@ -184,6 +185,13 @@ type Config struct {
 	// closed with CloseRoomEnded and its hub goes. Nil: every room (tests
 	// of the fan-out alone).
 	Events *event.Directory
+	// Bans are the operators' bans (read only: the ingest purges them). A
+	// banned user's handshake is refused (403 banned; close CloseBanned
+	// after a hello) and, within BanReload of the ban, their open
+	// connections are closed with CloseBanned. Nil: nobody is banned here.
+	Bans ban.Store
+	// BanReload is how often the bans' version is polled. Zero: 1 s.
+	BanReload time.Duration
 	// HelloTimeout is how long a connection without an Authorization
 	// header (a browser's) may take to send its first frame, the token;
 	// an unauthenticated socket is closed with 4408 after it. A socket an
@@ -273,6 +281,7 @@ func (cfg Config) withDefaults() (Config, error) {
 		{"ReadLimit", cfg.ReadLimit < 0},
 		{"DrainPeriod", cfg.DrainPeriod < 0},
 		{"HelloTimeout", cfg.HelloTimeout < 0},
+		{"BanReload", cfg.BanReload < 0},
 		{"ReportRate", cfg.ReportRate < 0},
 		{"ReportWindow", cfg.ReportWindow < 0},
 		{"ReportEvery", cfg.ReportEvery < 0},

@@ -204,3 +204,10 @@ func (l *List) Each(fn func(user, room string)) {
 		}
 	}
 }
+
+// Len returns the number of bans in the snapshot (lapsed ones included
+// until the next reload): what a walk with Each costs.
+func (l *List) Len() int { return len(l.snap.Load().until) }
+
+// Every returns the reload interval.
+func (l *List) Every() time.Duration { return l.every }

@@ -166,7 +166,9 @@ func (r *RedisStore) Version(ctx context.Context) (int64, error) {
 
 // List implements Store.
 func (r *RedisStore) List(ctx context.Context) ([]Ban, int64, error) {
-	res, err := banListScript.Run(ctx, r.rdb, []string{Key, VersionKey}).Slice()
+	// Read-only (EVALSHA_RO): the edge and the gslb may read the bans but
+	// not write them, and Redis checks a plain EVAL's keys as writes.
+	res, err := banListScript.RunRO(ctx, r.rdb, []string{Key, VersionKey}).Slice()
 	if err != nil {
 		return nil, 0, fmt.Errorf("ban: list bans: %w", err)
 	}

@@ -31,6 +31,7 @@ const (
 	defaultReadLimit    = 4 << 10
 	defaultDrainPeriod  = 10 * time.Second
 	defaultHelloTimeout = 5 * time.Second
+	defaultBanReload    = 500 * time.Millisecond
 	// defaultReportRate is three times the slicer's default budget (60
 	// messages per viewer per second), the edge's pushes included.
 	defaultReportRate   = 200
@@ -190,7 +191,10 @@ type Config struct {
 	// after a hello) and, within BanReload of the ban, their open
 	// connections are closed with CloseBanned. Nil: nobody is banned here.
 	Bans ban.Store
-	// BanReload is how often the bans' version is polled. Zero: 1 s.
+	// BanReload is how often the bans' version is polled (one GET; the
+	// bans are read only when it moved). Zero: 500 ms, so that a ban
+	// written on another node closes the connections here within 1 s,
+	// the poll's wait and the read included.
 	BanReload time.Duration
 	// HelloTimeout is how long a connection without an Authorization
 	// header (a browser's) may take to send its first frame, the token;
@@ -328,6 +332,9 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if cfg.ReadLimit == 0 {
 		cfg.ReadLimit = defaultReadLimit
+	}
+	if cfg.BanReload == 0 {
+		cfg.BanReload = defaultBanReload
 	}
 	if cfg.DrainPeriod == 0 {
 		cfg.DrainPeriod = defaultDrainPeriod

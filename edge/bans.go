@@ -2,6 +2,7 @@ package edge
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,14 +28,23 @@ const reasonBanned = "banned"
 var refuseBanned = &refusal{http.StatusForbidden, CodeBanned, CloseBanned, "banned from this room"}
 
 // newBans returns the node's view of the bans (nil without a store). The
-// edge only reads them: the ingest purges lapsed ones.
+// edge only reads them: the ingest purges lapsed ones. Refusals are
+// counted with the other handshake rejections (code banned), closes with
+// the other closes (reason banned).
 func newBans(cfg Config, reg prometheus.Registerer) (*ban.List, error) {
 	if cfg.Bans == nil {
 		return nil, nil
 	}
+	active := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "danmaku_edge_bans",
+		Help: "Bans in this node's snapshot (the edge closes and refuses the users they cover).",
+	})
+	if err := reg.Register(active); err != nil {
+		return nil, fmt.Errorf("edge: bans metrics: %w", err)
+	}
 	return ban.NewList(ban.ListConfig{
-		Store: cfg.Bans, Role: "edge", Reload: cfg.BanReload, PurgeEvery: -1,
-		Clock: cfg.Clock, Registerer: reg, Logger: cfg.Logger,
+		Store: cfg.Bans, What: "edge: ban list", Reload: cfg.BanReload, PurgeEvery: -1,
+		Clock: cfg.Clock, Active: active, Logger: cfg.Logger,
 	})
 }
 

@@ -124,7 +124,7 @@ func TestBannedConnsCost(t *testing.T) {
 	if err := store.Put(ctx, ban.Ban{User: "x", Room: "r1", At: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	l, err := ban.NewList(ban.ListConfig{Store: store, Role: "edge"})
+	l, err := ban.NewList(ban.ListConfig{Store: store})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -187,10 +187,18 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		}
 	}
 	if cfg.Bans != nil {
+		// Refusals are counted by the entries metric (403 banned).
+		active := prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "danmaku_gslb_bans",
+			Help: "Bans in this node's snapshot (the entry refuses the users they cover).",
+		})
+		if err := cfg.Registerer.Register(active); err != nil {
+			return nil, fmt.Errorf("gslb: server: metrics: %w", err)
+		}
 		var err error
 		s.bans, err = ban.NewList(ban.ListConfig{
-			Store: cfg.Bans, Role: "gslb", Reload: cfg.BanReload, PurgeEvery: -1,
-			Clock: cfg.Clock, Registerer: cfg.Registerer, Logger: cfg.Logger,
+			Store: cfg.Bans, What: "gslb: ban list", Reload: cfg.BanReload, PurgeEvery: -1,
+			Clock: cfg.Clock, Active: active, Logger: cfg.Logger,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("gslb: server: %w", err)

@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"time"
@@ -45,9 +46,9 @@ func NewMemoryBanStore() *MemoryBanStore { return ban.NewMemoryStore() }
 // NewRedisBanStore returns the bans kept in rdb.
 func NewRedisBanStore(rdb redis.UniversalClient) *RedisBanStore { return ban.NewRedisStore(rdb) }
 
-// BanListConfig configures an ingest's BanList: ban.ListConfig without
-// the role, which is "ingest" (metrics danmaku_ingest_bans and
-// danmaku_ingest_banned_total).
+// BanListConfig configures an ingest's BanList: ban.ListConfig with the
+// ingest's metrics (danmaku_ingest_banned_total, danmaku_ingest_bans),
+// registered with Registerer (nil: a private registry).
 type BanListConfig struct {
 	Store      BanStore
 	Reload     time.Duration
@@ -60,7 +61,24 @@ type BanListConfig struct {
 // NewBanList returns an ingest's BanList; call Refresh or Run to load it.
 // The ingest purges lapsed bans (it may write the store).
 func NewBanList(cfg BanListConfig) (*BanList, error) {
-	return ban.NewList(ban.ListConfig{Store: cfg.Store, Role: "ingest", Reload: cfg.Reload, PurgeEvery: cfg.PurgeEvery, Clock: cfg.Clock, Registerer: cfg.Registerer, Logger: cfg.Logger})
+	if cfg.Registerer == nil {
+		cfg.Registerer = prometheus.NewRegistry()
+	}
+	banned := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "danmaku_ingest_banned_total",
+		Help: "Comments dropped because their user is banned from the room.",
+	})
+	active := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "danmaku_ingest_bans",
+		Help: "Bans in this node's snapshot.",
+	})
+	for _, c := range []prometheus.Collector{banned, active} {
+		if err := cfg.Registerer.Register(c); err != nil {
+			return nil, fmt.Errorf("ingest: bans metrics: %w", err)
+		}
+	}
+	return ban.NewList(ban.ListConfig{Store: cfg.Store, What: "ingest: ban list", Reload: cfg.Reload, PurgeEvery: cfg.PurgeEvery,
+		Clock: cfg.Clock, Banned: banned, Active: active, Logger: cfg.Logger})
 }
 
 // BanAPI is the operator API for bans, on gin, beside the events API:

@@ -3,7 +3,6 @@ package ban
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -24,9 +23,8 @@ const (
 type ListConfig struct {
 	// Store is where bans live. Required.
 	Store Store
-	// Role names the metrics: danmaku_<Role>_bans and
-	// danmaku_<Role>_banned_total. Required.
-	Role string
+	// What names the list in logs, e.g. "edge: ban list". Zero: "ban list".
+	What string
 	// Reload is how often the store's version is checked. Zero: 1 s.
 	Reload time.Duration
 	// PurgeEvery is how often lapsed bans are deleted from the store. Zero:
@@ -35,8 +33,10 @@ type ListConfig struct {
 	PurgeEvery time.Duration
 	// Clock judges expiry. Nil: real clock.
 	Clock clock.Clock
-	// Registerer receives the metrics. Nil: a private registry.
-	Registerer prometheus.Registerer
+	// Banned counts what Banned refused, Active is set to the bans of
+	// each snapshot; the role names and registers them. Nil: not kept.
+	Banned prometheus.Counter
+	Active prometheus.Gauge
 	// Logger. Nil: slog.Default().
 	Logger *slog.Logger
 }
@@ -57,8 +57,8 @@ type List struct {
 
 	snap atomic.Pointer[snapshot]
 
-	banned prometheus.Counter
-	active prometheus.Gauge
+	banned prometheus.Counter // nil: not counted
+	active prometheus.Gauge   // nil: not kept
 }
 
 type snapshot struct {
@@ -73,9 +73,6 @@ func NewList(cfg ListConfig) (*List, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("ban: list: Store is required")
 	}
-	if cfg.Role == "" {
-		return nil, errors.New("ban: list: Role is required")
-	}
 	if cfg.Reload < 0 {
 		return nil, errors.New("ban: list: negative Reload")
 	}
@@ -85,26 +82,13 @@ func NewList(cfg ListConfig) (*List, error) {
 	if cfg.PurgeEvery == 0 {
 		cfg.PurgeEvery = defaultPurge
 	}
-	if cfg.Registerer == nil {
-		cfg.Registerer = prometheus.NewRegistry()
+	if cfg.What == "" {
+		cfg.What = "ban list"
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	l := &List{store: cfg.Store, what: cfg.Role + ": ban list", every: cfg.Reload, purge: cfg.PurgeEvery, clk: clock.Or(cfg.Clock), log: cfg.Logger}
-	l.banned = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "danmaku_" + cfg.Role + "_banned_total",
-		Help: "Requests refused because their user is banned from the room.",
-	})
-	l.active = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "danmaku_" + cfg.Role + "_bans",
-		Help: "Bans in this node's snapshot.",
-	})
-	for _, c := range []prometheus.Collector{l.banned, l.active} {
-		if err := cfg.Registerer.Register(c); err != nil {
-			return nil, fmt.Errorf("ban: list metrics: %w", err)
-		}
-	}
+	l := &List{store: cfg.Store, what: cfg.What, every: cfg.Reload, purge: cfg.PurgeEvery, clk: clock.Or(cfg.Clock), log: cfg.Logger, banned: cfg.Banned, active: cfg.Active}
 	// An empty, unloaded snapshot carries the first changed channel.
 	l.snap.Store(&snapshot{version: -1, changed: make(chan struct{})})
 	return l, nil
@@ -137,7 +121,9 @@ func (l *List) Refresh(ctx context.Context) error {
 	// only one replaces cur, so changed is closed once.
 	if l.snap.CompareAndSwap(cur, s) {
 		close(cur.changed)
-		l.active.Set(float64(len(s.until)))
+		if l.active != nil {
+			l.active.Set(float64(len(s.until)))
+		}
 	}
 	return nil
 }
@@ -172,7 +158,9 @@ func (l *List) Changed() <-chan struct{} { return l.snap.Load().changed }
 // only.
 func (l *List) Banned(room, user string) bool {
 	if l.Has(room, user) {
-		l.banned.Inc()
+		if l.banned != nil {
+			l.banned.Inc()
+		}
 		return true
 	}
 	return false

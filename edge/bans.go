@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"danmaku/internal/ban"
+	"danmaku/internal/event"
 	"danmaku/internal/reload"
 )
 
@@ -43,9 +44,17 @@ func newBans(cfg Config, reg prometheus.Registerer) (*ban.List, error) {
 		return nil, fmt.Errorf("edge: bans metrics: %w", err)
 	}
 	return ban.NewList(ban.ListConfig{
-		Store: cfg.Bans, What: "edge: ban list", Reload: cfg.BanReload, PurgeEvery: -1,
+		Store: cfg.Bans, EventOf: eventOf(cfg.Events), What: "edge: ban list", Reload: cfg.BanReload, PurgeEvery: -1,
 		Clock: cfg.Clock, Active: active, Logger: cfg.Logger,
 	})
+}
+
+// eventOf is what an event's bans need of the directory (nil: none).
+func eventOf(d *event.Directory) func(string) string {
+	if d == nil {
+		return nil
+	}
+	return d.EventOf
 }
 
 // banned reports whether user may not hold a connection to room, counting
@@ -108,8 +117,8 @@ func (h *hub) bannedConns(bans *ban.List) []*conn {
 		users[user] = true
 	}
 	if bans.Len() < len(h.users) {
-		bans.Each(func(user, room string) {
-			if (room == "" || room == h.room) && h.users[user] > 0 {
+		bans.Each(func(user, scope string) {
+			if h.users[user] > 0 && bans.Covers(scope, h.room) {
 				mark(user)
 			}
 		})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 
@@ -112,7 +113,8 @@ func TestBans(t *testing.T) {
 
 // TestBannedConnsCost: a sweep walks the smaller side of each hub, so a
 // long ban list costs a small room nothing per user, and both walks find
-// the same connections.
+// the same connections: the room's bans and its event's, not another
+// event's.
 func TestBannedConnsCost(t *testing.T) {
 	ctx := context.Background()
 	store := ban.NewMemoryStore()
@@ -121,10 +123,13 @@ func TestBannedConnsCost(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := store.Put(ctx, ban.Ban{User: "x", Room: "r1", At: time.Now()}); err != nil {
-		t.Fatal(err)
+	for _, b := range []ban.Ban{{User: "x", Room: "r1"}, {User: "y", Event: "show"}, {User: "z", Event: "other"}} {
+		b.At = time.Now()
+		if err := store.Put(ctx, b); err != nil {
+			t.Fatal(err)
+		}
 	}
-	l, err := ban.NewList(ban.ListConfig{Store: store})
+	l, err := ban.NewList(ban.ListConfig{Store: store, EventOf: func(room string) string { return map[string]string{"r1": "show"}[room] }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,12 +143,14 @@ func TestBannedConnsCost(t *testing.T) {
 			h.conns = append(h.conns, c)
 			h.users[c.user]++
 		}
-		x := &conn{user: "x"}
-		h.conns = append(h.conns, x)
+		x, y, z := &conn{user: "x"}, &conn{user: "y"}, &conn{user: "z"}
+		h.conns = append(h.conns, x, y, z)
 		h.users["x"]++
+		h.users["y"]++
+		h.users["z"]++
 		got := h.bannedConns(l)
-		if len(got) != 1 || got[0] != x {
-			t.Fatalf("%d users: banned %d connections, want x alone", n, len(got))
+		if len(got) != 2 || !slices.Contains(got, x) || !slices.Contains(got, y) {
+			t.Fatalf("%d users: banned %d connections, want x (the room's ban) and y (its event's)", n, len(got))
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"danmaku/auth"
 	"danmaku/gslb"
 	"danmaku/internal/ban"
+	"danmaku/internal/event"
 	"danmaku/internal/httpx"
 )
 
@@ -65,4 +66,35 @@ func TestEntryBans(t *testing.T) {
 
 	write(func() error { return store.Delete(ctx, "u1", "stage") })
 	check("u1", "stage", http.StatusOK)
+}
+
+// TestEntryEventBans: a ban of an event refuses the user's entry to that
+// event's rooms and to no other.
+func TestEntryEventBans(t *testing.T) {
+	ctx := context.Background()
+	f := newEntryFixture(t, true, healthyNodes()...)
+	now := f.clk.Now()
+	dir := directoryOf(t, f.clk,
+		event.Event{ID: "show", Start: now.Add(-time.Minute), End: now.Add(time.Hour), Rooms: []event.Room{{ID: "stage"}, {ID: "lobby"}}},
+		event.Event{ID: "other", Start: now.Add(-time.Minute), End: now.Add(time.Hour), Rooms: []event.Room{{ID: "side"}}},
+	)
+	store := ban.NewMemoryStore()
+	if err := store.Put(ctx, ban.Ban{User: "u1", Event: "show", At: now}); err != nil {
+		t.Fatal(err)
+	}
+	tickets, _ := auth.NewTicketVerifier(ticketKey, f.clk.Now)
+	srv, err := gslb.NewServer(gslb.ServerConfig{Allocator: f.alloc, Keyring: f.ring, Tickets: tickets, CDN: "https://cdn/", Clock: f.clk, Logger: discard, Bans: store, Events: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.RefreshBans(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e := httpx.NewEngine(httpx.EngineConfig{Role: "gslb", Logger: discard})
+	srv.Register(e)
+	for room, want := range map[string]int{"stage": http.StatusForbidden, "lobby": http.StatusForbidden, "side": http.StatusOK} {
+		if rec := getEntry(t, e, room); rec.Code != want {
+			t.Errorf("%s: %d %s, want %d", room, rec.Code, rec.Body, want)
+		}
+	}
 }

@@ -195,12 +195,15 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		if err := cfg.Registerer.Register(active); err != nil {
 			return nil, fmt.Errorf("gslb: server: metrics: %w", err)
 		}
-		var err error
-		s.bans, err = ban.NewList(ban.ListConfig{
+		bl := ban.ListConfig{
 			Store: cfg.Bans, What: "gslb: ban list", Reload: cfg.BanReload, PurgeEvery: -1,
 			Clock: cfg.Clock, Active: active, Logger: cfg.Logger,
-		})
-		if err != nil {
+		}
+		if cfg.Events != nil {
+			bl.EventOf = cfg.Events.EventOf
+		}
+		var err error
+		if s.bans, err = ban.NewList(bl); err != nil {
 			return nil, fmt.Errorf("gslb: server: %w", err)
 		}
 	}

@@ -51,6 +51,7 @@ func NewRedisBanStore(rdb redis.UniversalClient) *RedisBanStore { return ban.New
 // registered with Registerer (nil: a private registry).
 type BanListConfig struct {
 	Store      BanStore
+	EventOf    func(room string) string
 	Reload     time.Duration
 	PurgeEvery time.Duration
 	Clock      clock.Clock
@@ -77,18 +78,19 @@ func NewBanList(cfg BanListConfig) (*BanList, error) {
 			return nil, fmt.Errorf("ingest: bans metrics: %w", err)
 		}
 	}
-	return ban.NewList(ban.ListConfig{Store: cfg.Store, What: "ingest: ban list", Reload: cfg.Reload, PurgeEvery: cfg.PurgeEvery,
+	return ban.NewList(ban.ListConfig{Store: cfg.Store, EventOf: cfg.EventOf, What: "ingest: ban list", Reload: cfg.Reload, PurgeEvery: cfg.PurgeEvery,
 		Clock: cfg.Clock, Banned: banned, Active: active, Logger: cfg.Logger})
 }
 
 // BanAPI is the operator API for bans, on gin, beside the events API:
 //
-//	PUT    /v1/admin/bans/{user}   body {"room": "", "until": RFC 3339 | "ttl_seconds": n, "reason": ""}
-//	DELETE /v1/admin/bans/{user}?room=R
+//	PUT    /v1/admin/bans/{user}   body {"room": "" | "event": "", "until": RFC 3339 | "ttl_seconds": n, "reason": ""}
+//	DELETE /v1/admin/bans/{user}?room=R | ?event=E
 //	GET    /v1/admin/bans/{user}   → {"bans": [...]}
 //	GET    /v1/admin/bans          → {"bans": [...]} (every ban in force)
 //
-// A ban without room covers every room; without until or ttl_seconds it
+// A ban with event covers that event's rooms; without room or event,
+// every room; without until or ttl_seconds it
 // never lapses. Every route needs an operator key (Authorization: Bearer).
 // A change reaches every node's BanList within its reload interval.
 type BanAPI struct {
@@ -109,6 +111,7 @@ type BanAPI struct {
 // left out (an empty body bans from every room, for ever).
 type BanRequest struct {
 	Room       string    `json:"room"`
+	Event      string    `json:"event"`
 	Until      time.Time `json:"until"`
 	TTLSeconds int64     `json:"ttl_seconds"`
 	Reason     string    `json:"reason"`
@@ -168,7 +171,7 @@ func (a *BanAPI) put(c *gin.Context) {
 	now := a.now()
 	// The reason is cleaned as comments are: kept, without what only a
 	// terminal or a bidi algorithm would act on.
-	b := Ban{User: c.Param("user"), Room: req.Room, Until: req.Until, Reason: ident.CleanText(req.Reason), At: now}
+	b := Ban{User: c.Param("user"), Room: req.Room, Event: req.Event, Until: req.Until, Reason: ident.CleanText(req.Reason), At: now}
 	const maxTTLSeconds = int64(maxBanTTL / time.Second)
 	switch {
 	case req.TTLSeconds < 0 || req.TTLSeconds > maxTTLSeconds:
@@ -199,13 +202,24 @@ func (a *BanAPI) put(c *gin.Context) {
 }
 
 func (a *BanAPI) delete(c *gin.Context) {
-	user, room := c.Param("user"), c.Query("room")
-	if room != "" && !wire.ValidRoom(room) {
+	user, room, ev := c.Param("user"), c.Query("room"), c.Query("event")
+	switch {
+	case room != "" && !wire.ValidRoom(room):
 		httpx.Abort(c, httpx.Errorf(http.StatusBadRequest, "bad_ban", "room %q: 1-64 of A-Z a-z 0-9 _ -", room))
 		return
+	case ev != "" && !wire.ValidRoom(ev):
+		httpx.Abort(c, httpx.Errorf(http.StatusBadRequest, "bad_ban", "event %q: 1-64 of A-Z a-z 0-9 _ -", ev))
+		return
+	case room != "" && ev != "":
+		httpx.Abort(c, httpx.Errorf(http.StatusBadRequest, "bad_ban", "give room or event, not both"))
+		return
+	}
+	scope := room
+	if ev != "" {
+		scope = ban.EventScope(ev)
 	}
 	ctx := c.Request.Context()
-	if err := a.Store.Delete(ctx, user, room); err != nil {
+	if err := a.Store.Delete(ctx, user, scope); err != nil {
 		a.storeError(c, "delete ban", err)
 		return
 	}

@@ -19,12 +19,17 @@ import (
 	"danmaku/internal/wire"
 )
 
-// Ban keeps one user's comments out of one room, or out of every room.
+// Ban keeps one user out of one room, out of every room of one event, or
+// out of every room.
 type Ban struct {
 	// User is the banned user id, as in their tickets. Required.
 	User string `json:"user"`
-	// Room limits the ban to one room. "": every room.
+	// Room limits the ban to one room. "": see Event.
 	Room string `json:"room,omitempty"`
+	// Event limits the ban to the rooms of one event (a room's current
+	// event, as event.Directory.Lookup tells it). Not with Room. Room and
+	// Event "": every room.
+	Event string `json:"event,omitempty"`
 	// Until is when the ban lapses. Zero: never.
 	Until time.Time `json:"until,omitzero"`
 	// Reason is for operators.
@@ -35,6 +40,27 @@ type Ban struct {
 
 // Active reports whether b is in force at now.
 func (b *Ban) Active(now time.Time) bool { return b.Until.IsZero() || now.Before(b.Until) }
+
+// Scope is what the ban covers, as Store.Delete names it: the room, an
+// event's EventScope, or "" for every room.
+func (b *Ban) Scope() string {
+	if b.Event != "" {
+		return EventScope(b.Event)
+	}
+	return b.Room
+}
+
+// EventScope is the scope of a ban of every room of event: the id after
+// '@', which no room id holds.
+func EventScope(event string) string { return "@" + event }
+
+// eventOfScope returns the event of an event scope.
+func eventOfScope(scope string) (string, bool) {
+	if len(scope) > 1 && scope[0] == '@' {
+		return scope[1:], true
+	}
+	return "", false
+}
 
 // maxReasonBytes bounds a ban's reason.
 const maxReasonBytes = 500
@@ -52,6 +78,10 @@ func (b *Ban) Validate() error {
 	switch {
 	case b.Room != "" && !wire.ValidRoom(b.Room):
 		return fmt.Errorf("ban: room %q: 1-64 of A-Z a-z 0-9 _ -", b.Room)
+	case b.Event != "" && !wire.ValidRoom(b.Event):
+		return fmt.Errorf("ban: event %q: 1-64 of A-Z a-z 0-9 _ -", b.Event)
+	case b.Room != "" && b.Event != "":
+		return errors.New("ban: give room or event, not both")
 	case len(b.Reason) > maxReasonBytes:
 		return fmt.Errorf("ban: reason: at most %d bytes (got %d)", maxReasonBytes, len(b.Reason))
 	case b.Reason != ident.CleanText(b.Reason):
@@ -63,11 +93,12 @@ func (b *Ban) Validate() error {
 // Store keeps the bans. Every write moves a version, so that a reader
 // polling every second re-reads the bans only when they changed.
 type Store interface {
-	// Put sets a ban (replacing the same user's ban for the same room).
+	// Put sets a ban (replacing the same user's ban of the same scope).
 	Put(ctx context.Context, b Ban) error
-	// Delete lifts user's ban for room ("" = the every-room ban); lifting
-	// a ban that does not exist is not an error.
-	Delete(ctx context.Context, user, room string) error
+	// Delete lifts user's ban of scope (Ban.Scope: a room, an
+	// EventScope, or "" for the every-room ban); lifting a ban that does
+	// not exist is not an error.
+	Delete(ctx context.Context, user, scope string) error
 	// User returns user's bans, expired ones included, by room.
 	User(ctx context.Context, user string) ([]Ban, error)
 	// Version returns a value that changes with every write.
@@ -79,4 +110,5 @@ type Store interface {
 	Purge(ctx context.Context, now time.Time) (int, error)
 }
 
+// banKey is a ban's identity: its user and its scope (Ban.Scope).
 type banKey struct{ user, room string }

@@ -31,6 +31,10 @@ type ListConfig struct {
 	// 10 minutes. Negative: never (another process purges; a reader with
 	// read-only access to the store).
 	PurgeEvery time.Duration
+	// EventOf returns the event a room belongs to now ("" for none), for
+	// the bans of an event (event.Directory.EventOf). Nil: those bans
+	// cover no room.
+	EventOf func(room string) string
 	// Clock judges expiry. Nil: real clock.
 	Clock clock.Clock
 	// Banned counts what Banned refused, Active is set to the bans of
@@ -54,6 +58,8 @@ type List struct {
 	purge time.Duration
 	clk   clock.Clock
 	log   *slog.Logger
+	// eventOf is ListConfig.EventOf.
+	eventOf func(room string) string
 
 	snap atomic.Pointer[snapshot]
 
@@ -63,7 +69,8 @@ type List struct {
 
 type snapshot struct {
 	version int64
-	until   map[banKey]time.Time // zero: never lapses
+	until   map[banKey]time.Time // by user and scope; zero: never lapses
+	events  bool                 // some ban has an event's scope
 	// changed is closed when a newer snapshot replaces this one.
 	changed chan struct{}
 }
@@ -88,7 +95,7 @@ func NewList(cfg ListConfig) (*List, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	l := &List{store: cfg.Store, what: cfg.What, every: cfg.Reload, purge: cfg.PurgeEvery, clk: clock.Or(cfg.Clock), log: cfg.Logger, banned: cfg.Banned, active: cfg.Active}
+	l := &List{store: cfg.Store, what: cfg.What, every: cfg.Reload, purge: cfg.PurgeEvery, clk: clock.Or(cfg.Clock), log: cfg.Logger, eventOf: cfg.EventOf, banned: cfg.Banned, active: cfg.Active}
 	// An empty, unloaded snapshot carries the first changed channel.
 	l.snap.Store(&snapshot{version: -1, changed: make(chan struct{})})
 	return l, nil
@@ -114,7 +121,8 @@ func (l *List) Refresh(ctx context.Context) error {
 	now := l.clk.Now()
 	for _, b := range bans {
 		if b.Active(now) {
-			s.until[banKey{b.User, b.Room}] = b.Until
+			s.until[banKey{b.User, b.Scope()}] = b.Until
+			s.events = s.events || b.Event != ""
 		}
 	}
 	// Two concurrent refreshes (the loop and an operator API's write):
@@ -153,8 +161,8 @@ func (l *List) Ready() bool { return l.snap.Load().until != nil }
 // current one: a watcher takes it, reads the bans (Each), and waits on it.
 func (l *List) Changed() <-chan struct{} { return l.snap.Load().changed }
 
-// Banned reports whether user is banned from room now (a ban of the room
-// or of every room), and counts the refusal when so. It reads the snapshot
+// Banned reports whether user is banned from room now (a ban of the room,
+// of its event, or of every room), and counts the refusal when so. It reads the snapshot
 // only.
 func (l *List) Banned(room, user string) bool {
 	if l.Has(room, user) {
@@ -178,12 +186,29 @@ func (l *List) Has(room, user string) bool {
 			return true
 		}
 	}
+	if s.events && l.eventOf != nil {
+		if ev := l.eventOf(room); ev != "" {
+			if until, ok := s.until[banKey{user, EventScope(ev)}]; ok && (until.IsZero() || now.Before(until)) {
+				return true
+			}
+		}
+	}
 	return false
 }
 
-// Each calls fn for every ban of the snapshot in force now: room "" for a
-// ban of every room. Order is unspecified.
-func (l *List) Each(fn func(user, room string)) {
+// Covers reports whether a ban of scope (as Each gives it) covers room.
+func (l *List) Covers(scope, room string) bool {
+	if scope == "" || scope == room {
+		return true
+	}
+	ev, ok := eventOfScope(scope)
+	return ok && l.eventOf != nil && l.eventOf(room) == ev
+}
+
+// Each calls fn for every ban of the snapshot in force now, with its
+// scope (Ban.Scope; Covers tells the rooms it covers). Order is
+// unspecified.
+func (l *List) Each(fn func(user, scope string)) {
 	s := l.snap.Load()
 	now := l.clk.Now()
 	for k, until := range s.until {

@@ -27,7 +27,7 @@ func (m *MemoryStore) Put(_ context.Context, b Ban) error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.bans[banKey{b.User, b.Room}] = b
+	m.bans[banKey{b.User, b.Scope()}] = b
 	m.version++
 	return nil
 }
@@ -99,6 +99,6 @@ func sortBans(bans []Ban) {
 		if c := strings.Compare(a.User, b.User); c != 0 {
 			return c
 		}
-		return strings.Compare(a.Room, b.Room)
+		return strings.Compare(a.Scope(), b.Scope())
 	})
 }

@@ -19,8 +19,9 @@ var _ Store = (*RedisStore)(nil)
 // Keys of the bans. The hash tag {bans} puts the three in one Cluster slot,
 // so that every write changes them together in one script.
 const (
-	// Key is a hash: field "USER/ROOM" ("USER/" for every room; a room
-	// never holds '/', so the last '/' splits), value the ban as JSON.
+	// Key is a hash: field "USER/SCOPE" (Ban.Scope: "USER/ROOM",
+	// "USER/@EVENT", "USER/" for every room; a scope never holds '/', so
+	// the last '/' splits), value the ban as JSON.
 	Key = redisx.Prefix + "{bans}:all"
 	// VersionKey is incremented by every write: readers poll it.
 	VersionKey = redisx.Prefix + "{bans}:version"
@@ -91,7 +92,7 @@ func (r *RedisStore) Put(ctx context.Context, b Ban) error {
 	if !b.Until.IsZero() {
 		until = max(b.Until.UnixMilli(), 1)
 	}
-	if err := banPutScript.Run(ctx, r.rdb, banKeys(), banField(b.User, b.Room), js, until).Err(); err != nil {
+	if err := banPutScript.Run(ctx, r.rdb, banKeys(), banField(b.User, b.Scope()), js, until).Err(); err != nil {
 		return fmt.Errorf("ban: ban %s: %w", b.User, err)
 	}
 	return nil
@@ -145,7 +146,7 @@ func (r *RedisStore) User(ctx context.Context, user string) ([]Ban, error) {
 	// HSCAN may return a field twice; keep one of each.
 	dedup := out[:0]
 	for i, b := range out {
-		if i == 0 || b.Room != out[i-1].Room {
+		if i == 0 || b.Scope() != out[i-1].Scope() {
 			dedup = append(dedup, b)
 		}
 	}

@@ -34,7 +34,7 @@ const (
 	CloseTokenRejected = 4401
 	// CloseBanned says an operator banned this user from the room: do not
 	// reconnect (the edge and the entry refuse it until the ban is lifted
-	// or lapses); Stats.Banned is set.
+	// or lapses); Stats.EdgeBanned becomes 1.
 	CloseBanned = 4451
 )
 
@@ -151,7 +151,7 @@ func (c *Client) edgeLoop(ctx context.Context) {
 			// The edge and the entry refuse this user until the ban ends;
 			// reconnecting would only be refused. The segments still show
 			// the room.
-			c.stats.banned.Store(true)
+			c.stats.banned.Store(1)
 			c.log.Info("sdk: banned from the room; the edge is done", "room", c.cfg.Room)
 			return
 		case CloseResume:

@@ -402,8 +402,8 @@ func TestEdgeBanned(t *testing.T) {
 	}
 	c := w.newClient(nil)
 	w.run()
-	eventually(t, "the client to take the ban", func() bool { return c.Stats().Banned })
-	// Banned is set as the edge loop returns: no connection follows.
+	eventually(t, "the client to take the ban", func() bool { return c.Stats().EdgeBanned == 1 })
+	// EdgeBanned is set as the edge loop returns: no connection follows.
 	w.lock(func() {
 		if n := len(w.edgeConns); n != 1 {
 			t.Errorf("%d edge connections, want the one that was closed", n)

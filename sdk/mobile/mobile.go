@@ -158,9 +158,7 @@ type Stats struct {
 	EdgeConnects     int64
 	EdgeReconnects   int64
 	EdgeDialErrors   int64
-	// Banned is set once an edge closed the connection because an
-	// operator banned this user: no edge connection from then on.
-	Banned           bool
+	EdgeBanned       int64
 	EdgeFrames       int64
 	EdgeDecodeErrors int64
 	EdgeTokenAsks    int64
@@ -461,7 +459,7 @@ func (c *Client) Stats() *Stats {
 		EdgeConnects:     s.EdgeConnects,
 		EdgeReconnects:   s.EdgeReconnects,
 		EdgeDialErrors:   s.EdgeDialErrors,
-		Banned:           s.Banned,
+		EdgeBanned:       s.EdgeBanned,
 		EdgeFrames:       s.EdgeFrames,
 		EdgeDecodeErrors: s.EdgeDecodeErrors,
 		EdgeTokenAsks:    s.EdgeTokenAsks,

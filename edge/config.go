@@ -10,6 +10,7 @@ import (
 
 	"danmaku/auth"
 	"danmaku/gslb"
+	"danmaku/internal/ban"
 	"danmaku/internal/clock"
 	"danmaku/internal/event"
 	"danmaku/internal/httpx"
@@ -30,6 +31,7 @@ const (
 	defaultReadLimit    = 4 << 10
 	defaultDrainPeriod  = 10 * time.Second
 	defaultHelloTimeout = 5 * time.Second
+	defaultBanReload    = 500 * time.Millisecond
 	// defaultReportRate is three times the slicer's default budget (60
 	// messages per viewer per second), the edge's pushes included.
 	defaultReportRate   = 200
@@ -185,6 +187,16 @@ type Config struct {
 	// closed with CloseRoomEnded and its hub goes. Nil: every room (tests
 	// of the fan-out alone).
 	Events *event.Directory
+	// Bans are the operators' bans (read only: the ingest purges them). A
+	// banned user's handshake is refused (403 banned; close CloseBanned
+	// after a hello) and, within BanReload of the ban, their open
+	// connections are closed with CloseBanned. Nil: nobody is banned here.
+	Bans ban.Store
+	// BanReload is how often the bans' version is polled (one GET; the
+	// bans are read only when it moved). Zero: 500 ms, so that a ban
+	// written on another node closes the connections here within 1 s,
+	// the poll's wait and the read included.
+	BanReload time.Duration
 	// HelloTimeout is how long a connection without an Authorization
 	// header (a browser's) may take to send its first frame, the token;
 	// an unauthenticated socket is closed with 4408 after it. A socket an
@@ -275,6 +287,7 @@ func (cfg Config) withDefaults() (Config, error) {
 		{"ReadLimit", cfg.ReadLimit < 0},
 		{"DrainPeriod", cfg.DrainPeriod < 0},
 		{"HelloTimeout", cfg.HelloTimeout < 0},
+		{"BanReload", cfg.BanReload < 0},
 		{"ReportRate", cfg.ReportRate < 0},
 		{"ReportWindow", cfg.ReportWindow < 0},
 		{"ReportEvery", cfg.ReportEvery < 0},
@@ -321,6 +334,9 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if cfg.ReadLimit == 0 {
 		cfg.ReadLimit = defaultReadLimit
+	}
+	if cfg.BanReload == 0 {
+		cfg.BanReload = defaultBanReload
 	}
 	if cfg.DrainPeriod == 0 {
 		cfg.DrainPeriod = defaultDrainPeriod

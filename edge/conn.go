@@ -230,6 +230,8 @@ func closeReason(code int) string {
 		return reasonDraining
 	case CloseRoomEnded:
 		return reasonEnded
+	case CloseBanned:
+		return reasonBanned
 	case ClosePolicy, closeUnsupported, closeBadData, closeTooBig, closeProtocol:
 		return reasonPolicy
 	}

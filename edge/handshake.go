@@ -106,6 +106,9 @@ func (s *Server) checkToken(tok string) (*auth.Claims, *refusal) {
 			return nil, &refusal{e.Status, e.Code, 4000 + e.Status, e.Message}
 		}
 	}
+	if s.banned(claims.Room, claims.User()) {
+		return nil, refuseBanned
+	}
 	return claims, nil
 }
 
@@ -136,6 +139,13 @@ func (s *Server) join(ctx context.Context, claims *auth.Claims, last msgID, hasL
 	if r != nil {
 		s.release(h)
 		return nil, resumePlan{}, r
+	}
+	if s.bans != nil && s.bans.Has(claims.Room, claims.User()) {
+		// Banned since checkToken: the sweep of that ban may have walked
+		// this hub before the connection was in it.
+		h.unregister(cn)
+		s.release(h)
+		return nil, resumePlan{}, refuseBanned
 	}
 	return cn, p, nil
 }

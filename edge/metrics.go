@@ -53,7 +53,7 @@ const (
 	CodeHelloWaitsAddr = "hello_waits_addr"
 )
 
-var rejectCodes = []string{CodeUnauthorized, CodeTokenEpoch, CodeWrongNode, CodeBadRequest, CodeOverCapacity, CodeDraining, CodeUnavailable, CodeTokenInURL, CodeBadHello, CodeHelloTimeout, CodeOrigin, CodeConnectRate, CodeTooManyConns, CodeRoomFull, CodeHelloWaits, CodeHelloWaitsAddr}
+var rejectCodes = []string{CodeUnauthorized, CodeTokenEpoch, CodeWrongNode, CodeBadRequest, CodeOverCapacity, CodeDraining, CodeUnavailable, CodeTokenInURL, CodeBadHello, CodeHelloTimeout, CodeOrigin, CodeConnectRate, CodeTooManyConns, CodeRoomFull, CodeHelloWaits, CodeHelloWaitsAddr, CodeBanned}
 
 // Close reasons, the label of the closes metric.
 const (
@@ -117,7 +117,7 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 		}, []string{"code"}),
 		closes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "danmaku_edge_closes_total",
-			Help: "Closed connections, by reason (resume, resume_gap, draining, policy, room_ended, token_expired, gone).",
+			Help: "Closed connections, by reason (resume, resume_gap, draining, policy, room_ended, token_expired, banned, gone).",
 		}, []string{"reason"}),
 		site: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "danmaku_edge_site_messages_total",
@@ -178,7 +178,7 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 	for _, o := range []string{"ok", "refused", "stale"} {
 		m.tokenRefreshes.WithLabelValues(o)
 	}
-	for _, r := range []string{reasonResume, reasonGap, reasonDraining, reasonPolicy, reasonGone, reasonEnded, reasonExpired} {
+	for _, r := range []string{reasonResume, reasonGap, reasonDraining, reasonPolicy, reasonGone, reasonEnded, reasonExpired, reasonBanned} {
 		m.closes.WithLabelValues(r)
 	}
 	m.pollHits = m.firstPolls.WithLabelValues("hit")

@@ -19,6 +19,7 @@ import (
 
 	"danmaku/auth"
 	"danmaku/gslb"
+	"danmaku/internal/ban"
 	"danmaku/internal/httpx"
 	"danmaku/internal/wire"
 )
@@ -58,6 +59,7 @@ type Server struct {
 	pingOnce sync.Once      // so does the pinger
 	users    *userConns     // admission: connections per user
 	hellos   *helloWaits    // admission: sockets waiting for a hello
+	bans     *ban.List      // nil: no bans (Config.Bans)
 	running  atomic.Bool
 	wg       sync.WaitGroup // hub goroutines and the load reporter
 
@@ -102,6 +104,9 @@ func New(cfg Config) (*Server, error) {
 		gatherer = nil
 	}
 	if s.m, err = newMetrics(reg, s); err != nil {
+		return nil, err
+	}
+	if s.bans, err = newBans(cfg, reg); err != nil {
 		return nil, err
 	}
 
@@ -390,6 +395,9 @@ func (s *Server) Run(ctx context.Context) error {
 			defer s.wg.Done()
 			s.closeEndedRooms(s.ctx)
 		}()
+	}
+	if s.bans != nil {
+		s.wg.Go(func() { s.watchBans(s.ctx) })
 	}
 	select {
 	case <-ctx.Done():

@@ -1,6 +1,7 @@
 package gslb
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"danmaku/auth"
+	"danmaku/internal/ban"
 	"danmaku/internal/clock"
 	"danmaku/internal/event"
 	"danmaku/internal/httpx"
@@ -52,6 +54,12 @@ type ServerConfig struct {
 	// settings there give its segment duration. Nil: every valid room name
 	// is open with the defaults (tests of the allocator alone).
 	Events *event.Directory
+	// Bans are the operators' bans (read only: the ingest purges them): a
+	// banned user's entry to the room is refused, 403 banned. Run reloads
+	// them every BanReload. Nil: nobody is banned here.
+	Bans ban.Store
+	// BanReload is how often the bans' version is polled. Zero: 1 s.
+	BanReload time.Duration
 	// SegmentMs is the segment duration of rooms whose event sets none.
 	// Zero: 1000.
 	SegmentMs int64
@@ -112,6 +120,8 @@ type Server struct {
 	last *lastEntries
 	// limit is the rate-limit middleware (nil: none).
 	limit gin.HandlerFunc
+	// bans is the node's view of the bans (nil: no Bans).
+	bans *ban.List
 }
 
 // NewServer checks cfg and returns a Server.
@@ -176,7 +186,46 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 			return nil, fmt.Errorf("gslb: server: metrics: %w", err)
 		}
 	}
+	if cfg.Bans != nil {
+		// Refusals are counted by the entries metric (403 banned).
+		active := prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "danmaku_gslb_bans",
+			Help: "Bans in this node's snapshot (the entry refuses the users they cover).",
+		})
+		if err := cfg.Registerer.Register(active); err != nil {
+			return nil, fmt.Errorf("gslb: server: metrics: %w", err)
+		}
+		bl := ban.ListConfig{
+			Store: cfg.Bans, What: "gslb: ban list", Reload: cfg.BanReload, PurgeEvery: -1,
+			Clock: cfg.Clock, Active: active, Logger: cfg.Logger,
+		}
+		if cfg.Events != nil {
+			bl.EventOf = cfg.Events.EventOf
+		}
+		var err error
+		if s.bans, err = ban.NewList(bl); err != nil {
+			return nil, fmt.Errorf("gslb: server: %w", err)
+		}
+	}
 	return s, nil
+}
+
+// Run reloads the bans every BanReload until ctx is done (it returns at
+// once without Bans).
+func (s *Server) Run(ctx context.Context) error {
+	if s.bans == nil {
+		return nil
+	}
+	return s.bans.Run(ctx)
+}
+
+// RefreshBans reloads the bans now: an operator API in the same process
+// calls it after a write.
+func (s *Server) RefreshBans(ctx context.Context) error {
+	if s.bans == nil {
+		return nil
+	}
+	return s.bans.Refresh(ctx)
 }
 
 // Codes of the entry's 503s that the allocator and the admission limit
@@ -185,6 +234,9 @@ const (
 	codeOverloaded = "overloaded"
 	codeNoNodes    = "no_nodes"
 	codeTableStale = "table_stale"
+	// codeBanned: an operator banned the ticket's user from the room (or
+	// from every room).
+	codeBanned = "banned"
 	// codeDegraded labels the 200s answered near a rate limit.
 	codeDegraded = "degraded"
 )
@@ -352,6 +404,11 @@ func (s *Server) entry(c *gin.Context) {
 		return
 	}
 	t.Role = t.RoleIn(room, eventID) // t is this request's own
+	// Before the last answer is reused: a ban refuses that too.
+	if s.bans != nil && s.bans.Banned(room, t.Subject) {
+		s.fail(c, httpx.Errorf(http.StatusForbidden, codeBanned, "banned from this room"))
+		return
+	}
 	_, near := ratelimit.Near(c)
 	if near && s.answerLast(c, t, room, segmentMs) {
 		return

@@ -2,243 +2,95 @@ package ingest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
-	"sync/atomic"
 	"time"
 
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
+	"danmaku/internal/ban"
 	"danmaku/internal/clock"
 	"danmaku/internal/httpx"
 	"danmaku/internal/ident"
-	"danmaku/internal/reload"
 	"danmaku/internal/wire"
 )
 
-// Ban keeps one user's comments out of one room, or out of every room.
-type Ban struct {
-	// User is the banned user id, as in their tickets. Required.
-	User string `json:"user"`
-	// Room limits the ban to one room. "": every room.
-	Room string `json:"room,omitempty"`
-	// Until is when the ban lapses. Zero: never.
-	Until time.Time `json:"until,omitzero"`
-	// Reason is for operators.
-	Reason string `json:"reason,omitempty"`
-	// At is when the ban was set.
-	At time.Time `json:"at"`
-}
-
-// Active reports whether b is in force at now.
-func (b *Ban) Active(now time.Time) bool { return b.Until.IsZero() || now.Before(b.Until) }
-
-// maxReasonBytes bounds a ban's reason.
-const maxReasonBytes = 500
-
-// Validate checks b's fields. The user id follows the user id rules of
-// tickets and gifts (ident.CheckUser): a ban of an id no ticket can carry
-// would ban nobody, and one that is not UTF-8 would be listed as U+FFFD,
-// an id the ban cannot be lifted by. The reason is shown text, as cleaned
-// (ident.CleanText): no control characters (a terminal escape in an
-// operator's console), no format characters (a bidi override).
-func (b *Ban) Validate() error {
-	if err := ident.CheckUser(b.User); err != nil {
-		return fmt.Errorf("ingest: ban: %w", err)
-	}
-	switch {
-	case b.Room != "" && !wire.ValidRoom(b.Room):
-		return fmt.Errorf("ingest: ban: room %q: 1-64 of A-Z a-z 0-9 _ -", b.Room)
-	case len(b.Reason) > maxReasonBytes:
-		return fmt.Errorf("ingest: ban: reason: at most %d bytes (got %d)", maxReasonBytes, len(b.Reason))
-	case b.Reason != ident.CleanText(b.Reason):
-		return errors.New("ingest: ban: reason: control or format characters, or white space to collapse; clean it as shown text (ident.CleanText)")
-	}
-	return nil
-}
-
-// BanStore keeps the bans. Every write moves a version, so that a reader
-// polling every second re-reads the bans only when they changed.
-type BanStore interface {
-	// Put sets a ban (replacing the same user's ban for the same room).
-	Put(ctx context.Context, b Ban) error
-	// Delete lifts user's ban for room ("" = the every-room ban); lifting
-	// a ban that does not exist is not an error.
-	Delete(ctx context.Context, user, room string) error
-	// User returns user's bans, expired ones included, by room.
-	User(ctx context.Context, user string) ([]Ban, error)
-	// Version returns a value that changes with every write.
-	Version(ctx context.Context) (int64, error)
-	// List returns every ban and the version they are at.
-	List(ctx context.Context) ([]Ban, int64, error)
-	// Purge deletes the bans that lapsed before now (atomically per ban:
-	// a ban renewed meanwhile stays).
-	Purge(ctx context.Context, now time.Time) (int, error)
-}
-
-// Defaults of BanListConfig.
-const (
-	defaultBanReload = time.Second
-	defaultBanPurge  = 10 * time.Minute
+// The bans themselves live in internal/ban, which the edge and the gslb
+// read too; these names keep the ingest's API and tests as they were.
+type (
+	// Ban is ban.Ban.
+	Ban = ban.Ban
+	// BanStore is ban.Store.
+	BanStore = ban.Store
+	// BanList is ban.List.
+	BanList = ban.List
+	// MemoryBanStore is ban.MemoryStore.
+	MemoryBanStore = ban.MemoryStore
+	// RedisBanStore is ban.RedisStore.
+	RedisBanStore = ban.RedisStore
 )
 
-// BanListConfig configures a BanList.
+// Keys of the bans in Redis (ban.Key and its companions).
+const (
+	BansKey        = ban.Key
+	BansVersionKey = ban.VersionKey
+	BansExpiryKey  = ban.ExpiryKey
+)
+
+// NewMemoryBanStore returns an empty in-process BanStore.
+func NewMemoryBanStore() *MemoryBanStore { return ban.NewMemoryStore() }
+
+// NewRedisBanStore returns the bans kept in rdb.
+func NewRedisBanStore(rdb redis.UniversalClient) *RedisBanStore { return ban.NewRedisStore(rdb) }
+
+// BanListConfig configures an ingest's BanList: ban.ListConfig with the
+// ingest's metrics (danmaku_ingest_banned_total, danmaku_ingest_bans),
+// registered with Registerer (nil: a private registry).
 type BanListConfig struct {
-	// Store is where bans live. Required.
-	Store BanStore
-	// Reload is how often the store's version is checked. Zero: 1 s.
-	Reload time.Duration
-	// PurgeEvery is how often lapsed bans are deleted from the store. Zero:
-	// 10 minutes. Negative: never (another process purges).
+	Store      BanStore
+	EventOf    func(room string) string
+	Reload     time.Duration
 	PurgeEvery time.Duration
-	// Clock judges expiry. Nil: real clock.
-	Clock clock.Clock
-	// Registerer receives the metrics. Nil: a private registry.
+	Clock      clock.Clock
 	Registerer prometheus.Registerer
-	// Logger. Nil: slog.Default().
-	Logger *slog.Logger
+	Logger     *slog.Logger
 }
 
-// BanList is a process's view of the bans: a snapshot of the BanStore,
-// reloaded when the store's version moves (checked every second, like
-// event.Directory), so Banned is a map read. A failed reload keeps the
-// last snapshot; until the first load, nobody is banned (Ready is false).
-// Safe for concurrent use.
-type BanList struct {
-	store BanStore
-	every time.Duration
-	purge time.Duration
-	clk   clock.Clock
-	log   *slog.Logger
-
-	snap atomic.Pointer[banSnapshot]
-
-	banned prometheus.Counter
-	active prometheus.Gauge
-}
-
-type banKey struct{ user, room string }
-
-type banSnapshot struct {
-	version int64
-	until   map[banKey]time.Time // zero: never lapses
-}
-
-// NewBanList returns a BanList; call Refresh or Run to load it.
+// NewBanList returns an ingest's BanList; call Refresh or Run to load it.
+// The ingest purges lapsed bans (it may write the store).
 func NewBanList(cfg BanListConfig) (*BanList, error) {
-	if cfg.Store == nil {
-		return nil, errors.New("ingest: bans: Store is required")
-	}
-	if cfg.Reload < 0 {
-		return nil, errors.New("ingest: bans: negative Reload")
-	}
-	if cfg.Reload == 0 {
-		cfg.Reload = defaultBanReload
-	}
-	if cfg.PurgeEvery == 0 {
-		cfg.PurgeEvery = defaultBanPurge
-	}
 	if cfg.Registerer == nil {
 		cfg.Registerer = prometheus.NewRegistry()
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	l := &BanList{store: cfg.Store, every: cfg.Reload, purge: cfg.PurgeEvery, clk: clock.Or(cfg.Clock), log: cfg.Logger}
-	l.banned = prometheus.NewCounter(prometheus.CounterOpts{
+	banned := prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "danmaku_ingest_banned_total",
 		Help: "Comments dropped because their user is banned from the room.",
 	})
-	l.active = prometheus.NewGauge(prometheus.GaugeOpts{
+	active := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "danmaku_ingest_bans",
 		Help: "Bans in this node's snapshot.",
 	})
-	for _, c := range []prometheus.Collector{l.banned, l.active} {
+	for _, c := range []prometheus.Collector{banned, active} {
 		if err := cfg.Registerer.Register(c); err != nil {
 			return nil, fmt.Errorf("ingest: bans metrics: %w", err)
 		}
 	}
-	return l, nil
-}
-
-// Refresh reloads the snapshot if the store's version moved.
-func (l *BanList) Refresh(ctx context.Context) error {
-	cur := l.snap.Load()
-	if cur != nil {
-		v, err := l.store.Version(ctx)
-		if err != nil {
-			return err
-		}
-		if v == cur.version {
-			return nil
-		}
-	}
-	bans, v, err := l.store.List(ctx)
-	if err != nil {
-		return err
-	}
-	s := &banSnapshot{version: v, until: make(map[banKey]time.Time, len(bans))}
-	now := l.clk.Now()
-	for _, b := range bans {
-		if b.Active(now) {
-			s.until[banKey{b.User, b.Room}] = b.Until
-		}
-	}
-	l.snap.Store(s)
-	l.active.Set(float64(len(s.until)))
-	return nil
-}
-
-// Run reloads every interval, and purges lapsed bans every PurgeEvery,
-// until ctx is done.
-func (l *BanList) Run(ctx context.Context) error {
-	lastPurge := l.clk.Now()
-	return reload.Every(ctx, l.every, l.log, "ingest: ban list", func(ctx context.Context) error {
-		err := l.Refresh(ctx)
-		if now := l.clk.Now(); l.purge > 0 && now.Sub(lastPurge) >= l.purge {
-			lastPurge = now
-			if n, err := l.store.Purge(ctx, now); err != nil {
-				l.log.Warn("ingest: purging lapsed bans failed", "err", err)
-			} else if n > 0 {
-				l.log.Info("ingest: purged lapsed bans", "bans", n)
-			}
-		}
-		return err
-	})
-}
-
-// Ready reports whether the list has loaded the store at least once.
-func (l *BanList) Ready() bool { return l.snap.Load() != nil }
-
-// Banned reports whether user is banned from room now (a ban of the room
-// or of every room), and counts the drop when so. It reads the snapshot
-// only.
-func (l *BanList) Banned(room, user string) bool {
-	s := l.snap.Load()
-	if s == nil || len(s.until) == 0 {
-		return false
-	}
-	now := l.clk.Now()
-	for _, k := range [2]banKey{{user, ""}, {user, room}} {
-		if until, ok := s.until[k]; ok && (until.IsZero() || now.Before(until)) {
-			l.banned.Inc()
-			return true
-		}
-	}
-	return false
+	return ban.NewList(ban.ListConfig{Store: cfg.Store, EventOf: cfg.EventOf, What: "ingest: ban list", Reload: cfg.Reload, PurgeEvery: cfg.PurgeEvery,
+		Clock: cfg.Clock, Banned: banned, Active: active, Logger: cfg.Logger})
 }
 
 // BanAPI is the operator API for bans, on gin, beside the events API:
 //
-//	PUT    /v1/admin/bans/{user}   body {"room": "", "until": RFC 3339 | "ttl_seconds": n, "reason": ""}
-//	DELETE /v1/admin/bans/{user}?room=R
+//	PUT    /v1/admin/bans/{user}   body {"room": "" | "event": "", "until": RFC 3339 | "ttl_seconds": n, "reason": ""}
+//	DELETE /v1/admin/bans/{user}?room=R | ?event=E
 //	GET    /v1/admin/bans/{user}   → {"bans": [...]}
 //	GET    /v1/admin/bans          → {"bans": [...]} (every ban in force)
 //
-// A ban without room covers every room; without until or ttl_seconds it
+// A ban with event covers that event's rooms; without room or event,
+// every room; without until or ttl_seconds it
 // never lapses. Every route needs an operator key (Authorization: Bearer).
 // A change reaches every node's BanList within its reload interval.
 type BanAPI struct {
@@ -259,6 +111,7 @@ type BanAPI struct {
 // left out (an empty body bans from every room, for ever).
 type BanRequest struct {
 	Room       string    `json:"room"`
+	Event      string    `json:"event"`
 	Until      time.Time `json:"until"`
 	TTLSeconds int64     `json:"ttl_seconds"`
 	Reason     string    `json:"reason"`
@@ -318,7 +171,7 @@ func (a *BanAPI) put(c *gin.Context) {
 	now := a.now()
 	// The reason is cleaned as comments are: kept, without what only a
 	// terminal or a bidi algorithm would act on.
-	b := Ban{User: c.Param("user"), Room: req.Room, Until: req.Until, Reason: ident.CleanText(req.Reason), At: now}
+	b := Ban{User: c.Param("user"), Room: req.Room, Event: req.Event, Until: req.Until, Reason: ident.CleanText(req.Reason), At: now}
 	const maxTTLSeconds = int64(maxBanTTL / time.Second)
 	switch {
 	case req.TTLSeconds < 0 || req.TTLSeconds > maxTTLSeconds:
@@ -349,13 +202,24 @@ func (a *BanAPI) put(c *gin.Context) {
 }
 
 func (a *BanAPI) delete(c *gin.Context) {
-	user, room := c.Param("user"), c.Query("room")
-	if room != "" && !wire.ValidRoom(room) {
+	user, room, ev := c.Param("user"), c.Query("room"), c.Query("event")
+	switch {
+	case room != "" && !wire.ValidRoom(room):
 		httpx.Abort(c, httpx.Errorf(http.StatusBadRequest, "bad_ban", "room %q: 1-64 of A-Z a-z 0-9 _ -", room))
 		return
+	case ev != "" && !wire.ValidRoom(ev):
+		httpx.Abort(c, httpx.Errorf(http.StatusBadRequest, "bad_ban", "event %q: 1-64 of A-Z a-z 0-9 _ -", ev))
+		return
+	case room != "" && ev != "":
+		httpx.Abort(c, httpx.Errorf(http.StatusBadRequest, "bad_ban", "give room or event, not both"))
+		return
+	}
+	scope := room
+	if ev != "" {
+		scope = ban.EventScope(ev)
 	}
 	ctx := c.Request.Context()
-	if err := a.Store.Delete(ctx, user, room); err != nil {
+	if err := a.Store.Delete(ctx, user, scope); err != nil {
 		a.storeError(c, "delete ban", err)
 		return
 	}

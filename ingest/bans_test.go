@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"danmaku/ingest"
+	bans "danmaku/internal/ban"
 	"danmaku/internal/clock"
 	"danmaku/internal/httpx"
 	"danmaku/internal/redisx/redistest"
@@ -94,6 +95,24 @@ func TestBanStoreConformance(t *testing.T) {
 			}
 			if mustVersion(t, s) != v2 {
 				t.Fatal("lifting a missing ban moved the version")
+			}
+		}},
+		{"event scope apart from room and every-room bans", func(t *testing.T, s ingest.BanStore) {
+			ev := ingest.Ban{User: "carol", Event: "show", Reason: "spam", At: t0}
+			for _, b := range []ingest.Ban{ban("carol", "", time.Time{}), ev, ban("carol", "show", time.Time{})} {
+				if err := s.Put(ctx, b); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got, _ := s.User(ctx, "carol"); len(got) != 3 {
+				t.Fatalf("User(carol) = %+v, want the every-room, the room's and the event's ban", got)
+			}
+			if err := s.Delete(ctx, "carol", bans.EventScope("show")); err != nil {
+				t.Fatal(err)
+			}
+			got, _ := s.User(ctx, "carol")
+			if want := []ingest.Ban{ban("carol", "", time.Time{}), ban("carol", "show", time.Time{})}; !equalBans(got, want) {
+				t.Fatalf("after lifting the event's ban: %+v, want %+v", got, want)
 			}
 		}},
 		{"put replaces", func(t *testing.T, s ingest.BanStore) {

@@ -27,7 +27,11 @@ func (s *Server) antiSpam() error {
 		cfg.DuplicateWindow = defaultDuplicateWindow
 	}
 	var err error
-	if s.bans, err = NewBanList(BanListConfig{Store: cfg.Bans, Clock: cfg.Clock, Registerer: cfg.Registerer, Logger: cfg.Logger}); err != nil {
+	bl := BanListConfig{Store: cfg.Bans, Clock: cfg.Clock, Registerer: cfg.Registerer, Logger: cfg.Logger}
+	if cfg.Events != nil {
+		bl.EventOf = cfg.Events.EventOf
+	}
+	if s.bans, err = NewBanList(bl); err != nil {
 		return err
 	}
 	if s.words, err = NewWordFilter(WordFilterConfig{Source: cfg.Words, Registerer: cfg.Registerer, Logger: cfg.Logger}); err != nil {

@@ -32,6 +32,10 @@ const (
 	CloseRoomEnded = 4004
 	// CloseTokenRejected says the token was refused: fetch a new entry.
 	CloseTokenRejected = 4401
+	// CloseBanned says an operator banned this user from the room: do not
+	// reconnect (the edge and the entry refuse it until the ban is lifted
+	// or lapses); Stats.EdgeBanned becomes 1.
+	CloseBanned = 4451
 )
 
 const (
@@ -142,6 +146,13 @@ func (c *Client) edgeLoop(ctx context.Context) {
 			// The segments carry the rest, up to the room's last one; the
 			// poller ends the client when it has delivered it.
 			c.log.Info("sdk: the room has ended; the edge is done", "room", c.cfg.Room)
+			return
+		case CloseBanned:
+			// The edge and the entry refuse this user until the ban ends;
+			// reconnecting would only be refused. The segments still show
+			// the room.
+			c.stats.banned.Store(1)
+			c.log.Info("sdk: banned from the room; the edge is done", "room", c.cfg.Room)
 			return
 		case CloseResume:
 			// Reconnect at once to the same address; last resumes the

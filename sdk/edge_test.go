@@ -384,3 +384,29 @@ func TestEdgeSiteMessageKeepsLast(t *testing.T) {
 		}
 	})
 }
+
+// A ban closes the connection with 4451: the client does not reconnect, and
+// says so in its stats.
+func TestEdgeBanned(t *testing.T) {
+	w := newWorld(t)
+	g := msgAt(w.serverSecond(), 100, 3, KindGift, "")
+	w.noEdge = false
+	w.edgeHandler = func(conn *websocket.Conn, n int) {
+		_ = conn.WriteMessage(websocket.BinaryMessage, frameBytes(t, g))
+		_ = conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(CloseBanned, "banned"), time.Now().Add(time.Second))
+		for {
+			if _, _, err := conn.ReadMessage(); err != nil {
+				return
+			}
+		}
+	}
+	c := w.newClient(nil)
+	w.run()
+	eventually(t, "the client to take the ban", func() bool { return c.Stats().EdgeBanned == 1 })
+	// EdgeBanned is set as the edge loop returns: no connection follows.
+	w.lock(func() {
+		if n := len(w.edgeConns); n != 1 {
+			t.Errorf("%d edge connections, want the one that was closed", n)
+		}
+	})
+}

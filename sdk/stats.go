@@ -51,6 +51,11 @@ type Stats struct {
 	EdgeReconnects int64
 	// EdgeDialErrors counts failed WebSocket dials.
 	EdgeDialErrors int64
+	// EdgeBanned is 1 once an edge closed the connection because an
+	// operator banned this user (CloseBanned): the client holds no edge
+	// connection from then on (the segments still show the room) and its
+	// comments are dropped. A count, as every field, for mobile bindings.
+	EdgeBanned int64
 	// EdgeFrames counts frames received from the edge.
 	EdgeFrames int64
 	// EdgeDecodeErrors counts edge frames that did not decode; each is skipped.
@@ -102,6 +107,7 @@ type counters struct {
 	edgeFrames       atomic.Int64
 	edgeDecodeErrors atomic.Int64
 	tokenAsks        atomic.Int64
+	banned           atomic.Int64
 
 	delivered      atomic.Int64
 	duplicates     atomic.Int64
@@ -137,6 +143,7 @@ func (c *Client) Stats() Stats {
 		SkippedSeconds:   s.skipped.Load(),
 		EdgeConnects:     s.edgeConnects.Load(),
 		EdgeReconnects:   s.edgeReconnects.Load(),
+		EdgeBanned:       s.banned.Load(),
 		EdgeDialErrors:   s.edgeDialErrors.Load(),
 		EdgeFrames:       s.edgeFrames.Load(),
 		EdgeDecodeErrors: s.edgeDecodeErrors.Load(),

@@ -157,6 +157,15 @@ func (d *Directory) Lookup(room string) (RoomView, bool) {
 	return RoomView{Event: best.e, Room: best.e.Rooms[best.i], State: bestState, EventRefill: best.refill}, true
 }
 
+// EventOf returns the id of room's current event (as Lookup chooses it),
+// or "" for a room no event names: what a ban of an event covers.
+func (d *Directory) EventOf(room string) string {
+	if v, ok := d.Lookup(room); ok {
+		return v.Event.ID
+	}
+	return ""
+}
+
 // rank orders the states a room's events may be in: the live one wins.
 func rank(s State) int {
 	switch s {

@@ -115,6 +115,11 @@ var connCmds = []string{"ping", "cluster|slots", "command", "asking"}
 // are checked one by one against the same rules.
 var scriptCmds = []string{"evalsha", "eval"}
 
+// roScriptCmds run a read-only script (EVALSHA_RO, Redis 7): its keys are
+// checked as reads, so that a role with %R~ on them may run it (a plain
+// EVAL's keys are checked as writes). The ban list's read is one.
+var roScriptCmds = []string{"evalsha_ro", "eval_ro"}
+
 // aclRule is one role's grant: key patterns with their permission, and
 // commands.
 type aclRule struct {
@@ -129,13 +134,14 @@ var acls = map[string]aclRule{
 	// The gslb signs tokens and runs the auth center (publishes the token
 	// keys), serves the operators' event API, reads the load table every
 	// 5 ms and prunes it (a script) with the online counts of pruned
-	// nodes, counts its rate limits' shared windows (a script), and
-	// follows Redis's clock (TIME).
+	// nodes, counts its rate limits' shared windows (a script), follows
+	// Redis's clock (TIME), and reads the bans (a banned user's entry is
+	// refused; list script: get, hgetall).
 	ACLGSLB: {
 		scripts: true,
 		keys: [][2]string{
 			{rw, keyTokens}, {rw, keyEvents}, {rw, keyLoad}, {wo, keyOnline},
-			{rw, keyWindows}, {ro, keyRules},
+			{rw, keyWindows}, {ro, keyRules}, {ro, keyBans},
 		},
 		cmds: concat(
 			// auth
@@ -148,6 +154,8 @@ var acls = map[string]aclRule{
 			[]string{"zremrangebyscore", "zcard", "zadd", "pexpire", "zrange", "get"},
 			// the store clock; scripts
 			[]string{"time"},
+			// bans (read-only list script)
+			roScriptCmds,
 		),
 	},
 	// The ingest verifies tokens; reports its load and reads the table and
@@ -175,18 +183,20 @@ var acls = map[string]aclRule{
 			[]string{"get", "set", "hmget", "pexpire", "wait"},
 			// bans, lotteries
 			[]string{"hget", "hscan", "incr", "zadd", "zrem", "zrangebyscore", "sadd", "scard", "sscan", "pexpireat"},
+			roScriptCmds,
 			// rate limits
 			[]string{"zremrangebyscore", "zcard", "zrange"},
 		),
 	},
 	// The edge verifies tokens, reports its load and its rooms' online
 	// counts (write only: it reads neither), reads the rooms' Live lanes
-	// and the site stream, and counts its rate limits.
+	// and the site stream, counts its rate limits, and reads the bans (it
+	// closes and refuses banned users; list script: get, hgetall).
 	ACLEdge: {
 		scripts: true,
 		keys: [][2]string{
 			{ro, keyTokens}, {ro, keyEvents}, {wo, keyLoad}, {wo, keyOnline},
-			{ro, keyLive}, {rw, keyWindows}, {ro, keyRules},
+			{ro, keyLive}, {rw, keyWindows}, {ro, keyRules}, {ro, keyBans},
 		},
 		cmds: concat(
 			// auth, events
@@ -197,6 +207,8 @@ var acls = map[string]aclRule{
 			[]string{"xread", "xrevrange", "xinfo|stream"},
 			// rate limits
 			[]string{"time", "zremrangebyscore", "zcard", "zadd", "pexpire", "zrange", "get"},
+			// bans (read-only list script)
+			roScriptCmds,
 		),
 	},
 	// The slicer reads the rooms' lanes and the site stream in consumer

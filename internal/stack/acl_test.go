@@ -450,6 +450,19 @@ func aclSteps(t *testing.T, clients map[string]redis.UniversalClient, cluster bo
 		}),
 	)
 
+	// The edge and the gslb read the bans (the edge closes and refuses
+	// banned users, the gslb refuses their entry), as ban.List does.
+	for _, role := range []string{redisx.ACLEdge, redisx.ACLGSLB} {
+		steps = append(steps, step(role, "bans: version, list", func(ctx context.Context, rdb redis.UniversalClient) error {
+			s := ingest.NewRedisBanStore(rdb)
+			if _, err := s.Version(ctx); err != nil {
+				return err
+			}
+			_, _, err := s.List(ctx)
+			return err
+		}))
+	}
+
 	// The edge: reports load and online counts, reads what it serves.
 	steps = append(steps, readers(redisx.ACLEdge, true)...)
 	steps = append(steps, limits(redisx.ACLEdge)...)

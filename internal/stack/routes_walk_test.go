@@ -234,6 +234,7 @@ func walkCases() []walkCase {
 	add(RoleGSLB, entry, 401, "ticket_lifetime", probe{method: "GET", path: "/v1/entry?room=demo", auth: "longTicket"})
 	add(RoleGSLB, entry, 403, "ticket_scope", probe{method: "GET", path: "/v1/entry?room=demo", auth: "elsewhereTicket"})
 	add(RoleGSLB, entry, 403, "ticket_scope_required", probe{method: "GET", path: "/v1/entry?room=paid", auth: "ticket"})
+	add(RoleGSLB, entry, 403, "banned", probe{method: "GET", path: "/v1/entry?room=demo", auth: "bannedTicket"})
 	not(RoleGSLB, entry, 503, "overloaded", "more entries in flight than MaxInFlight; gslb tests")
 	not(RoleGSLB, entry, 503, "table_stale", "the load table unreadable for MaxAge; gslb tests")
 	not(RoleGSLB, entry, 400, "token_too_large", "too many node addresses (a configuration fault); gslb tests")
@@ -400,6 +401,7 @@ func walkCases() []walkCase {
 	add(RoleEdge, ws, 401, "unauthorized", probe{method: "GET", path: "/v1/ws", auth: "junk"})
 	add(RoleEdge, ws, 401, "token_epoch", probe{method: "GET", path: "/v1/ws", auth: "futureEpoch"})
 	add(RoleEdge, ws, 403, "wrong_node", probe{method: "GET", path: "/v1/ws", auth: "otherNode"})
+	add(RoleEdge, ws, 403, "banned", probe{method: "GET", path: "/v1/ws", auth: "banned"})
 	add(RoleEdge, ws, 403, "origin", probe{method: "GET", path: "/v1/ws", header: withHeaders(wsUpgrade, map[string]string{"Origin": "https://elsewhere.example"})})
 	add(RoleEdge, ws, 404, "no_such_room", probe{method: "GET", path: "/v1/ws", auth: "hostNosuch"})
 	add(RoleEdge, ws, 409, "room_not_live", probe{method: "GET", path: "/v1/ws", auth: "hostLater"})
@@ -686,6 +688,16 @@ func (w *walk) setUp(t *testing.T) {
 	w.creds["otherNode"] = sign("demo", auth.RoleHost, 1, "http://other.invalid:1", "ws://other.invalid:2/v1/ws")
 	w.creds["fallback"] = sign("demo", auth.RoleViewer, 2, ghostIngest, ingest, edge)
 	w.creds["futureEpoch"] = futureToken(t, ingest, edge)
+	// A banned user: refused entry, and a token signed before the ban
+	// refused by the edge.
+	w.creds["bannedTicket"] = tk("banned-walker", auth.RoleViewer)
+	banned, _, err := w.st.keyring.Sign(auth.Claims{Room: "demo", Role: auth.RoleViewer, Addrs: []string{ingest, edge}, Ingests: 1,
+		Login: time.Now().UnixMilli(), RegisteredClaims: jwt.RegisteredClaims{Subject: "banned-walker"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.creds["banned"] = banned
+	w.op(t, "PUT", RoleIngest, "/v1/admin/bans/banned-walker", `{"reason":"walk"}`, http.StatusOK)
 
 	// The word list is read by the ingest's own loop: wait for it.
 	deadline := time.Now().Add(10 * time.Second)

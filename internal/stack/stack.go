@@ -311,6 +311,7 @@ type Stack struct {
 	storeTime *clock.Follower
 	events    *event.Directory
 	allocator *gslb.Allocator
+	entry     *gslb.Server
 	ingest    *ingest.Server
 	edge      *edge.Server
 	slicer    *slicer.Slicer
@@ -535,6 +536,11 @@ func New(cfg Config) (*Stack, error) {
 	if b.Lotteries == nil {
 		b.Lotteries = ingest.NewMemoryLotteryStore(nil)
 	}
+	if b.Bans == nil {
+		// One store for the process's roles: the ingest's operator API
+		// writes it, the edge and the gslb read it.
+		b.Bans = ingest.NewMemoryBanStore()
+	}
 
 	s := &Stack{cfg: cfg, log: cfg.Logger, registry: prometheus.NewRegistry(), URLs: map[string]string{}, cpu: sysload.New(0)}
 	if cfg.has(RoleGSLB) || cfg.has(RoleIngest) || cfg.has(RoleEdge) || cfg.has(RoleSlicer) {
@@ -711,11 +717,12 @@ func New(cfg Config) (*Stack, error) {
 		gs, err := gslb.NewServer(gslb.ServerConfig{
 			Allocator: s.allocator, Keyring: s.keyring, Tickets: tickets, CDN: cfg.PublicCDN,
 			ServerClock: s.storeTime, Events: s.events, SegmentMs: cfg.SegmentMs, Clock: cfg.EntryClock, Registerer: s.registry, Logger: s.log,
-			MaxInFlight: cfg.GSLBMaxInFlight, RateLimit: s.limiter,
+			MaxInFlight: cfg.GSLBMaxInFlight, RateLimit: s.limiter, Bans: b.Bans,
 		})
 		if err != nil {
 			return nil, err
 		}
+		s.entry = gs
 		e := engine(RoleGSLB)
 		gs.Register(e)
 		api := &event.API{Store: b.Events, Keys: cfg.OperatorKeys, Changed: func(ctx context.Context) { _ = s.events.Refresh(ctx) }, Logger: s.log.With("role", RoleGSLB)}
@@ -772,8 +779,7 @@ func New(cfg Config) (*Stack, error) {
 		s.ingest.Register(e)
 		// The operator APIs beside the upload routes, behind the same limits.
 		ops := e.Group("", s.ingest.RateLimitHandler())
-		bans := s.ingest.Bans()
-		(&ingest.BanAPI{Store: s.ingest.BanStore(), Keys: cfg.OperatorKeys, Changed: func(ctx context.Context) { _ = bans.Refresh(ctx) }, Logger: s.log.With("role", RoleIngest)}).Register(ops)
+		(&ingest.BanAPI{Store: s.ingest.BanStore(), Keys: cfg.OperatorKeys, Changed: s.refreshBans, Logger: s.log.With("role", RoleIngest)}).Register(ops)
 		(&ingest.BroadcastAPI{Streams: b.Streams, Keys: cfg.OperatorKeys, Registerer: s.registry}).Register(ops)
 		lotteries := s.ingest.Lotteries()
 		(&ingest.LotteryAPI{Store: b.Lotteries, Keys: cfg.OperatorKeys, Hosts: s.keyring, Addr: s.URLs[RoleIngest], Logger: s.log.With("role", RoleIngest), Changed: func(ctx context.Context) {
@@ -791,6 +797,7 @@ func New(cfg Config) (*Stack, error) {
 			MaxHelloWaits: cfg.EdgeMaxHelloWaits, MaxHelloWaitsPerAddr: cfg.EdgeMaxAddrHelloWaits, ReportEvery: cfg.EdgeReportEvery,
 			MinGiftValue: cfg.MinGiftValue, DrainPeriod: cfg.EdgeDrain, AllowOrigins: origins, Events: s.events, Registerer: s.registry, Logger: s.log,
 			RateLimit: s.limiter, TrustedProxies: cfg.TrustedProxies, NoMetricsRoute: roleGatherer == nil,
+			Bans: b.Bans,
 		})
 		if err != nil {
 			return nil, err
@@ -829,6 +836,21 @@ func New(cfg Config) (*Stack, error) {
 	}
 	ok = true
 	return s, nil
+}
+
+// refreshBans reloads the bans of this process's roles after an operator
+// API wrote them: a ban bites here at once, elsewhere within a reload
+// interval (1 s).
+func (s *Stack) refreshBans(ctx context.Context) {
+	if s.ingest != nil {
+		_ = s.ingest.Bans().Refresh(ctx)
+	}
+	if s.edge != nil {
+		_ = s.edge.RefreshBans(ctx)
+	}
+	if s.entry != nil {
+		_ = s.entry.RefreshBans(ctx)
+	}
 }
 
 // Run serves every role until ctx is done, then shuts down and returns.
@@ -886,6 +908,9 @@ func (s *Stack) Run(ctx context.Context) error {
 	}
 	if s.allocator != nil {
 		goRun(s.allocator.Run)
+	}
+	if s.entry != nil {
+		goRun(s.entry.Run)
 	}
 	if s.lines != nil {
 		goRun(s.lines.Run)

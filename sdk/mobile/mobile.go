@@ -158,6 +158,7 @@ type Stats struct {
 	EdgeConnects     int64
 	EdgeReconnects   int64
 	EdgeDialErrors   int64
+	EdgeBanned       int64
 	EdgeFrames       int64
 	EdgeDecodeErrors int64
 	EdgeTokenAsks    int64
@@ -458,6 +459,7 @@ func (c *Client) Stats() *Stats {
 		EdgeConnects:     s.EdgeConnects,
 		EdgeReconnects:   s.EdgeReconnects,
 		EdgeDialErrors:   s.EdgeDialErrors,
+		EdgeBanned:       s.EdgeBanned,
 		EdgeFrames:       s.EdgeFrames,
 		EdgeDecodeErrors: s.EdgeDecodeErrors,
 		EdgeTokenAsks:    s.EdgeTokenAsks,

@@ -14,7 +14,7 @@ export const MAX_VERSION = 2; // of segments, frames and manifests
 export const CLOSE = Object.freeze({
   RESUME: 4001, RESUME_GAP: 4002, DRAINING: 4003, ROOM_ENDED: 4004, POLICY: 1008, TOO_BIG: 1009, TRY_LATER: 1013,
   BAD_HELLO: 4400, TOKEN_REJECTED: 4401, WRONG_NODE: 4403, HELLO_TIMEOUT: 4408,
-  NO_SUCH_ROOM: 4404, ROOM_NOT_LIVE: 4409,
+  NO_SUCH_ROOM: 4404, ROOM_NOT_LIVE: 4409, BANNED: 4451,
 });
 
 export const DEFAULTS = Object.freeze({
@@ -827,6 +827,12 @@ export class DanmakuClient extends EventTarget {
           // The room's event is over (or not on): the segments carry the
           // rest, and the poller ends the client after the last one.
           this._stats.edgeState = 'ended';
+          return;
+        case CLOSE.BANNED:
+          // An operator banned this user: the edge and the entry refuse it
+          // until the ban ends, so do not reconnect. The segments still
+          // show the room.
+          this._stats.edgeState = 'banned';
           return;
         case CLOSE.RESUME:
           // At once, with last. A resume before any frame means the edge

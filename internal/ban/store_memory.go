@@ -1,4 +1,4 @@
-package ingest
+package ban
 
 import (
 	"context"
@@ -8,32 +8,32 @@ import (
 	"time"
 )
 
-var _ BanStore = (*MemoryBanStore)(nil)
+var _ Store = (*MemoryStore)(nil)
 
-// MemoryBanStore is the in-process BanStore (embedded mode, tests).
-type MemoryBanStore struct {
+// MemoryStore is the in-process Store (embedded mode, tests).
+type MemoryStore struct {
 	mu      sync.Mutex
 	bans    map[banKey]Ban
 	version int64
 }
 
-// NewMemoryBanStore returns an empty store.
-func NewMemoryBanStore() *MemoryBanStore { return &MemoryBanStore{bans: map[banKey]Ban{}} }
+// NewMemoryStore returns an empty store.
+func NewMemoryStore() *MemoryStore { return &MemoryStore{bans: map[banKey]Ban{}} }
 
-// Put implements BanStore.
-func (m *MemoryBanStore) Put(_ context.Context, b Ban) error {
+// Put implements Store.
+func (m *MemoryStore) Put(_ context.Context, b Ban) error {
 	if err := b.Validate(); err != nil {
 		return err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.bans[banKey{b.User, b.Room}] = b
+	m.bans[banKey{b.User, b.Scope()}] = b
 	m.version++
 	return nil
 }
 
-// Delete implements BanStore.
-func (m *MemoryBanStore) Delete(_ context.Context, user, room string) error {
+// Delete implements Store.
+func (m *MemoryStore) Delete(_ context.Context, user, room string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if _, ok := m.bans[banKey{user, room}]; ok {
@@ -43,8 +43,8 @@ func (m *MemoryBanStore) Delete(_ context.Context, user, room string) error {
 	return nil
 }
 
-// User implements BanStore.
-func (m *MemoryBanStore) User(_ context.Context, user string) ([]Ban, error) {
+// User implements Store.
+func (m *MemoryStore) User(_ context.Context, user string) ([]Ban, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var out []Ban
@@ -57,15 +57,15 @@ func (m *MemoryBanStore) User(_ context.Context, user string) ([]Ban, error) {
 	return out, nil
 }
 
-// Version implements BanStore.
-func (m *MemoryBanStore) Version(context.Context) (int64, error) {
+// Version implements Store.
+func (m *MemoryStore) Version(context.Context) (int64, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.version, nil
 }
 
-// List implements BanStore.
-func (m *MemoryBanStore) List(context.Context) ([]Ban, int64, error) {
+// List implements Store.
+func (m *MemoryStore) List(context.Context) ([]Ban, int64, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := make([]Ban, 0, len(m.bans))
@@ -76,8 +76,8 @@ func (m *MemoryBanStore) List(context.Context) ([]Ban, int64, error) {
 	return out, m.version, nil
 }
 
-// Purge implements BanStore.
-func (m *MemoryBanStore) Purge(_ context.Context, now time.Time) (int, error) {
+// Purge implements Store.
+func (m *MemoryStore) Purge(_ context.Context, now time.Time) (int, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	n := 0
@@ -99,6 +99,6 @@ func sortBans(bans []Ban) {
 		if c := strings.Compare(a.User, b.User); c != 0 {
 			return c
 		}
-		return strings.Compare(a.Room, b.Room)
+		return strings.Compare(a.Scope(), b.Scope())
 	})
 }

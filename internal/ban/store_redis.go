@@ -1,4 +1,4 @@
-package ingest
+package ban
 
 import (
 	"context"
@@ -14,29 +14,30 @@ import (
 	"danmaku/internal/redisx"
 )
 
-var _ BanStore = (*RedisBanStore)(nil)
+var _ Store = (*RedisStore)(nil)
 
 // Keys of the bans. The hash tag {bans} puts the three in one Cluster slot,
 // so that every write changes them together in one script.
 const (
-	// BansKey is a hash: field "USER/ROOM" ("USER/" for every room; a room
-	// never holds '/', so the last '/' splits), value the ban as JSON.
-	BansKey = redisx.Prefix + "{bans}:all"
-	// BansVersionKey is incremented by every write: readers poll it.
-	BansVersionKey = redisx.Prefix + "{bans}:version"
-	// BansExpiryKey is a sorted set of the fields of lapsing bans, scored by
+	// Key is a hash: field "USER/SCOPE" (Ban.Scope: "USER/ROOM",
+	// "USER/@EVENT", "USER/" for every room; a scope never holds '/', so
+	// the last '/' splits), value the ban as JSON.
+	Key = redisx.Prefix + "{bans}:all"
+	// VersionKey is incremented by every write: readers poll it.
+	VersionKey = redisx.Prefix + "{bans}:version"
+	// ExpiryKey is a sorted set of the fields of lapsing bans, scored by
 	// their end in ms, for Purge.
-	BansExpiryKey = redisx.Prefix + "{bans}:expiry"
+	ExpiryKey = redisx.Prefix + "{bans}:expiry"
 )
 
-// RedisBanStore is the BanStore shared by every node. The bans of an event
+// RedisStore is the Store shared by every node. The bans of an event
 // are few (thousands) and change by operator action, so one hash holds
 // them all; nodes poll the version key every second and read the hash only
 // after it moved.
-type RedisBanStore struct{ rdb redis.UniversalClient }
+type RedisStore struct{ rdb redis.UniversalClient }
 
-// NewRedisBanStore returns the bans kept in rdb.
-func NewRedisBanStore(rdb redis.UniversalClient) *RedisBanStore { return &RedisBanStore{rdb: rdb} }
+// NewRedisStore returns the bans kept in rdb.
+func NewRedisStore(rdb redis.UniversalClient) *RedisStore { return &RedisStore{rdb: rdb} }
 
 func banField(user, room string) string { return user + "/" + room }
 
@@ -76,10 +77,10 @@ return #lapsed`)
 var banListScript = redis.NewScript(`
 return {redis.call('GET', KEYS[2]) or '0', redis.call('HGETALL', KEYS[1])}`)
 
-func banKeys() []string { return []string{BansKey, BansVersionKey, BansExpiryKey} }
+func banKeys() []string { return []string{Key, VersionKey, ExpiryKey} }
 
-// Put implements BanStore.
-func (r *RedisBanStore) Put(ctx context.Context, b Ban) error {
+// Put implements Store.
+func (r *RedisStore) Put(ctx context.Context, b Ban) error {
 	if err := b.Validate(); err != nil {
 		return err
 	}
@@ -91,16 +92,16 @@ func (r *RedisBanStore) Put(ctx context.Context, b Ban) error {
 	if !b.Until.IsZero() {
 		until = max(b.Until.UnixMilli(), 1)
 	}
-	if err := banPutScript.Run(ctx, r.rdb, banKeys(), banField(b.User, b.Room), js, until).Err(); err != nil {
-		return fmt.Errorf("ingest: ban %s: %w", b.User, err)
+	if err := banPutScript.Run(ctx, r.rdb, banKeys(), banField(b.User, b.Scope()), js, until).Err(); err != nil {
+		return fmt.Errorf("ban: ban %s: %w", b.User, err)
 	}
 	return nil
 }
 
-// Delete implements BanStore.
-func (r *RedisBanStore) Delete(ctx context.Context, user, room string) error {
+// Delete implements Store.
+func (r *RedisStore) Delete(ctx context.Context, user, room string) error {
 	if err := banDeleteScript.Run(ctx, r.rdb, banKeys(), banField(user, room)).Err(); err != nil {
-		return fmt.Errorf("ingest: lift ban %s: %w", user, err)
+		return fmt.Errorf("ban: lift ban %s: %w", user, err)
 	}
 	return nil
 }
@@ -118,14 +119,14 @@ func globEscape(s string) string {
 	return b.String()
 }
 
-// User implements BanStore.
-func (r *RedisBanStore) User(ctx context.Context, user string) ([]Ban, error) {
+// User implements Store.
+func (r *RedisStore) User(ctx context.Context, user string) ([]Ban, error) {
 	var out []Ban
 	var cursor uint64
 	for {
-		kv, next, err := r.rdb.HScan(ctx, BansKey, cursor, globEscape(user)+"/*", 1000).Result()
+		kv, next, err := r.rdb.HScan(ctx, Key, cursor, globEscape(user)+"/*", 1000).Result()
 		if err != nil {
-			return nil, fmt.Errorf("ingest: bans of %s: %w", user, err)
+			return nil, fmt.Errorf("ban: bans of %s: %w", user, err)
 		}
 		for i := 1; i < len(kv); i += 2 {
 			b, err := decodeBan(kv[i])
@@ -145,38 +146,40 @@ func (r *RedisBanStore) User(ctx context.Context, user string) ([]Ban, error) {
 	// HSCAN may return a field twice; keep one of each.
 	dedup := out[:0]
 	for i, b := range out {
-		if i == 0 || b.Room != out[i-1].Room {
+		if i == 0 || b.Scope() != out[i-1].Scope() {
 			dedup = append(dedup, b)
 		}
 	}
 	return dedup, nil
 }
 
-// Version implements BanStore.
-func (r *RedisBanStore) Version(ctx context.Context) (int64, error) {
-	v, err := r.rdb.Get(ctx, BansVersionKey).Int64()
+// Version implements Store.
+func (r *RedisStore) Version(ctx context.Context) (int64, error) {
+	v, err := r.rdb.Get(ctx, VersionKey).Int64()
 	if errors.Is(err, redis.Nil) {
 		return 0, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("ingest: bans version: %w", err)
+		return 0, fmt.Errorf("ban: bans version: %w", err)
 	}
 	return v, nil
 }
 
-// List implements BanStore.
-func (r *RedisBanStore) List(ctx context.Context) ([]Ban, int64, error) {
-	res, err := banListScript.Run(ctx, r.rdb, []string{BansKey, BansVersionKey}).Slice()
+// List implements Store.
+func (r *RedisStore) List(ctx context.Context) ([]Ban, int64, error) {
+	// Read-only (EVALSHA_RO): the edge and the gslb may read the bans but
+	// not write them, and Redis checks a plain EVAL's keys as writes.
+	res, err := banListScript.RunRO(ctx, r.rdb, []string{Key, VersionKey}).Slice()
 	if err != nil {
-		return nil, 0, fmt.Errorf("ingest: list bans: %w", err)
+		return nil, 0, fmt.Errorf("ban: list bans: %w", err)
 	}
 	if len(res) != 2 {
-		return nil, 0, fmt.Errorf("ingest: list bans: unexpected reply %v", res)
+		return nil, 0, fmt.Errorf("ban: list bans: unexpected reply %v", res)
 	}
 	vs, _ := res[0].(string)
 	version, err := strconv.ParseInt(vs, 10, 64)
 	if err != nil {
-		return nil, 0, fmt.Errorf("ingest: list bans: version %q: %w", vs, err)
+		return nil, 0, fmt.Errorf("ban: list bans: version %q: %w", vs, err)
 	}
 	kv, _ := res[1].([]any)
 	out := make([]Ban, 0, len(kv)/2)
@@ -192,11 +195,11 @@ func (r *RedisBanStore) List(ctx context.Context) ([]Ban, int64, error) {
 	return out, version, nil
 }
 
-// Purge implements BanStore.
-func (r *RedisBanStore) Purge(ctx context.Context, now time.Time) (int, error) {
+// Purge implements Store.
+func (r *RedisStore) Purge(ctx context.Context, now time.Time) (int, error) {
 	n, err := banPurgeScript.Run(ctx, r.rdb, banKeys(), now.UnixMilli()).Int()
 	if err != nil {
-		return 0, fmt.Errorf("ingest: purge bans: %w", err)
+		return 0, fmt.Errorf("ban: purge bans: %w", err)
 	}
 	return n, nil
 }
@@ -204,7 +207,7 @@ func (r *RedisBanStore) Purge(ctx context.Context, now time.Time) (int, error) {
 func decodeBan(s string) (Ban, error) {
 	var b Ban
 	if err := json.Unmarshal([]byte(s), &b); err != nil {
-		return Ban{}, fmt.Errorf("ingest: bad ban record: %w", err)
+		return Ban{}, fmt.Errorf("ban: bad ban record: %w", err)
 	}
 	return b, nil
 }

@@ -363,8 +363,12 @@ func (s *Server) Run(ctx context.Context) error {
 	if !s.running.CompareAndSwap(false, true) {
 		return ErrRunning
 	}
+	var (
+		rep    *gslb.Reporter
+		online *gslb.OnlineReporter
+	)
 	if s.cfg.LoadTable != nil {
-		rep := &gslb.Reporter{
+		rep = &gslb.Reporter{
 			Table:       s.cfg.LoadTable,
 			Interval:    s.cfg.ReportInterval,
 			MaxInterval: s.cfg.ReportMaxInterval,
@@ -372,33 +376,29 @@ func (s *Server) Run(ctx context.Context) error {
 			Now:         s.cfg.Clock.Now,
 			Ready:       s.verifierReady,
 		}
-		var online *gslb.OnlineReporter
 		if ot := s.onlineTable(); ot != nil {
 			online = &gslb.OnlineReporter{Table: ot, Node: s.cfg.NodeID, Rooms: s.OnlineRooms, Now: s.cfg.Clock.Now, Ready: s.verifierReady}
 		}
-		s.mu.Lock()
-		if !s.draining.Load() {
-			s.wg.Add(1)
-			go func() {
-				defer s.wg.Done()
-				_ = rep.Run(s.ctx)
-			}()
-			if online != nil {
-				s.wg.Go(func() { _ = online.Run(s.ctx) })
-			}
+	}
+	// Every background loop is added under mu, and only before a drain
+	// began: drain waits on wg, and an Add racing that Wait (a Shutdown
+	// called as Run starts) is a data race and a loop nobody waits for.
+	s.mu.Lock()
+	if !s.draining.Load() {
+		if rep != nil {
+			s.wg.Go(func() { _ = rep.Run(s.ctx) })
 		}
-		s.mu.Unlock()
+		if online != nil {
+			s.wg.Go(func() { _ = online.Run(s.ctx) })
+		}
+		if s.cfg.Events != nil {
+			s.wg.Go(func() { s.closeEndedRooms(s.ctx) })
+		}
+		if s.bans != nil {
+			s.wg.Go(func() { s.watchBans(s.ctx) })
+		}
 	}
-	if s.cfg.Events != nil {
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			s.closeEndedRooms(s.ctx)
-		}()
-	}
-	if s.bans != nil {
-		s.wg.Go(func() { s.watchBans(s.ctx) })
-	}
+	s.mu.Unlock()
 	select {
 	case <-ctx.Done():
 	case <-s.stopping:

@@ -139,6 +139,14 @@ func Parse(data []byte) (Rules, error) {
 	if _, err := compile(r); err != nil {
 		return Rules{}, err
 	}
+	// An empty allow list is none: the document's one form (its encoding
+	// omits them), so what a node stores and logs reads back the same.
+	if len(r.Allow.CIDRs) == 0 {
+		r.Allow.CIDRs = nil
+	}
+	if len(r.Allow.Credentials) == 0 {
+		r.Allow.Credentials = nil
+	}
 	return r, nil
 }
 

@@ -37,6 +37,11 @@ func Every(ctx context.Context, every time.Duration, log *slog.Logger, what stri
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+			// Both may be ready (a tick waiting while ctx ended): select
+			// picks at random, and an ended ctx must not refresh again.
+			if ctx.Err() != nil {
+				return nil
+			}
 		}
 	}
 }

@@ -14,7 +14,7 @@ locals {
       # Whoever holds the master key runs an auth center: the gslb only.
       master-key    = { env = "DANMAKU_MASTER_KEY", roles = ["gslb"], external = null, hex = true }
       ticket-key    = { env = "DANMAKU_TICKET_KEY", roles = ["gslb"], external = var.ticket_key_secret_arn, hex = false }
-      operator-keys = { env = "DANMAKU_OPERATOR_KEYS", roles = ["gslb", "slicer"], external = null, hex = false }
+      operator-keys = { env = "DANMAKU_OPERATOR_KEYS", roles = ["gslb", "ingest", "slicer"], external = null, hex = false }
       gift-keys     = { env = "DANMAKU_GIFT_KEYS", roles = ["ingest"], external = var.gift_keys_secret_arn, hex = false }
       announce-keys = { env = "DANMAKU_ANNOUNCE_KEYS", roles = ["ingest"], external = var.announce_keys_secret_arn, hex = false }
     },

@@ -90,11 +90,11 @@ run "machines" {
       ]))
       } == {
       gslb   = toset([output.secret_arns["master-key"], var.ticket_key_secret_arn, output.secret_arns["operator-keys"], output.secret_arns["redis-gslb"]])
-      ingest = toset([output.secret_arns["gift-keys"], output.secret_arns["announce-keys"], output.secret_arns["redis-ingest"], var.node_tls_secret_arn])
+      ingest = toset([output.secret_arns["gift-keys"], output.secret_arns["announce-keys"], output.secret_arns["operator-keys"], output.secret_arns["redis-ingest"], var.node_tls_secret_arn])
       edge   = toset([output.secret_arns["redis-edge"], var.node_tls_secret_arn])
       slicer = toset([output.secret_arns["operator-keys"], output.secret_arns["redis-slicer"]])
     }
-    error_message = "Each role may read exactly the secrets it uses: the master and ticket keys the gslb alone."
+    error_message = "Each role may read exactly the secrets it uses: the master and ticket keys the gslb alone; the operator keys the gslb (events), the ingest (bans, broadcasts, lotteries) and the slicer (settings)."
   }
   assert {
     condition = output.role_secret_env == {
@@ -107,6 +107,7 @@ run "machines" {
       ingest = {
         DANMAKU_GIFT_KEYS      = output.secret_arns["gift-keys"]
         DANMAKU_ANNOUNCE_KEYS  = output.secret_arns["announce-keys"]
+        DANMAKU_OPERATOR_KEYS  = output.secret_arns["operator-keys"]
         DANMAKU_REDIS_PASSWORD = output.secret_arns["redis-ingest"]
       }
       edge = {

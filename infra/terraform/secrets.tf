@@ -19,6 +19,12 @@ locals {
       announce-keys = { env = "DANMAKU_ANNOUNCE_KEYS", roles = ["ingest"], external = var.announce_keys_secret_arn, hex = false }
     },
     { for r in local.roles : "redis-${r}" => { env = "DANMAKU_REDIS_PASSWORD", roles = [r], external = null, hex = false } },
+    # During a rotation of the login service's key, the old key verifies
+    # too (the gslb accepts tickets signed with either). Absent otherwise:
+    # no secret is generated for it, since only the business has the key.
+    var.ticket_key_previous_secret_arn == null ? {} : {
+      ticket-key-previous = { env = "DANMAKU_TICKET_KEY_PREVIOUS", roles = ["gslb"], external = var.ticket_key_previous_secret_arn, hex = false }
+    },
   )
   owned_secrets = { for k, s in local.secrets : k => s if s.external == null }
 

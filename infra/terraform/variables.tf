@@ -466,6 +466,16 @@ variable "ticket_key_secret_arn" {
   }
 }
 
+variable "ticket_key_previous_secret_arn" {
+  description = "During a rotation of the ticket key: an existing Secrets Manager secret holding the previous key (DANMAKU_TICKET_KEY_PREVIOUS); tickets signed with either key verify. Null (the default) outside a rotation; set it back to null once the old tickets have expired (at most the gslb's -ticket-max-lifetime later)."
+  type        = string
+  default     = null
+  validation {
+    condition     = var.ticket_key_previous_secret_arn == null || can(regex("^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:[0-9]{12}:secret:", var.ticket_key_previous_secret_arn))
+    error_message = "ticket_key_previous_secret_arn is a Secrets Manager secret ARN, or null."
+  }
+}
+
 variable "gift_keys_secret_arn" {
   description = "Existing secret holding the gift API keys (DANMAKU_GIFT_KEYS, comma list) the business servers use. Null: the module generates one key in a secret of its own (output secret_arns.gift_keys)."
   type        = string

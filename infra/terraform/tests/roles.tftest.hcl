@@ -319,6 +319,40 @@ run "plain_nodes_and_given_keys" {
   }
 }
 
+run "ticket_key_rotation" {
+  command = apply
+
+  variables {
+    ticket_key_previous_secret_arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:login/ticket-key-old-AbCdEf"
+  }
+
+  assert {
+    condition = alltrue([
+      output.role_secret_env.gslb["DANMAKU_TICKET_KEY"] == var.ticket_key_secret_arn,
+      output.role_secret_env.gslb["DANMAKU_TICKET_KEY_PREVIOUS"] == var.ticket_key_previous_secret_arn,
+      !contains(keys(aws_secretsmanager_secret.owned), "ticket-key-previous"),
+      alltrue([for r in ["ingest", "edge", "slicer"] : !contains(keys(output.role_secret_env[r]), "DANMAKU_TICKET_KEY_PREVIOUS")]),
+    ])
+    error_message = "During a rotation the gslb alone reads the previous ticket key, from the business's own secret (none is generated)."
+  }
+  assert {
+    condition = contains(flatten([
+      for s in jsondecode(aws_iam_role_policy.role["gslb"].policy).Statement : s.Resource if s.Action == "secretsmanager:GetSecretValue"
+    ]), var.ticket_key_previous_secret_arn)
+    error_message = "The gslb's instance role may read the previous ticket key's secret."
+  }
+}
+
+run "bad_previous_ticket_key_is_refused" {
+  command = plan
+
+  variables {
+    ticket_key_previous_secret_arn = "login/ticket-key-old"
+  }
+
+  expect_failures = [var.ticket_key_previous_secret_arn]
+}
+
 run "invalid_settings_are_refused" {
   command = plan
 

@@ -69,8 +69,12 @@ func TestRedisOutageFallsBackToShare(t *testing.T) {
 			opened = time.Since(cut)
 		}
 	}
-	for end := cut.Add(outage); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
-		watch()
+	// The cut lasts the outage, and on a machine so busy that the gate's
+	// backed-off flushes have not yet opened the breaker, on until they
+	// have (bounded by half the run after it, so that load still comes
+	// to close it again).
+	for end := cut.Add(outage); time.Now().Before(end) || (opened == 0 && time.Since(cut) < outage+after/2); time.Sleep(10 * time.Millisecond) {
+		watch() // polling the breaker's state
 	}
 	proxy.Restore()
 	restored := time.Now()
@@ -111,8 +115,10 @@ func TestRedisOutageFallsBackToShare(t *testing.T) {
 	if limit := refill*run + 2*capacity; float64(stored) > 1.2*limit {
 		t.Errorf("%d comments stored in %.0f s, over the room's limit %.0f: the fallback let everything in", stored, run, limit)
 	}
-	// Never closed: the outage's seconds admitted their share too.
-	if low := 0.6 * refill * run; float64(stored) < low {
+	// Never closed: the outage's seconds admitted their share too — of
+	// what the driver managed to offer, which on a busy machine can be
+	// less than the room's limit.
+	if low := 0.6 * min(refill*run, float64(res.attempts)); float64(stored) < low {
 		t.Errorf("%d comments stored in %.0f s, under %.0f: the room fell silent", stored, run, low)
 	}
 	// The hold is checked by the room's flusher, late by what a loaded

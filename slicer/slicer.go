@@ -149,7 +149,13 @@ type Slicer struct {
 	// siteTrimmed is when (local unix ns) this process last trimmed the
 	// site stream.
 	siteTrimmed atomic.Int64
+	// discoveries counts the discovery passes Run has finished, so that a
+	// test can wait for one instead of sleeping.
+	discoveries atomic.Int64
 }
+
+// Discoveries returns how many discovery passes Run has finished.
+func (s *Slicer) Discoveries() int64 { return s.discoveries.Load() }
 
 type metrics struct {
 	written     *prometheus.CounterVec
@@ -322,6 +328,7 @@ func (s *Slicer) Run(ctx context.Context) error {
 	for {
 		s.syncSettings(ctx)
 		s.discover(ctx)
+		s.discoveries.Add(1)
 		select {
 		case <-ctx.Done():
 			return nil

@@ -58,6 +58,7 @@ func TestRoomHog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	passes := st.slicer.Discoveries()
 	for i := range 200 {
 		req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("%s/v1/entry?room=hog-%d", st.URLs[RoleGSLB], i), nil)
 		req.Header.Set("Authorization", "Bearer "+tk)
@@ -70,7 +71,9 @@ func TestRoomHog(t *testing.T) {
 			t.Fatalf("room hog-%d: status %d, want 404", i, resp.StatusCode)
 		}
 	}
-	time.Sleep(2 * time.Second) // the slicer's discovery runs every second
+	// Two whole discovery passes after the last request: one that started
+	// after it has run to its end.
+	waitUntil(t, func() bool { return st.slicer.Discoveries() >= passes+2 })
 	if rooms := st.slicer.RoomsRunning(); rooms != roomsBefore {
 		t.Errorf("slicer rooms %d → %d", roomsBefore, rooms)
 	}

@@ -15,7 +15,7 @@ import (
 
 	"danmaku/internal/ident"
 	"danmaku/internal/jsonx"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // ErrBadTicket is returned for a business ticket that does not verify.

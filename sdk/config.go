@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"danmaku/internal/clock"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // Message is one message of the merged stream. It is wire.Message, aliased so

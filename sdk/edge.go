@@ -13,7 +13,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // Close codes the edge ends a connection with.

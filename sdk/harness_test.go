@@ -19,7 +19,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"danmaku/internal/clock"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 const (

@@ -11,7 +11,7 @@ import (
 
 	"danmaku/internal/objstore"
 	"danmaku/internal/origin"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 func TestReplay(t *testing.T) {

@@ -21,8 +21,8 @@ import (
 
 	"danmaku/internal/stack"
 	"danmaku/internal/stack/stacktest"
-	"danmaku/internal/wire"
 	"danmaku/sdk/web"
+	"danmaku/sdk/wire"
 )
 
 func TestServe(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"danmaku/internal/ident"
-	"danmaku/internal/jsonx"
+	"danmaku/sdk/jsonx"
 	"danmaku/sdk/wire"
 )
 

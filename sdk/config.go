@@ -12,7 +12,7 @@ import (
 )
 
 // Message is one message of the merged stream. It is wire.Message, aliased so
-// that users need not import an internal package.
+// that users need not import danmaku/sdk/wire.
 type Message = wire.Message
 
 // Kind says what a message is.

@@ -4,6 +4,14 @@
 # formatting and vet, runs every test with the race detector — integration
 # and end-to-end tests against real Redis, S3 (versitygw) and Varnish
 # included, and required — then runs every benchmark once.
+#
+# Two modules: the server (danmaku, the root) and the SDK (danmaku/sdk, in
+# sdk/, which apps require). go.work puts both in one build, and `./...`
+# stops at a nested module, so every target names both: $(PKGS).
+
+PKGS := ./... ./sdk/...
+# SERVER_DEPS are what an app requiring danmaku/sdk must never get.
+SERVER_DEPS := gin-gonic|aws-sdk-go-v2|go-redis|lesismal
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -36,15 +44,19 @@ fmt-check: ## fail if gofmt would change any Go file
 	if [[ -n "$$out" ]]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi; \
 	echo "fmt-check: ok"
 
-vet: ## go vet ./...
-	$(GO) vet ./...
+vet: ## go vet both modules; the SDK also alone, as an app builds it (its go.mod, no workspace), with no server dependency in its module graph
+	$(GO) vet $(PKGS)
+	cd sdk && GOWORK=off $(GO) vet ./...
+	@if deps="$$(cd sdk && GOWORK=off $(GO) mod graph | grep -E '$(SERVER_DEPS)')"; then \
+		echo "the SDK module's graph names server dependencies:"; echo "$$deps"; exit 1; fi; \
+	echo "sdk module graph: no server dependency"
 
 test: deps fmt-check vet ## deps + fmt-check + vet + race tests against real servers + every benchmark once
-	DANMAKU_REQUIRE_SERVERS=1 $(GO) test -race -count=1 -timeout 20m ./...
-	DANMAKU_REQUIRE_SERVERS=1 $(GO) test -run '^$$' -bench . -benchtime=1x -timeout 10m ./...
+	DANMAKU_REQUIRE_SERVERS=1 $(GO) test -race -count=1 -timeout 20m $(PKGS)
+	DANMAKU_REQUIRE_SERVERS=1 $(GO) test -run '^$$' -bench . -benchtime=1x -timeout 10m $(PKGS)
 
 bench: deps ## benchmarks, 5 runs each, for docs/benchmarks.md (pipe to a file, compare with benchstat)
-	DANMAKU_REQUIRE_SERVERS=1 $(GO) test -run '^$$' -bench . -benchmem -count=5 -timeout 60m ./...
+	DANMAKU_REQUIRE_SERVERS=1 $(GO) test -run '^$$' -bench . -benchmem -count=5 -timeout 60m $(PKGS)
 
 bench-latency: deps ## barrage latency through Varnish, 1,000 pollers, 60 s, 1000 and 500 ms segments, 3 runs each (docs/benchmarks.md)
 	for ms in 1000 500; do for run in 1 2 3; do \
@@ -104,7 +116,7 @@ bench-edge: deps ## edge: idle connection memory, fan-out CPU and latency at 10,
 	WSBENCH_CONNS=10000 WSBENCH_BROADCASTS=50 $(GO) test -run '^$$' -bench . -benchtime 1x -count 3 -timeout 25m ./internal/wsbench
 
 bench-web: deps ## demo page frames per second, CPU throttled 4x, 60 comments/s, 5 runs (docs/benchmarks.md)
-	DANMAKU_REQUIRE_SERVERS=1 $(GO) test -run '^$$' -bench BrowserFPS -benchtime 1x -count 5 -timeout 10m ./sdk/web
+	DANMAKU_REQUIRE_SERVERS=1 $(GO) test -run '^$$' -bench BrowserFPS -benchtime 1x -count 5 -timeout 10m ./internal/sdkweb
 
 local-up: ## start the local stack (Redis, S3, CDN, Prometheus with the alert rules) in DANMAKU_LOCAL_DIR (default .local/)
 	@bash infra/local/up.sh

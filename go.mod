@@ -3,6 +3,7 @@ module danmaku
 go 1.26.8
 
 require (
+	danmaku/sdk v0.0.0
 	github.com/aws/aws-sdk-go-v2 v1.48.0
 	github.com/aws/aws-sdk-go-v2/config v1.33.18
 	github.com/aws/aws-sdk-go-v2/credentials v1.21.0
@@ -79,15 +80,11 @@ require (
 	go4.org/netipx v0.0.0-20231129151722-fdeea329fbba // indirect
 	golang.org/x/arch v0.23.0 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
-	golang.org/x/mobile v0.0.0-20261011034528-197770444867 // indirect
-	golang.org/x/mod v0.42.0 // indirect
 	golang.org/x/net v0.61.0 // indirect
-	golang.org/x/sync v0.24.0 // indirect
-	golang.org/x/tools v0.52.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
 
-tool (
-	golang.org/x/mobile/cmd/gobind
-	golang.org/x/mobile/cmd/gomobile
-)
+// The SDK is its own module (sdk/go.mod), so that an app requiring it gets
+// none of the server's dependencies; the server builds against the copy in
+// this repository.
+replace danmaku/sdk => ./sdk

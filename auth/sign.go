@@ -2,7 +2,7 @@ package auth
 
 import (
 	"crypto/ed25519"
-	"danmaku/internal/jsonx"
+	"danmaku/sdk/jsonx"
 	"encoding/base64"
 	"strconv"
 	"strings"

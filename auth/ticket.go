@@ -14,8 +14,8 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"danmaku/internal/ident"
-	"danmaku/internal/jsonx"
-	"danmaku/internal/wire"
+	"danmaku/sdk/jsonx"
+	"danmaku/sdk/wire"
 )
 
 // ErrBadTicket is returned for a business ticket that does not verify.

@@ -10,8 +10,8 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"danmaku/internal/wire"
 	"danmaku/internal/wsbench"
+	"danmaku/sdk/wire"
 )
 
 // rawFrame encodes a client frame by hand, however wrong: b0 is the first

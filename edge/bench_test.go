@@ -14,7 +14,7 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/vmihailenco/msgpack/v5"
 
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // BenchmarkFanout pushes b.N messages into one room with N connections over

@@ -12,7 +12,7 @@ import (
 	"github.com/gobwas/ws"
 
 	"danmaku/auth"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // Close codes the edge sends, and what a client does on each.

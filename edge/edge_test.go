@@ -18,7 +18,7 @@ import (
 	"danmaku/gslb"
 	"danmaku/internal/clock"
 	"danmaku/internal/stream"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 func TestNewConfig(t *testing.T) {

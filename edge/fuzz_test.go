@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"danmaku/internal/stream"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 func FuzzParseLast(f *testing.F) {

@@ -20,7 +20,7 @@ import (
 
 	"danmaku/auth"
 	"danmaku/internal/httpx"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // Close codes of a connection refused after the upgrade, i.e. a browser's

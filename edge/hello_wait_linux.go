@@ -9,7 +9,7 @@ import (
 
 	"github.com/gobwas/ws"
 
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // loopWait is a helloWait's side in an epoll loop.

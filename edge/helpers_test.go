@@ -22,7 +22,7 @@ import (
 	"danmaku/auth"
 	"danmaku/internal/clock"
 	"danmaku/internal/stream"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // safety bounds how long a test waits for something that should happen; it

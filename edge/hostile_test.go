@@ -15,8 +15,8 @@ import (
 	"github.com/gorilla/websocket"
 
 	"danmaku/internal/clock"
-	"danmaku/internal/wire"
 	"danmaku/internal/wsbench"
+	"danmaku/sdk/wire"
 )
 
 // Hostile input the edge gets from outside, one test per kind; the

@@ -10,7 +10,7 @@ import (
 	"github.com/gobwas/ws"
 
 	"danmaku/internal/stream"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // hub is one room on this node: one reader tailing the room's Live lane, one

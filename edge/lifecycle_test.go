@@ -17,7 +17,7 @@ import (
 
 	"danmaku/gslb"
 	"danmaku/internal/clock"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // smallBufListener shrinks the send buffer of the n-th accepted connection

@@ -8,11 +8,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // The service levels only clients see, as their reports carry them
-// (internal/wire/report.go): segments fetched and first-poll hits, and a
+// (sdk/wire/report.go): segments fetched and first-poll hits, and a
 // histogram of the barrage latency, in buckets every SDK shares with the
 // edge.
 

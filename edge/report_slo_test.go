@@ -14,7 +14,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"danmaku/internal/clock"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // latJSON is a "lat" array of n buckets, each count c.

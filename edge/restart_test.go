@@ -10,7 +10,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // TestEdgeRestartUnderClients: many clients on edge A while gifts arrive;

@@ -1,7 +1,7 @@
 package edge
 
 import (
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // msgID is a parsed stream entry id; comparing two of them is cheap, unlike

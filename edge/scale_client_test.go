@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"danmaku/internal/wire"
 	"danmaku/internal/wsbench"
+	"danmaku/sdk/wire"
 )
 
 // The load client of BenchmarkEdgeScale runs in a child process (this test

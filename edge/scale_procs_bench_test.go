@@ -23,8 +23,8 @@ import (
 	"danmaku/internal/redisx"
 	"danmaku/internal/stream"
 	"danmaku/internal/testenv"
-	"danmaku/internal/wire"
 	"danmaku/internal/wsbench"
+	"danmaku/sdk/wire"
 )
 
 // BenchmarkEdgeScaleProcs is BenchmarkEdgeScale across processes, for more

@@ -21,7 +21,7 @@ import (
 	"danmaku/gslb"
 	"danmaku/internal/ban"
 	"danmaku/internal/httpx"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // Path is the WebSocket endpoint: GET /v1/ws?token=<dynamic token>&last=<id>.

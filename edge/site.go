@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"danmaku/internal/stream"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // Site-wide broadcasts reach this edge's viewers through a path of their

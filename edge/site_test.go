@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"danmaku/internal/stream"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // TestSiteBroadcastsBesideRooms: site-wide broadcasts reach a room's

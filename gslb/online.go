@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"danmaku/internal/redisx"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // OnlineTable is where edges report how many viewers each room has on them

@@ -23,7 +23,7 @@ import (
 	"danmaku/internal/event"
 	"danmaku/internal/httpx"
 	"danmaku/internal/ratelimit"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // Entry is the answer of GET /v1/entry; wire.Entry documents it.

@@ -22,7 +22,7 @@ import (
 	"danmaku/internal/clock"
 	"danmaku/internal/event"
 	"danmaku/internal/httpx"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 var (

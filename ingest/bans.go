@@ -15,7 +15,7 @@ import (
 	"danmaku/internal/clock"
 	"danmaku/internal/httpx"
 	"danmaku/internal/ident"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // The bans themselves live in internal/ban, which the edge and the gslb

@@ -18,7 +18,7 @@ import (
 	"danmaku/internal/clock"
 	"danmaku/internal/httpx"
 	"danmaku/internal/stream"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // Site-wide broadcasts are system messages every live room shows: written

@@ -11,7 +11,7 @@ import (
 	"danmaku/auth"
 	"danmaku/internal/clock"
 	"danmaku/internal/stream"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 const operatorKey = "operator-key-0123456789"

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"danmaku/internal/stream"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // defaultFastLaneCap is how many fast-lane messages a room displays per

@@ -7,7 +7,7 @@ import (
 
 	"danmaku/internal/clock"
 	"danmaku/internal/stream"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 var _ FastLane = (*MemoryFastLane)(nil)

@@ -16,7 +16,7 @@ import (
 	"danmaku/internal/redisx"
 	"danmaku/internal/redisx/redistest"
 	"danmaku/internal/stream"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // fastBackend is one FastLane implementation under test. open returns a

@@ -7,7 +7,7 @@ import (
 	"math"
 	"time"
 
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // defaultBatchTTL is how long a RoomGate remembers a batch it stored, so

@@ -16,7 +16,7 @@ import (
 	"danmaku/internal/clock"
 	"danmaku/internal/redisx/redistest"
 	"danmaku/internal/stream"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // gateBackend is one RoomGate implementation under test, with the stream

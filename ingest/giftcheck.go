@@ -6,7 +6,7 @@ import (
 
 	"danmaku/internal/httpx"
 	"danmaku/internal/ident"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // maxGiftCount bounds a gift's count: a combo of a hundred thousand is

@@ -13,7 +13,7 @@ import (
 
 	"danmaku/internal/httpx"
 	"danmaku/internal/ident"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // bindGift runs a body through what the gift handler does before it stores

@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // defaultOrderTTL is how long a gift log remembers an order id: a business

@@ -9,7 +9,7 @@ import (
 
 	"danmaku/internal/clock"
 	"danmaku/internal/stream"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 var _ GiftLog = (*MemoryGiftLog)(nil)

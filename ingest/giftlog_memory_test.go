@@ -9,7 +9,7 @@ import (
 
 	"danmaku/internal/clock"
 	"danmaku/internal/stream"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 	"danmaku/slicer"
 )
 

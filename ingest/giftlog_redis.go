@@ -17,7 +17,7 @@ import (
 	"danmaku/internal/clock"
 	"danmaku/internal/redisx"
 	"danmaku/internal/stream"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 var _ GiftLog = (*RedisGiftLog)(nil)

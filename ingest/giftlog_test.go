@@ -17,7 +17,7 @@ import (
 	"danmaku/internal/clock"
 	"danmaku/internal/redisx/redistest"
 	"danmaku/internal/stream"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 	"danmaku/slicer"
 )
 

@@ -7,7 +7,7 @@ import (
 	"danmaku/internal/audit"
 	"danmaku/internal/event"
 	"danmaku/internal/objstore"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // defaultDuplicateWindow is how long a text suppresses its copies in a room.

@@ -18,7 +18,7 @@ import (
 	"danmaku/internal/clock"
 	"danmaku/internal/reload"
 	"danmaku/internal/stream"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // Lottery is an interactive command a host starts in a room: viewers enter

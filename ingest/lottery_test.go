@@ -25,7 +25,7 @@ import (
 	"danmaku/internal/httpx"
 	"danmaku/internal/redisx/redistest"
 	"danmaku/internal/stream"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // lotteryEnv is one LotteryStore under test, with a constructor of fast

@@ -25,7 +25,7 @@ import (
 	"danmaku/internal/httpx"
 	"danmaku/internal/ratelimit"
 	"danmaku/internal/stream"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // Defaults. The user and room bucket figures are the published "reservoir"

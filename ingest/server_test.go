@@ -27,7 +27,7 @@ import (
 	"danmaku/internal/event"
 	"danmaku/internal/httpx"
 	"danmaku/internal/stream"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 var (

@@ -12,7 +12,7 @@ import (
 
 	"danmaku/internal/bucket"
 	"danmaku/internal/clock"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // Write-behind defaults (docs/architecture.md, "Room limits").

@@ -11,7 +11,7 @@ import (
 
 	"danmaku/internal/clock"
 	"danmaku/internal/stream"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // switchGate is a RoomGate that fails while down is set: before reaching

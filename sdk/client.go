@@ -7,8 +7,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"danmaku/internal/clock"
 )
 
 // Errors of the client's lifecycle.
@@ -30,7 +28,7 @@ var (
 type Client struct {
 	cfg Config
 	log *slog.Logger
-	clk clock.Clock
+	clk Clock
 	// tick bounds a single sleep; zero with the system clock.
 	tick time.Duration
 
@@ -71,7 +69,7 @@ func New(cfg Config) (*Client, error) {
 		tokenNews: make(chan struct{}, 1),
 		done:      make(chan struct{}),
 	}
-	if _, ok := cfg.Clock.(clock.Real); !ok {
+	if _, ok := cfg.Clock.(systemClock); !ok {
 		c.tick = fakeTick
 	}
 	c.merge = newMerger(c.msgs, newSeenSet(cfg.SeenIDs, cfg.SeenWindow), &c.stats)

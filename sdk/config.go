@@ -8,12 +8,11 @@ import (
 	"net/url"
 	"time"
 
-	"danmaku/internal/clock"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // Message is one message of the merged stream. It is wire.Message, aliased so
-// that users need not import an internal package.
+// that users need not import danmaku/sdk/wire.
 type Message = wire.Message
 
 // Kind says what a message is.
@@ -30,7 +29,22 @@ const (
 )
 
 // Clock tells the time. Any type with a Now method will do.
-type Clock = clock.Clock
+type Clock interface {
+	Now() time.Time
+}
+
+// systemClock is the Clock of a nil Config.Clock or RenderConfig.Clock.
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+// clockOr returns c, or the system clock when c is nil.
+func clockOr(c Clock) Clock {
+	if c == nil {
+		return systemClock{}
+	}
+	return c
+}
 
 // Defaults.
 const (
@@ -75,8 +89,9 @@ type Config struct {
 	// Logger receives what goes wrong. Nil: slog.Default().
 	Logger *slog.Logger
 	// Clock is the local clock; the server time is derived from it. Nil: the
-	// system clock. Any other clock is re-read every few milliseconds while
-	// the client waits, so a fake clock that is moved is noticed.
+	// system clock. Any other clock (even one that reads the system time)
+	// is re-read every few milliseconds while the client waits, so a fake
+	// clock that is moved is noticed.
 	Clock Clock
 
 	// MessageBuffer is the capacity of the Messages channel. Zero: 1024.
@@ -163,7 +178,7 @@ func (cfg *Config) applyDefaults() error {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	cfg.Clock = clock.Or(cfg.Clock)
+	cfg.Clock = clockOr(cfg.Clock)
 	for _, f := range []struct {
 		name string
 		v    *int

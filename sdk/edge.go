@@ -13,7 +13,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // Close codes the edge ends a connection with.
@@ -47,21 +47,16 @@ const (
 
 // edgeLoop holds one WebSocket to the first edge address that answers,
 // falling back to the next ones, and resumes from the last id it received.
+// A reconnector decides where to dial and how long to wait; this loop does
+// the I/O.
 func (c *Client) edgeLoop(ctx context.Context) {
-	var (
-		last    string        // newest id received from the edge
-		lastAt  time.Time     // server time the connection that gave last ended
-		stuck   time.Duration // back-off of frameless resume closes
-		idx     int
-		backoff time.Duration
-		retryAt time.Time // the latest Retry-After of the addresses tried
-		// A session cache lets a reconnect to a wss:// edge resume its TLS
-		// session (one round trip, no key exchange): a drained edge's
-		// clients all reconnect within seconds.
-		dialer = websocket.Dialer{HandshakeTimeout: edgeHandshakeTimeout, Proxy: http.ProxyFromEnvironment,
-			TLSClientConfig: &tls.Config{ClientSessionCache: tls.NewLRUClientSessionCache(16)}}
-		everConn bool
-	)
+	r := &reconnector{now: c.serverNow, jitter: rand.N[time.Duration],
+		seenWindow: c.cfg.SeenWindow, rejoinJitter: c.cfg.RejoinJitter}
+	// A session cache lets a reconnect to a wss:// edge resume its TLS
+	// session (one round trip, no key exchange): a drained edge's clients
+	// all reconnect within seconds.
+	dialer := websocket.Dialer{HandshakeTimeout: edgeHandshakeTimeout, Proxy: http.ProxyFromEnvironment,
+		TLSClientConfig: &tls.Config{ClientSessionCache: tls.NewLRUClientSessionCache(16)}}
 	for ctx.Err() == nil {
 		s := c.sess.Load()
 		addrs := s.entry.Edge
@@ -75,124 +70,80 @@ func (c *Client) edgeLoop(ctx context.Context) {
 			})
 			continue
 		}
-		if idx >= len(addrs) {
-			idx = 0
-		}
-		// Resume only while what the edge would replay is still in the
-		// seen-set: gifts of a longer gap arrived through segments, and a
-		// replay older than SeenWindow would show them twice. Segments
-		// carry every gift, so starting fresh loses nothing.
-		if last != "" && !lastAt.IsZero() && c.serverNow().Sub(lastAt) > c.cfg.SeenWindow/2 {
-			last = ""
-		}
+		addr, last := r.target(addrs)
 		// The token goes in a header, never in the URL, where proxies and
 		// logs would keep it.
-		conn, resp, err := dialer.DialContext(ctx, edgeURL(addrs[idx], last), http.Header{"Authorization": {"Bearer " + s.entry.Token}})
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			c.stats.edgeDialErrors.Add(1)
-			if resp != nil && resp.StatusCode == http.StatusUnauthorized {
-				c.log.Info("sdk: edge refused the token; re-joining", "room", c.cfg.Room)
-				_ = c.rejoin(ctx, s, c.cfg.RejoinJitter)
-				idx = 0
-				continue
-			}
-			c.log.Warn("sdk: edge dial failed", "room", c.cfg.Room, "addr", addrs[idx], "err", err)
-			if resp != nil && (resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusTooManyRequests) {
-				// A busy edge (connect_rate at a show's start, room_full,
-				// too_many_conns) says when to come back: not before, even
-				// after trying the others.
-				if ra := readAPIError(resp).RetryAfter; ra > 0 {
-					if at := c.serverNow().Add(ra); at.After(retryAt) {
-						retryAt = at
-					}
-				}
-			}
-			idx++
-			if idx == len(addrs) {
-				// Every address failed: they may all be gone. Back off, then
-				// ask the gslb for fresh ones.
-				idx = 0
-				backoff = min(max(2*backoff, edgeBackoffMin), edgeBackoffMax)
-				wait := backoff/2 + rand.N(backoff/2+1)
-				if until := retryAt.Sub(c.serverNow()); until > 0 {
-					// Spread the refused over a second past what was asked.
-					wait = max(wait, until+rand.N(time.Second))
-				}
-				retryAt = time.Time{}
-				if c.sleep(ctx, wait) != nil {
-					return
-				}
-				_ = c.rejoin(ctx, s, c.cfg.RejoinJitter)
-			}
-			continue
-		}
-		backoff = 0
-		c.stats.edgeConnects.Add(1)
-		if everConn {
-			c.stats.edgeReconnects.Add(1)
-		}
-		everConn = true
-		frames := c.stats.edgeFrames.Load()
-		code, err := c.readEdge(ctx, conn, &last, s.entry.Token)
-		lastAt = c.serverNow()
-		if ctx.Err() != nil {
+		conn, resp, err := dialer.DialContext(ctx, edgeURL(addr, last), http.Header{"Authorization": {"Bearer " + s.entry.Token}})
+		var step edgeStep
+		switch {
+		case err == nil:
+			step = c.edgeConnected(ctx, r, conn, s.entry.Token)
+		case ctx.Err() != nil:
 			return
-		}
-		switch code {
-		case CloseRoomEnded:
-			// The segments carry the rest, up to the room's last one; the
-			// poller ends the client when it has delivered it.
-			c.log.Info("sdk: the room has ended; the edge is done", "room", c.cfg.Room)
-			return
-		case CloseBanned:
-			// The edge and the entry refuse this user until the ban ends;
-			// reconnecting would only be refused. The segments still show
-			// the room.
-			c.stats.banned.Store(1)
-			c.log.Info("sdk: banned from the room; the edge is done", "room", c.cfg.Room)
-			return
-		case CloseResume:
-			// Reconnect at once to the same address; last resumes the
-			// stream. A resume close before any frame means the edge could
-			// not catch this client up (its store is failing): back off
-			// rather than loop through handshakes.
-			if c.stats.edgeFrames.Load() != frames {
-				stuck = 0
-				break
-			}
-			stuck = min(max(2*stuck, edgeBackoffMin), edgeBackoffMax)
-			if c.sleep(ctx, stuck/2+rand.N(stuck/2+1)) != nil {
-				return
-			}
-		case CloseResumeGap:
-			// Start fresh; the segments carry the gap. Spread a whole
-			// edge's worth of such closes (an outage longer than the
-			// stream is kept) like any reconnect.
-			c.log.Info("sdk: the edge cannot resume this client; starting fresh", "room", c.cfg.Room)
-			last = ""
-			if c.cfg.RejoinJitter > 0 && c.sleep(ctx, rand.N(c.cfg.RejoinJitter)) != nil {
-				return
-			}
-		case CloseDraining, CloseTokenRejected:
-			c.log.Info("sdk: edge closed; re-joining", "room", c.cfg.Room, "code", code)
-			// The session at close time, not at dial time: a token refresh
-			// in between must not turn this into an immediate reconnect to
-			// the draining node's old address list without jitter.
-			_ = c.rejoin(ctx, c.sess.Load(), c.cfg.RejoinJitter)
-			idx = 0
 		default:
-			// A dropped connection: every client of that edge reconnects
-			// now, so spread them out. Nothing is lost meanwhile: last
-			// resumes the stream.
-			c.log.Info("sdk: edge connection lost", "room", c.cfg.Room, "err", err)
-			if c.cfg.RejoinJitter > 0 && c.sleep(ctx, rand.N(c.cfg.RejoinJitter)) != nil {
-				return
-			}
+			step = c.edgeDialFailed(r, len(addrs), addr, resp, err)
+		}
+		if step.stop || step.wait > 0 && c.sleep(ctx, step.wait) != nil {
+			return
+		}
+		switch step.rejoin {
+		case rejoinDialed:
+			_ = c.rejoin(ctx, s, c.cfg.RejoinJitter)
+		case rejoinCurrent:
+			_ = c.rejoin(ctx, c.sess.Load(), c.cfg.RejoinJitter)
 		}
 	}
+}
+
+// edgeDialFailed counts and logs a failed dial of addr, one of n, and asks r
+// what to do next.
+func (c *Client) edgeDialFailed(r *reconnector, n int, addr string, resp *http.Response, err error) edgeStep {
+	c.stats.edgeDialErrors.Add(1)
+	if resp != nil && resp.StatusCode == http.StatusUnauthorized {
+		c.log.Info("sdk: edge refused the token; re-joining", "room", c.cfg.Room)
+		return r.tokenRefused()
+	}
+	c.log.Warn("sdk: edge dial failed", "room", c.cfg.Room, "addr", addr, "err", err)
+	var retryAfter time.Duration
+	if resp != nil && (resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusTooManyRequests) {
+		// A busy edge (connect_rate at a show's start, room_full,
+		// too_many_conns) says when to come back: not before, even after
+		// trying the others.
+		retryAfter = readAPIError(resp).RetryAfter
+	}
+	return r.dialFailed(n, retryAfter)
+}
+
+// edgeConnected reads conn until it ends, and asks r what to do next.
+func (c *Client) edgeConnected(ctx context.Context, r *reconnector, conn *websocket.Conn, tok string) edgeStep {
+	c.stats.edgeConnects.Add(1)
+	if r.connected() {
+		c.stats.edgeReconnects.Add(1)
+	}
+	frames := c.stats.edgeFrames.Load()
+	code, err := c.readEdge(ctx, conn, &r.last, tok)
+	if ctx.Err() != nil {
+		return edgeStep{stop: true}
+	}
+	switch code {
+	case CloseRoomEnded:
+		// The poller ends the client when it has delivered the room's
+		// last segment.
+		c.log.Info("sdk: the room has ended; the edge is done", "room", c.cfg.Room)
+	case CloseBanned:
+		// The edge and the entry refuse this user until the ban ends. The
+		// segments still show the room.
+		c.stats.banned.Store(1)
+		c.log.Info("sdk: banned from the room; the edge is done", "room", c.cfg.Room)
+	case CloseResume:
+	case CloseResumeGap:
+		c.log.Info("sdk: the edge cannot resume this client; starting fresh", "room", c.cfg.Room)
+	case CloseDraining, CloseTokenRejected:
+		c.log.Info("sdk: edge closed; re-joining", "room", c.cfg.Room, "code", code)
+	default:
+		c.log.Info("sdk: edge connection lost", "room", c.cfg.Room, "err", err)
+	}
+	return r.closed(code, c.stats.edgeFrames.Load() != frames)
 }
 
 // isTokenAsk reports whether a text frame from the edge asks for a fresh

@@ -11,7 +11,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // Gifts and system messages come first over the edge and again in a segment;

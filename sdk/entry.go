@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // Entry is what the entry endpoint hands a client: where to send, where to

@@ -5,7 +5,7 @@ import (
 	"log/slog"
 	"testing"
 
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // FuzzDecodeSegment feeds arbitrary bytes to the poller's segment path:

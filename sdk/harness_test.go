@@ -18,8 +18,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"danmaku/internal/clock"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 const (
@@ -33,7 +32,7 @@ const (
 // serverOffset, so the client must learn the offset from the entry answer.
 type world struct {
 	t            *testing.T
-	clk          *clock.Fake
+	clk          *FakeClock
 	serverOffset time.Duration
 	speed        atomic.Int64 // fake ns advanced per real ms; 0 = paused
 
@@ -94,7 +93,7 @@ func newWorld(t *testing.T) *world {
 	t.Helper()
 	w := &world{
 		t:            t,
-		clk:          clock.NewFake(start),
+		clk:          NewFakeClock(start),
 		serverOffset: 90*time.Minute + 123*time.Millisecond,
 		segments:     map[int64][]byte{},
 		hold:         map[int64]int{},

@@ -1,7 +1,7 @@
 package sdk
 
 import (
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 
 	"context"
 	"sync"

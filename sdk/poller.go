@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"time"
 
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // manifestEvery bounds how often a poller that is far behind asks for the

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // The poller starts at the second the client joined in, delivers segments in

@@ -6,8 +6,6 @@ import (
 	"math"
 	"sync"
 	"time"
-
-	"danmaku/internal/clock"
 )
 
 // Render queue defaults.
@@ -126,7 +124,7 @@ func NewRenderQueue(cfg RenderConfig) (*RenderQueue, error) {
 		visible: cmp.Or(cfg.Visible, defaultRenderVisible),
 		buffer:  cmp.Or(cfg.Buffer, defaultRenderBuffer),
 		display: cmp.Or(cfg.Display, defaultRenderDisplay),
-		clk:     clock.Or(cfg.Clock),
+		clk:     clockOr(cfg.Clock),
 	}
 	// Both fill up in ordinary use: allocate once so that Push and Next
 	// do not.

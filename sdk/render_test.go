@@ -10,15 +10,14 @@ import (
 	"testing"
 	"time"
 
-	"danmaku/internal/clock"
 	"danmaku/sdk"
 )
 
 const testDisplay = 8 * time.Second // the default
 
-func newTestQueue(t testing.TB, cfg sdk.RenderConfig) (*sdk.RenderQueue, *clock.Fake) {
+func newTestQueue(t testing.TB, cfg sdk.RenderConfig) (*sdk.RenderQueue, *sdk.FakeClock) {
 	t.Helper()
-	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+	clk := sdk.NewFakeClock(time.Unix(1_700_000_000, 0))
 	cfg.Clock = clk
 	q, err := sdk.NewRenderQueue(cfg)
 	if err != nil {
@@ -61,7 +60,7 @@ func drain(q *sdk.RenderQueue) []string {
 
 // drainAll pulls until the queue is empty, moving the clock on whenever
 // every slot is taken.
-func drainAll(t *testing.T, q *sdk.RenderQueue, clk *clock.Fake) []string {
+func drainAll(t *testing.T, q *sdk.RenderQueue, clk *sdk.FakeClock) []string {
 	t.Helper()
 	var out []string
 	for q.Len() > 0 {

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 const (

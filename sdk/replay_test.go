@@ -3,17 +3,14 @@ package sdk
 import (
 	"context"
 	"errors"
-	"net/http/httptest"
 	"slices"
 	"testing"
 
-	"github.com/gin-gonic/gin"
-
-	"danmaku/internal/objstore"
-	"danmaku/internal/origin"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
+// TestReplay reads segments from a fake CDN; TestReplaySubSecond, in the
+// server module (internal/sdke2e), reads them from the origin.
 func TestReplay(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
@@ -59,47 +56,5 @@ func TestReplay(t *testing.T) {
 
 	if err := Replay(context.Background(), w.cdn.URL, "bad/room", 0, 1, nil); !errors.Is(err, ErrReplay) {
 		t.Errorf("Replay with a bad room = %v", err)
-	}
-}
-
-// TestReplaySubSecond: a 500 ms room is replayed from its ms/ keys, at the
-// duration its manifest names, slot by slot.
-func TestReplaySubSecond(t *testing.T) {
-	t.Parallel()
-	objects := objstore.NewMemoryStore()
-	put := func(key string, body []byte) {
-		if _, err := objects.Put(context.Background(), key, body, objstore.PutOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	const sec = 1_600_000_000
-	var last *wire.Segment
-	for i := range int64(4) {
-		slot := sec*2 + i
-		seg := wire.NewSegment(testRoom, 500, slot, uint64(i+1))
-		seg.Messages = []wire.Message{wire.Slim(wire.Message{ID: wire.FormatID(slot*500+1, 0), Kind: KindBarrage, Text: "m"})}
-		b, err := wire.EncodeSegment(seg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		put(wire.SlotKey(testRoom, 500, slot), b)
-		last = seg
-	}
-	mb, _ := wire.EncodeManifest(wire.ManifestFor(last))
-	put(wire.ManifestKey(testRoom), mb)
-	e := gin.New()
-	origin.Register(e, objects)
-	srv := httptest.NewServer(e)
-	defer srv.Close()
-
-	var got []string
-	if err := Replay(context.Background(), srv.URL, testRoom, sec, sec+2, func(m Message) error {
-		got = append(got, m.ID)
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if len(got) != 4 || got[0] != wire.FormatID(sec*1000+1, 0) || got[3] != wire.FormatID(sec*1000+1501, 0) {
-		t.Fatalf("replayed %v", got)
 	}
 }

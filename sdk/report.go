@@ -9,7 +9,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // defaultReportInterval is how often the client reports its counters to the

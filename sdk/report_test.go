@@ -8,7 +8,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // The client reports render drops and held-back sends to the edge as

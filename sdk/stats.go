@@ -3,7 +3,7 @@ package sdk
 import (
 	"sync/atomic"
 
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // Stats are the client's counters since New. Fields are int64 so that the

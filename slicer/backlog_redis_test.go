@@ -20,7 +20,7 @@ import (
 	"danmaku/internal/redisx"
 	"danmaku/internal/redisx/redistest"
 	"danmaku/internal/stream"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 	"danmaku/slicer"
 	"danmaku/slicer/slicertest"
 )

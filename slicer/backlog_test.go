@@ -10,7 +10,7 @@ import (
 
 	"danmaku/ingest"
 	"danmaku/internal/stream"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // turn is one turn of lead's loop on the rig's clock: read (or, stopped at

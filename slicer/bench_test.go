@@ -10,7 +10,7 @@ import (
 	"danmaku/internal/objstore"
 	"danmaku/internal/redisx/redistest"
 	"danmaku/internal/stream"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // benchSeconds runs the slicer's per-second work — read the consumer group,

@@ -17,7 +17,7 @@ import (
 	"danmaku/internal/redisx"
 	"danmaku/internal/stream"
 	"danmaku/internal/testenv"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 	"danmaku/slicer"
 	"danmaku/slicer/slicertest"
 )

@@ -8,7 +8,7 @@ import (
 	"danmaku/internal/clock"
 	"danmaku/internal/event"
 	"danmaku/internal/stream"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // TestSegmentDurationChange: a room set from 1000 ms to 500 ms switches at

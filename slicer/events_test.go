@@ -10,7 +10,7 @@ import (
 	"danmaku/internal/event"
 	"danmaku/internal/objstore"
 	"danmaku/internal/stream"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // TestRoomEnds: the slicer leads only the rooms of live events; when the

@@ -4,7 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // Queue is a priority queue of the slicer, highest priority first.

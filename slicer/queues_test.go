@@ -4,7 +4,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 func TestAllocate(t *testing.T) {

@@ -9,7 +9,7 @@ import (
 
 	"danmaku/internal/objstore"
 	"danmaku/internal/stream"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // Regression tests for faults found in review: each names the scenario.

@@ -12,7 +12,7 @@ import (
 	"danmaku/internal/audit"
 	"danmaku/internal/objstore"
 	"danmaku/internal/stream"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // recentSpan is how far back a leader keeps written segments' identities

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"danmaku/internal/stream"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // Site-wide broadcasts (stream.SiteKey) reach every live room through the

@@ -14,7 +14,7 @@ import (
 	"danmaku/internal/objstore"
 	"danmaku/internal/redisx/redistest"
 	"danmaku/internal/stream"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 	"danmaku/slicer"
 )
 

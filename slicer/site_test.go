@@ -12,7 +12,7 @@ import (
 	"danmaku/internal/clock"
 	"danmaku/internal/objstore"
 	"danmaku/internal/stream"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // siteRig runs the loops of several rooms of one slicer turn by turn on a

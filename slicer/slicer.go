@@ -18,7 +18,7 @@ import (
 	"danmaku/internal/event"
 	"danmaku/internal/objstore"
 	"danmaku/internal/stream"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // Defaults.

@@ -12,7 +12,7 @@ import (
 	"danmaku/internal/clock"
 	"danmaku/internal/objstore"
 	"danmaku/internal/stream"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 type rig struct {

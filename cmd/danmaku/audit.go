@@ -16,7 +16,7 @@ import (
 	"danmaku/internal/audit"
 	"danmaku/internal/objstore"
 	"danmaku/internal/stack"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // DefaultAuditDir is where `danmaku dev` keeps the audit trail and where

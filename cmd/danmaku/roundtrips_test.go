@@ -26,7 +26,7 @@ import (
 	"danmaku/auth"
 	"danmaku/gslb"
 	"danmaku/internal/testenv"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // TestStackRoundTrips is what the whole stack costs Redis per comment: a

@@ -25,7 +25,7 @@ locals {
 
   release_object_arn = var.release_s3_uri == null ? null : "arn:${local.partition}:s3:::${trimprefix(var.release_s3_uri, "s3://")}"
 
-  # Everything the slicer writes lives under rooms/ (internal/wire): the
+  # Everything the slicer writes lives under rooms/ (sdk/wire): the
   # segments and each room's manifest.
   slicer_object_arn = "${module.segments_bucket.arn}/${var.s3_prefix}rooms/*"
 

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"danmaku/internal/objstore"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // ReadStore is what reading the trail needs: keys listed by prefix, then

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"danmaku/internal/ident"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // Ban keeps one user out of one room, out of every room of one event, or

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"danmaku/internal/ident"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // Event is one concert (or rehearsal): a set of rooms live from Start until

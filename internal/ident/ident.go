@@ -50,7 +50,7 @@ import (
 
 	"golang.org/x/text/unicode/norm"
 
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // Limits.

@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/text/unicode/norm"
 
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // wantErr checks err against the field it must name ("" = no error), and

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // BenchmarkLoadgenOffer measures what one generator process can send

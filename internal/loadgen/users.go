@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"danmaku/auth"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // user is one simulated viewer who comments. Users are reused for the whole

@@ -20,7 +20,7 @@ import (
 	"danmaku/internal/objstore"
 	"danmaku/internal/objstore/objstoretest"
 	"danmaku/internal/testenv"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // testPrefix returns a prefix no other test or run uses, so tests sharing a

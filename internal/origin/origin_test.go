@@ -16,7 +16,7 @@ import (
 	"danmaku/internal/httpx"
 	"danmaku/internal/objstore"
 	"danmaku/internal/origin"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 const segKey = "rooms/r1/s/1700000000.msgpack"

@@ -11,7 +11,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"danmaku/internal/httpx"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // Identity is who a request comes from, as its server has verified it.

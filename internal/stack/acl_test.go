@@ -22,7 +22,7 @@ import (
 	"danmaku/internal/redisx/redistest"
 	"danmaku/internal/stream"
 	"danmaku/internal/testenv"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 	"danmaku/slicer"
 )
 

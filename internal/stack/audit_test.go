@@ -14,7 +14,7 @@ import (
 	"danmaku/internal/audit"
 	"danmaku/internal/event"
 	"danmaku/internal/objstore"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // TestAuditTrailThroughStack: as `danmaku dev` runs it, the process's one

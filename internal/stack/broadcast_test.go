@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"danmaku/internal/event"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // TestSiteBroadcastThroughStack: an operator's site-wide broadcast, posted

@@ -28,8 +28,8 @@ import (
 	"danmaku/internal/objstore"
 	"danmaku/internal/redisx"
 	"danmaku/internal/testenv"
-	"danmaku/internal/wire"
 	"danmaku/sdk"
+	"danmaku/sdk/wire"
 )
 
 // The real viewer path: Redis streams, versitygw as S3, Varnish as the CDN

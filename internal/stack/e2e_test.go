@@ -14,8 +14,8 @@ import (
 
 	"danmaku/auth"
 	"danmaku/internal/event"
-	"danmaku/internal/wire"
 	"danmaku/sdk"
+	"danmaku/sdk/wire"
 )
 
 // startStack runs every role on free loopback ports until the test ends.

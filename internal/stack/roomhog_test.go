@@ -18,7 +18,7 @@ import (
 	"danmaku/internal/redisx"
 	"danmaku/internal/redisx/redistest"
 	"danmaku/internal/testenv"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // TestRoomHog is issue 7's room-hog case: one valid ticket asking for 200

@@ -30,7 +30,7 @@ import (
 	"danmaku/internal/objstore"
 	"danmaku/internal/ratelimit"
 	"danmaku/internal/stream"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 	"danmaku/slicer"
 )
 

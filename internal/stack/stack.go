@@ -44,10 +44,10 @@ import (
 	"danmaku/internal/origin"
 	"danmaku/internal/ratelimit"
 	"danmaku/internal/redisx"
+	"danmaku/internal/sdkweb"
 	"danmaku/internal/stream"
 	"danmaku/internal/sysload"
 	"danmaku/internal/tlsx"
-	"danmaku/sdk/web"
 	"danmaku/slicer"
 )
 
@@ -733,7 +733,7 @@ func New(cfg Config) (*Stack, error) {
 			if string(cfg.TicketKey) == string(auth.DevTicketKey) {
 				gslb.RegisterDevTickets(e, cfg.TicketKey)
 			}
-			web.Register(e)
+			sdkweb.Register(e)
 		}
 		rs.srv = httpx.NewServer(e, 10*time.Second)
 	}

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"danmaku/internal/stream"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // benchBatch is the size of one Append or ReadGroup in the benchmarks: about

@@ -6,7 +6,7 @@ import (
 
 	"danmaku/internal/redisx/redistest"
 	"danmaku/internal/stream"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // TestRoomReads: DrainRoom reads the clock and both lanes in one step —

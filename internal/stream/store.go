@@ -14,7 +14,7 @@ import (
 	"errors"
 	"time"
 
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // Lane selects one of a room's two streams.

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"danmaku/internal/clock"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 var _ Store = (*MemoryStore)(nil)

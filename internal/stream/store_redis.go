@@ -17,7 +17,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"danmaku/internal/clock"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 var _ Store = (*RedisStore)(nil)

@@ -21,7 +21,7 @@ import (
 	"danmaku/internal/stream"
 	"danmaku/internal/stream/streamtest"
 	"danmaku/internal/testenv"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // redisClient starts a Redis server for t and returns a client of it.

@@ -32,7 +32,7 @@ const MIN_TOKEN_REFRESH_MS = 5000;
 // busy gslb at show start), a few samples of GET /v1/time, the tightest kept.
 const CLOCK_GOOD_MS = 5, CLOCK_SAMPLES = 4, CLOCK_SAMPLE_GAP_MS = 2000, CLOCK_DRIFT = 20e-6;
 const MAX_REPORT_DELTA = 1000; // drops and held each per report: the edge takes 200 of the two a second
-// The report's service-level fields (internal/wire/report.go): the edge
+// The report's service-level fields (sdk/wire/report.go): the edge
 // refuses more segments, or more latencies in all, in one report.
 const MAX_REPORT_SEGMENTS = 600, MAX_REPORT_LATENCIES = 10000;
 const MAX_RECENT_TEXTS = 64;

@@ -1,222 +1,30 @@
 package web_test
 
 import (
-	"bytes"
-	"context"
-	"fmt"
-	"io"
-	"net/http"
-	"net/http/httptest"
+	"io/fs"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/gin-gonic/gin"
-
-	"danmaku/internal/stack"
-	"danmaku/internal/stack/stacktest"
-	"danmaku/internal/wire"
 	"danmaku/sdk/web"
+	"danmaku/sdk/wire"
 )
 
-func TestServe(t *testing.T) {
-	gin.SetMode(gin.ReleaseMode)
-	e := gin.New()
-	web.Register(e)
-	srv := httptest.NewServer(e)
-	defer srv.Close()
-
-	get := func(method, path string, hdr ...string) (*http.Response, string) {
-		t.Helper()
-		req, _ := http.NewRequest(method, srv.URL+path, nil)
-		for i := 0; i+1 < len(hdr); i += 2 {
-			req.Header.Set(hdr[i], hdr[i+1])
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp, string(b)
-	}
-	for _, tt := range []struct{ path, typ, contains string }{
-		{"/", "text/html; charset=utf-8", `<script type="importmap">`},
-		{"/sdk/danmaku.js", "text/javascript; charset=utf-8", "export class DanmakuClient"},
-		{"/sdk/demo/demo.js", "text/javascript; charset=utf-8", "from '../danmaku.js'"},
-		{"/sdk/demo/demo.css", "text/css; charset=utf-8", ".stage"},
-		{"/sdk/vendor/msgpack.mjs", "text/javascript; charset=utf-8", "@msgpack/msgpack 3."},
-		{"/sdk/demo/index.html", "text/html; charset=utf-8", "/sdk/vendor/msgpack.mjs"},
-	} {
-		for _, method := range []string{http.MethodGet, http.MethodHead} {
-			resp, body := get(method, tt.path)
-			if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != tt.typ || resp.Header.Get("Cache-Control") != "no-cache" {
-				t.Errorf("%s %s: %d %q %q", method, tt.path, resp.StatusCode, resp.Header.Get("Content-Type"), resp.Header.Get("Cache-Control"))
-			}
-			if method == http.MethodGet && !strings.Contains(body, tt.contains) {
-				t.Errorf("GET %s: body lacks %q", tt.path, tt.contains)
-			}
-			if method == http.MethodHead && body != "" {
-				t.Errorf("HEAD %s: a body", tt.path)
-			}
+// TestFiles: what a page loads is embedded, the tooling is not.
+func TestFiles(t *testing.T) {
+	for _, name := range []string{"danmaku.js", "demo/index.html", "demo/demo.js", "demo/demo.css", "vendor/msgpack.mjs"} {
+		if b, err := fs.ReadFile(web.Files, name); err != nil || len(b) == 0 {
+			t.Errorf("%s: %d bytes, %v", name, len(b), err)
 		}
 	}
-	resp, _ := get(http.MethodGet, "/sdk/danmaku.js")
-	if r, _ := get(http.MethodGet, "/sdk/danmaku.js", "If-None-Match", resp.Header.Get("ETag")); r.StatusCode != http.StatusNotModified {
-		t.Errorf("revalidation: %d, want 304", r.StatusCode)
-	}
-	// Only what a page loads: not the Go source, the tests, the tooling.
-	for _, path := range []string{"/sdk/web.go", "/sdk/../web.go", "/sdk/test/browser.mjs", "/sdk/package.json", "/sdk/demo", "/sdk/", "/sdk/nope.js"} {
-		if r, body := get(http.MethodGet, path); r.StatusCode != http.StatusNotFound || !strings.Contains(body, `"not_found"`) {
-			t.Errorf("GET %s: %d %s, want a coded 404", path, r.StatusCode, body)
+	for _, name := range []string{"web.go", "package.json", "test/browser.mjs"} {
+		if _, err := fs.Stat(web.Files, name); err == nil {
+			t.Errorf("%s is embedded", name)
 		}
 	}
-	// Every script and style the page names is served.
-	_, page := get(http.MethodGet, "/")
-	for _, m := range regexp.MustCompile(`(?:src|href)="(/sdk/[^"]+)"|"@msgpack/msgpack": "([^"]+)"`).FindAllStringSubmatch(page, -1) {
-		ref := m[1] + m[2]
-		if r, _ := get(http.MethodGet, ref); r.StatusCode != http.StatusOK {
-			t.Errorf("the page refers to %s: %d", ref, r.StatusCode)
-		}
-	}
-}
-
-// tools finds node, chromium and sdk/web's node_modules; a test that needs
-// them skips when they are missing, or fails under CI/DANMAKU_REQUIRE_SERVERS.
-func tools(tb testing.TB, browser bool) string {
-	tb.Helper()
-	var missing []string
-	node, err := exec.LookPath("node")
-	if err != nil {
-		missing = append(missing, "node")
-	}
-	need := []string{"node_modules/@msgpack/msgpack/package.json"}
-	if browser {
-		need = append(need, "node_modules/playwright-core/package.json")
-		if _, err := os.Stat(chromium()); err != nil {
-			missing = append(missing, "chromium ("+chromium()+")")
-		}
-	}
-	for _, f := range need {
-		if _, err := os.Stat(f); err != nil {
-			missing = append(missing, "sdk/web/"+filepath.Dir(f))
-		}
-	}
-	if len(missing) > 0 {
-		msg := fmt.Sprintf("missing %s: run `bash sdk/web/deps.sh` (Debian's chromium and nodejs/npm with apt-get, then npm ci in sdk/web; no browser is downloaded)", strings.Join(missing, ", "))
-		if os.Getenv("CI") != "" || os.Getenv("DANMAKU_REQUIRE_SERVERS") != "" {
-			tb.Fatal(msg)
-		}
-		tb.Skip(msg)
-	}
-	return node
-}
-
-func chromium() string {
-	if p := os.Getenv("DANMAKU_CHROMIUM"); p != "" {
-		return p
-	}
-	return "/usr/bin/chromium"
-}
-
-// TestUnitJS runs the SDK's unit tests (no browser).
-func TestUnitJS(t *testing.T) {
-	node := tools(t, false)
-	runNode(t, node, nil, 2*time.Minute, "--test", "test/unit.test.mjs")
-}
-
-// TestBrowser runs the demo page in chromium against the whole pipeline in
-// this process: join, send through the send box, a flood, hidden, a gift;
-// in a room of 1 s segments and in one of 250 ms (version 2, keys in ms).
-func TestBrowser(t *testing.T) {
-	if testing.Short() {
-		t.Skip("the browser test runs half a minute of real segments")
-	}
-	node := tools(t, true)
-	for _, ms := range []int64{1000, 250} {
-		t.Run(fmt.Sprintf("segment_ms=%d", ms), func(t *testing.T) {
-			// The page reports every second (?report=1000); the edge
-			// takes reports that often here (its default is one per 5 s
-			// against the SDKs' 10 s).
-			st := startStack(t, stack.Config{SegmentMs: ms, EdgeReportEvery: time.Nanosecond})
-			runNode(t, node, []string{"DANMAKU_GSLB=" + st.URLs[stack.RoleGSLB]}, 4*time.Minute, "test/browser.mjs")
-			// The page's reports were all taken by the edge, and their
-			// service-level fields reached its metrics.
-			r := stacktest.Reports(t, st)
-			t.Logf("edge: %+v", r)
-			if r.Refused != 0 || r.FirstPolls == 0 || r.Latencies == 0 {
-				t.Errorf("edge: %+v; want none refused, some first polls and latencies", r)
-			}
-		})
-	}
-}
-
-// BenchmarkBrowserFPS reports the demo page's frames per second with the
-// CPU throttled 4× while 60 comments a second arrive for 10 s (test/fps.mjs).
-// DANMAKU_SCREENSHOT=docs/demo-screenshot.png (relative to the repository
-// root) also saves a screenshot under that load.
-func BenchmarkBrowserFPS(b *testing.B) {
-	node := tools(b, true)
-	// A budget well above the 60 comments a second posted, so that the
-	// slicer is not what limits the rate.
-	st := startStack(b, stack.Config{Budget: 300})
-	env := []string{"DANMAKU_GSLB=" + st.URLs[stack.RoleGSLB]}
-	if p := os.Getenv("DANMAKU_SCREENSHOT"); p != "" && !filepath.IsAbs(p) {
-		env = append(env, "DANMAKU_SCREENSHOT="+filepath.Join("..", "..", p))
-	}
-	var out string
-	for range b.N {
-		out = runNode(b, node, env, 3*time.Minute, "test/fps.mjs")
-	}
-	m := regexp.MustCompile(`fps: median (\d+), p5 (\d+)`).FindStringSubmatch(out)
-	if m == nil {
-		b.Fatalf("no fps figure in:\n%s", out)
-	}
-	median, _ := strconv.Atoi(m[1])
-	p5, _ := strconv.Atoi(m[2])
-	b.ReportMetric(float64(median), "fps-median")
-	b.ReportMetric(float64(p5), "fps-p5")
-}
-
-// runNode runs node with args in sdk/web and fails unless it exits 0. It
-// returns what it printed.
-func runNode(tb testing.TB, node string, env []string, timeout time.Duration, args ...string) string {
-	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, node, args...)
-	cmd.Env = append(append(os.Environ(), "DANMAKU_SERVICE_KEY="+stack.DevServiceKey, "DANMAKU_CHROMIUM="+chromium()), env...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	tb.Logf("node %s:\n%s", strings.Join(args, " "), out.String())
-	if err != nil {
-		tb.Fatalf("node %s: %v", strings.Join(args, " "), err)
-	}
-	return out.String()
-}
-
-// startStack runs every role with the demo page on free loopback ports
-// until the test ends, as `danmaku dev` does on fixed ones.
-func startStack(tb testing.TB, cfg stack.Config) *stack.Stack {
-	tb.Helper()
-	cfg.Dev = true
-	st := stacktest.Start(tb, cfg)
-	resp, err := http.Get(st.URLs[stack.RoleGSLB] + "/")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		tb.Fatalf("the gslb does not serve the demo page at / (%d): Config.Demo should register web.Register on its engine", resp.StatusCode)
-	}
-	return st
 }
 
 // TestReportBoundsMatchWire: the browser SDK's copy of the report's latency

@@ -13,7 +13,7 @@ import (
 
 	"danmaku/internal/objstore"
 	"danmaku/internal/stream"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // Producer appends gifts (some identical within a second, so they merge) and

@@ -43,7 +43,7 @@ import (
 
 	"danmaku/internal/clock"
 	"danmaku/internal/stream"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // fakeStart is where the fake clock starts: far from any real time, so that a

@@ -1,4 +1,4 @@
-package web_test
+package sdkweb_test
 
 import (
 	"encoding/json"
@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"danmaku/internal/httpx"
-	"danmaku/sdk/web"
+	"danmaku/internal/sdkweb"
 )
 
 // TestServeConditional: preconditions and Range on the demo page and the
@@ -17,7 +17,7 @@ import (
 // 416.
 func TestServeConditional(t *testing.T) {
 	e := httpx.NewEngine(httpx.EngineConfig{Role: "gslb"})
-	web.Register(e)
+	sdkweb.Register(e)
 	srv := httptest.NewServer(e)
 	defer srv.Close()
 

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"testing"
 
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // Realistic content for size benchmarks: Chinese comments of 10-20

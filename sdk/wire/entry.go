@@ -1,7 +1,7 @@
 package wire
 
 import (
-	"danmaku/internal/jsonx"
+	"danmaku/sdk/jsonx"
 	"strconv"
 )
 

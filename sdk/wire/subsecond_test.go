@@ -7,7 +7,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // TestSubSecondSegments: a 500 ms or 250 ms room writes version-2 segments

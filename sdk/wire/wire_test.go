@@ -8,7 +8,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 func TestParseID(t *testing.T) {

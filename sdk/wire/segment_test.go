@@ -11,7 +11,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 const orderSecret = "ORDER-must-not-leak-7f3a"

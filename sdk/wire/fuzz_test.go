@@ -5,7 +5,7 @@ import (
 	"reflect"
 	"testing"
 
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // Every decoder is fuzzed: it must never panic (nor exhaust memory), every

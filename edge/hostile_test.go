@@ -14,9 +14,9 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"danmaku/edge/edgetest"
 	"danmaku/internal/clock"
 	"danmaku/internal/wire"
-	"danmaku/internal/wsbench"
 )
 
 // Hostile input the edge gets from outside, one test per kind; the
@@ -211,7 +211,7 @@ func TestPongFloodNeighbourServed(t *testing.T) {
 			for i := range neighbours {
 				neighbours[i] = e.connect("r1", "")
 			}
-			c, br, err := wsbench.Dial(e.ts.Listener.Addr().String(), e.token("r1"))
+			c, br, err := edgetest.Dial(e.ts.Listener.Addr().String(), e.token("r1"))
 			if err != nil {
 				t.Fatal(err)
 			}

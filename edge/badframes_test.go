@@ -10,7 +10,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"danmaku/internal/wsbench"
+	"danmaku/edge/edgetest"
 	"danmaku/sdk/wire"
 )
 
@@ -54,7 +54,7 @@ func readCloseCode(t *testing.T, c net.Conn, br *bufio.Reader) int {
 // with the test.
 func dialSending(t *testing.T, addr, tok string, frames ...[]byte) (net.Conn, *bufio.Reader) {
 	t.Helper()
-	c, br, err := wsbench.Dial(addr, tok)
+	c, br, err := edgetest.Dial(addr, tok)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func closePayload(t *testing.T, c net.Conn, br *bufio.Reader) []byte {
 func readClose(c net.Conn, br *bufio.Reader) ([]byte, error) {
 	_ = c.SetReadDeadline(time.Now().Add(safety))
 	for {
-		f, err := wsbench.ReadFrame(br)
+		f, err := edgetest.ReadFrame(br)
 		if err != nil {
 			return nil, err
 		}
@@ -162,5 +162,13 @@ func TestDeflateOfferIgnored(t *testing.T) {
 	got, err := readUntil(ws, "r1", func(ms []wire.Message) bool { return len(ms) > 0 })
 	if err != nil || got[0].ID != id {
 		t.Fatalf("read %+v, %v; want the gift %s in a plain frame", got, err, id)
+	}
+}
+
+// TestEdgetestPath holds the test client's upgrade path to the server's:
+// edgetest cannot import edge (edge's own tests import it).
+func TestEdgetestPath(t *testing.T) {
+	if edgetest.Path != Path {
+		t.Fatalf("edgetest.Path = %q, edge.Path = %q", edgetest.Path, Path)
 	}
 }

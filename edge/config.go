@@ -9,11 +9,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"danmaku/auth"
-	"danmaku/gslb"
 	"danmaku/internal/ban"
 	"danmaku/internal/clock"
 	"danmaku/internal/event"
 	"danmaku/internal/httpx"
+	"danmaku/internal/loadtable"
 	"danmaku/internal/ratelimit"
 	"danmaku/internal/stream"
 )
@@ -97,11 +97,11 @@ type Config struct {
 
 	// LoadTable receives this node's load every ReportInterval while Run
 	// runs. Nil: Run reports nothing.
-	LoadTable gslb.LoadTable
+	LoadTable loadtable.Table
 	// Online receives this node's viewers per room, once a second while
 	// they change, while Run runs. Nil: LoadTable, when it is also an
 	// OnlineTable.
-	Online gslb.OnlineTable
+	Online loadtable.OnlineTable
 	// ReportInterval is how often load is reported while it changes.
 	// Zero: the gslb reporter's default (5 ms).
 	ReportInterval time.Duration

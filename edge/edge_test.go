@@ -15,8 +15,8 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"danmaku/gslb"
 	"danmaku/internal/clock"
+	"danmaku/internal/loadtable"
 	"danmaku/internal/stream"
 	"danmaku/sdk/wire"
 )
@@ -202,7 +202,7 @@ func TestHandshakeAccepted(t *testing.T) {
 	checkCoded(t, resp, http.StatusServiceUnavailable, CodeOverCapacity)
 
 	l, rooms := e.srv.Load(), e.srv.OnlineRooms()
-	if l.Conns != 2 || l.Capacity != 2 || rooms["r1"] != 1 || rooms["r2"] != 1 || l.Kind != gslb.KindEdge || l.Addr != e.addr {
+	if l.Conns != 2 || l.Capacity != 2 || rooms["r1"] != 1 || rooms["r2"] != 1 || l.Kind != loadtable.KindEdge || l.Addr != e.addr {
 		t.Fatalf("Load = %+v, OnlineRooms = %v", l, rooms)
 	}
 

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"danmaku/internal/wsbench"
+	"danmaku/edge/edgetest"
 )
 
 // BenchmarkHelloWait measures what a socket waiting for its hello (a
@@ -48,7 +48,7 @@ func runHelloWait(b *testing.B, n int, wrap func(net.Listener) net.Listener) {
 		c.ConnectRate, c.MaxHelloWaits, c.MaxHelloWaitsPerAddr = -1, -1, -1
 	}})
 	settle()
-	before := wsbench.SampleMemory()
+	before := edgetest.SampleMemory()
 	deadline := time.Now().Add(time.Minute + time.Duration(n)*2*time.Millisecond)
 	b.StartTimer()
 	child := startScaleChild(b, "hello client", "TestHelloWaitClient", []string{
@@ -60,7 +60,7 @@ func runHelloWait(b *testing.B, n int, wrap func(net.Listener) net.Listener) {
 	waitFor(b, "every socket to wait", func() bool { return e.srv.hellos.n.Load() == int64(n) })
 	b.StopTimer()
 	settle()
-	held := wsbench.SampleMemory()
+	held := edgetest.SampleMemory()
 	fn := float64(n)
 	b.ReportMetric(float64(held.RSS-before.RSS)/fn, "rss-B/wait")
 	b.ReportMetric(float64(held.HeapStack-before.HeapStack)/fn, "heap+stack-B/wait")
@@ -87,7 +87,7 @@ func TestHelloWaitClient(t *testing.T) {
 	})
 	conns := make([]net.Conn, 0, n)
 	for i := range n {
-		c, _, err := wsbench.Dial(addr, "")
+		c, _, err := edgetest.Dial(addr, "")
 		if err != nil {
 			fmt.Println(scaleLine+"ERROR", "socket", i, err)
 			os.Exit(1)

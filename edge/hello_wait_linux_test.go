@@ -9,8 +9,8 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"danmaku/edge/edgetest"
 	"danmaku/internal/clock"
-	"danmaku/internal/wsbench"
 )
 
 // TestHelloWaitsInLoop: plain sockets waiting for their hello hold no
@@ -32,7 +32,7 @@ func TestHelloWaitsInLoop(t *testing.T) {
 	}
 	clients := make([]client, n)
 	for i := range clients {
-		c, br, err := wsbench.Dial(addr, "")
+		c, br, err := edgetest.Dial(addr, "")
 		if err != nil {
 			t.Fatal(err)
 		}

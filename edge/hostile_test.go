@@ -14,8 +14,8 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"danmaku/edge/edgetest"
 	"danmaku/internal/clock"
-	"danmaku/internal/wsbench"
 	"danmaku/sdk/wire"
 )
 
@@ -211,7 +211,7 @@ func TestPongFloodNeighbourServed(t *testing.T) {
 			for i := range neighbours {
 				neighbours[i] = e.connect("r1", "")
 			}
-			c, br, err := wsbench.Dial(e.ts.Listener.Addr().String(), e.token("r1"))
+			c, br, err := edgetest.Dial(e.ts.Listener.Addr().String(), e.token("r1"))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"danmaku/gslb"
+	"danmaku/internal/loadtable"
 	"danmaku/internal/redisx/redistest"
 
 	"github.com/redis/go-redis/v9"
@@ -20,7 +20,7 @@ import (
 // in make test), reporting its load to a real Redis. "every-5ms" reports
 // whether or not anything changed (the reporter before it reported on
 // change); "on-change" is the default (a report when the allocators would
-// decide differently, at least every 250 ms; gslb.ReportGate). Both in one run.
+// decide differently, at least every 250 ms; loadtable.ReportGate). Both in one run.
 func BenchmarkIdleEdgeCPU(b *testing.B) {
 	rdb := redistest.Client(b)
 	idle := 2 * time.Second
@@ -32,7 +32,7 @@ func BenchmarkIdleEdgeCPU(b *testing.B) {
 		max  time.Duration
 	}{{"every-5ms", time.Nanosecond}, {"on-change", 0}} {
 		b.Run(tc.name, func(b *testing.B) {
-			table := gslb.NewRedisLoadTable(rdb)
+			table := loadtable.NewRedisTable(rdb)
 			var cpuMs, reports float64
 			for b.Loop() {
 				e := newEnv(b, envOpts{cfg: func(c *Config) {

@@ -15,8 +15,8 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"danmaku/gslb"
 	"danmaku/internal/clock"
+	"danmaku/internal/loadtable"
 	"danmaku/sdk/wire"
 )
 
@@ -276,7 +276,7 @@ func TestClientReports(t *testing.T) {
 // TestShutdown: draining refuses new clients, reports Draining, closes every
 // connection with CloseGoingAway and removes the node from the load table.
 func TestShutdown(t *testing.T) {
-	table := gslb.NewMemoryLoadTable()
+	table := loadtable.NewMemoryTable()
 	e := newEnv(t, envOpts{cfg: func(c *Config) {
 		c.LoadTable = table
 		c.NodeID = "edge-1"

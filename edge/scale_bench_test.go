@@ -19,17 +19,18 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"danmaku/edge/edgetest"
 	"danmaku/internal/tlsx"
 	"danmaku/internal/tlsx/tlsxtest"
-	"danmaku/internal/wsbench"
 )
 
 // BenchmarkEdgeScale measures the real edge (Server, memory stream store)
 // with EDGE_SCALE_CONNS connections of distinct users in one room, the
 // load client in a child process (see scale_client_test.go) so that what
 // is measured in this process is the server's alone. It is the harness of
-// internal/wsbench applied to the edge itself, so that a new edge can be
-// compared with today's on the same terms.
+// the WebSocket candidates' comparison (docs/benchmarks.md) applied to the
+// edge itself, so that a new edge can be compared with today's on the same
+// terms.
 //
 // Phases and metrics:
 //
@@ -154,7 +155,7 @@ func runEdgeScale(b *testing.B, o scaleRunOpts) {
 	}
 	sb = strings.Builder{}
 	settle()
-	before := wsbench.SampleMemory()
+	before := edgetest.SampleMemory()
 
 	// Bounds the whole run: connecting (generously, 2 ms a connection;
 	// 10 ms with a TLS handshake on both sides of a shared machine), both
@@ -195,7 +196,7 @@ func runEdgeScale(b *testing.B, o scaleRunOpts) {
 	cpuConnect := cpuTime() - cpuConnect0
 	b.StopTimer()
 	settle()
-	idle := wsbench.SampleMemory()
+	idle := edgetest.SampleMemory()
 	writeHeapProfile(b, o.tls)
 
 	// 2. 10 gifts/s. CPU from the first append until the client has the
@@ -229,7 +230,7 @@ func runEdgeScale(b *testing.B, o scaleRunOpts) {
 	b.ReportMetric(float64(cpu.Nanoseconds())/1e3/float64(r10.Deliveries), "cpu-µs/delivery")
 	// Per frame written to a connection: comparable across edges whether
 	// or not they batch gifts (a saturated one does, which lowers the
-	// per-delivery figure), and with internal/wsbench (one message a frame).
+	// per-delivery figure), and with the candidates of docs/benchmarks.md (one message a frame).
 	b.ReportMetric(float64(cpu.Nanoseconds())/1e3/float64(max(r10.Frames, 1)), "cpu-µs/frame")
 	b.ReportMetric(r10.P50ms, "p50-ms")
 	b.ReportMetric(r10.P99ms, "p99-ms")

@@ -16,15 +16,16 @@ import (
 	"testing"
 	"time"
 
-	"danmaku/internal/wsbench"
+	"danmaku/edge/edgetest"
 	"danmaku/sdk/wire"
 )
 
 // The load client of BenchmarkEdgeScale runs in a child process (this test
 // binary re-executed with -test.run selecting TestEdgeScaleClient), so that
-// the parent's RSS, heap and CPU are the server's alone, as in
-// internal/wsbench. It uses wsbench's raw client (Dial, ReadFrame) so that
-// the figures are comparable with that package's candidates.
+// the parent's RSS, heap and CPU are the server's alone, as in the
+// WebSocket candidates' comparison (docs/benchmarks.md). It uses the raw
+// client of edgetest (Dial, ReadFrame), the one that comparison used, so
+// that the figures are comparable with its candidates'.
 const (
 	scaleChildAddr     = "EDGE_SCALE_CHILD_ADDR"     // host:port of the edge
 	scaleChildTokens   = "EDGE_SCALE_CHILD_TOKENS"   // file with one token per line, one per connection
@@ -144,7 +145,7 @@ func runScaleClient(addr string) error {
 	if ip := os.Getenv(scaleChildSource); ip != "" {
 		source = &net.TCPAddr{IP: net.ParseIP(ip)}
 	}
-	dial := func(tok string) (net.Conn, *bufio.Reader, error) { return wsbench.DialFrom(source, addr, tok) }
+	dial := func(tok string) (net.Conn, *bufio.Reader, error) { return edgetest.DialFrom(source, addr, tok) }
 	if certFile := os.Getenv(scaleChildTLS); certFile != "" {
 		tc, err := scaleTLSConfig(certFile, addr)
 		if err != nil {
@@ -156,7 +157,7 @@ func runScaleClient(addr string) error {
 			if err != nil {
 				return nil, nil, err
 			}
-			br, err := wsbench.Handshake(c, addr, tok)
+			br, err := edgetest.Handshake(c, addr, tok)
 			return c, br, err
 		}
 	}
@@ -194,7 +195,7 @@ func runScaleClient(addr string) error {
 	if os.Getenv(scaleChildTLS) == "" && os.Getenv(scaleChildReaders) != "go" {
 		poll = newScalePoller()
 	}
-	ping := wsbench.ClientFrame(0x9, []byte("p"))
+	ping := edgetest.ClientFrame(0x9, []byte("p"))
 	for i, tok := range tokens {
 		sem <- struct{}{}
 		go func() {
@@ -232,7 +233,7 @@ func runScaleClient(addr string) error {
 			defer c.Close()
 			connected.Done()
 			for {
-				f, err := wsbench.ReadFrame(br)
+				f, err := edgetest.ReadFrame(br)
 				if err != nil {
 					sc.fail(err)
 					return
@@ -305,7 +306,7 @@ func scaleTLSConfig(certFile, addr string) (*tls.Config, error) {
 func scaleAwaitPong(c net.Conn, br *bufio.Reader, deadline time.Time) error {
 	_ = c.SetReadDeadline(deadline)
 	for {
-		f, err := wsbench.ReadFrame(br)
+		f, err := edgetest.ReadFrame(br)
 		if err != nil {
 			return err
 		}
@@ -347,7 +348,7 @@ func (sc *scaleConn) frame(op byte, payload []byte, now int64) (pong []byte, sto
 	run := sc.run
 	switch op {
 	case 0x9: // the edge's ping: answer it or be dropped as dead
-		return wsbench.ClientFrame(0xA, payload), false
+		return edgetest.ClientFrame(0xA, payload), false
 	case 0x8:
 		sc.fail(fmt.Errorf("closed: %x", payload))
 		return nil, true

@@ -20,10 +20,10 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"danmaku/auth"
+	"danmaku/edge/edgetest"
 	"danmaku/internal/redisx"
 	"danmaku/internal/stream"
 	"danmaku/internal/testenv"
-	"danmaku/internal/wsbench"
 	"danmaku/sdk/wire"
 )
 
@@ -146,7 +146,7 @@ func runScaleServer(redisAddr string) error {
 		switch sc.Text() {
 		case "SAMPLE": // memory after a GC; the CPU after it too
 			settle()
-			m := wsbench.SampleMemory()
+			m := edgetest.SampleMemory()
 			x = scaleSample{RSS: m.RSS, HeapStack: m.HeapStack, Goroutines: m.Goroutines}
 		case "CPU": // the CPU alone, at once
 		default:

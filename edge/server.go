@@ -18,9 +18,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"danmaku/auth"
-	"danmaku/gslb"
 	"danmaku/internal/ban"
 	"danmaku/internal/httpx"
+	"danmaku/internal/loadtable"
 	"danmaku/sdk/wire"
 )
 
@@ -313,10 +313,10 @@ func pushable(m *wire.Message, lo int64) bool {
 
 // Load returns the node's load for the gslb: connections, capacity and
 // whether it drains.
-func (s *Server) Load() gslb.NodeLoad {
-	l := gslb.NodeLoad{
+func (s *Server) Load() loadtable.NodeLoad {
+	l := loadtable.NodeLoad{
 		ID:       s.cfg.NodeID,
-		Kind:     gslb.KindEdge,
+		Kind:     loadtable.KindEdge,
 		Addr:     s.cfg.Addr,
 		Line:     s.cfg.Line,
 		Region:   s.cfg.Region,
@@ -347,11 +347,11 @@ func (s *Server) OnlineRooms() map[string]int {
 
 // onlineTable is where the online counts go: Config.Online, else the load
 // table when it is also an OnlineTable (both tables of package gslb are).
-func (s *Server) onlineTable() gslb.OnlineTable {
+func (s *Server) onlineTable() loadtable.OnlineTable {
 	if s.cfg.Online != nil {
 		return s.cfg.Online
 	}
-	ot, _ := s.cfg.LoadTable.(gslb.OnlineTable)
+	ot, _ := s.cfg.LoadTable.(loadtable.OnlineTable)
 	return ot
 }
 
@@ -364,11 +364,11 @@ func (s *Server) Run(ctx context.Context) error {
 		return ErrRunning
 	}
 	var (
-		rep    *gslb.Reporter
-		online *gslb.OnlineReporter
+		rep    *loadtable.Reporter
+		online *loadtable.OnlineReporter
 	)
 	if s.cfg.LoadTable != nil {
-		rep = &gslb.Reporter{
+		rep = &loadtable.Reporter{
 			Table:       s.cfg.LoadTable,
 			Interval:    s.cfg.ReportInterval,
 			MaxInterval: s.cfg.ReportMaxInterval,
@@ -377,7 +377,7 @@ func (s *Server) Run(ctx context.Context) error {
 			Ready:       s.verifierReady,
 		}
 		if ot := s.onlineTable(); ot != nil {
-			online = &gslb.OnlineReporter{Table: ot, Node: s.cfg.NodeID, Rooms: s.OnlineRooms, Now: s.cfg.Clock.Now, Ready: s.verifierReady}
+			online = &loadtable.OnlineReporter{Table: ot, Node: s.cfg.NodeID, Rooms: s.OnlineRooms, Now: s.cfg.Clock.Now, Ready: s.verifierReady}
 		}
 	}
 	// Every background loop is added under mu, and only before a drain

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"danmaku/internal/clock"
+	"danmaku/internal/loadtable"
 )
 
 // Allocator defaults.
@@ -24,8 +25,8 @@ const (
 	defaultSync     = 5 * time.Millisecond
 	defaultStale    = time.Second
 	defaultMaxAge   = 3 * time.Second
-	defaultOverload = 0.95
-	defaultMaxCPU   = 0.90
+	defaultOverload = loadtable.DefaultOverload
+	defaultMaxCPU   = loadtable.DefaultMaxCPU
 	defaultFallback = 2
 )
 
@@ -64,7 +65,7 @@ var (
 // AllocatorConfig configures an Allocator.
 type AllocatorConfig struct {
 	// Table is the load table to sync. Required.
-	Table LoadTable
+	Table loadtable.Table
 	// Sync is how often the table is synced. Zero: 5 ms.
 	Sync time.Duration
 	// Stale drops a node whose newest report is older than this. Zero: 1 s.
@@ -103,7 +104,7 @@ type Allocator struct {
 
 	// view is the allocator's copy of the table, read by SyncOnce only.
 	viewMu sync.Mutex
-	view   *TableView
+	view   *loadtable.View
 
 	syncErrors   atomic.Uint64
 	syncDuration prometheus.Histogram
@@ -214,7 +215,7 @@ func NewAllocator(cfg AllocatorConfig) (*Allocator, error) {
 		cfg:     cfg,
 		created: cfg.Clock.Now(),
 		handed:  map[string]*counter{},
-		view:    NewTableView(cfg.Table),
+		view:    loadtable.NewView(cfg.Table),
 		syncDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "danmaku_gslb_sync_duration_seconds",
 			Help: "Time to read the load table and publish a snapshot, failed syncs included.",
@@ -255,13 +256,6 @@ func (a *Allocator) counterFor(line string) *counter {
 	return c
 }
 
-// Pruner is a LoadTable that can forget old reports. Nodes that die
-// without removing themselves would otherwise stay in the table, and every
-// sync would read them.
-type Pruner interface {
-	Prune(ctx context.Context, cutoff time.Time) (int, error)
-}
-
 // pruneEvery and pruneAge: reports older than a minute (far beyond Stale,
 // so reporter clock skew cannot prune a live node) are removed twice a minute.
 const (
@@ -274,7 +268,7 @@ const (
 func (a *Allocator) Run(ctx context.Context) error {
 	t := time.NewTicker(a.cfg.Sync)
 	defer t.Stop()
-	pruner, _ := a.cfg.Table.(Pruner)
+	pruner, _ := a.cfg.Table.(loadtable.Pruner)
 	lastPrune := a.cfg.Clock.Now()
 	// A table call that hangs must not hold the loop past MaxAge: the loop
 	// is what finds an old table while allocations are few.
@@ -340,7 +334,7 @@ func (a *Allocator) SyncOnce(ctx context.Context) error {
 }
 
 // build turns the table's reports into a snapshot.
-func (a *Allocator) build(loads []NodeLoad, now time.Time) *snapshot {
+func (a *Allocator) build(loads []loadtable.NodeLoad, now time.Time) *snapshot {
 	s := &snapshot{lines: map[string]*lineState{}, at: now, rebuildBy: now.Add(a.cfg.Stale)}
 	line := func(name string) *lineState {
 		ls := s.lines[name]
@@ -355,20 +349,20 @@ func (a *Allocator) build(loads []NodeLoad, now time.Time) *snapshot {
 	// that its headroom weighs like its neighbours'.
 	refCap := 1
 	for _, l := range loads {
-		if l.Kind == KindEdge {
+		if l.Kind == loadtable.KindEdge {
 			refCap = max(refCap, l.Capacity)
 		}
 	}
 	for _, l := range loads {
 		kind := 0
 		switch l.Kind {
-		case KindEdge:
-		case KindIngest:
+		case loadtable.KindEdge:
+		case loadtable.KindIngest:
 			kind = 1
 		default:
 			continue
 		}
-		room, ok := headroom(l, a.cfg.Overload, a.cfg.MaxCPU)
+		room, ok := loadtable.Headroom(l, a.cfg.Overload, a.cfg.MaxCPU)
 		switch {
 		case now.Sub(l.At) > a.cfg.Stale:
 			s.nodes[kind][stateStale]++
@@ -386,7 +380,7 @@ func (a *Allocator) build(loads []NodeLoad, now time.Time) *snapshot {
 		}
 		n := snapNode{id: l.ID, addr: l.Addr, key: hash64(l.ID), weight: room}
 		ls := line(l.Line)
-		if l.Kind == KindIngest {
+		if l.Kind == loadtable.KindIngest {
 			ls.ingests.nodes = append(ls.ingests.nodes, n)
 			continue
 		}
@@ -399,7 +393,7 @@ func (a *Allocator) build(loads []NodeLoad, now time.Time) *snapshot {
 				p.nodes[i].invWeight = 1 / p.nodes[i].weight
 			}
 			// The table sorts by ID; sort again so that the snapshot does
-			// not depend on a LoadTable keeping its word.
+			// not depend on a loadtable.Table keeping its word.
 			sort.Slice(p.nodes, func(i, j int) bool { return p.nodes[i].id < p.nodes[j].id })
 		}
 		ls.edges.cum = make([]float64, len(ls.edges.nodes))
@@ -410,32 +404,6 @@ func (a *Allocator) build(loads []NodeLoad, now time.Time) *snapshot {
 		}
 	}
 	return s
-}
-
-// headroom is what an allocator hands a node out by, from its load alone:
-// ok is false when the node is past a bound (CPU at maxCPU, or CPU or
-// connections/capacity at overload) and takes no new clients; otherwise
-// room, in (0, 1], is its free share — for an edge what it can still take
-// before it is dropped, by connections or by CPU, whichever runs out first
-// (times its capacity, it weighs the edge's hand-outs), for an ingest
-// 1 − its use (its rendezvous weight). Reporters judge by it too
-// (ReportGate): a report is news when it moves by a step.
-func headroom(l NodeLoad, overload, maxCPU float64) (room float64, ok bool) {
-	use := l.CPU
-	if l.Capacity > 0 {
-		use = max(use, float64(l.Conns)/float64(l.Capacity))
-	}
-	if l.CPU >= maxCPU || use >= overload {
-		return 0, false
-	}
-	if l.Kind == KindIngest {
-		return 1 - use, true
-	}
-	room = maxCPU - l.CPU
-	if l.Capacity > 0 {
-		room = min(room, overload-float64(l.Conns)/float64(l.Capacity))
-	}
-	return room, true
 }
 
 // Allocation is the addresses chosen for one client, best first. Ingest[0]
@@ -753,7 +721,7 @@ func (c allocatorCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	a.mu.Unlock()
 	s := a.snap.Load()
-	for kind, name := range []NodeKind{KindEdge, KindIngest} {
+	for kind, name := range []loadtable.NodeKind{loadtable.KindEdge, loadtable.KindIngest} {
 		for state, n := range s.nodes[kind] {
 			ch <- prometheus.MustNewConstMetric(descNodes, prometheus.GaugeValue, float64(n), string(name), stateNames[state])
 		}

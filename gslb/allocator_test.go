@@ -21,6 +21,7 @@ import (
 
 	"danmaku/gslb"
 	"danmaku/internal/clock"
+	"danmaku/internal/loadtable"
 )
 
 var (
@@ -29,31 +30,31 @@ var (
 	anyIP   = netip.MustParseAddr("192.0.2.10")
 )
 
-func edge(id string, conns, capacity int) gslb.NodeLoad {
-	return gslb.NodeLoad{ID: id, Kind: gslb.KindEdge, Addr: "ws://" + id, Conns: conns, Capacity: capacity}
+func edge(id string, conns, capacity int) loadtable.NodeLoad {
+	return loadtable.NodeLoad{ID: id, Kind: loadtable.KindEdge, Addr: "ws://" + id, Conns: conns, Capacity: capacity}
 }
 
-func ingest(id string, conns, capacity int) gslb.NodeLoad {
-	return gslb.NodeLoad{ID: id, Kind: gslb.KindIngest, Addr: "http://" + id, Conns: conns, Capacity: capacity}
+func ingest(id string, conns, capacity int) loadtable.NodeLoad {
+	return loadtable.NodeLoad{ID: id, Kind: loadtable.KindIngest, Addr: "http://" + id, Conns: conns, Capacity: capacity}
 }
 
-func onLine(l gslb.NodeLoad, line string) gslb.NodeLoad { l.Line = line; return l }
+func onLine(l loadtable.NodeLoad, line string) loadtable.NodeLoad { l.Line = line; return l }
 
 // fixture is an allocator over a memory load table on a fake clock.
 type fixture struct {
 	clk   *clock.Fake
-	table *gslb.MemoryLoadTable
+	table *loadtable.MemoryTable
 	alloc *gslb.Allocator
 }
 
-func newFixture(t testing.TB, cfg gslb.AllocatorConfig, nodes ...gslb.NodeLoad) *fixture {
+func newFixture(t testing.TB, cfg gslb.AllocatorConfig, nodes ...loadtable.NodeLoad) *fixture {
 	t.Helper()
-	return newFixtureOn(t, gslb.NewMemoryLoadTable(), cfg, nodes...)
+	return newFixtureOn(t, loadtable.NewMemoryTable(), cfg, nodes...)
 }
 
 // newFixtureOn reports into mem; the allocator reads cfg.Table (default mem),
 // which may wrap mem.
-func newFixtureOn(t testing.TB, mem *gslb.MemoryLoadTable, cfg gslb.AllocatorConfig, nodes ...gslb.NodeLoad) *fixture {
+func newFixtureOn(t testing.TB, mem *loadtable.MemoryTable, cfg gslb.AllocatorConfig, nodes ...loadtable.NodeLoad) *fixture {
 	t.Helper()
 	f := &fixture{clk: clock.NewFake(t0), table: mem}
 	if cfg.Table == nil {
@@ -72,7 +73,7 @@ func newFixtureOn(t testing.TB, mem *gslb.MemoryLoadTable, cfg gslb.AllocatorCon
 }
 
 // report stamps nodes without an At with the current fake time.
-func (f *fixture) report(t testing.TB, nodes ...gslb.NodeLoad) {
+func (f *fixture) report(t testing.TB, nodes ...loadtable.NodeLoad) {
 	t.Helper()
 	for _, n := range nodes {
 		if n.At.IsZero() {
@@ -101,12 +102,12 @@ func (f *fixture) allocate(t testing.TB, user string) gslb.Allocation {
 }
 
 func TestAllocatorFiltersNodes(t *testing.T) {
-	stale := func(l gslb.NodeLoad, age time.Duration) gslb.NodeLoad { l.At = t0.Add(-age); return l }
-	draining := func(l gslb.NodeLoad) gslb.NodeLoad { l.Draining = true; return l }
-	cpu := func(l gslb.NodeLoad, c float64) gslb.NodeLoad { l.CPU = c; return l }
+	stale := func(l loadtable.NodeLoad, age time.Duration) loadtable.NodeLoad { l.At = t0.Add(-age); return l }
+	draining := func(l loadtable.NodeLoad) loadtable.NodeLoad { l.Draining = true; return l }
+	cpu := func(l loadtable.NodeLoad, c float64) loadtable.NodeLoad { l.CPU = c; return l }
 	for _, tc := range []struct {
 		name string
-		node gslb.NodeLoad
+		node loadtable.NodeLoad
 		kept bool
 	}{
 		{"fresh", edge("e", 10, 100), true},
@@ -129,7 +130,7 @@ func TestAllocatorFiltersNodes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			// The node under test plus a healthy node of the other kind.
 			other := ingest("other", 0, 0)
-			if tc.node.Kind == gslb.KindIngest {
+			if tc.node.Kind == loadtable.KindIngest {
 				other = edge("other", 0, 0)
 			}
 			f := newFixture(t, gslb.AllocatorConfig{}, tc.node, other)
@@ -144,7 +145,7 @@ func TestAllocatorFiltersNodes(t *testing.T) {
 				t.Fatalf("Allocate: %v", err)
 			}
 			got := a.Edge
-			if tc.node.Kind == gslb.KindIngest {
+			if tc.node.Kind == loadtable.KindIngest {
 				got = a.Ingest
 			}
 			if !slices.Equal(got, []string{tc.node.Addr}) {
@@ -189,22 +190,22 @@ func edgesSeen(t testing.TB, f *fixture, n int) []string {
 
 // flakyTable fails Snapshot while broken is set.
 type flakyTable struct {
-	gslb.LoadTable
+	loadtable.Table
 	broken atomic.Bool
 }
 
 var errTableDown = errors.New("load table down")
 
-func (t *flakyTable) Snapshot(ctx context.Context) ([]gslb.NodeLoad, error) {
+func (t *flakyTable) Snapshot(ctx context.Context) ([]loadtable.NodeLoad, error) {
 	if t.broken.Load() {
 		return nil, errTableDown
 	}
-	return t.LoadTable.Snapshot(ctx)
+	return t.Table.Snapshot(ctx)
 }
 
 func TestAllocatorFailedSyncKeepsLastGoodSnapshot(t *testing.T) {
-	mem := gslb.NewMemoryLoadTable()
-	flaky := &flakyTable{LoadTable: mem}
+	mem := loadtable.NewMemoryTable()
+	flaky := &flakyTable{Table: mem}
 	f := newFixtureOn(t, mem, gslb.AllocatorConfig{Table: flaky}, edge("e1", 0, 100), ingest("i1", 0, 0))
 	before := f.allocate(t, "u1")
 
@@ -274,23 +275,23 @@ func handOuts(t testing.TB, f *fixture, n int) map[string]int {
 // allocations, within a couple of hand-outs: a constant count per address
 // would send a nearly full node as many clients as an empty one.
 func TestEdgeHandOutFollowsHeadroom(t *testing.T) {
-	cpu := func(l gslb.NodeLoad, c float64) gslb.NodeLoad { l.CPU = c; return l }
+	cpu := func(l loadtable.NodeLoad, c float64) loadtable.NodeLoad { l.CPU = c; return l }
 	for _, tc := range []struct {
 		name  string
-		nodes []gslb.NodeLoad
+		nodes []loadtable.NodeLoad
 		room  map[string]float64 // connections each can still take
 	}{
-		{"equal", []gslb.NodeLoad{edge("e1", 0, 100), edge("e2", 0, 100), edge("e3", 0, 100)},
+		{"equal", []loadtable.NodeLoad{edge("e1", 0, 100), edge("e2", 0, 100), edge("e3", 0, 100)},
 			map[string]float64{"ws://e1": 90, "ws://e2": 90, "ws://e3": 90}},
-		{"by free connections", []gslb.NodeLoad{edge("e1", 10, 100), edge("e2", 45, 100), edge("e3", 85, 100)},
+		{"by free connections", []loadtable.NodeLoad{edge("e1", 10, 100), edge("e2", 45, 100), edge("e3", 85, 100)},
 			map[string]float64{"ws://e1": 85, "ws://e2": 50, "ws://e3": 10}},
-		{"by capacity", []gslb.NodeLoad{edge("big", 0, 10_000), edge("mid", 0, 1000), edge("small", 0, 100)},
+		{"by capacity", []loadtable.NodeLoad{edge("big", 0, 10_000), edge("mid", 0, 1000), edge("small", 0, 100)},
 			map[string]float64{"ws://big": 9000, "ws://mid": 900, "ws://small": 90}},
-		{"one nearly full", []gslb.NodeLoad{edge("big", 5000, 10_000), edge("full", 940, 1000)},
+		{"one nearly full", []loadtable.NodeLoad{edge("big", 5000, 10_000), edge("full", 940, 1000)},
 			map[string]float64{"ws://big": 4500, "ws://full": 10}},
-		{"cpu bound", []gslb.NodeLoad{cpu(edge("hot", 0, 1000), 0.85), edge("cool", 0, 1000)},
+		{"cpu bound", []loadtable.NodeLoad{cpu(edge("hot", 0, 1000), 0.85), edge("cool", 0, 1000)},
 			map[string]float64{"ws://hot": 50, "ws://cool": 900}},
-		{"uncapped counts as the largest", []gslb.NodeLoad{edge("capped", 0, 1000), edge("open", 123, 0)},
+		{"uncapped counts as the largest", []loadtable.NodeLoad{edge("capped", 0, 1000), edge("open", 123, 0)},
 			map[string]float64{"ws://capped": 900, "ws://open": 900}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -317,7 +318,7 @@ func TestEdgeHandOutFollowsHeadroom(t *testing.T) {
 // again, empty), it takes its share back at once — the largest, as the
 // emptiest — through the same hand-out, and its neighbours' shrink.
 func TestDrainedEdgeShareReturns(t *testing.T) {
-	busy := []gslb.NodeLoad{edge("e1", 6000, 10_000), edge("e2", 6000, 10_000), ingest("i1", 0, 0)}
+	busy := []loadtable.NodeLoad{edge("e1", 6000, 10_000), edge("e2", 6000, 10_000), ingest("i1", 0, 0)}
 	drained := edge("e3", 6000, 10_000)
 	drained.Draining = true
 	f := newFixture(t, gslb.AllocatorConfig{Fallbacks: -1}, append(slices.Clone(busy), drained)...)
@@ -364,7 +365,7 @@ func TestEdgeHandOutDoesNotOvershootSmallNode(t *testing.T) {
 // every 5 ms does not send the first clients after each sync to the same
 // node.
 func TestEdgeHandOutAcrossSyncs(t *testing.T) {
-	nodes := []gslb.NodeLoad{edge("e1", 0, 100), edge("e2", 0, 100), edge("e3", 0, 100), edge("e4", 0, 100), ingest("i1", 0, 0)}
+	nodes := []loadtable.NodeLoad{edge("e1", 0, 100), edge("e2", 0, 100), edge("e3", 0, 100), edge("e4", 0, 100), ingest("i1", 0, 0)}
 	f := newFixture(t, gslb.AllocatorConfig{Fallbacks: -1}, nodes...)
 	count := map[string]int{}
 	for range 100 {
@@ -385,7 +386,7 @@ func TestEdgeHandOutAcrossSyncs(t *testing.T) {
 // Concurrent allocations take distinct positions of the sequence: they hand
 // out exactly what the same number of sequential allocations would.
 func TestEdgeHandOutConcurrent(t *testing.T) {
-	nodes := []gslb.NodeLoad{edge("e1", 10, 100), edge("e2", 20, 100), edge("e3", 70, 100), ingest("i1", 0, 0)}
+	nodes := []loadtable.NodeLoad{edge("e1", 10, 100), edge("e2", 20, 100), edge("e3", 70, 100), ingest("i1", 0, 0)}
 	const workers, per = 8, 300
 	want := handOuts(t, newFixture(t, gslb.AllocatorConfig{}, nodes...), workers*per)
 	f := newFixture(t, gslb.AllocatorConfig{}, nodes...)
@@ -417,21 +418,21 @@ func TestEdgeHandOutConcurrent(t *testing.T) {
 }
 
 func TestFallbacks(t *testing.T) {
-	nodes := []gslb.NodeLoad{
+	nodes := []loadtable.NodeLoad{
 		edge("e1", 10, 100), edge("e2", 20, 100), edge("e3", 30, 100), edge("e4", 40, 100),
 		ingest("i1", 0, 0), ingest("i2", 0, 0), ingest("i3", 0, 0), ingest("i4", 0, 0),
 	}
 	for _, tc := range []struct {
 		name      string
 		fallbacks int
-		nodes     []gslb.NodeLoad
+		nodes     []loadtable.NodeLoad
 		want      int
 	}{
 		{"default two", 0, nodes, 3},
 		{"none", -1, nodes, 1},
 		{"one", 1, nodes, 2},
 		{"more than there are nodes", 8, nodes, 4},
-		{"single node of each kind", 2, []gslb.NodeLoad{edge("e1", 0, 0), ingest("i1", 0, 0)}, 1},
+		{"single node of each kind", 2, []loadtable.NodeLoad{edge("e1", 0, 0), ingest("i1", 0, 0)}, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, gslb.AllocatorConfig{Fallbacks: tc.fallbacks}, tc.nodes...)
@@ -546,7 +547,7 @@ func ingestOwners(t testing.TB, f *fixture, users int) map[string]string {
 }
 
 func TestIngestStickyAndMinimalMoves(t *testing.T) {
-	ingests := []gslb.NodeLoad{ingest("i1", 10, 100), ingest("i2", 10, 100), ingest("i3", 10, 100), ingest("i4", 10, 100)}
+	ingests := []loadtable.NodeLoad{ingest("i1", 10, 100), ingest("i2", 10, 100), ingest("i3", 10, 100), ingest("i4", 10, 100)}
 	f := newFixture(t, gslb.AllocatorConfig{}, append(ingests, edge("e1", 0, 0))...)
 	const users = 4000
 	first := ingestOwners(t, f, users)
@@ -642,7 +643,7 @@ func TestLines(t *testing.T) {
 		}
 		return ""
 	}
-	nodes := []gslb.NodeLoad{
+	nodes := []loadtable.NodeLoad{
 		onLine(edge("a-e1", 10, 100), "A"), onLine(edge("a-e2", 20, 100), "A"),
 		edge("bgp-e1", 0, 100), edge("bgp-e2", 5, 100),
 		onLine(ingest("a-i1", 0, 100), "A"), onLine(ingest("a-i2", 0, 100), "A"),
@@ -721,12 +722,12 @@ func TestLineFallsBackToBGP(t *testing.T) {
 func TestAllocatorNoNodes(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		nodes []gslb.NodeLoad
+		nodes []loadtable.NodeLoad
 	}{
 		{"empty table", nil},
-		{"edges only", []gslb.NodeLoad{edge("e1", 0, 0)}},
-		{"ingests only", []gslb.NodeLoad{ingest("i1", 0, 0)}},
-		{"unknown kind", []gslb.NodeLoad{{ID: "x", Kind: "slicer", Addr: "x"}, ingest("i1", 0, 0)}},
+		{"edges only", []loadtable.NodeLoad{edge("e1", 0, 0)}},
+		{"ingests only", []loadtable.NodeLoad{ingest("i1", 0, 0)}},
+		{"unknown kind", []loadtable.NodeLoad{{ID: "x", Kind: "slicer", Addr: "x"}, ingest("i1", 0, 0)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, gslb.AllocatorConfig{}, tc.nodes...)
@@ -738,7 +739,7 @@ func TestAllocatorNoNodes(t *testing.T) {
 }
 
 func TestAllocatorConfig(t *testing.T) {
-	table := gslb.NewMemoryLoadTable()
+	table := loadtable.NewMemoryTable()
 	for _, tc := range []struct {
 		name string
 		cfg  gslb.AllocatorConfig
@@ -760,68 +761,6 @@ func TestAllocatorConfig(t *testing.T) {
 				t.Fatalf("NewAllocator: err = %v, want ok=%v", err, tc.ok)
 			}
 		})
-	}
-}
-
-func TestMemoryLoadTable(t *testing.T) {
-	ctx := context.Background()
-	table := gslb.NewMemoryLoadTable()
-	if err := table.Report(ctx, gslb.NodeLoad{}); !errors.Is(err, gslb.ErrNoID) {
-		t.Fatalf("Report without id: err = %v", err)
-	}
-	for _, l := range []gslb.NodeLoad{
-		{ID: "b", Kind: gslb.KindEdge, Conns: 1},
-		{ID: "a", Kind: gslb.KindIngest},
-		{ID: "b", Kind: gslb.KindEdge, Conns: 2},
-	} {
-		if err := table.Report(ctx, l); err != nil {
-			t.Fatal(err)
-		}
-	}
-	got, err := table.Snapshot(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got) != 2 || got[0].ID != "a" || got[1].ID != "b" || got[1].Conns != 2 {
-		t.Fatalf("Snapshot = %+v", got)
-	}
-	if err := table.Remove(ctx, "b"); err != nil {
-		t.Fatal(err)
-	}
-	if got, _ := table.Snapshot(ctx); len(got) != 1 || got[0].ID != "a" {
-		t.Fatalf("after Remove: %+v", got)
-	}
-}
-
-func TestReporterReportsAndRemovesOnStop(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	table := gslb.NewMemoryLoadTable()
-	clk := clock.NewFake(t0)
-	var calls atomic.Int64
-	r := gslb.Reporter{
-		Table:    table,
-		Interval: time.Millisecond,
-		Load:     func() gslb.NodeLoad { calls.Add(1); return edge("e1", 3, 100) },
-		Now:      clk.Now,
-	}
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	for calls.Load() < 3 {
-		time.Sleep(time.Millisecond)
-	}
-	got, err := table.Snapshot(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got) != 1 || got[0].ID != "e1" || !got[0].At.Equal(t0) || got[0].Conns != 3 {
-		t.Fatalf("table = %+v, want e1 stamped with the reporter's clock", got)
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	if got, _ := table.Snapshot(context.Background()); len(got) != 0 {
-		t.Fatalf("table after stop = %+v, want the node removed", got)
 	}
 }
 
@@ -855,7 +794,7 @@ func TestAllocateAllocs(t *testing.T) {
 // then allocations answer ErrTableStale until a sync succeeds. No table at
 // all (before the first sync) is stale too.
 func TestAllocatorTableAges(t *testing.T) {
-	nodes := []gslb.NodeLoad{edge("e1", 0, 100), ingest("i1", 0, 0)}
+	nodes := []loadtable.NodeLoad{edge("e1", 0, 100), ingest("i1", 0, 0)}
 	for _, tc := range []struct {
 		name    string
 		maxAge  time.Duration
@@ -873,8 +812,8 @@ func TestAllocatorTableAges(t *testing.T) {
 		{"no sync, young", 0, 2 * time.Second, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			mem := gslb.NewMemoryLoadTable()
-			flaky := &flakyTable{LoadTable: mem}
+			mem := loadtable.NewMemoryTable()
+			flaky := &flakyTable{Table: mem}
 			f := newFixtureOn(t, mem, gslb.AllocatorConfig{Table: flaky, MaxAge: tc.maxAge}, nodes...)
 			f.clk.Advance(tc.advance)
 			if tc.failed {
@@ -913,7 +852,7 @@ func TestAllocatorTableAges(t *testing.T) {
 	}
 	t.Run("before the first sync", func(t *testing.T) {
 		clk := clock.NewFake(t0)
-		a, err := gslb.NewAllocator(gslb.AllocatorConfig{Table: gslb.NewMemoryLoadTable(), Clock: clk, Logger: discard})
+		a, err := gslb.NewAllocator(gslb.AllocatorConfig{Table: loadtable.NewMemoryTable(), Clock: clk, Logger: discard})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -960,8 +899,8 @@ func metricValues(t testing.TB, reg prometheus.Gatherer, name string) map[string
 }
 
 func TestAllocatorMetrics(t *testing.T) {
-	stale := func(l gslb.NodeLoad) gslb.NodeLoad { l.At = t0.Add(-time.Hour); return l }
-	draining := func(l gslb.NodeLoad) gslb.NodeLoad { l.Draining = true; return l }
+	stale := func(l loadtable.NodeLoad) loadtable.NodeLoad { l.At = t0.Add(-time.Hour); return l }
+	draining := func(l loadtable.NodeLoad) loadtable.NodeLoad { l.Draining = true; return l }
 	classify := func(ip netip.Addr) string {
 		if ip.Is4() && ip.As4()[0] == 10 {
 			return "telecom"
@@ -971,8 +910,8 @@ func TestAllocatorMetrics(t *testing.T) {
 		}
 		return ""
 	}
-	mem := gslb.NewMemoryLoadTable()
-	flaky := &flakyTable{LoadTable: mem}
+	mem := loadtable.NewMemoryTable()
+	flaky := &flakyTable{Table: mem}
 	f := newFixtureOn(t, mem, gslb.AllocatorConfig{Table: flaky, Classify: classify},
 		edge("e1", 0, 100), onLine(edge("t1", 0, 100), "telecom"), stale(edge("e2", 0, 100)), draining(edge("e3", 0, 100)),
 		edge("e4", 99, 100), ingest("i1", 0, 0), stale(ingest("i2", 0, 0)))
@@ -1012,7 +951,7 @@ func TestAllocatorMetrics(t *testing.T) {
 // Lines beyond the bound share one label, so a fleet misconfigured with a
 // line per node cannot blow up the allocation counter.
 func TestAllocationLinesBounded(t *testing.T) {
-	var nodes []gslb.NodeLoad
+	var nodes []loadtable.NodeLoad
 	for i := range 100 {
 		nodes = append(nodes, onLine(edge(fmt.Sprintf("e%d", i), 0, 100), fmt.Sprintf("line%d", i)))
 	}
@@ -1045,7 +984,7 @@ func TestAllocationLinesBounded(t *testing.T) {
 // 1 is perfect).
 func BenchmarkAllocate(b *testing.B) {
 	f := newFixture(b, gslb.AllocatorConfig{})
-	var nodes []gslb.NodeLoad
+	var nodes []loadtable.NodeLoad
 	room := map[string]float64{}
 	total := 0.0
 	for i := range 20 {
@@ -1113,7 +1052,7 @@ func BenchmarkAllocate(b *testing.B) {
 // hash seed), so a user re-entering through another gslb, or after a
 // restart, keeps its ingest node and its per-user bucket.
 func TestIngestChoiceSameAcrossAllocators(t *testing.T) {
-	nodes := []gslb.NodeLoad{edge("e1", 1, 100), ingest("i1", 1, 100), ingest("i2", 1, 100), ingest("i3", 1, 100), ingest("i4", 1, 100)}
+	nodes := []loadtable.NodeLoad{edge("e1", 1, 100), ingest("i1", 1, 100), ingest("i2", 1, 100), ingest("i3", 1, 100), ingest("i4", 1, 100)}
 	a := newFixture(t, gslb.AllocatorConfig{}, nodes...)
 	b := newFixture(t, gslb.AllocatorConfig{}, nodes...)
 	for i := range 200 {
@@ -1121,21 +1060,5 @@ func TestIngestChoiceSameAcrossAllocators(t *testing.T) {
 		if x, y := a.allocate(t, u).Ingest[0], b.allocate(t, u).Ingest[0]; x != y {
 			t.Fatalf("user %s: %s from one allocator, %s from another", u, x, y)
 		}
-	}
-}
-
-func TestMemoryLoadTablePrune(t *testing.T) {
-	tab := gslb.NewMemoryLoadTable()
-	ctx := context.Background()
-	for i, at := range []time.Time{t0.Add(-2 * time.Minute), t0} {
-		if err := tab.Report(ctx, gslb.NodeLoad{ID: fmt.Sprintf("n%d", i), Kind: gslb.KindEdge, At: at}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if n, err := tab.Prune(ctx, t0.Add(-time.Minute)); err != nil || n != 1 {
-		t.Fatalf("Prune = %d, %v", n, err)
-	}
-	if ls, _ := tab.Snapshot(ctx); len(ls) != 1 || ls[0].ID != "n1" {
-		t.Fatalf("left %v", ls)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"danmaku/auth"
 	"danmaku/gslb"
 	"danmaku/internal/clock"
+	"danmaku/internal/loadtable"
 	"danmaku/internal/redisx/redistest"
 )
 
@@ -23,7 +24,7 @@ import (
 // hanging, not speed requirements.
 func TestTwoAllocatorsTenNodesOnRedis(t *testing.T) {
 	rdb := redistest.Client(t)
-	table := gslb.NewRedisLoadTable(rdb)
+	table := loadtable.NewRedisTable(rdb)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
@@ -32,12 +33,12 @@ func TestTwoAllocatorsTenNodesOnRedis(t *testing.T) {
 	crash, crashed := context.WithCancel(context.Background())
 	defer crashed()
 	for i := range 10 {
-		kind, id := gslb.KindEdge, fmt.Sprintf("edge-%d", i)
+		kind, id := loadtable.KindEdge, fmt.Sprintf("edge-%d", i)
 		if i >= 5 {
-			kind, id = gslb.KindIngest, fmt.Sprintf("ingest-%d", i)
+			kind, id = loadtable.KindIngest, fmt.Sprintf("ingest-%d", i)
 		}
-		l := gslb.NodeLoad{ID: id, Kind: kind, Addr: "http://" + id, Capacity: 1000, Conns: 10 * i}
-		r := &gslb.Reporter{Table: table, Interval: 5 * time.Millisecond, Load: func() gslb.NodeLoad { return l }}
+		l := loadtable.NodeLoad{ID: id, Kind: kind, Addr: "http://" + id, Capacity: 1000, Conns: 10 * i}
+		r := &loadtable.Reporter{Table: table, Interval: 5 * time.Millisecond, Load: func() loadtable.NodeLoad { return l }}
 		rctx := ctx
 		if id == "edge-0" {
 			rctx = crash
@@ -133,7 +134,7 @@ func TestTwoAllocatorsTenNodesOnRedis(t *testing.T) {
 
 // noRemove is a table whose Remove does nothing: a crashed node never says
 // goodbye.
-type noRemove struct{ gslb.LoadTable }
+type noRemove struct{ loadtable.Table }
 
 func (noRemove) Remove(context.Context, string) error { return nil }
 

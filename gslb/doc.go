@@ -1,7 +1,7 @@
 // Package gslb is the address allocator. Ingest and edge nodes report their
-// load into a LoadTable when what the allocator decides from has changed —
+// load into the load table (internal/loadtable) when what the allocator decides from has changed —
 // headroom by a step, a bound crossed, draining, capacity — at most every
-// 50 ms, and at least every 250 ms (Reporter, ReportGate);
+// 50 ms, and at least every 250 ms (loadtable.Reporter, ReportGate);
 // the Allocator syncs that table in its own goroutine (every 5 ms by default,
 // never per request), drops stale and overloaded nodes, and hands edge
 // addresses out in proportion to each node's headroom (a golden-ratio
@@ -15,5 +15,3 @@
 // The Allocator is safe for concurrent use; its hot path reads an immutable
 // snapshot swapped in atomically by the sync goroutine.
 package gslb
-
-const defaultReportInterval = 5_000_000 // 5 ms, in time.Duration units

@@ -10,6 +10,7 @@ import (
 	"danmaku/gslb"
 	"danmaku/internal/breaker"
 	"danmaku/internal/breaker/breakertest"
+	"danmaku/internal/loadtable"
 	"danmaku/internal/redisx"
 	"danmaku/internal/redisx/redistest"
 	"danmaku/internal/testenv"
@@ -30,7 +31,7 @@ func TestRedisOutageKeepsLastGoodTable(t *testing.T) {
 	const maxAge = time.Second // below the outage, to see both fallbacks
 	proxy := breakertest.NewProxy(t, testenv.Redis(t))
 	rdb := redistest.Dial(t, redisx.Config{URL: proxy.Addr()})
-	table := gslb.NewRedisLoadTable(rdb)
+	table := loadtable.NewRedisTable(rdb)
 	b, _ := breaker.For(breaker.Config{Dep: "redis", Target: proxy.Addr()})
 	alloc, err := gslb.NewAllocator(gslb.AllocatorConfig{Table: table, MaxAge: maxAge, Logger: discard})
 	if err != nil {
@@ -43,7 +44,7 @@ func TestRedisOutageKeepsLastGoodTable(t *testing.T) {
 	// Redis call that hangs or is refused in the outage, as in production).
 	wg.Go(func() {
 		for ctx.Err() == nil {
-			for _, l := range []gslb.NodeLoad{edge("e1", 0, 100), ingest("i1", 0, 100)} {
+			for _, l := range []loadtable.NodeLoad{edge("e1", 0, 100), ingest("i1", 0, 100)} {
 				l.At = time.Now()
 				_ = table.Report(ctx, l)
 			}

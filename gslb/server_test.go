@@ -22,6 +22,7 @@ import (
 	"danmaku/internal/clock"
 	"danmaku/internal/event"
 	"danmaku/internal/httpx"
+	"danmaku/internal/loadtable"
 	"danmaku/sdk/wire"
 )
 
@@ -39,7 +40,7 @@ type entryFixture struct {
 	engine *gin.Engine
 }
 
-func newEntryFixture(t testing.TB, withSecrets bool, nodes ...gslb.NodeLoad) *entryFixture {
+func newEntryFixture(t testing.TB, withSecrets bool, nodes ...loadtable.NodeLoad) *entryFixture {
 	t.Helper()
 	return newEntryFixtureWith(t, withSecrets, gslb.AllocatorConfig{}, gslb.ServerConfig{}, nodes...)
 }
@@ -47,12 +48,12 @@ func newEntryFixture(t testing.TB, withSecrets bool, nodes ...gslb.NodeLoad) *en
 // newEntryFixtureWith is newEntryFixture with the allocator's and the
 // server's other settings from acfg and scfg. acfg.Table, if set, must
 // read from the fixture's memory table (a wrapper), which it reports into.
-func newEntryFixtureWith(t testing.TB, withSecrets bool, acfg gslb.AllocatorConfig, scfg gslb.ServerConfig, nodes ...gslb.NodeLoad) *entryFixture {
+func newEntryFixtureWith(t testing.TB, withSecrets bool, acfg gslb.AllocatorConfig, scfg gslb.ServerConfig, nodes ...loadtable.NodeLoad) *entryFixture {
 	t.Helper()
 	clk := clock.NewFake(time.Now())
-	mem := gslb.NewMemoryLoadTable()
+	mem := loadtable.NewMemoryTable()
 	if w, ok := acfg.Table.(*flakyTable); ok {
-		mem = w.LoadTable.(*gslb.MemoryLoadTable)
+		mem = w.Table.(*loadtable.MemoryTable)
 	}
 	f := &fixture{clk: clk, table: mem}
 	if acfg.Table == nil {
@@ -100,8 +101,8 @@ func newEntryFixtureWith(t testing.TB, withSecrets bool, acfg gslb.AllocatorConf
 	return &entryFixture{fixture: f, ring: ring, reg: reg, engine: engine}
 }
 
-func healthyNodes() []gslb.NodeLoad {
-	return []gslb.NodeLoad{
+func healthyNodes() []loadtable.NodeLoad {
+	return []loadtable.NodeLoad{
 		edge("e1", 10, 100), edge("e2", 20, 100), edge("e3", 30, 100),
 		ingest("i1", 0, 100), ingest("i2", 0, 100), ingest("i3", 0, 100),
 	}
@@ -326,11 +327,11 @@ func TestEntryRoutes(t *testing.T) {
 func TestEntryNoNodes(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		nodes []gslb.NodeLoad
+		nodes []loadtable.NodeLoad
 	}{
 		{"empty table", nil},
-		{"no ingest", []gslb.NodeLoad{edge("e1", 0, 100)}},
-		{"all overloaded", []gslb.NodeLoad{edge("e1", 99, 100), ingest("i1", 99, 100)}},
+		{"no ingest", []loadtable.NodeLoad{edge("e1", 0, 100)}},
+		{"all overloaded", []loadtable.NodeLoad{edge("e1", 99, 100), ingest("i1", 99, 100)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newEntryFixture(t, true, tc.nodes...)
@@ -358,7 +359,7 @@ func TestEntryTokenUnavailable(t *testing.T) {
 // The client address reaches the line classifier.
 func TestEntryClassifiesClientIP(t *testing.T) {
 	clk := clock.NewFake(time.Now())
-	mem := gslb.NewMemoryLoadTable()
+	mem := loadtable.NewMemoryTable()
 	lineA := netip.MustParsePrefix("10.0.0.0/8")
 	alloc, err := gslb.NewAllocator(gslb.AllocatorConfig{
 		Table: mem, Clock: clk, Logger: discard, Fallbacks: -1,
@@ -676,7 +677,7 @@ func TestEntryOverloaded(t *testing.T) {
 // A table older than the allocator's MaxAge is not used: 503 table_stale,
 // until a sync succeeds.
 func TestEntryTableStale(t *testing.T) {
-	flaky := &flakyTable{LoadTable: gslb.NewMemoryLoadTable()}
+	flaky := &flakyTable{Table: loadtable.NewMemoryTable()}
 	f := newEntryFixtureWith(t, true, gslb.AllocatorConfig{Table: flaky, MaxAge: time.Second}, gslb.ServerConfig{}, healthyNodes()...)
 	ticket := mintTicket(t, ticketKey, "u1", auth.Ticket{}, time.Hour)
 	for _, step := range []struct {
@@ -711,7 +712,7 @@ func TestEntryTableStale(t *testing.T) {
 
 // The server registers the allocator's metrics next to its own.
 func TestEntryMetrics(t *testing.T) {
-	f := newEntryFixture(t, true, append(healthyNodes(), gslb.NodeLoad{ID: "gone", Kind: gslb.KindEdge, Addr: "ws://gone", At: time.Unix(0, 0)})...)
+	f := newEntryFixture(t, true, append(healthyNodes(), loadtable.NodeLoad{ID: "gone", Kind: loadtable.KindEdge, Addr: "ws://gone", At: time.Unix(0, 0)})...)
 	ticket := mintTicket(t, ticketKey, "u1", auth.Ticket{}, time.Hour)
 	for range 3 {
 		if rec := f.get("/v1/entry?room=r1", ticket); rec.Code != 200 {

@@ -17,6 +17,7 @@ import (
 
 	"danmaku/gslb"
 	"danmaku/internal/clock"
+	"danmaku/internal/loadtable"
 	"danmaku/internal/testenv"
 )
 
@@ -62,11 +63,11 @@ func BenchmarkSync(b *testing.B) {
 					if err := writer.FlushAll(ctx).Err(); err != nil {
 						b.Fatal(err)
 					}
-					var wt, rt gslb.LoadTable
+					var wt, rt loadtable.Table
 					if impl == "before" {
 						wt, rt = &legacyTable{writer}, &legacyTable{reader}
 					} else {
-						wt, rt = gslb.NewRedisLoadTable(writer), gslb.NewRedisLoadTable(reader)
+						wt, rt = loadtable.NewRedisTable(writer), loadtable.NewRedisTable(reader)
 					}
 					clk := clock.NewFake(time.Now())
 					alloc, err := gslb.NewAllocator(gslb.AllocatorConfig{Table: rt, Clock: clk})
@@ -82,8 +83,8 @@ func BenchmarkSync(b *testing.B) {
 							if (n+round)%every != 0 {
 								continue
 							}
-							l := gslb.NodeLoad{
-								ID: fmt.Sprintf("edge-%04d", n), Kind: gslb.KindEdge,
+							l := loadtable.NodeLoad{
+								ID: fmt.Sprintf("edge-%04d", n), Kind: loadtable.KindEdge,
 								Addr:  fmt.Sprintf("wss://edge-%04d.danmaku.example:443", n),
 								Conns: 1000 + n + round, Capacity: 100_000, CPU: 0.42, At: clk.Now(),
 							}
@@ -97,7 +98,7 @@ func BenchmarkSync(b *testing.B) {
 								b.Fatal(err)
 							}
 							if round == 0 {
-								if err := wt.(gslb.OnlineTable).ReportOnline(ctx, l.ID, rooms); err != nil {
+								if err := wt.(loadtable.OnlineTable).ReportOnline(ctx, l.ID, rooms); err != nil {
 									b.Fatal(err)
 								}
 							}
@@ -150,26 +151,26 @@ func BenchmarkSync(b *testing.B) {
 }
 
 // loadedShow is every node of a table under a show's load, each reporting
-// through its own gslb.ReportGate as a Reporter does: CPU about 50 %,
+// through its own loadtable.ReportGate as a Reporter does: CPU about 50 %,
 // re-sampled every 100 ms with a spread of ±4 points (CPU, not connections,
 // bounds its headroom: the noisier of the two); 50,000 of 100,000
 // connections, a hundred arriving and leaving every 5 ms. Each node looks
 // when its gate says, from a phase of its own.
 type loadedShow struct {
-	table   gslb.LoadTable
+	table   loadtable.Table
 	rng     *rand.Rand
-	nodes   []gslb.NodeLoad
-	gates   []*gslb.ReportGate
+	nodes   []loadtable.NodeLoad
+	gates   []*loadtable.ReportGate
 	next    []time.Time // each node's next look
 	written int
 }
 
-func newLoadedShow(b *testing.B, table gslb.LoadTable, n int, now time.Time) *loadedShow {
+func newLoadedShow(b *testing.B, table loadtable.Table, n int, now time.Time) *loadedShow {
 	s := &loadedShow{table: table, rng: rand.New(rand.NewPCG(1, 2))}
 	for i := range n {
 		id := fmt.Sprintf("edge-%04d", i)
-		s.nodes = append(s.nodes, gslb.NodeLoad{ID: id, Kind: gslb.KindEdge, Addr: fmt.Sprintf("wss://%s.danmaku.example:443", id), Conns: 50_000, Capacity: 100_000, CPU: 0.5})
-		g := gslb.NewReportGate(0, 0, 0)
+		s.nodes = append(s.nodes, loadtable.NodeLoad{ID: id, Kind: loadtable.KindEdge, Addr: fmt.Sprintf("wss://%s.danmaku.example:443", id), Conns: 50_000, Capacity: 100_000, CPU: 0.5})
+		g := loadtable.NewReportGate(0, 0, 0)
 		// Each node has been reporting for a while, at its own phase.
 		at := now.Add(-time.Duration(s.rng.Int64N(int64(250 * time.Millisecond))))
 		l, _ := g.Look(s.nodes[i], at)
@@ -228,13 +229,13 @@ func (c *countingConn) Read(p []byte) (int, error) {
 type legacyTable struct{ rdb redis.UniversalClient }
 
 type legacyLoad struct {
-	gslb.NodeLoad
+	loadtable.NodeLoad
 	Rooms map[string]int `json:"rooms,omitempty"`
 }
 
 const legacyKey = "danmaku:load"
 
-func (t *legacyTable) reportRooms(ctx context.Context, l gslb.NodeLoad, rooms map[string]int) error {
+func (t *legacyTable) reportRooms(ctx context.Context, l loadtable.NodeLoad, rooms map[string]int) error {
 	v, err := json.Marshal(legacyLoad{l, rooms})
 	if err != nil {
 		return err
@@ -242,16 +243,16 @@ func (t *legacyTable) reportRooms(ctx context.Context, l gslb.NodeLoad, rooms ma
 	return t.rdb.HSet(ctx, legacyKey, l.ID, v).Err()
 }
 
-func (t *legacyTable) Report(ctx context.Context, l gslb.NodeLoad) error {
+func (t *legacyTable) Report(ctx context.Context, l loadtable.NodeLoad) error {
 	return t.reportRooms(ctx, l, nil)
 }
 
-func (t *legacyTable) Snapshot(ctx context.Context) ([]gslb.NodeLoad, error) {
+func (t *legacyTable) Snapshot(ctx context.Context) ([]loadtable.NodeLoad, error) {
 	m, err := t.rdb.HGetAll(ctx, legacyKey).Result()
 	if err != nil {
 		return nil, err
 	}
-	out := make([]gslb.NodeLoad, 0, len(m))
+	out := make([]loadtable.NodeLoad, 0, len(m))
 	for id, v := range m {
 		var l legacyLoad
 		if err := json.Unmarshal([]byte(v), &l); err != nil || l.ID != id {
@@ -259,7 +260,7 @@ func (t *legacyTable) Snapshot(ctx context.Context) ([]gslb.NodeLoad, error) {
 		}
 		out = append(out, l.NodeLoad)
 	}
-	slices.SortFunc(out, func(a, b gslb.NodeLoad) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortFunc(out, func(a, b loadtable.NodeLoad) int { return strings.Compare(a.ID, b.ID) })
 	return out, nil
 }
 

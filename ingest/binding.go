@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"danmaku/auth"
-	"danmaku/gslb"
 	"danmaku/internal/httpx"
+	"danmaku/internal/loadtable"
 )
 
 // defaultBindingStale is how long after its newest report a primary still
@@ -87,10 +87,10 @@ func NewBinding(self string, stale time.Duration) *Binding {
 // Update records the ingest nodes of a load snapshot: each address's newest
 // report, draining nodes left out (they take no new users, and their users
 // should move).
-func (b *Binding) Update(loads []gslb.NodeLoad) {
+func (b *Binding) Update(loads []loadtable.NodeLoad) {
 	m := make(map[string]time.Time, len(loads))
 	for _, l := range loads {
-		if l.Kind != gslb.KindIngest || l.Draining || l.Addr == "" {
+		if l.Kind != loadtable.KindIngest || l.Draining || l.Addr == "" {
 			continue
 		}
 		if at, ok := m[l.Addr]; !ok || l.At.After(at) {

@@ -11,8 +11,8 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"danmaku/auth"
-	"danmaku/gslb"
 	"danmaku/internal/httpx"
+	"danmaku/internal/loadtable"
 )
 
 const (
@@ -30,28 +30,28 @@ func tokenFor(ni int, addrs ...string) *auth.Claims {
 
 func TestBindingCheck(t *testing.T) {
 	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	ingestAt := func(id, addr string, age time.Duration) gslb.NodeLoad {
-		return gslb.NodeLoad{ID: id, Kind: gslb.KindIngest, Addr: addr, At: now.Add(-age)}
+	ingestAt := func(id, addr string, age time.Duration) loadtable.NodeLoad {
+		return loadtable.NodeLoad{ID: id, Kind: loadtable.KindIngest, Addr: addr, At: now.Add(-age)}
 	}
-	allLive := []gslb.NodeLoad{ingestAt("a", ingA, 0), ingestAt("b", ingB, 0), ingestAt("c", ingC, 0), {ID: "e", Kind: gslb.KindEdge, Addr: edgA, At: now}}
+	allLive := []loadtable.NodeLoad{ingestAt("a", ingA, 0), ingestAt("b", ingB, 0), ingestAt("c", ingC, 0), {ID: "e", Kind: loadtable.KindEdge, Addr: edgA, At: now}}
 	bound := tokenFor(3, ingA, ingB, ingC, edgA)
 	for _, tc := range []struct {
 		name  string
 		self  string
-		loads []gslb.NodeLoad // nil: no Update yet
+		loads []loadtable.NodeLoad // nil: no Update yet
 		c     *auth.Claims
 		want  Verdict
 	}{
 		{"primary", ingA, allLive, bound, Primary},
-		{"primary, whatever the snapshot says of it", ingA, []gslb.NodeLoad{}, bound, Primary},
+		{"primary, whatever the snapshot says of it", ingA, []loadtable.NodeLoad{}, bound, Primary},
 		{"fallback while the primary is live", ingB, allLive, bound, NotPrimary},
 		{"second fallback while the primary is live", ingC, allLive, bound, NotPrimary},
-		{"fallback, primary absent from the snapshot", ingB, []gslb.NodeLoad{ingestAt("b", ingB, 0)}, bound, Fallback},
-		{"fallback, primary stale", ingB, []gslb.NodeLoad{ingestAt("a", ingA, defaultBindingStale+time.Millisecond), ingestAt("b", ingB, 0)}, bound, Fallback},
-		{"fallback, primary just within the stale bound", ingB, []gslb.NodeLoad{ingestAt("a", ingA, defaultBindingStale)}, bound, NotPrimary},
-		{"fallback, primary draining", ingB, []gslb.NodeLoad{{ID: "a", Kind: gslb.KindIngest, Addr: ingA, At: now, Draining: true}}, bound, Fallback},
-		{"fallback, an edge at the primary's address does not count", ingB, []gslb.NodeLoad{{ID: "x", Kind: gslb.KindEdge, Addr: ingA, At: now}}, bound, Fallback},
-		{"fallback, one of two reports of the primary's address is fresh", ingB, []gslb.NodeLoad{ingestAt("a-old", ingA, time.Hour), ingestAt("a-new", ingA, 0)}, bound, NotPrimary},
+		{"fallback, primary absent from the snapshot", ingB, []loadtable.NodeLoad{ingestAt("b", ingB, 0)}, bound, Fallback},
+		{"fallback, primary stale", ingB, []loadtable.NodeLoad{ingestAt("a", ingA, defaultBindingStale+time.Millisecond), ingestAt("b", ingB, 0)}, bound, Fallback},
+		{"fallback, primary just within the stale bound", ingB, []loadtable.NodeLoad{ingestAt("a", ingA, defaultBindingStale)}, bound, NotPrimary},
+		{"fallback, primary draining", ingB, []loadtable.NodeLoad{{ID: "a", Kind: loadtable.KindIngest, Addr: ingA, At: now, Draining: true}}, bound, Fallback},
+		{"fallback, an edge at the primary's address does not count", ingB, []loadtable.NodeLoad{{ID: "x", Kind: loadtable.KindEdge, Addr: ingA, At: now}}, bound, Fallback},
+		{"fallback, one of two reports of the primary's address is fresh", ingB, []loadtable.NodeLoad{ingestAt("a-old", ingA, time.Hour), ingestAt("a-new", ingA, 0)}, bound, NotPrimary},
 		{"fallback before the first snapshot", ingB, nil, bound, Fallback},
 		{"old token without ingests", ingB, allLive, tokenFor(0, ingA, ingB, ingC, edgA), Unbound},
 		{"this node does not know its address", "", allLive, bound, Unbound},
@@ -83,7 +83,7 @@ func TestBindingCheck(t *testing.T) {
 func TestBindingPrimaryGoesStale(t *testing.T) {
 	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	b := NewBinding(ingB, 2*time.Second)
-	b.Update([]gslb.NodeLoad{{ID: "a", Kind: gslb.KindIngest, Addr: ingA, At: now}})
+	b.Update([]loadtable.NodeLoad{{ID: "a", Kind: loadtable.KindIngest, Addr: ingA, At: now}})
 	c := tokenFor(2, ingA, ingB, edgA)
 	for _, tc := range []struct {
 		after time.Duration
@@ -94,7 +94,7 @@ func TestBindingPrimaryGoesStale(t *testing.T) {
 		}
 	}
 	// Back: the next snapshot has a fresh report.
-	b.Update([]gslb.NodeLoad{{ID: "a", Kind: gslb.KindIngest, Addr: ingA, At: now.Add(5 * time.Second)}})
+	b.Update([]loadtable.NodeLoad{{ID: "a", Kind: loadtable.KindIngest, Addr: ingA, At: now.Add(5 * time.Second)}})
 	if got := b.Check(c, now.Add(6*time.Second)); got != NotPrimary {
 		t.Fatalf("primary back: %v", got)
 	}
@@ -142,9 +142,9 @@ func TestBindingConcurrent(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for i := range 200 {
-			loads := []gslb.NodeLoad{{ID: "b", Kind: gslb.KindIngest, Addr: ingB, At: now}}
+			loads := []loadtable.NodeLoad{{ID: "b", Kind: loadtable.KindIngest, Addr: ingB, At: now}}
 			if i%2 == 0 {
-				loads = append(loads, gslb.NodeLoad{ID: "a", Kind: gslb.KindIngest, Addr: ingA, At: now})
+				loads = append(loads, loadtable.NodeLoad{ID: "a", Kind: loadtable.KindIngest, Addr: ingA, At: now})
 			}
 			b.Update(loads)
 		}

@@ -22,9 +22,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"danmaku/auth"
-	"danmaku/gslb"
 	"danmaku/internal/clock"
 	"danmaku/internal/httpx"
+	"danmaku/internal/loadtable"
 	"danmaku/internal/redisx"
 	"danmaku/internal/redisx/redistest"
 	"danmaku/internal/stream"
@@ -80,7 +80,7 @@ func newLoadRig(t *testing.T, rc redisx.Config, nodes int, room string, capacity
 	}
 	// The load table is in memory: the nodes' reports (every 5 ms) would
 	// be Redis traffic of their own, not the upload path's.
-	table := gslb.NewMemoryLoadTable()
+	table := loadtable.NewMemoryTable()
 	if rc.IOTimeout == 0 {
 		rc.IOTimeout = 500 * time.Millisecond
 	}

@@ -17,12 +17,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"danmaku/auth"
-	"danmaku/gslb"
 	"danmaku/internal/audit"
 	"danmaku/internal/bucket"
 	"danmaku/internal/clock"
 	"danmaku/internal/event"
 	"danmaku/internal/httpx"
+	"danmaku/internal/loadtable"
 	"danmaku/internal/ratelimit"
 	"danmaku/internal/stream"
 	"danmaku/sdk/wire"
@@ -71,11 +71,11 @@ type Config struct {
 	// Load is the load table: the node reports itself there, and learns
 	// from it which ingest and edge nodes are alive. Nil: no reports, and
 	// rooms are sized as if empty.
-	Load gslb.LoadTable
+	Load loadtable.Table
 	// Online holds the edges' per-room online counts, which size the room
 	// buckets. Nil: Load, when it is also an OnlineTable (both tables of
 	// package gslb are).
-	Online gslb.OnlineTable
+	Online loadtable.OnlineTable
 	// Gate is the room bucket shared across ingest nodes and the barrage
 	// append behind it, taken once per room and write-behind window. Nil:
 	// a MemoryRoomGate over Streams.
@@ -187,7 +187,7 @@ type Server struct {
 
 	giftCast *giftBroadcaster // nil: BroadcastGiftValue unset
 	online   atomic.Pointer[map[string]int]
-	view     *gslb.TableView // of cfg.Load; syncOnline's only
+	view     *loadtable.View // of cfg.Load; syncOnline's only
 	inflight atomic.Int64
 	// ingestNodes is how many ingest nodes reported live in the last load
 	// snapshot (0 before the first): they share each room's limit.
@@ -340,7 +340,7 @@ func New(cfg Config) (*Server, error) {
 		// Read once a second: a missed log entry is superseded by the
 		// node's next report within 250 ms, so only the periodic whole
 		// reads, not every read, need to be whole.
-		s.view = gslb.NewTableView(cfg.Load)
+		s.view = loadtable.NewView(cfg.Load)
 		s.view.WholeAfterGap = 2 * defaultOnlineSync
 	}
 	s.rejected = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -439,7 +439,7 @@ func (s *Server) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := gslb.Reporter{Table: s.cfg.Load, Interval: defaultReport, Load: s.Load, Now: s.cfg.Clock.Now, Ready: s.cfg.Keyring.Ready}
+			r := loadtable.Reporter{Table: s.cfg.Load, Interval: defaultReport, Load: s.Load, Now: s.cfg.Clock.Now, Ready: s.cfg.Keyring.Ready}
 			_ = r.Run(ctx)
 		}()
 	}
@@ -461,8 +461,8 @@ func (s *Server) Run(ctx context.Context) error {
 }
 
 // Load is this node's load report.
-func (s *Server) Load() gslb.NodeLoad {
-	l := gslb.NodeLoad{ID: s.cfg.NodeID, Kind: gslb.KindIngest, Addr: s.cfg.Addr, Line: s.cfg.Line, Region: s.cfg.Region, Conns: int(s.inflight.Load()), Capacity: s.cfg.MaxInFlight}
+func (s *Server) Load() loadtable.NodeLoad {
+	l := loadtable.NodeLoad{ID: s.cfg.NodeID, Kind: loadtable.KindIngest, Addr: s.cfg.Addr, Line: s.cfg.Line, Region: s.cfg.Region, Conns: int(s.inflight.Load()), Capacity: s.cfg.MaxInFlight}
 	if s.cfg.CPU != nil {
 		l.CPU = s.cfg.CPU()
 	}
@@ -485,7 +485,7 @@ func (s *Server) syncOnline(ctx context.Context) {
 	ingests, rank := 0, 0
 	liveEdges := map[string]bool{}
 	for _, l := range loads {
-		if l.Kind == gslb.KindIngest && now.Sub(l.At) <= onlineStale {
+		if l.Kind == loadtable.KindIngest && now.Sub(l.At) <= onlineStale {
 			ingests++
 			if l.ID < s.cfg.NodeID {
 				rank++
@@ -493,7 +493,7 @@ func (s *Server) syncOnline(ctx context.Context) {
 		}
 		// An edge that stopped reporting (crashed without removing itself)
 		// no longer counts its viewers.
-		if l.Kind == gslb.KindEdge && now.Sub(l.At) <= onlineStale {
+		if l.Kind == loadtable.KindEdge && now.Sub(l.At) <= onlineStale {
 			liveEdges[l.ID] = true
 		}
 	}
@@ -517,11 +517,11 @@ func (s *Server) syncOnline(ctx context.Context) {
 
 // onlineTable is Config.Online, else the load table when it is also an
 // OnlineTable.
-func (s *Server) onlineTable() gslb.OnlineTable {
+func (s *Server) onlineTable() loadtable.OnlineTable {
 	if s.cfg.Online != nil {
 		return s.cfg.Online
 	}
-	ot, _ := s.cfg.Load.(gslb.OnlineTable)
+	ot, _ := s.cfg.Load.(loadtable.OnlineTable)
 	return ot
 }
 

@@ -9,7 +9,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"danmaku/auth"
-	"danmaku/gslb"
+	"danmaku/internal/loadtable"
 )
 
 // A fallback node refuses the barrage of a user whose primary is live in
@@ -29,7 +29,7 @@ func TestBarrageBoundToPrimary(t *testing.T) {
 		return tok
 	}
 	report := func(addr string) {
-		if err := f.table.Report(context.Background(), gslb.NodeLoad{ID: addr, Kind: gslb.KindIngest, Addr: addr, At: f.clk.Now()}); err != nil {
+		if err := f.table.Report(context.Background(), loadtable.NodeLoad{ID: addr, Kind: loadtable.KindIngest, Addr: addr, At: f.clk.Now()}); err != nil {
 			t.Fatal(err)
 		}
 	}

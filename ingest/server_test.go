@@ -26,6 +26,7 @@ import (
 	"danmaku/internal/clock"
 	"danmaku/internal/event"
 	"danmaku/internal/httpx"
+	"danmaku/internal/loadtable"
 	"danmaku/internal/stream"
 	"danmaku/sdk/wire"
 )
@@ -48,7 +49,7 @@ type fixture struct {
 	clk    *clock.Fake
 	store  *stream.MemoryStore
 	ring   *auth.Keyring
-	table  *gslb.MemoryLoadTable
+	table  *loadtable.MemoryTable
 	reg    *prometheus.Registry
 	srv    *Server
 	engine *gin.Engine
@@ -77,7 +78,7 @@ func newFixtureOn(tb testing.TB, clk clock.Clock, store *stream.MemoryStore, mod
 	if err := ring.Refresh(context.Background()); err != nil {
 		tb.Fatal(err)
 	}
-	f := &fixture{store: store, ring: ring, table: gslb.NewMemoryLoadTable(), reg: prometheus.NewRegistry()}
+	f := &fixture{store: store, ring: ring, table: loadtable.NewMemoryTable(), reg: prometheus.NewRegistry()}
 	if fc, ok := clk.(*clock.Fake); ok {
 		f.clk = fc
 	}
@@ -543,7 +544,7 @@ func TestUserBucket(t *testing.T) {
 
 func TestRoomBucketFollowsOnline(t *testing.T) {
 	type report struct {
-		load  gslb.NodeLoad
+		load  loadtable.NodeLoad
 		rooms map[string]int
 	}
 	for _, tc := range []struct {
@@ -555,20 +556,20 @@ func TestRoomBucketFollowsOnline(t *testing.T) {
 	}{
 		{"nobody online", 2, 1000, nil, 2},
 		{"80 online over two edges", 2, 1000, []report{
-			{gslb.NodeLoad{ID: "e1", Kind: gslb.KindEdge}, map[string]int{room: 50, "other": 800}},
-			{gslb.NodeLoad{ID: "e2", Kind: gslb.KindEdge}, map[string]int{room: 30}},
+			{loadtable.NodeLoad{ID: "e1", Kind: loadtable.KindEdge}, map[string]int{room: 50, "other": 800}},
+			{loadtable.NodeLoad{ID: "e2", Kind: loadtable.KindEdge}, map[string]int{room: 30}},
 		}, 12}, // 80/8 + 2
 		{"capped by the ceiling", 2, 7, []report{
-			{gslb.NodeLoad{ID: "e1", Kind: gslb.KindEdge}, map[string]int{room: 8000}},
+			{loadtable.NodeLoad{ID: "e1", Kind: loadtable.KindEdge}, map[string]int{room: 8000}},
 		}, 7},
 		{"ingest reports do not count", 2, 1000, []report{
-			{gslb.NodeLoad{ID: "i1", Kind: gslb.KindIngest}, map[string]int{room: 800}},
+			{loadtable.NodeLoad{ID: "i1", Kind: loadtable.KindIngest}, map[string]int{room: 800}},
 		}, 2},
 		{"a silent edge does not count", 2, 1000, []report{
-			{gslb.NodeLoad{ID: "e1", Kind: gslb.KindEdge, At: t0.Add(-time.Minute)}, map[string]int{room: 800}},
+			{loadtable.NodeLoad{ID: "e1", Kind: loadtable.KindEdge, At: t0.Add(-time.Minute)}, map[string]int{room: 800}},
 		}, 2},
 		{"an edge not in the load table does not count", 2, 1000, []report{
-			{gslb.NodeLoad{}, map[string]int{room: 800}},
+			{loadtable.NodeLoad{}, map[string]int{room: 800}},
 		}, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -616,7 +617,7 @@ func TestRoomBucketFollowsOnline(t *testing.T) {
 // counts, and removes the node when it stops.
 func TestRunReportsAndSyncsOnline(t *testing.T) {
 	f := newFixture(t, func(c *Config) { c.Addr = selfAddr; c.Line = "A"; c.RoomBase = 2 })
-	if err := f.table.Report(context.Background(), gslb.NodeLoad{ID: "e1", Kind: gslb.KindEdge, At: f.clk.Now()}); err != nil {
+	if err := f.table.Report(context.Background(), loadtable.NodeLoad{ID: "e1", Kind: loadtable.KindEdge, At: f.clk.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.table.ReportOnline(context.Background(), "e1", map[string]int{room: 800}); err != nil {
@@ -625,7 +626,7 @@ func TestRunReportsAndSyncsOnline(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- f.srv.Run(ctx) }()
-	reported := func() *gslb.NodeLoad {
+	reported := func() *loadtable.NodeLoad {
 		ls, _ := f.table.Snapshot(context.Background())
 		for _, l := range ls {
 			if l.ID == selfAddr {
@@ -643,7 +644,7 @@ func TestRunReportsAndSyncsOnline(t *testing.T) {
 		}
 	}
 	l := reported()
-	if l.Kind != gslb.KindIngest || l.Addr != selfAddr || l.Line != "A" || !l.At.Equal(t0) {
+	if l.Kind != loadtable.KindIngest || l.Addr != selfAddr || l.Line != "A" || !l.At.Equal(t0) {
 		t.Errorf("report = %+v", l)
 	}
 	cancel()
@@ -1181,7 +1182,7 @@ func TestEntryThenBarrage(t *testing.T) {
 	// The node and one edge report into the load table the allocator reads.
 	self := f.srv.Load()
 	self.At = clk.Now()
-	for _, l := range []gslb.NodeLoad{self, {ID: "e1", Kind: gslb.KindEdge, Addr: "ws://edge-1", At: clk.Now()}} {
+	for _, l := range []loadtable.NodeLoad{self, {ID: "e1", Kind: loadtable.KindEdge, Addr: "ws://edge-1", At: clk.Now()}} {
 		if err := f.table.Report(context.Background(), l); err != nil {
 			t.Fatal(err)
 		}

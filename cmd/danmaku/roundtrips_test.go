@@ -24,7 +24,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"danmaku/auth"
-	"danmaku/gslb"
+	"danmaku/internal/loadtable"
 	"danmaku/internal/testenv"
 	"danmaku/sdk/wire"
 )
@@ -372,7 +372,7 @@ type nodeReports struct {
 func reportsByNode(t *testing.T, rdb *redis.Client, from, to time.Time) map[string]nodeReports {
 	t.Helper()
 	out := map[string]nodeReports{}
-	for k := range gslb.LoadShards {
+	for k := range loadtable.Shards {
 		log := "danmaku:{load:" + strconv.Itoa(k) + "}:log"
 		entries, err := rdb.XRange(context.Background(), log, strconv.FormatInt(from.UnixMilli(), 10), strconv.FormatInt(to.UnixMilli(), 10)).Result()
 		if err != nil {

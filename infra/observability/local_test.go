@@ -18,8 +18,8 @@ import (
 	"time"
 
 	"danmaku/auth"
-	"danmaku/gslb"
 	"danmaku/internal/event"
+	"danmaku/internal/loadtable"
 	"danmaku/internal/objstore"
 	"danmaku/internal/stack"
 	"danmaku/internal/stack/stacktest"
@@ -208,7 +208,7 @@ func TestLocalAlert(t *testing.T) {
 	master := make([]byte, 32)
 	_, _ = rand.Read(master)
 	b := stack.Backends{
-		Streams: stream.NewMemoryStore(nil), Objects: objstore.NewMemoryStore(), Load: gslb.NewMemoryLoadTable(),
+		Streams: stream.NewMemoryStore(nil), Objects: objstore.NewMemoryStore(), Load: loadtable.NewMemoryTable(),
 		Secrets: auth.NewMemorySecrets(), Events: event.NewMemoryStore(), Lease: slicer.NewMemoryLease(nil),
 		Backlog: slicer.NewMemoryBacklog(nil),
 	}

@@ -61,9 +61,9 @@ const (
 	keyRules = Prefix + "ratelimit:rules"
 	// ratelimit.RedisWindow: the shared windows of the rate limits.
 	keyWindows = Prefix + "{rl:*}:w"
-	// gslb.RedisLoadTable: each shard's records and change log.
+	// loadtable.RedisTable: each shard's records and change log.
 	keyLoad = Prefix + "{load:*}:*"
-	// gslb.RedisLoadTable's online counts, per shard.
+	// loadtable.RedisTable's online counts, per shard.
 	keyOnline = Prefix + "{online:*}"
 	// stream.RedisStore: the rooms registry, and each room's two lanes
 	// (the site stream is the Live lane of room "*site").

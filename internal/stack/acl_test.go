@@ -14,9 +14,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"danmaku/auth"
-	"danmaku/gslb"
 	"danmaku/ingest"
 	"danmaku/internal/event"
+	"danmaku/internal/loadtable"
 	"danmaku/internal/ratelimit"
 	"danmaku/internal/redisx"
 	"danmaku/internal/redisx/redistest"
@@ -266,10 +266,10 @@ func aclSteps(t *testing.T, clients map[string]redis.UniversalClient, cluster bo
 	step := func(role, what string, do func(ctx context.Context, rdb redis.UniversalClient) error) aclStep {
 		return aclStep{role, what, do}
 	}
-	load := func(rdb redis.UniversalClient) *gslb.RedisLoadTable { return gslb.NewRedisLoadTable(rdb) }
-	report := func(id string, kind gslb.NodeKind) func(ctx context.Context, rdb redis.UniversalClient) error {
+	load := func(rdb redis.UniversalClient) *loadtable.RedisTable { return loadtable.NewRedisTable(rdb) }
+	report := func(id string, kind loadtable.NodeKind) func(ctx context.Context, rdb redis.UniversalClient) error {
 		return func(ctx context.Context, rdb redis.UniversalClient) error {
-			return load(rdb).Report(ctx, gslb.NodeLoad{ID: id, Kind: kind, Addr: "http://" + id, At: now.Add(-time.Hour)})
+			return load(rdb).Report(ctx, loadtable.NodeLoad{ID: id, Kind: kind, Addr: "http://" + id, At: now.Add(-time.Hour)})
 		}
 	}
 	// Every role reads what every verifier and every event follower reads.
@@ -349,10 +349,10 @@ func aclSteps(t *testing.T, clients map[string]redis.UniversalClient, cluster bo
 	steps = append(steps, limits(redisx.ACLIngest)...)
 	steps = append(steps,
 		step(redisx.ACLIngest, "load: report, read, remove", func(ctx context.Context, rdb redis.UniversalClient) error {
-			if err := report("ingest-1", gslb.KindIngest)(ctx, rdb); err != nil {
+			if err := report("ingest-1", loadtable.KindIngest)(ctx, rdb); err != nil {
 				return err
 			}
-			if err := report("ingest-2", gslb.KindIngest)(ctx, rdb); err != nil {
+			if err := report("ingest-2", loadtable.KindIngest)(ctx, rdb); err != nil {
 				return err
 			}
 			_, cur, err := load(rdb).Changes(ctx, nil)
@@ -468,10 +468,10 @@ func aclSteps(t *testing.T, clients map[string]redis.UniversalClient, cluster bo
 	steps = append(steps, limits(redisx.ACLEdge)...)
 	steps = append(steps,
 		step(redisx.ACLEdge, "load: report, remove", func(ctx context.Context, rdb redis.UniversalClient) error {
-			if err := report("edge-1", gslb.KindEdge)(ctx, rdb); err != nil {
+			if err := report("edge-1", loadtable.KindEdge)(ctx, rdb); err != nil {
 				return err
 			}
-			if err := report("edge-2", gslb.KindEdge)(ctx, rdb); err != nil {
+			if err := report("edge-2", loadtable.KindEdge)(ctx, rdb); err != nil {
 				return err
 			}
 			return load(rdb).Remove(ctx, "edge-2")

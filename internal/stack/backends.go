@@ -7,9 +7,9 @@ import (
 	"log/slog"
 
 	"danmaku/auth"
-	"danmaku/gslb"
 	"danmaku/ingest"
 	"danmaku/internal/event"
+	"danmaku/internal/loadtable"
 	"danmaku/internal/objstore"
 	"danmaku/internal/redisx"
 	"danmaku/internal/stream"
@@ -70,7 +70,7 @@ func OpenBackends(ctx context.Context, cfg BackendConfig, log *slog.Logger) (Bac
 			return Backends{}, nil, err
 		}
 		b.Streams = streams
-		b.Load = gslb.NewRedisLoadTable(rdb)
+		b.Load = loadtable.NewRedisTable(rdb)
 		b.Secrets = auth.NewRedisSecrets(rdb)
 		// Leases get a client of their own: a renewal must never queue for
 		// a connection behind the edge's blocking reads.

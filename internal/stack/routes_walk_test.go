@@ -23,10 +23,10 @@ import (
 	"github.com/gorilla/websocket"
 
 	"danmaku/auth"
-	"danmaku/gslb"
 	"danmaku/ingest"
 	"danmaku/internal/clock"
 	"danmaku/internal/event"
+	"danmaku/internal/loadtable"
 	"danmaku/internal/objstore"
 	"danmaku/internal/ratelimit"
 	"danmaku/internal/stream"
@@ -790,7 +790,7 @@ const ghostIngest = "http://ghost.invalid:1"
 // of the "fallback" token, so this ingest refuses its barrage.
 func (w *walk) ghostIngest(t *testing.T) {
 	t.Helper()
-	l := gslb.NodeLoad{ID: "walk-ghost", Kind: gslb.KindIngest, Addr: ghostIngest, At: time.Now()}
+	l := loadtable.NodeLoad{ID: "walk-ghost", Kind: loadtable.KindIngest, Addr: ghostIngest, At: time.Now()}
 	if err := w.st.cfg.Backends.Load.Report(context.Background(), l); err != nil {
 		t.Fatal(err)
 	}

@@ -40,6 +40,7 @@ import (
 	"danmaku/internal/clock"
 	"danmaku/internal/event"
 	"danmaku/internal/httpx"
+	"danmaku/internal/loadtable"
 	"danmaku/internal/objstore"
 	"danmaku/internal/origin"
 	"danmaku/internal/ratelimit"
@@ -79,7 +80,7 @@ const (
 type Backends struct {
 	Streams  stream.Store
 	Objects  objstore.Store
-	Load     gslb.LoadTable
+	Load     loadtable.Table
 	Secrets  auth.SecretStore
 	Lease    slicer.Lease
 	Settings slicer.SettingsStore
@@ -520,7 +521,7 @@ func New(cfg Config) (*Stack, error) {
 		}
 	}
 	if b.Load == nil {
-		b.Load = gslb.NewMemoryLoadTable()
+		b.Load = loadtable.NewMemoryTable()
 	}
 	if b.Secrets == nil {
 		b.Secrets = auth.NewMemorySecrets()

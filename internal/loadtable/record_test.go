@@ -1,4 +1,4 @@
-package gslb
+package loadtable
 
 import (
 	"maps"

@@ -1,28 +1,28 @@
-package gslb_test
+package loadtable_test
 
 import (
+	"danmaku/internal/loadtable"
+
 	"context"
 	"errors"
 	"testing"
 	"time"
-
-	"danmaku/gslb"
 )
 
-// recordingTable records the cursors a TableView reads with, and fails
+// recordingTable records the cursors a View reads with, and fails
 // while broken.
 type recordingTable struct {
-	*gslb.MemoryLoadTable
+	*loadtable.MemoryTable
 	whole  []bool // one per Changes: read with a nil cursor
 	broken bool
 }
 
-func (t *recordingTable) Changes(ctx context.Context, cursor []string) (gslb.Changes, []string, error) {
+func (t *recordingTable) Changes(ctx context.Context, cursor []string) (loadtable.Changes, []string, error) {
 	t.whole = append(t.whole, cursor == nil)
 	if t.broken {
-		return gslb.Changes{}, nil, errTableDown
+		return loadtable.Changes{}, nil, errTableDown
 	}
-	return t.MemoryLoadTable.Changes(ctx, cursor)
+	return t.MemoryTable.Changes(ctx, cursor)
 }
 
 // TestTableView: a view follows reports and removals by reading what
@@ -30,8 +30,8 @@ func (t *recordingTable) Changes(ctx context.Context, cursor []string) (gslb.Cha
 // and after a gap.
 func TestTableView(t *testing.T) {
 	ctx := context.Background()
-	tab := &recordingTable{MemoryLoadTable: gslb.NewMemoryLoadTable()}
-	v := gslb.NewTableView(tab)
+	tab := &recordingTable{MemoryTable: loadtable.NewMemoryTable()}
+	v := loadtable.NewView(tab)
 	now := t0
 	sync := func(wantWhole bool, wantIDs ...string) {
 		t.Helper()

@@ -1,4 +1,4 @@
-package wsbench
+package edgetest
 
 import (
 	"runtime"
@@ -13,7 +13,7 @@ type MemSample struct{ RSS, HeapStack, Goroutines int64 }
 
 // SampleMemory collects garbage and returns freed pages to the OS first,
 // so that RSS counts what is held, not what the scavenger has not returned
-// yet. The benchmarks here and the edge's divide the growth between two
+// yet. The edge's benchmarks divide the growth between two
 // samples by the connections held.
 func SampleMemory() MemSample {
 	runtime.GC()

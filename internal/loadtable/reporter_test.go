@@ -1,4 +1,4 @@
-package gslb_test
+package loadtable_test
 
 import (
 	"context"
@@ -11,21 +11,21 @@ import (
 	"testing/synctest"
 	"time"
 
-	"danmaku/gslb"
 	"danmaku/internal/clock"
+	"danmaku/internal/loadtable"
 )
 
 // written is one load a gate let through.
 type written struct {
 	at   time.Duration // since the start
-	load gslb.NodeLoad
+	load loadtable.NodeLoad
 	ok   bool
 }
 
 // gateRun drives a ReportGate with a fake clock for d, looking when Wait
 // says, as Reporter.Run does; load gives the node's load at each look and
 // fail, when set, fails writes. It returns the writes and the looks.
-func gateRun(t *testing.T, g *gslb.ReportGate, d time.Duration, load func(at time.Duration) gslb.NodeLoad, fail func(at time.Duration) bool) (ws []written, looks int) {
+func gateRun(t *testing.T, g *loadtable.ReportGate, d time.Duration, load func(at time.Duration) loadtable.NodeLoad, fail func(at time.Duration) bool) (ws []written, looks int) {
 	t.Helper()
 	clk := clock.NewFake(t0)
 	for {
@@ -66,8 +66,8 @@ func gaps(ws []written) (shortest, longest time.Duration) {
 }
 
 // ingestAt is an ingest without a capacity at CPU cpu.
-func ingestAt(cpu float64) gslb.NodeLoad {
-	return gslb.NodeLoad{ID: "i1", Kind: gslb.KindIngest, Addr: "http://i1", CPU: cpu}
+func ingestAt(cpu float64) loadtable.NodeLoad {
+	return loadtable.NodeLoad{ID: "i1", Kind: loadtable.KindIngest, Addr: "http://i1", CPU: cpu}
 }
 
 // TestReportGateQuiet: a load that says nothing new to the allocators is
@@ -82,26 +82,26 @@ func TestReportGateQuiet(t *testing.T) {
 	var sampled time.Duration = -1
 	for _, tc := range []struct {
 		name string
-		load func(at time.Duration) gslb.NodeLoad
+		load func(at time.Duration) loadtable.NodeLoad
 	}{
-		{"idle", func(time.Duration) gslb.NodeLoad { return ingestAt(0.01) }},
-		{"CPU 0.30 ± 0.04 every 100 ms", func(at time.Duration) gslb.NodeLoad {
+		{"idle", func(time.Duration) loadtable.NodeLoad { return ingestAt(0.01) }},
+		{"CPU 0.30 ± 0.04 every 100 ms", func(at time.Duration) loadtable.NodeLoad {
 			if s := at / (100 * time.Millisecond); s != sampled {
 				sampled, cpu = s, 0.30+0.08*(rng.Float64()-0.5)
 			}
 			return ingestAt(cpu)
 		}},
-		{"connections without a capacity", func(time.Duration) gslb.NodeLoad {
+		{"connections without a capacity", func(time.Duration) loadtable.NodeLoad {
 			l := ingestAt(0.2)
 			l.Conns = rng.IntN(500)
 			return l
 		}},
-		{"edge of 100k connections, a few arriving", func(at time.Duration) gslb.NodeLoad {
-			return gslb.NodeLoad{ID: "e1", Kind: gslb.KindEdge, Addr: "ws://e1", Capacity: 100_000, Conns: 40_000 + int(at/time.Second)*10, CPU: 0.2}
+		{"edge of 100k connections, a few arriving", func(at time.Duration) loadtable.NodeLoad {
+			return loadtable.NodeLoad{ID: "e1", Kind: loadtable.KindEdge, Addr: "ws://e1", Capacity: 100_000, Conns: 40_000 + int(at/time.Second)*10, CPU: 0.2}
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ws, looks := gateRun(t, gslb.NewReportGate(0, 0, 0), d, tc.load, nil)
+			ws, looks := gateRun(t, loadtable.NewReportGate(0, 0, 0), d, tc.load, nil)
 			keepAlives := int(d/(250*time.Millisecond)) + 1
 			if shortest, longest := gaps(ws); len(ws) != keepAlives || shortest != 250*time.Millisecond || longest != 250*time.Millisecond {
 				t.Errorf("%d writes (gaps %v..%v), want %d: one every 250 ms", len(ws), shortest, longest, keepAlives)
@@ -117,25 +117,25 @@ func TestReportGateQuiet(t *testing.T) {
 // look that finds it, once MinInterval since the last write has passed,
 // and the reported load then says it.
 func TestReportGateNews(t *testing.T) {
-	edge := func(conns int) gslb.NodeLoad {
-		return gslb.NodeLoad{ID: "e1", Kind: gslb.KindEdge, Addr: "ws://e1", Capacity: 1000, Conns: conns, CPU: 0.1}
+	edge := func(conns int) loadtable.NodeLoad {
+		return loadtable.NodeLoad{ID: "e1", Kind: loadtable.KindEdge, Addr: "ws://e1", Capacity: 1000, Conns: conns, CPU: 0.1}
 	}
 	const change = 2100 * time.Millisecond // between two keep-alives
 	for _, tc := range []struct {
 		name   string
-		before gslb.NodeLoad
-		after  gslb.NodeLoad
+		before loadtable.NodeLoad
+		after  loadtable.NodeLoad
 	}{
-		{"draining", edge(300), func() gslb.NodeLoad { l := edge(300); l.Draining = true; return l }()},
-		{"capacity", edge(300), func() gslb.NodeLoad { l := edge(300); l.Capacity = 2000; return l }()},
-		{"line", edge(300), func() gslb.NodeLoad { l := edge(300); l.Line = "telecom"; return l }()},
-		{"region", edge(300), func() gslb.NodeLoad { l := edge(300); l.Region = "east"; return l }()},
-		{"address", edge(300), func() gslb.NodeLoad { l := edge(300); l.Addr = "ws://e1b"; return l }()},
+		{"draining", edge(300), func() loadtable.NodeLoad { l := edge(300); l.Draining = true; return l }()},
+		{"capacity", edge(300), func() loadtable.NodeLoad { l := edge(300); l.Capacity = 2000; return l }()},
+		{"line", edge(300), func() loadtable.NodeLoad { l := edge(300); l.Line = "telecom"; return l }()},
+		{"region", edge(300), func() loadtable.NodeLoad { l := edge(300); l.Region = "east"; return l }()},
+		{"address", edge(300), func() loadtable.NodeLoad { l := edge(300); l.Addr = "ws://e1b"; return l }()},
 		{"headroom by a step", edge(300), edge(340)}, // 0.65 → 0.61
 		{"the 95 % bound", edge(940), edge(950)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ws, _ := gateRun(t, gslb.NewReportGate(0, 0, 0), 3*time.Second, func(at time.Duration) gslb.NodeLoad {
+			ws, _ := gateRun(t, loadtable.NewReportGate(0, 0, 0), 3*time.Second, func(at time.Duration) loadtable.NodeLoad {
 				if at >= change {
 					return tc.after
 				}
@@ -160,7 +160,7 @@ func TestReportGateNews(t *testing.T) {
 		})
 	}
 	t.Run("below a step", func(t *testing.T) {
-		ws, _ := gateRun(t, gslb.NewReportGate(0, 0, 0), 3*time.Second, func(at time.Duration) gslb.NodeLoad {
+		ws, _ := gateRun(t, loadtable.NewReportGate(0, 0, 0), 3*time.Second, func(at time.Duration) loadtable.NodeLoad {
 			if at >= change {
 				return edge(320) // 0.65 → 0.63
 			}
@@ -189,8 +189,8 @@ func TestReportGateBoundHysteresis(t *testing.T) {
 		}
 	}
 	// No keep-alive within the run: every write is news.
-	ws, _ := gateRun(t, gslb.NewReportGate(0, 0, time.Minute), 4*time.Second, func(at time.Duration) gslb.NodeLoad {
-		return gslb.NodeLoad{ID: "e1", Kind: gslb.KindEdge, Addr: "ws://e1", Capacity: 1000, Conns: conns(at)}
+	ws, _ := gateRun(t, loadtable.NewReportGate(0, 0, time.Minute), 4*time.Second, func(at time.Duration) loadtable.NodeLoad {
+		return loadtable.NodeLoad{ID: "e1", Kind: loadtable.KindEdge, Addr: "ws://e1", Capacity: 1000, Conns: conns(at)}
 	}, nil)
 	byConns := map[int]int{}
 	for _, w := range ws {
@@ -207,9 +207,9 @@ func TestReportGateBoundHysteresis(t *testing.T) {
 func TestReportGateBounded(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	n := 0
-	wild := func(time.Duration) gslb.NodeLoad { // news at every look
+	wild := func(time.Duration) loadtable.NodeLoad { // news at every look
 		n++
-		return gslb.NodeLoad{ID: "e1", Kind: gslb.KindEdge, Addr: "ws://e" + strconv.Itoa(n), Capacity: 1000, Conns: rng.IntN(1000), CPU: rng.Float64(), Draining: rng.IntN(2) == 0}
+		return loadtable.NodeLoad{ID: "e1", Kind: loadtable.KindEdge, Addr: "ws://e" + strconv.Itoa(n), Capacity: 1000, Conns: rng.IntN(1000), CPU: rng.Float64(), Draining: rng.IntN(2) == 0}
 	}
 	for _, tc := range []struct {
 		name string
@@ -222,7 +222,7 @@ func TestReportGateBounded(t *testing.T) {
 		{"table failing half the time", 0, 50 * time.Millisecond, func(at time.Duration) bool { return at/time.Second%2 == 1 }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ws, _ := gateRun(t, gslb.NewReportGate(0, tc.min, 0), 10*time.Second, wild, tc.fail)
+			ws, _ := gateRun(t, loadtable.NewReportGate(0, tc.min, 0), 10*time.Second, wild, tc.fail)
 			for i := 1; i < len(ws); i++ {
 				if gap := ws[i].at - ws[i-1].at; gap < tc.want {
 					t.Fatalf("attempts %v apart at %v, want at least %v", gap, ws[i].at, tc.want)
@@ -239,7 +239,7 @@ func TestReportGateBounded(t *testing.T) {
 // moving average in a few steps of headroom, not a write per look, and the
 // table ends within a step of it.
 func TestReportGateCPUStep(t *testing.T) {
-	ws, _ := gateRun(t, gslb.NewReportGate(0, 0, 0), 5*time.Second, func(at time.Duration) gslb.NodeLoad {
+	ws, _ := gateRun(t, loadtable.NewReportGate(0, 0, 0), 5*time.Second, func(at time.Duration) loadtable.NodeLoad {
 		if at < time.Second {
 			return ingestAt(0.10)
 		}
@@ -268,7 +268,7 @@ func TestReportGateCPUStep(t *testing.T) {
 // TestReportGateEveryLook: MaxInterval below Interval writes every look,
 // Interval apart (the reporter as it first was).
 func TestReportGateEveryLook(t *testing.T) {
-	ws, looks := gateRun(t, gslb.NewReportGate(5*time.Millisecond, 0, time.Nanosecond), time.Second, func(time.Duration) gslb.NodeLoad { return ingestAt(0.1) }, nil)
+	ws, looks := gateRun(t, loadtable.NewReportGate(5*time.Millisecond, 0, time.Nanosecond), time.Second, func(time.Duration) loadtable.NodeLoad { return ingestAt(0.1) }, nil)
 	if shortest, longest := gaps(ws); len(ws) != looks || shortest != 5*time.Millisecond || longest != 5*time.Millisecond {
 		t.Errorf("%d writes of %d looks, %v..%v apart", len(ws), looks, shortest, longest)
 	}
@@ -280,14 +280,14 @@ func TestReportGateEveryLook(t *testing.T) {
 // second; it removes the node when stopped.
 func TestReporterRun(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		table := gslb.NewMemoryLoadTable()
+		table := loadtable.NewMemoryTable()
 		var ready atomic.Bool
 		var looks atomic.Int64
-		r := &gslb.Reporter{
+		r := &loadtable.Reporter{
 			Table: table, Ready: ready.Load, Now: time.Now,
-			Load: func() gslb.NodeLoad {
+			Load: func() loadtable.NodeLoad {
 				looks.Add(1)
-				return gslb.NodeLoad{ID: "e1", Kind: gslb.KindEdge, Addr: "ws://e1", Conns: 3}
+				return loadtable.NodeLoad{ID: "e1", Kind: loadtable.KindEdge, Addr: "ws://e1", Conns: 3}
 			},
 		}
 		ctx, cancel := context.WithCancel(context.Background())
@@ -329,8 +329,8 @@ func TestReporterRun(t *testing.T) {
 // most every MinInterval, and the reporter still stops.
 func TestReporterRunFailing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		table := &failingTable{LoadTable: gslb.NewMemoryLoadTable()}
-		r := &gslb.Reporter{Table: table, Now: time.Now, Load: func() gslb.NodeLoad { return ingestAt(0.1) }}
+		table := &failingTable{Table: loadtable.NewMemoryTable()}
+		r := &loadtable.Reporter{Table: table, Now: time.Now, Load: func() loadtable.NodeLoad { return ingestAt(0.1) }}
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- r.Run(ctx) }()
@@ -345,11 +345,11 @@ func TestReporterRunFailing(t *testing.T) {
 }
 
 type failingTable struct {
-	gslb.LoadTable
+	loadtable.Table
 	tries atomic.Int64
 }
 
-func (f *failingTable) Report(context.Context, gslb.NodeLoad) error {
+func (f *failingTable) Report(context.Context, loadtable.NodeLoad) error {
 	f.tries.Add(1)
 	return errors.New("down")
 }

@@ -1,4 +1,4 @@
-package gslb
+package loadtable
 
 import (
 	"context"
@@ -32,12 +32,12 @@ type OnlineTable interface {
 }
 
 var (
-	_ OnlineTable = (*MemoryLoadTable)(nil)
-	_ OnlineTable = (*RedisLoadTable)(nil)
+	_ OnlineTable = (*MemoryTable)(nil)
+	_ OnlineTable = (*RedisTable)(nil)
 )
 
 // ReportOnline implements OnlineTable.
-func (t *MemoryLoadTable) ReportOnline(ctx context.Context, node string, rooms map[string]int) error {
+func (t *MemoryTable) ReportOnline(ctx context.Context, node string, rooms map[string]int) error {
 	if node == "" {
 		return ErrNoID
 	}
@@ -51,7 +51,7 @@ func (t *MemoryLoadTable) ReportOnline(ctx context.Context, node string, rooms m
 }
 
 // RemoveOnline implements OnlineTable.
-func (t *MemoryLoadTable) RemoveOnline(ctx context.Context, node string) error {
+func (t *MemoryTable) RemoveOnline(ctx context.Context, node string) error {
 	t.mu.Lock()
 	delete(t.online, node)
 	t.mu.Unlock()
@@ -59,7 +59,7 @@ func (t *MemoryLoadTable) RemoveOnline(ctx context.Context, node string) error {
 }
 
 // Online implements OnlineTable.
-func (t *MemoryLoadTable) Online(ctx context.Context) (map[string]map[string]int, error) {
+func (t *MemoryTable) Online(ctx context.Context) (map[string]map[string]int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	out := make(map[string]map[string]int, len(t.online))
@@ -108,7 +108,7 @@ func decodeOnline(s string) (map[string]int, error) {
 		// A node holds far fewer than a billion viewers; the bound keeps a
 		// bad record from overflowing the sums.
 		if !ok || err != nil || n < 0 || n > maxOnlinePerRoom || !wire.ValidRoom(room) {
-			return nil, fmt.Errorf("gslb: bad online record %.40q", kv)
+			return nil, fmt.Errorf("loadtable: bad online record %.40q", kv)
 		}
 		rooms[room] += n
 	}
@@ -116,35 +116,35 @@ func decodeOnline(s string) (map[string]int, error) {
 }
 
 // ReportOnline implements OnlineTable.
-func (t *RedisLoadTable) ReportOnline(ctx context.Context, node string, rooms map[string]int) error {
+func (t *RedisTable) ReportOnline(ctx context.Context, node string, rooms map[string]int) error {
 	if node == "" {
 		return ErrNoID
 	}
 	if err := t.rdb.HSet(ctx, onlineKey(loadShardOf(node)), node, encodeOnline(rooms)).Err(); err != nil {
-		return fmt.Errorf("gslb: report online of %s: %w", node, err)
+		return fmt.Errorf("loadtable: report online of %s: %w", node, err)
 	}
 	return nil
 }
 
 // RemoveOnline implements OnlineTable.
-func (t *RedisLoadTable) RemoveOnline(ctx context.Context, node string) error {
+func (t *RedisTable) RemoveOnline(ctx context.Context, node string) error {
 	if err := t.rdb.HDel(ctx, onlineKey(loadShardOf(node)), node).Err(); err != nil {
-		return fmt.Errorf("gslb: remove online of %s: %w", node, err)
+		return fmt.Errorf("loadtable: remove online of %s: %w", node, err)
 	}
 	return nil
 }
 
 // Online implements OnlineTable: one pipelined HGETALL per shard. A record
 // that does not decode is left out and counted in Skipped.
-func (t *RedisLoadTable) Online(ctx context.Context) (map[string]map[string]int, error) {
-	cmds := make([]*redis.MapStringStringCmd, LoadShards)
+func (t *RedisTable) Online(ctx context.Context) (map[string]map[string]int, error) {
+	cmds := make([]*redis.MapStringStringCmd, Shards)
 	if _, err := t.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for k := range cmds {
 			cmds[k] = p.HGetAll(ctx, onlineKey(k))
 		}
 		return nil
 	}); err != nil {
-		return nil, fmt.Errorf("gslb: online counts: %w", err)
+		return nil, fmt.Errorf("loadtable: online counts: %w", err)
 	}
 	out := map[string]map[string]int{}
 	for _, c := range cmds {
@@ -161,7 +161,7 @@ func (t *RedisLoadTable) Online(ctx context.Context) (map[string]map[string]int,
 }
 
 // pruneOnline forgets the counts of nodes whose load reports were pruned.
-func (t *RedisLoadTable) pruneOnline(ctx context.Context, ids []string) error {
+func (t *RedisTable) pruneOnline(ctx context.Context, ids []string) error {
 	if len(ids) == 0 {
 		return nil
 	}

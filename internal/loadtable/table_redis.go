@@ -1,4 +1,4 @@
-package gslb
+package loadtable
 
 import (
 	"context"
@@ -14,16 +14,16 @@ import (
 	"danmaku/internal/redisx"
 )
 
-// LoadShards is how many shards the Redis load table spreads its reports
+// Shards is how many shards the Redis load table spreads its reports
 // over. Every process of a deployment must agree on it (it decides which
 // key a node's report lands in), so it is a constant rather than a flag.
 // Sixteen spread a few thousand nodes over a Cluster's masters while an
 // allocator's sync stays one pipelined round trip.
-const LoadShards = 16
+const Shards = 16
 
 // logMaxLen bounds each shard's change log (approximately: Redis trims
 // whole blocks). Readers do not look for entries trimmed before they read
-// them; a TableView reads whole after any gap longer than wholeAfterGap,
+// them; a View reads whole after any gap longer than wholeAfterGap,
 // and 4,096 entries a shard cannot be written within that gap (65k reports
 // a second on one shard, a million on the table, is far beyond what one
 // Redis takes). Full, the logs hold a few MB.
@@ -45,7 +45,7 @@ func loadShardKeys(k int) (nodes, log string) {
 func loadShardOf(id string) int {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(id))
-	return int(h.Sum32() % LoadShards)
+	return int(h.Sum32() % Shards)
 }
 
 // pruneScript removes the given fields of one shard if they still hold the
@@ -66,12 +66,12 @@ return gone
 `)
 
 var (
-	_ LoadTable    = (*RedisLoadTable)(nil)
-	_ ChangeReader = (*RedisLoadTable)(nil)
+	_ Table        = (*RedisTable)(nil)
+	_ ChangeReader = (*RedisTable)(nil)
 )
 
-// RedisLoadTable is the LoadTable shared by every node and allocator. A
-// node's report is one field of its shard's hash (LoadShards shards, each
+// RedisTable is the Table shared by every node and allocator. A
+// node's report is one field of its shard's hash (Shards shards, each
 // in a Cluster slot of its own, so no one key or shard carries every node),
 // its value a short text record (encodeRecord) with At as the node stamped
 // it (allocators judge staleness by the report, so a node that dies without
@@ -81,24 +81,24 @@ var (
 // one pipelined round trip of plain commands (no script: Lua costs Redis
 // about a microsecond per record it moves, a stream range a fraction of
 // that), carrying nothing for a shard where nothing changed.
-type RedisLoadTable struct {
+type RedisTable struct {
 	rdb     redis.UniversalClient
 	skipped atomic.Uint64
 }
 
-// NewRedisLoadTable returns the load table kept in rdb.
-func NewRedisLoadTable(rdb redis.UniversalClient) *RedisLoadTable {
-	return &RedisLoadTable{rdb: rdb}
+// NewRedisTable returns the load table kept in rdb.
+func NewRedisTable(rdb redis.UniversalClient) *RedisTable {
+	return &RedisTable{rdb: rdb}
 }
 
-// Report implements LoadTable: HSET and XADD in one MULTI.
-func (t *RedisLoadTable) Report(ctx context.Context, l NodeLoad) error {
+// Report implements Table: HSET and XADD in one MULTI.
+func (t *RedisTable) Report(ctx context.Context, l NodeLoad) error {
 	if l.ID == "" {
 		return ErrNoID
 	}
 	rec, err := encodeRecord(make([]byte, 0, 96), &l)
 	if err != nil {
-		return fmt.Errorf("gslb: report load of %s: %w", l.ID, err)
+		return fmt.Errorf("loadtable: report load of %s: %w", l.ID, err)
 	}
 	nodes, log := loadShardKeys(loadShardOf(l.ID))
 	if _, err := t.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
@@ -106,40 +106,40 @@ func (t *RedisLoadTable) Report(ctx context.Context, l NodeLoad) error {
 		p.XAdd(ctx, &redis.XAddArgs{Stream: log, MaxLen: logMaxLen, Approx: true, Values: []any{l.ID, rec}})
 		return nil
 	}); err != nil {
-		return fmt.Errorf("gslb: report load of %s: %w", l.ID, err)
+		return fmt.Errorf("loadtable: report load of %s: %w", l.ID, err)
 	}
 	return nil
 }
 
-// Remove implements LoadTable: the record goes and the log says so, so that
+// Remove implements Table: the record goes and the log says so, so that
 // readers following it drop the node at their next sync.
-func (t *RedisLoadTable) Remove(ctx context.Context, id string) error {
+func (t *RedisTable) Remove(ctx context.Context, id string) error {
 	nodes, log := loadShardKeys(loadShardOf(id))
 	if _, err := t.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.HDel(ctx, nodes, id)
 		p.XAdd(ctx, &redis.XAddArgs{Stream: log, MaxLen: logMaxLen, Approx: true, Values: []any{id, tombstone}})
 		return nil
 	}); err != nil {
-		return fmt.Errorf("gslb: remove %s: %w", id, err)
+		return fmt.Errorf("loadtable: remove %s: %w", id, err)
 	}
 	return nil
 }
 
 // Shards implements ChangeReader.
-func (t *RedisLoadTable) Shards() int { return LoadShards }
+func (t *RedisTable) Shards() int { return Shards }
 
-// Snapshot implements LoadTable: every shard read whole.
-func (t *RedisLoadTable) Snapshot(ctx context.Context) ([]NodeLoad, error) {
+// Snapshot implements Table: every shard read whole.
+func (t *RedisTable) Snapshot(ctx context.Context) ([]NodeLoad, error) {
 	ch, _, err := t.Changes(ctx, nil)
 	if err != nil {
-		return nil, fmt.Errorf("gslb: load snapshot: %w", err)
+		return nil, fmt.Errorf("loadtable: load snapshot: %w", err)
 	}
 	sortLoads(ch.Loads)
 	return ch.Loads, nil
 }
 
 // Skipped returns how many records reads have left out as undecodable.
-func (t *RedisLoadTable) Skipped() uint64 { return t.skipped.Load() }
+func (t *RedisTable) Skipped() uint64 { return t.skipped.Load() }
 
 // shardRead is the commands one sync sends for one shard: from a
 // position, the log after it; for a whole read, the log's last entry first
@@ -158,15 +158,15 @@ type shardRead struct {
 // The read trusts the log to continue the position: it does not look for
 // entries trimmed or lost before it read them. A reader makes sure of it
 // by reading whole after a failed read or a long gap, and every few
-// seconds regardless (TableView): a store that failed over may have lost
+// seconds regardless (View): a store that failed over may have lost
 // a few writes behind a log that then went on.
-func (t *RedisLoadTable) Changes(ctx context.Context, cursor []string) (Changes, []string, error) {
+func (t *RedisTable) Changes(ctx context.Context, cursor []string) (Changes, []string, error) {
 	ch := Changes{ShardOf: loadShardOf}
-	next := make([]string, LoadShards)
-	if len(cursor) == LoadShards {
+	next := make([]string, Shards)
+	if len(cursor) == Shards {
 		copy(next, cursor)
 	}
-	reads := make([]shardRead, LoadShards)
+	reads := make([]shardRead, Shards)
 	if _, err := t.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for k := range reads {
 			nodes, log := loadShardKeys(k)
@@ -183,7 +183,7 @@ func (t *RedisLoadTable) Changes(ctx context.Context, cursor []string) (Changes,
 	}
 	for k := range reads {
 		if err := t.takeRead(&reads[k], &next[k], &ch); err != nil {
-			return Changes{}, cursor, fmt.Errorf("gslb: load shard %d: %w", k, err)
+			return Changes{}, cursor, fmt.Errorf("loadtable: load shard %d: %w", k, err)
 		}
 		if reads[k].all != nil {
 			ch.Reset = append(ch.Reset, k)
@@ -193,7 +193,7 @@ func (t *RedisLoadTable) Changes(ctx context.Context, cursor []string) (Changes,
 }
 
 // takeRead applies one shard's answers to ch and its position.
-func (t *RedisLoadTable) takeRead(r *shardRead, pos *string, ch *Changes) error {
+func (t *RedisTable) takeRead(r *shardRead, pos *string, ch *Changes) error {
 	if r.all != nil {
 		last, err := r.last.Slice()
 		if err != nil && !errors.Is(err, redis.Nil) {
@@ -236,7 +236,7 @@ func (t *RedisLoadTable) takeRead(r *shardRead, pos *string, ch *Changes) error 
 }
 
 // take adds one record to ch.
-func (t *RedisLoadTable) take(ch *Changes, id, rec string) {
+func (t *RedisTable) take(ch *Changes, id, rec string) {
 	ch.Bytes += len(id) + len(rec)
 	if rec == tombstone {
 		ch.Removed = append(ch.Removed, id)
@@ -267,9 +267,9 @@ func entry(e any) (string, []any, bool) {
 // die without Remove stay in their shard otherwise, and every whole read
 // carries them. A node still alive whose
 // old report is pruned puts it back at its next report.
-func (t *RedisLoadTable) Prune(ctx context.Context, cutoff time.Time) (int, error) {
-	args := make([][]any, LoadShards)
-	cmds := make([]*redis.MapStringStringCmd, LoadShards)
+func (t *RedisTable) Prune(ctx context.Context, cutoff time.Time) (int, error) {
+	args := make([][]any, Shards)
+	cmds := make([]*redis.MapStringStringCmd, Shards)
 	if _, err := t.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for k := range cmds {
 			nodes, _ := loadShardKeys(k)
@@ -277,7 +277,7 @@ func (t *RedisLoadTable) Prune(ctx context.Context, cutoff time.Time) (int, erro
 		}
 		return nil
 	}); err != nil {
-		return 0, fmt.Errorf("gslb: prune load table: %w", err)
+		return 0, fmt.Errorf("loadtable: prune load table: %w", err)
 	}
 	for k, cmd := range cmds {
 		for id, rec := range cmd.Val() {
@@ -297,13 +297,13 @@ func (t *RedisLoadTable) Prune(ctx context.Context, cutoff time.Time) (int, erro
 		nodes, log := loadShardKeys(k)
 		gone, err := pruneScript.Run(ctx, t.rdb, []string{nodes, log}, a...).StringSlice()
 		if err != nil {
-			return len(removed), fmt.Errorf("gslb: prune load table: %w", err)
+			return len(removed), fmt.Errorf("loadtable: prune load table: %w", err)
 		}
 		removed = append(removed, gone...)
 	}
 	// Their online counts go with them: nobody reads them any more.
 	if err := t.pruneOnline(ctx, removed); err != nil {
-		return len(removed), fmt.Errorf("gslb: prune online counts: %w", err)
+		return len(removed), fmt.Errorf("loadtable: prune online counts: %w", err)
 	}
 	return len(removed), nil
 }

@@ -1,4 +1,4 @@
-package gslb
+package loadtable
 
 import (
 	"context"
@@ -9,6 +9,9 @@ import (
 
 // Reporter defaults.
 const (
+	// defaultReportInterval is how often a Reporter looks at the load
+	// while it changes (Reporter.Interval).
+	defaultReportInterval = 5 * time.Millisecond
 	// defaultMaxReportInterval is the longest a node stays silent
 	// (Reporter.MaxInterval): four reports within the allocators' default
 	// staleness of 1 s, so that three may be late or lost.
@@ -41,7 +44,7 @@ const (
 	boundMargin = 0.01
 )
 
-// Reporter sends a node's load to a LoadTable when what the allocators
+// Reporter sends a node's load to a Table when what the allocators
 // decide from has changed — the node's headroom by a step (ReportGate), a
 // bound crossed, draining, capacity, line, region or address — at most
 // every MinInterval, and at least every MaxInterval however quiet the node
@@ -50,7 +53,7 @@ const (
 // they do not. The staleness the allocators judge by must exceed
 // MaxInterval.
 type Reporter struct {
-	Table LoadTable
+	Table Table
 	// Interval is how often the load is looked at while it changes. Zero:
 	// 5 ms.
 	Interval time.Duration
@@ -243,11 +246,11 @@ func isNews(l, last NodeLoad) bool {
 		l.Region != last.Region || l.Capacity != last.Capacity || l.Draining != last.Draining {
 		return true
 	}
-	w0, ok0 := headroom(last, defaultOverload, defaultMaxCPU)
+	w0, ok0 := Headroom(last, DefaultOverload, DefaultMaxCPU)
 	if !ok0 {
-		_, clear := headroom(l, defaultOverload-boundMargin, defaultMaxCPU-boundMargin)
+		_, clear := Headroom(l, DefaultOverload-boundMargin, DefaultMaxCPU-boundMargin)
 		return clear
 	}
-	w, ok := headroom(l, defaultOverload, defaultMaxCPU)
+	w, ok := Headroom(l, DefaultOverload, DefaultMaxCPU)
 	return !ok || math.Abs(w-w0) >= max(headroomStep*w0, headroomFloor)
 }

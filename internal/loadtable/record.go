@@ -1,4 +1,4 @@
-package gslb
+package loadtable
 
 import (
 	"errors"
@@ -22,7 +22,7 @@ import (
 const recordVersion = "v1"
 
 // errBadRecord is what decodeRecord returns for a field it cannot read.
-var errBadRecord = errors.New("gslb: bad load record")
+var errBadRecord = errors.New("loadtable: bad load record")
 
 // encodeRecord appends l's record to b.
 func encodeRecord(b []byte, l *NodeLoad) ([]byte, error) {

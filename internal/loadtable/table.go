@@ -1,4 +1,4 @@
-package gslb
+package loadtable
 
 import (
 	"context"
@@ -50,12 +50,12 @@ type NodeLoad struct {
 	At time.Time `json:"at"`
 }
 
-// LoadTable is where nodes report their load and allocators read it. The
+// Table is where nodes report their load and allocators read it. The
 // Redis implementation spreads the reports over shards (hashes in slots of
 // their own) with a change log each, the memory one keeps a map; both are
 // also ChangeReaders, so that an allocator's sync reads what changed rather
 // than the whole table.
-type LoadTable interface {
+type Table interface {
 	Report(ctx context.Context, l NodeLoad) error
 	// Snapshot returns every node's newest report, sorted by ID.
 	Snapshot(ctx context.Context) ([]NodeLoad, error)
@@ -63,11 +63,11 @@ type LoadTable interface {
 	Remove(ctx context.Context, id string) error
 }
 
-// ChangeReader is a LoadTable that can say what changed since a reader's
+// ChangeReader is a Table that can say what changed since a reader's
 // last look. A cursor holds one position per shard; a nil cursor (a new
 // reader) reads every shard whole.
 type ChangeReader interface {
-	LoadTable
+	Table
 	// Shards is how many shards the reports are spread over: the length of
 	// a cursor.
 	Shards() int
@@ -101,16 +101,16 @@ type Changes struct {
 }
 
 // ErrNoID is returned by Report for a report without a node id.
-var ErrNoID = errors.New("gslb: load report without node id")
+var ErrNoID = errors.New("loadtable: load report without node id")
 
 var (
-	_ LoadTable    = (*MemoryLoadTable)(nil)
-	_ ChangeReader = (*MemoryLoadTable)(nil)
+	_ Table        = (*MemoryTable)(nil)
+	_ ChangeReader = (*MemoryTable)(nil)
 )
 
-// MemoryLoadTable is the in-process LoadTable: one shard, whose log is a
+// MemoryTable is the in-process Table: one shard, whose log is a
 // sequence number per node.
-type MemoryLoadTable struct {
+type MemoryTable struct {
 	mu     sync.Mutex
 	seq    int64
 	nodes  map[string]memNode
@@ -125,11 +125,11 @@ type memNode struct {
 	gone bool
 }
 
-// NewMemoryLoadTable returns an empty table.
-func NewMemoryLoadTable() *MemoryLoadTable { return &MemoryLoadTable{nodes: map[string]memNode{}} }
+// NewMemoryTable returns an empty table.
+func NewMemoryTable() *MemoryTable { return &MemoryTable{nodes: map[string]memNode{}} }
 
-// Report implements LoadTable.
-func (t *MemoryLoadTable) Report(ctx context.Context, l NodeLoad) error {
+// Report implements Table.
+func (t *MemoryTable) Report(ctx context.Context, l NodeLoad) error {
 	if l.ID == "" {
 		return ErrNoID
 	}
@@ -141,8 +141,8 @@ func (t *MemoryLoadTable) Report(ctx context.Context, l NodeLoad) error {
 	return nil
 }
 
-// Snapshot implements LoadTable.
-func (t *MemoryLoadTable) Snapshot(ctx context.Context) ([]NodeLoad, error) {
+// Snapshot implements Table.
+func (t *MemoryTable) Snapshot(ctx context.Context) ([]NodeLoad, error) {
 	t.mu.Lock()
 	out := make([]NodeLoad, 0, len(t.nodes))
 	for _, n := range t.nodes {
@@ -159,8 +159,8 @@ func sortLoads(ls []NodeLoad) {
 	slices.SortFunc(ls, func(a, b NodeLoad) int { return strings.Compare(a.ID, b.ID) })
 }
 
-// Remove implements LoadTable.
-func (t *MemoryLoadTable) Remove(ctx context.Context, id string) error {
+// Remove implements Table.
+func (t *MemoryTable) Remove(ctx context.Context, id string) error {
 	t.mu.Lock()
 	if n, ok := t.nodes[id]; ok && !n.gone {
 		t.seq++
@@ -171,10 +171,10 @@ func (t *MemoryLoadTable) Remove(ctx context.Context, id string) error {
 }
 
 // Shards implements ChangeReader.
-func (t *MemoryLoadTable) Shards() int { return 1 }
+func (t *MemoryTable) Shards() int { return 1 }
 
 // Changes implements ChangeReader.
-func (t *MemoryLoadTable) Changes(ctx context.Context, cursor []string) (Changes, []string, error) {
+func (t *MemoryTable) Changes(ctx context.Context, cursor []string) (Changes, []string, error) {
 	ch := Changes{ShardOf: func(string) int { return 0 }}
 	since := int64(-1) // never read
 	if len(cursor) == 1 {
@@ -208,7 +208,7 @@ func (t *MemoryLoadTable) Changes(ctx context.Context, cursor []string) (Changes
 
 // Prune removes the reports made before cutoff and the removals older than
 // it (with their nodes' online counts), and returns how many it removed.
-func (t *MemoryLoadTable) Prune(ctx context.Context, cutoff time.Time) (int, error) {
+func (t *MemoryTable) Prune(ctx context.Context, cutoff time.Time) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	n := 0
@@ -222,7 +222,14 @@ func (t *MemoryLoadTable) Prune(ctx context.Context, cutoff time.Time) (int, err
 	return n, nil
 }
 
+// Pruner is a Table that can forget old reports. Nodes that die without
+// removing themselves would otherwise stay in the table, and every sync
+// would read them.
+type Pruner interface {
+	Prune(ctx context.Context, cutoff time.Time) (int, error)
+}
+
 var (
-	_ Pruner = (*MemoryLoadTable)(nil)
-	_ Pruner = (*RedisLoadTable)(nil)
+	_ Pruner = (*MemoryTable)(nil)
+	_ Pruner = (*RedisTable)(nil)
 )

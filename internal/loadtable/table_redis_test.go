@@ -1,4 +1,4 @@
-package gslb_test
+package loadtable_test
 
 import (
 	"context"
@@ -9,76 +9,76 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"danmaku/gslb"
+	"danmaku/internal/loadtable"
 	"danmaku/internal/redisx/redistest"
 )
 
-// loadBackend is one LoadTable implementation under test; rdb is set for
+// loadBackend is one Table implementation under test; rdb is set for
 // Redis, for the cases about what only Redis can hold (foreign fields).
 type loadBackend struct {
 	name string
-	open func(t *testing.T) (gslb.LoadTable, redis.UniversalClient)
+	open func(t *testing.T) (loadtable.Table, redis.UniversalClient)
 }
 
 func loadBackends() []loadBackend {
 	return []loadBackend{
-		{"memory", func(t *testing.T) (gslb.LoadTable, redis.UniversalClient) {
-			return gslb.NewMemoryLoadTable(), nil
+		{"memory", func(t *testing.T) (loadtable.Table, redis.UniversalClient) {
+			return loadtable.NewMemoryTable(), nil
 		}},
-		{"redis", func(t *testing.T) (gslb.LoadTable, redis.UniversalClient) {
+		{"redis", func(t *testing.T) (loadtable.Table, redis.UniversalClient) {
 			rdb := redistest.Client(t)
-			return gslb.NewRedisLoadTable(rdb), rdb
+			return loadtable.NewRedisTable(rdb), rdb
 		}},
-		{"redis-cluster", func(t *testing.T) (gslb.LoadTable, redis.UniversalClient) {
+		{"redis-cluster", func(t *testing.T) (loadtable.Table, redis.UniversalClient) {
 			rdb := redistest.Cluster(t)
-			return gslb.NewRedisLoadTable(rdb), rdb
+			return loadtable.NewRedisTable(rdb), rdb
 		}},
 	}
 }
 
-// TestLoadTableConformance runs every LoadTable implementation through the
+// TestLoadTableConformance runs every Table implementation through the
 // same cases, each on an empty table.
 func TestLoadTableConformance(t *testing.T) {
 	at := time.Date(2030, 5, 1, 20, 0, 0, 123000000, time.UTC)
-	full := gslb.NodeLoad{
-		ID: "edge-1", Kind: gslb.KindEdge, Addr: "ws://10.0.0.1:8080", Line: "telecom", Region: "cn-east",
+	full := loadtable.NodeLoad{
+		ID: "edge-1", Kind: loadtable.KindEdge, Addr: "ws://10.0.0.1:8080", Line: "telecom", Region: "cn-east",
 		Conns: 91234, Capacity: 100000, CPU: 0.625,
 		Draining: true, At: at,
 	}
-	ingestNode := gslb.NodeLoad{ID: "ingest-1", Kind: gslb.KindIngest, Addr: "http://10.0.1.1:8081", Conns: 12, At: at}
+	ingestNode := loadtable.NodeLoad{ID: "ingest-1", Kind: loadtable.KindIngest, Addr: "http://10.0.1.1:8081", Conns: 12, At: at}
 	cases := []struct {
 		name string
-		run  func(t *testing.T, tab gslb.LoadTable, rdb redis.UniversalClient)
+		run  func(t *testing.T, tab loadtable.Table, rdb redis.UniversalClient)
 	}{
-		{"empty", func(t *testing.T, tab gslb.LoadTable, _ redis.UniversalClient) {
+		{"empty", func(t *testing.T, tab loadtable.Table, _ redis.UniversalClient) {
 			wantSnapshot(t, tab)
 		}},
-		{"report and snapshot, sorted by id", func(t *testing.T, tab gslb.LoadTable, _ redis.UniversalClient) {
-			b := gslb.NodeLoad{ID: "b", Kind: gslb.KindEdge, Addr: "ws://b", At: at}
-			a := gslb.NodeLoad{ID: "a", Kind: gslb.KindEdge, Addr: "ws://a|with|bars", At: at}
+		{"report and snapshot, sorted by id", func(t *testing.T, tab loadtable.Table, _ redis.UniversalClient) {
+			b := loadtable.NodeLoad{ID: "b", Kind: loadtable.KindEdge, Addr: "ws://b", At: at}
+			a := loadtable.NodeLoad{ID: "a", Kind: loadtable.KindEdge, Addr: "ws://a|with|bars", At: at}
 			mustReport(t, tab, ingestNode, b, full, a)
 			wantSnapshot(t, tab, a, b, full, ingestNode)
 		}},
-		{"newest report wins", func(t *testing.T, tab gslb.LoadTable, _ redis.UniversalClient) {
+		{"newest report wins", func(t *testing.T, tab loadtable.Table, _ redis.UniversalClient) {
 			mustReport(t, tab, full)
 			newer := full
 			newer.Conns, newer.Draining, newer.At = 5, false, at.Add(5*time.Millisecond)
 			mustReport(t, tab, newer)
 			wantSnapshot(t, tab, newer)
 		}},
-		{"times are kept to the millisecond", func(t *testing.T, tab gslb.LoadTable, _ redis.UniversalClient) {
+		{"times are kept to the millisecond", func(t *testing.T, tab loadtable.Table, _ redis.UniversalClient) {
 			l := ingestNode
 			l.At = at.Add(999 * time.Microsecond)
 			mustReport(t, tab, l)
 			wantSnapshot(t, tab, ingestNode)
 		}},
-		{"report without id", func(t *testing.T, tab gslb.LoadTable, _ redis.UniversalClient) {
-			if err := tab.Report(context.Background(), gslb.NodeLoad{Addr: "ws://x"}); !errors.Is(err, gslb.ErrNoID) {
+		{"report without id", func(t *testing.T, tab loadtable.Table, _ redis.UniversalClient) {
+			if err := tab.Report(context.Background(), loadtable.NodeLoad{Addr: "ws://x"}); !errors.Is(err, loadtable.ErrNoID) {
 				t.Fatalf("Report without id: %v, want ErrNoID", err)
 			}
 			wantSnapshot(t, tab)
 		}},
-		{"remove", func(t *testing.T, tab gslb.LoadTable, _ redis.UniversalClient) {
+		{"remove", func(t *testing.T, tab loadtable.Table, _ redis.UniversalClient) {
 			mustReport(t, tab, full, ingestNode)
 			for _, id := range []string{"edge-1", "edge-1", "never-reported"} {
 				if err := tab.Remove(context.Background(), id); err != nil {
@@ -89,8 +89,8 @@ func TestLoadTableConformance(t *testing.T) {
 			mustReport(t, tab, full) // back after a restart
 			wantSnapshot(t, tab, full, ingestNode)
 		}},
-		{"changes since a cursor", func(t *testing.T, tab gslb.LoadTable, rdb redis.UniversalClient) {
-			cr := tab.(gslb.ChangeReader)
+		{"changes since a cursor", func(t *testing.T, tab loadtable.Table, rdb redis.UniversalClient) {
+			cr := tab.(loadtable.ChangeReader)
 			ctx := context.Background()
 			mustReport(t, tab, full, ingestNode)
 			ch, cur, err := cr.Changes(ctx, nil)
@@ -115,8 +115,8 @@ func TestLoadTableConformance(t *testing.T) {
 				t.Fatalf("delta read: %+v, %v; want ingest-1 changed and edge-1 removed", ch, err)
 			}
 		}},
-		{"online counts", func(t *testing.T, tab gslb.LoadTable, _ redis.UniversalClient) {
-			ot := tab.(gslb.OnlineTable)
+		{"online counts", func(t *testing.T, tab loadtable.Table, _ redis.UniversalClient) {
+			ot := tab.(loadtable.OnlineTable)
 			ctx := context.Background()
 			rooms := map[string]int{"concert": 90000, "backstage": 1234}
 			if err := ot.ReportOnline(ctx, "edge-1", rooms); err != nil {
@@ -126,7 +126,7 @@ func TestLoadTableConformance(t *testing.T) {
 				t.Fatal(err)
 			}
 			rooms["concert"] = 1 // the reporter's map changes after the report
-			if err := ot.ReportOnline(ctx, "", rooms); !errors.Is(err, gslb.ErrNoID) {
+			if err := ot.ReportOnline(ctx, "", rooms); !errors.Is(err, loadtable.ErrNoID) {
 				t.Fatalf("ReportOnline without node: %v", err)
 			}
 			want := map[string]map[string]int{"edge-1": {"concert": 90000, "backstage": 1234}, "edge-2": {"concert": 5}}
@@ -145,30 +145,30 @@ func TestLoadTableConformance(t *testing.T) {
 			// The load table knows nothing of them.
 			wantSnapshot(t, tab)
 		}},
-		{"prune", func(t *testing.T, tab gslb.LoadTable, _ redis.UniversalClient) {
+		{"prune", func(t *testing.T, tab loadtable.Table, _ redis.UniversalClient) {
 			ctx := context.Background()
-			fresh := gslb.NodeLoad{ID: "fresh", Kind: gslb.KindIngest, At: at.Add(time.Second)}
+			fresh := loadtable.NodeLoad{ID: "fresh", Kind: loadtable.KindIngest, At: at.Add(time.Second)}
 			mustReport(t, tab, full, ingestNode, fresh)
-			if err := tab.(gslb.OnlineTable).ReportOnline(ctx, "edge-1", map[string]int{"r": 1}); err != nil {
+			if err := tab.(loadtable.OnlineTable).ReportOnline(ctx, "edge-1", map[string]int{"r": 1}); err != nil {
 				t.Fatal(err)
 			}
-			n, err := tab.(gslb.Pruner).Prune(ctx, at.Add(time.Millisecond))
+			n, err := tab.(loadtable.Pruner).Prune(ctx, at.Add(time.Millisecond))
 			if err != nil || n != 2 {
 				t.Fatalf("Prune = %d, %v; want 2 removed", n, err)
 			}
 			wantSnapshot(t, tab, fresh)
-			if on, _ := tab.(gslb.OnlineTable).Online(ctx); len(on) != 0 {
+			if on, _ := tab.(loadtable.OnlineTable).Online(ctx); len(on) != 0 {
 				t.Fatalf("online counts of a pruned node kept: %v", on)
 			}
 		}},
-		{"undecodable records are skipped and pruned", func(t *testing.T, tab gslb.LoadTable, rdb redis.UniversalClient) {
+		{"undecodable records are skipped and pruned", func(t *testing.T, tab loadtable.Table, rdb redis.UniversalClient) {
 			mustReport(t, tab, full)
 			if rdb == nil {
 				return // only a shared store holds what another writer put there
 			}
 			ctx := context.Background()
 			// In edge-1's shard and logged, as a broken writer would.
-			nodes, log := gslb.LoadShardKeysForTest("edge-1")
+			nodes, log := loadtable.ShardKeysForTest("edge-1")
 			for _, f := range []struct{ id, rec string }{{"junk", "{not a record"}, {"v9", "v9|e|1|2|3|0|0|||ws://x"}} {
 				if err := rdb.HSet(ctx, nodes, f.id, f.rec).Err(); err != nil {
 					t.Fatal(err)
@@ -179,7 +179,7 @@ func TestLoadTableConformance(t *testing.T) {
 			}
 			rdb.HSet(ctx, "danmaku:{online:0}", "broken", "room=x")
 			wantSnapshot(t, tab, full)
-			rt := tab.(*gslb.RedisLoadTable)
+			rt := tab.(*loadtable.RedisTable)
 			if got := rt.Skipped(); got != 2 {
 				t.Fatalf("Skipped() = %d, want 2", got)
 			}
@@ -187,7 +187,7 @@ func TestLoadTableConformance(t *testing.T) {
 				t.Fatalf("Online = %v, %v, skipped %d; want the bad record left out", on, err, rt.Skipped())
 			}
 			// Prune drops them and the reports older than the cutoff.
-			fresh := gslb.NodeLoad{ID: "fresh", Kind: gslb.KindIngest, At: at.Add(time.Second)}
+			fresh := loadtable.NodeLoad{ID: "fresh", Kind: loadtable.KindIngest, At: at.Add(time.Second)}
 			mustReport(t, tab, ingestNode, fresh)
 			n, err := rt.Prune(ctx, at.Add(time.Millisecond))
 			if err != nil || n != 4 {
@@ -195,14 +195,14 @@ func TestLoadTableConformance(t *testing.T) {
 			}
 			wantSnapshot(t, tab, fresh)
 		}},
-		{"a record that cannot be written", func(t *testing.T, tab gslb.LoadTable, rdb redis.UniversalClient) {
+		{"a record that cannot be written", func(t *testing.T, tab loadtable.Table, rdb redis.UniversalClient) {
 			if rdb == nil {
 				return // the memory table keeps reports as they are
 			}
-			for _, l := range []gslb.NodeLoad{
+			for _, l := range []loadtable.NodeLoad{
 				{ID: "x", Kind: "router"},
-				{ID: "x", Kind: gslb.KindEdge, Line: "a|b"},
-				{ID: "x", Kind: gslb.KindEdge, Conns: -1},
+				{ID: "x", Kind: loadtable.KindEdge, Line: "a|b"},
+				{ID: "x", Kind: loadtable.KindEdge, Conns: -1},
 			} {
 				if err := tab.Report(context.Background(), l); err == nil {
 					t.Errorf("Report(%+v) accepted", l)
@@ -223,7 +223,7 @@ func TestLoadTableConformance(t *testing.T) {
 	}
 }
 
-func mustReport(t *testing.T, tab gslb.LoadTable, loads ...gslb.NodeLoad) {
+func mustReport(t *testing.T, tab loadtable.Table, loads ...loadtable.NodeLoad) {
 	t.Helper()
 	for _, l := range loads {
 		if err := tab.Report(context.Background(), l); err != nil {
@@ -234,7 +234,7 @@ func mustReport(t *testing.T, tab gslb.LoadTable, loads ...gslb.NodeLoad) {
 
 // wantSnapshot checks the table's snapshot against want, in order. Times are
 // compared as instants: a shared table does not keep the location.
-func wantSnapshot(t *testing.T, tab gslb.LoadTable, want ...gslb.NodeLoad) {
+func wantSnapshot(t *testing.T, tab loadtable.Table, want ...loadtable.NodeLoad) {
 	t.Helper()
 	got, err := tab.Snapshot(context.Background())
 	if err != nil {

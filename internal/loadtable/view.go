@@ -1,11 +1,11 @@
-package gslb
+package loadtable
 
 import (
 	"context"
 	"time"
 )
 
-// A TableView reads its table whole every fullReadEvery even though the
+// A View reads its table whole every fullReadEvery even though the
 // change log continues (a store that failed over may have lost writes
 // behind a log that then went on, and a report pruned while a reader held
 // it is otherwise never forgotten), after a failed read (a failover shows
@@ -16,12 +16,12 @@ const (
 	wholeAfterGap = 100 * time.Millisecond
 )
 
-// TableView is one reader's copy of a load table, kept up to date by
+// View is one reader's copy of a load table, kept up to date by
 // reading what changed (ChangeReader) rather than the whole table, for a
 // reader that looks often: an allocator every 5 ms, an ingest every
 // second. A table that is no ChangeReader is read whole each time. Not safe
 // for concurrent use.
-type TableView struct {
+type View struct {
 	// WholeAfterGap: a read this long after the last good one reads the
 	// table whole. Zero: 100 ms, for a reader that looks every few
 	// milliseconds and must not miss a removal. A reader that looks once a
@@ -29,7 +29,7 @@ type TableView struct {
 	// node reports again within 250 ms) sets more.
 	WholeAfterGap time.Duration
 
-	table  LoadTable
+	table  Table
 	cr     ChangeReader
 	cursor []string
 	nodes  map[string]NodeLoad
@@ -39,9 +39,9 @@ type TableView struct {
 	good   time.Time // of the last good read
 }
 
-// NewTableView returns a view of table that has read nothing yet.
-func NewTableView(table LoadTable) *TableView {
-	v := &TableView{table: table, nodes: map[string]NodeLoad{}}
+// NewView returns a view of table that has read nothing yet.
+func NewView(table Table) *View {
+	v := &View{table: table, nodes: map[string]NodeLoad{}}
 	v.cr, _ = table.(ChangeReader)
 	return v
 }
@@ -61,7 +61,7 @@ type SyncStats struct {
 // Sync brings the view up to date and returns every node's newest report,
 // sorted by ID. The slice is the view's own: valid until the next Sync, not
 // to be modified. On error the view keeps what it held.
-func (v *TableView) Sync(ctx context.Context, now time.Time) ([]NodeLoad, SyncStats, error) {
+func (v *View) Sync(ctx context.Context, now time.Time) ([]NodeLoad, SyncStats, error) {
 	if v.cr == nil {
 		loads, err := v.table.Snapshot(ctx)
 		if err != nil {
@@ -123,7 +123,7 @@ func (v *TableView) Sync(ctx context.Context, now time.Time) ([]NodeLoad, SyncSt
 // rebuild refreshes sorted from nodes: in place when the set of nodes is
 // the same (the common case: loads changed, nobody came or went), sorted
 // again otherwise.
-func (v *TableView) rebuild() {
+func (v *View) rebuild() {
 	if !v.dirty {
 		for i := range v.sorted {
 			v.sorted[i] = v.nodes[v.sorted[i].ID]

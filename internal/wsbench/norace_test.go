@@ -1,5 +1,0 @@
-//go:build !race
-
-package wsbench
-
-const raceEnabled = false

@@ -27,9 +27,7 @@ var allowed = map[string]struct {
 
 	// Being cut on this branch (root), each removed as it is cut.
 	"internal/stack.New":                       {380, "being cut on root"},
-	"internal/loadgen.RunEntryPulse":           {190, "being cut on root"},
 	"ingest.New":                               {151, "being cut on root"},
-	"internal/loadgen.Merge":                   {143, "being cut on root"},
 	"internal/stack.(*Stack).Run":              {138, "being cut on root"},
 	"cmd/danmaku.parseLoadgen":                 {136, "being cut on root"},
 	"internal/loadgen.(*Generator).fillReport": {125, "being cut on root"},

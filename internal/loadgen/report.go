@@ -21,14 +21,14 @@ const ReportVersion = 1
 // Counts are this process's (its shard's), except Drops, which are the
 // nodes' counters and so include every client of those nodes.
 type Report struct {
-	Version  int            `json:"version"`
+	Version  int            `json:"version" merge:"derived"`
 	Run      RunInfo        `json:"run"`
 	Users    UsersReport    `json:"users"`
 	Barrage  BarrageReport  `json:"barrage"`
 	Gifts    GiftsReport    `json:"gifts"`
-	Latency  Latencies      `json:"latency"`
+	Latency  Latencies      `json:"latency" merge:"derived"`
 	Delivery DeliveryReport `json:"delivery"`
-	Drops    DropsReport    `json:"drops"`
+	Drops    DropsReport    `json:"drops" merge:"first"`
 	// Timeline has one entry per second of the offer.
 	Timeline []Second `json:"timeline"`
 	// Histograms are the latency distributions behind Latency, bucket by
@@ -51,36 +51,36 @@ type RunInfo struct {
 	ID     string `json:"id"` // tags the comments (" #ID.n") and order ids ("lg-ID-shard-n")
 	GSLB   string `json:"gslb"`
 	Room   string `json:"room"`
-	Shard  int    `json:"shard"`
-	Shards int    `json:"shards"`
+	Shard  int    `json:"shard" merge:"zero"`
+	Shards int    `json:"shards" merge:"derived"`
 	// Merged is how many shard reports Merge combined into this one (0:
 	// one process's own report); rates and counts are then the whole run's.
-	Merged int `json:"merged,omitempty"`
+	Merged int `json:"merged,omitempty" merge:"derived"`
 	// Pattern is "steady" or "pulse"; Schedule says it in words.
 	Pattern          string  `json:"pattern"`
-	Schedule         string  `json:"schedule"`
+	Schedule         string  `json:"schedule" merge:"derived"`
 	RatePerSec       float64 `json:"rate_per_s"`
 	PulsePeakPerSec  float64 `json:"pulse_peak_per_s,omitempty"`
-	PulseRampSeconds float64 `json:"pulse_ramp_s,omitempty"`
-	PulseHoldSeconds float64 `json:"pulse_hold_s,omitempty"` // 0: to the end
-	DurationSeconds  float64 `json:"duration_s"`
+	PulseRampSeconds float64 `json:"pulse_ramp_s,omitempty" merge:"first"`
+	PulseHoldSeconds float64 `json:"pulse_hold_s,omitempty" merge:"first"` // 0: to the end
+	DurationSeconds  float64 `json:"duration_s" merge:"first"`
 	GiftRatePerSec   float64 `json:"gift_rate_per_s"`
 	// Keyword is the lottery keyword some comments say (KeywordShare of
 	// them), empty when every comment is a traced phrase.
 	Keyword      string  `json:"keyword,omitempty"`
-	KeywordShare float64 `json:"keyword_share,omitempty"`
+	KeywordShare float64 `json:"keyword_share,omitempty" merge:"first"`
 	// Throttle is the client throttle per user ("1.2s"), or "off"
 	// (-unthrottled); ThrottleCapPerSec the most comments/s the joined
 	// users may post under it.
 	Throttle          string  `json:"throttle"`
 	ThrottleCapPerSec float64 `json:"throttle_cap_per_s,omitempty"`
 	Concurrency       int     `json:"concurrency"`
-	SegmentMs         int64   `json:"segment_ms"`
+	SegmentMs         int64   `json:"segment_ms" merge:"first"`
 	// Start and End bound the whole run (joins and drain included);
 	// LoadSeconds is how long the offer lasted.
-	Start       time.Time `json:"start"`
-	End         time.Time `json:"end"`
-	LoadSeconds float64   `json:"load_s"`
+	Start       time.Time `json:"start" merge:"min"`
+	End         time.Time `json:"end" merge:"max"`
+	LoadSeconds float64   `json:"load_s" merge:"max"`
 	// Interrupted: the offer was ended early (Ctrl-C).
 	Interrupted bool `json:"interrupted,omitempty"`
 }
@@ -91,7 +91,7 @@ type RunInfo struct {
 type UsersReport struct {
 	Users       int     `json:"users"`
 	Joined      int     `json:"joined"`
-	JoinSeconds float64 `json:"join_s"`
+	JoinSeconds float64 `json:"join_s" merge:"max"`
 	// Refreshes are entries fetched during the offer: a token near its
 	// end, or refused (401).
 	Refreshes int64 `json:"refreshes"`
@@ -122,10 +122,10 @@ type BarrageReport struct {
 	// Errors are the other answers by "status code" ("503
 	// backend_unavailable") and the failures by "network: kind".
 	Errors          map[string]int64 `json:"errors"`
-	AttemptedPerSec float64          `json:"attempted_per_s"`
-	OKPerSec        float64          `json:"ok_per_s"`
+	AttemptedPerSec float64          `json:"attempted_per_s" merge:"derived"`
+	OKPerSec        float64          `json:"ok_per_s" merge:"derived"`
 	// PeakPerSec is the busiest second's attempted comments.
-	PeakPerSec int64 `json:"peak_per_s"`
+	PeakPerSec int64 `json:"peak_per_s" merge:"derived"`
 }
 
 // GiftsReport counts the gift orders. Orders = Accepted +
@@ -149,7 +149,7 @@ type GiftsReport struct {
 	// Answers counts every try's answer: "200", "429 …", "503
 	// backend_unavailable", "network: timeout".
 	Answers  map[string]int64 `json:"answers"`
-	OKPerSec float64          `json:"ok_per_s"`
+	OKPerSec float64          `json:"ok_per_s" merge:"derived"`
 }
 
 // Latencies are the distributions by kind, in milliseconds. The paced
@@ -206,7 +206,7 @@ type DeliveryReport struct {
 	// by their first request (the poll schedule's aim).
 	SegmentsFetched   int64   `json:"segments_fetched"`
 	FirstPollHits     int64   `json:"first_poll_hits"`
-	FirstPollHitRatio float64 `json:"first_poll_hit_ratio"`
+	FirstPollHitRatio float64 `json:"first_poll_hit_ratio" merge:"derived"`
 	NotFoundRetries   int64   `json:"not_found_retries"`
 	FetchErrors       int64   `json:"fetch_errors"`
 	DecodeErrors      int64   `json:"decode_errors"`
@@ -216,8 +216,8 @@ type DeliveryReport struct {
 	// the generator read too slowly. Never expected.
 	DroppedBarrage   int64 `json:"dropped_barrage"`
 	JumpsToLive      int64 `json:"jumps_to_live"`
-	MaxSegmentLagMs  int64 `json:"max_segment_lag_ms"`
-	MaxClockMarginMs int64 `json:"max_clock_margin_ms"`
+	MaxSegmentLagMs  int64 `json:"max_segment_lag_ms" merge:"max"`
+	MaxClockMarginMs int64 `json:"max_clock_margin_ms" merge:"max"`
 }
 
 // DropsReport is the difference of the nodes' counters from the start of
@@ -272,7 +272,7 @@ type Drop struct {
 // Second is one second of the offer.
 type Second struct {
 	// T is the second's end, in seconds since the offer began.
-	T          float64 `json:"t"`
+	T          float64 `json:"t" merge:"max"`
 	Due        int64   `json:"due"`
 	Attempted  int64   `json:"attempted"`
 	OK         int64   `json:"ok"`
@@ -281,8 +281,10 @@ type Second struct {
 	NotOffered int64   `json:"not_offered"`
 	GiftsOK    int64   `json:"gifts_ok"`
 	// PostP50Ms and PostP99Ms are the comment POST latency of this second.
-	PostP50Ms float64 `json:"post_p50_ms"`
-	PostP99Ms float64 `json:"post_p99_ms"`
+	// Merged, the worst shard's: per-second percentiles cannot be merged
+	// without their histograms, and the worst is the honest bound.
+	PostP50Ms float64 `json:"post_p50_ms" merge:"max"`
+	PostP99Ms float64 `json:"post_p99_ms" merge:"max"`
 }
 
 func (g *Generator) fillRun(r *Report) {

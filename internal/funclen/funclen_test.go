@@ -26,9 +26,7 @@ var allowed = map[string]struct {
 	"edge.newMetrics": {118, "flat metric declaration list"},
 
 	// Being cut on this branch (root), each removed as it is cut.
-	"internal/stack.New":                       {380, "being cut on root"},
 	"ingest.New":                               {151, "being cut on root"},
-	"internal/stack.(*Stack).Run":              {138, "being cut on root"},
 	"cmd/danmaku.parseLoadgen":                 {136, "being cut on root"},
 	"internal/loadgen.(*Generator).fillReport": {125, "being cut on root"},
 	"internal/loadgen.(*Config).applyDefaults": {124, "being cut on root"},

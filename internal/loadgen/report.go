@@ -339,39 +339,7 @@ func (g *Generator) fillReport(r *Report, before, after sample, sb, sa sdk.Stats
 	}
 	r.Latency = r.Histograms.latencies()
 
-	d := &r.Delivery
-	d.Pollers, d.Edge, d.JoinErrors = c.share(c.Pollers), c.PollerEdge, nonEmptyMap(g.pc.joinErrors.snapshot())
-	for _, p := range g.pollers {
-		if p.c.Entry().Token != "" {
-			d.Joined++
-		}
-	}
-	d.CommentsAccepted, d.CommentsShown, d.CommentsShownByAll = g.seqs.tally(g.nextSeq, d.Joined)
-	d.CommentDecodes, d.DecodedUnanswered = g.pc.pairs.Load(), g.decodeUnacc.Load()
-	g.giftMu.Lock()
-	d.GiftsAccepted = int64(len(g.giftIDs))
-	for _, s := range g.giftIDs {
-		if s.seenBy > 0 {
-			d.GiftsShown++
-		}
-		if d.Joined > 0 && s.seenBy >= d.Joined {
-			d.GiftsShownByAll++
-		}
-	}
-	g.giftMu.Unlock()
-	d.SegmentsFetched = sa.SegmentsFetched - sb.SegmentsFetched
-	d.FirstPollHits = sa.FirstPollHits - sb.FirstPollHits
-	if d.SegmentsFetched > 0 {
-		d.FirstPollHitRatio = float64(d.FirstPollHits) / float64(d.SegmentsFetched)
-	}
-	d.NotFoundRetries = sa.NotFoundRetries - sb.NotFoundRetries
-	d.FetchErrors = sa.FetchErrors - sb.FetchErrors
-	d.DecodeErrors = sa.DecodeErrors - sb.DecodeErrors
-	d.SeqGaps = sa.SeqGaps - sb.SeqGaps
-	d.Duplicates = sa.Duplicates - sb.Duplicates
-	d.DroppedBarrage = sa.DroppedBarrage - sb.DroppedBarrage
-	d.JumpsToLive = sa.JumpsToLive - sb.JumpsToLive
-	d.MaxSegmentLagMs, d.MaxClockMarginMs = sa.LastSegmentLagMs, sa.ClockMarginMs
+	g.fillDelivery(&r.Delivery, sb, sa)
 
 	dr := &r.Drops
 	dr.Endpoints, dr.SlicerEndpoints = endpoints, c.SlicerMetrics
@@ -432,6 +400,44 @@ func (g *Generator) fillReport(r *Report, before, after sample, sb, sa sdk.Stats
 	if r.Timeline == nil {
 		r.Timeline = []Second{}
 	}
+}
+
+// fillDelivery fills d with what the pollers decoded and their SDK
+// counters' increase from sb to sa.
+func (g *Generator) fillDelivery(d *DeliveryReport, sb, sa sdk.Stats) {
+	c := &g.cfg
+	d.Pollers, d.Edge, d.JoinErrors = c.share(c.Pollers), c.PollerEdge, nonEmptyMap(g.pc.joinErrors.snapshot())
+	for _, p := range g.pollers {
+		if p.c.Entry().Token != "" {
+			d.Joined++
+		}
+	}
+	d.CommentsAccepted, d.CommentsShown, d.CommentsShownByAll = g.seqs.tally(g.nextSeq, d.Joined)
+	d.CommentDecodes, d.DecodedUnanswered = g.pc.pairs.Load(), g.decodeUnacc.Load()
+	g.giftMu.Lock()
+	d.GiftsAccepted = int64(len(g.giftIDs))
+	for _, s := range g.giftIDs {
+		if s.seenBy > 0 {
+			d.GiftsShown++
+		}
+		if d.Joined > 0 && s.seenBy >= d.Joined {
+			d.GiftsShownByAll++
+		}
+	}
+	g.giftMu.Unlock()
+	d.SegmentsFetched = sa.SegmentsFetched - sb.SegmentsFetched
+	d.FirstPollHits = sa.FirstPollHits - sb.FirstPollHits
+	if d.SegmentsFetched > 0 {
+		d.FirstPollHitRatio = float64(d.FirstPollHits) / float64(d.SegmentsFetched)
+	}
+	d.NotFoundRetries = sa.NotFoundRetries - sb.NotFoundRetries
+	d.FetchErrors = sa.FetchErrors - sb.FetchErrors
+	d.DecodeErrors = sa.DecodeErrors - sb.DecodeErrors
+	d.SeqGaps = sa.SeqGaps - sb.SeqGaps
+	d.Duplicates = sa.Duplicates - sb.Duplicates
+	d.DroppedBarrage = sa.DroppedBarrage - sb.DroppedBarrage
+	d.JumpsToLive = sa.JumpsToLive - sb.JumpsToLive
+	d.MaxSegmentLagMs, d.MaxClockMarginMs = sa.LastSegmentLagMs, sa.ClockMarginMs
 }
 
 // latencies summarises the histograms.
@@ -613,41 +619,7 @@ func (r *Report) WriteText(w io.Writer) error {
 		p("  %-18s %8d %8.1f %8.1f %8.1f %8.1f\n", l.name, l.s.Count, l.s.P50Ms, l.s.P90Ms, l.s.P99Ms, l.s.MaxMs)
 	}
 
-	dr := &r.Drops
-	p("\ndrops     from /metrics of %s (deltas; every client of these nodes counts)\n", strings.Join(dr.Endpoints, ", "))
-	p("  stored%s\n", countsSuffix("", dr.Accepted))
-	if len(dr.Rejected) == 0 {
-		p("  rejected: none\n")
-	}
-	for _, d := range dr.Rejected {
-		note := ""
-		if silentLayers[d.Layer] {
-			note = " (silent: answered 200)"
-		}
-		p("  rejected %-8s %-20s %8d%s\n", d.Layer, d.Reason, d.Count, note)
-	}
-	if len(dr.SlicerDropped) > 0 || len(dr.SlicerShown) > 0 {
-		notShown := countsSuffix("", dr.SlicerDropped)
-		if notShown == "" {
-			notShown = " none"
-		}
-		p("  slicer: shown%s; not shown%s\n", countsSuffix("", dr.SlicerShown), notShown)
-	}
-	if len(dr.IngestCounters) > 0 {
-		p("  other ingest counters%s\n", countsSuffix("", dr.IngestCounters))
-	}
-	switch {
-	case dr.BarrageUnaccounted > 0:
-		p("  %d answered-ok comments unaccounted for by stored + silent drops: other senders on these nodes, or other shards\n", dr.BarrageUnaccounted)
-	case dr.BarrageUnaccounted < 0:
-		p("  %d more comments stored or dropped than answered ok: answers lost (timeouts, resets), or other senders on these nodes\n", -dr.BarrageUnaccounted)
-	}
-	for _, e := range dr.ScrapeErrors {
-		p("  scrape error: %s\n", e)
-	}
-	if dr.CounterReset {
-		p("  a node's counters were reset during the run (restart): figures are lower bounds\n")
-	}
+	r.Drops.writeText(p)
 
 	d := &r.Delivery
 	if d.Pollers > 0 {
@@ -667,6 +639,44 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeText writes the drops section of Report.WriteText with p.
+func (r *DropsReport) writeText(p func(format string, args ...any)) {
+	p("\ndrops     from /metrics of %s (deltas; every client of these nodes counts)\n", strings.Join(r.Endpoints, ", "))
+	p("  stored%s\n", countsSuffix("", r.Accepted))
+	if len(r.Rejected) == 0 {
+		p("  rejected: none\n")
+	}
+	for _, d := range r.Rejected {
+		note := ""
+		if silentLayers[d.Layer] {
+			note = " (silent: answered 200)"
+		}
+		p("  rejected %-8s %-20s %8d%s\n", d.Layer, d.Reason, d.Count, note)
+	}
+	if len(r.SlicerDropped) > 0 || len(r.SlicerShown) > 0 {
+		notShown := countsSuffix("", r.SlicerDropped)
+		if notShown == "" {
+			notShown = " none"
+		}
+		p("  slicer: shown%s; not shown%s\n", countsSuffix("", r.SlicerShown), notShown)
+	}
+	if len(r.IngestCounters) > 0 {
+		p("  other ingest counters%s\n", countsSuffix("", r.IngestCounters))
+	}
+	switch {
+	case r.BarrageUnaccounted > 0:
+		p("  %d answered-ok comments unaccounted for by stored + silent drops: other senders on these nodes, or other shards\n", r.BarrageUnaccounted)
+	case r.BarrageUnaccounted < 0:
+		p("  %d more comments stored or dropped than answered ok: answers lost (timeouts, resets), or other senders on these nodes\n", -r.BarrageUnaccounted)
+	}
+	for _, e := range r.ScrapeErrors {
+		p("  scrape error: %s\n", e)
+	}
+	if r.CounterReset {
+		p("  a node's counters were reset during the run (restart): figures are lower bounds\n")
+	}
 }
 
 func sum(m map[string]int64) int64 {

@@ -25,18 +25,6 @@ var allowed = map[string]struct {
 	// name and help; cutting them would only scatter the list.
 	"edge.newMetrics": {118, "flat metric declaration list"},
 
-	// Being cut on this branch (root), each removed as it is cut.
-	"ingest.New":                               {151, "being cut on root"},
-	"cmd/danmaku.parseLoadgen":                 {136, "being cut on root"},
-	"internal/loadgen.(*Generator).fillReport": {125, "being cut on root"},
-	"internal/loadgen.(*Config).applyDefaults": {124, "being cut on root"},
-	"gslb.(*Server).entry":                     {121, "being cut on root"},
-	"edge.(Config).withDefaults":               {108, "being cut on root"},
-	"edge.(*Server).handleWS":                  {105, "being cut on root"},
-	"internal/loadgen.(*Report).WriteText":     {104, "being cut on root"},
-	"internal/objstore.NewS3Store":             {103, "being cut on root"},
-	"auth.decodeTicketFast":                    {101, "being cut on root"},
-
 	// Temporary: each is being cut on its owner's branch; the coordinator
 	// removes the entry when that branch merges (the test then says so).
 	"slicer.(*Slicer).writeSlot": {178, "owned by slotplan branch"},

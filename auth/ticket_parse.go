@@ -315,55 +315,20 @@ func decodeTicketFast(b []byte, w *ticketWire) bool {
 		if !ok {
 			return false
 		}
-		var bit uint16
 		i = skipJSONSpace(b, j)
 		if i >= len(b) || b[i] != ':' {
 			return false
 		}
 		i = skipJSONSpace(b, i+1)
-		var str *string
-		var date *wireDate
-		switch string(key) {
-		case "nick":
-			str = &w.Nick
-			bit = 1 << 0
-		case "av":
-			str = &w.Avatar
-			bit = 1 << 1
-		case "role":
-			str = &w.Role
-			bit = 1 << 2
-		case "iss":
-			str = &w.Issuer
-			bit = 1 << 3
-		case "sub":
-			str = &w.Subject
-			bit = 1 << 4
-		case "jti":
-			str = &w.ID
-			bit = 1 << 5
-		case "exp":
-			date = &w.ExpiresAt
-			bit = 1 << 6
-		case "nbf":
-			date = &w.NotBefore
-			bit = 1 << 7
-		case "iat":
-			date = &w.IssuedAt
-			bit = 1 << 8
-		case "event":
-			str = &w.Event
-			bit = 1 << 9
-		case "rooms":
-			bit = 1 << 10
-		default:
+		str, date, bit := w.claim(key)
+		if bit == 0 {
 			return false
 		}
 		if seen&bit != 0 {
 			return false // repeated: strictClaims refuses it
 		}
 		seen |= bit
-		if bit == 1<<10 {
+		if bit == roomsClaim {
 			rooms, j, ok := plainJSONStrings(b, i)
 			if !ok {
 				return false
@@ -460,4 +425,38 @@ func plainJSONString(b []byte, i int) ([]byte, int, bool) {
 		}
 	}
 	return nil, 0, false
+}
+
+// roomsClaim is claim's bit for "rooms", the one list of strings.
+const roomsClaim = 1 << 10
+
+// claim is where decodeTicketFast puts the claim named key (a string or a
+// date; neither for "rooms") and its bit among those read; bit 0: a claim
+// strictClaims refuses.
+func (w *ticketWire) claim(key []byte) (str *string, date *wireDate, bit uint16) {
+	switch string(key) {
+	case "nick":
+		return &w.Nick, nil, 1 << 0
+	case "av":
+		return &w.Avatar, nil, 1 << 1
+	case "role":
+		return &w.Role, nil, 1 << 2
+	case "iss":
+		return &w.Issuer, nil, 1 << 3
+	case "sub":
+		return &w.Subject, nil, 1 << 4
+	case "jti":
+		return &w.ID, nil, 1 << 5
+	case "exp":
+		return nil, &w.ExpiresAt, 1 << 6
+	case "nbf":
+		return nil, &w.NotBefore, 1 << 7
+	case "iat":
+		return nil, &w.IssuedAt, 1 << 8
+	case "event":
+		return &w.Event, nil, 1 << 9
+	case "rooms":
+		return nil, nil, roomsClaim
+	}
+	return nil, nil, 0
 }

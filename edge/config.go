@@ -256,15 +256,16 @@ type Config struct {
 	NoMetricsRoute bool
 }
 
-// withDefaults checks cfg and fills in its zero fields.
-func (cfg Config) withDefaults() (Config, error) {
+// check refuses a Config missing what it requires or with a negative
+// field.
+func (cfg Config) check() error {
 	switch {
 	case cfg.Store == nil:
-		return cfg, fmt.Errorf("%w: Store is required", ErrInvalidConfig)
+		return fmt.Errorf("%w: Store is required", ErrInvalidConfig)
 	case cfg.Verifier == nil:
-		return cfg, fmt.Errorf("%w: Verifier is required", ErrInvalidConfig)
+		return fmt.Errorf("%w: Verifier is required", ErrInvalidConfig)
 	case cfg.Addr == "":
-		return cfg, fmt.Errorf("%w: Addr is required", ErrInvalidConfig)
+		return fmt.Errorf("%w: Addr is required", ErrInvalidConfig)
 	}
 	for _, f := range []struct {
 		name string
@@ -293,8 +294,16 @@ func (cfg Config) withDefaults() (Config, error) {
 		{"ReportEvery", cfg.ReportEvery < 0},
 	} {
 		if f.bad {
-			return cfg, fmt.Errorf("%w: %s must not be negative", ErrInvalidConfig, f.name)
+			return fmt.Errorf("%w: %s must not be negative", ErrInvalidConfig, f.name)
 		}
+	}
+	return nil
+}
+
+// withDefaults checks cfg and fills in its zero fields.
+func (cfg Config) withDefaults() (Config, error) {
+	if err := cfg.check(); err != nil {
+		return cfg, err
 	}
 	if cfg.NodeID == "" {
 		cfg.NodeID = cfg.Addr

@@ -229,29 +229,8 @@ func (s *Server) handleWS(c *gin.Context) {
 		return
 	}
 	if claims == nil {
-		// A socket without a token waits for its hello: bounded per node
-		// and per address before it is upgraded.
-		addr := c.ClientIP()
-		if code := s.hellos.take(addr); code != "" {
-			status := http.StatusServiceUnavailable
-			msg := "too many connections wait for their hello on this node; retry after the Retry-After delay or try another address"
-			if code == CodeHelloWaitsAddr {
-				status = http.StatusTooManyRequests
-				msg = "too many connections from this address wait for their hello; retry after the Retry-After delay"
-			}
-			s.rejectRetry(c, status, code, msg, retryJitter())
-			return
-		}
-		nc, br, ok := s.upgrade(c)
-		if !ok {
-			s.hellos.done(addr)
-			return
-		}
-		slotHeld = false // the wait owns it
-		wait := helloWait{s: s, addr: addr, last: last, hasLast: hasLast}
-		if !s.pollHello(nc, br, &wait) {
-			s.serveHello(nc, br, &wait)
-		}
+		// A socket without a token waits for its hello.
+		slotHeld = !s.waitHello(c, last, hasLast)
 		return
 	}
 
@@ -273,6 +252,33 @@ func (s *Server) handleWS(c *gin.Context) {
 	}
 	s.log.Debug("edge: connected", "room", claims.Room, "user", claims.User(), "resume", hasLast)
 	cn.start(nc, br, p)
+}
+
+// waitHello upgrades a socket that came without a token to wait for its
+// hello, bounded per node and per address before it is upgraded. True:
+// the wait took the connection's slot.
+func (s *Server) waitHello(c *gin.Context, last msgID, hasLast bool) bool {
+	addr := c.ClientIP()
+	if code := s.hellos.take(addr); code != "" {
+		status := http.StatusServiceUnavailable
+		msg := "too many connections wait for their hello on this node; retry after the Retry-After delay or try another address"
+		if code == CodeHelloWaitsAddr {
+			status = http.StatusTooManyRequests
+			msg = "too many connections from this address wait for their hello; retry after the Retry-After delay"
+		}
+		s.rejectRetry(c, status, code, msg, retryJitter())
+		return false
+	}
+	nc, br, ok := s.upgrade(c)
+	if !ok {
+		s.hellos.done(addr)
+		return false
+	}
+	wait := helloWait{s: s, addr: addr, last: last, hasLast: hasLast}
+	if !s.pollHello(nc, br, &wait) {
+		s.serveHello(nc, br, &wait)
+	}
+	return true
 }
 
 // tokenInQuery reports whether a query carries a token under any spelling

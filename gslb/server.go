@@ -377,18 +377,7 @@ func (s *Server) entry(c *gin.Context) {
 	}
 	t, err := s.verifyTicket(c, ticket)
 	if err != nil {
-		// A ticket that verifies but breaks an identity rule is the login
-		// service's to fix: say which claim, and that retrying will not help.
-		var ce *auth.ClaimError
-		if errors.As(err, &ce) {
-			s.fail(c, httpx.Errorf(http.StatusBadRequest, "bad_ticket_claim", "ticket claim %q: %s", ce.Claim, ce.Reason))
-			return
-		}
-		if errors.Is(err, auth.ErrTicketLifetime) {
-			s.fail(c, httpx.Errorf(http.StatusUnauthorized, "ticket_lifetime", "the ticket lives longer than this deployment accepts; the login service must issue shorter-lived tickets"))
-			return
-		}
-		s.fail(c, httpx.Errorf(http.StatusUnauthorized, "bad_ticket", "ticket rejected"))
+		s.fail(c, ticketRefused(err))
 		return
 	}
 	// Scope: a paid room takes only tickets that name their rooms or
@@ -423,6 +412,38 @@ func (s *Server) entry(c *gin.Context) {
 		s.fail(c, httpx.Errorf(http.StatusServiceUnavailable, codeNoNodes, "no healthy node; retry shortly"))
 		return
 	}
+	last, e := s.sign(t, room, alloc)
+	if e != nil {
+		s.fail(c, e)
+		return
+	}
+	if s.last != nil {
+		s.last.put(t.Subject, room, last)
+	}
+	if near && s.degraded != nil {
+		s.degraded.Inc()
+	} else {
+		s.ok.Inc()
+	}
+	s.answer(c, t, room, segmentMs, last, near)
+}
+
+// ticketRefused is the answer to a ticket verifyTicket refused.
+func ticketRefused(err error) *httpx.Error {
+	// A ticket that verifies but breaks an identity rule is the login
+	// service's to fix: say which claim, and that retrying will not help.
+	var ce *auth.ClaimError
+	if errors.As(err, &ce) {
+		return httpx.Errorf(http.StatusBadRequest, "bad_ticket_claim", "ticket claim %q: %s", ce.Claim, ce.Reason)
+	}
+	if errors.Is(err, auth.ErrTicketLifetime) {
+		return httpx.Errorf(http.StatusUnauthorized, "ticket_lifetime", "the ticket lives longer than this deployment accepts; the login service must issue shorter-lived tickets")
+	}
+	return httpx.Errorf(http.StatusUnauthorized, "bad_ticket", "ticket rejected")
+}
+
+// sign issues the token of t's user in room, on the nodes alloc chose.
+func (s *Server) sign(t *auth.Ticket, room string, alloc Allocation) (*lastEntry, *httpx.Error) {
 	now := s.cfg.Clock.Now()
 	// Ingests tells the ingest nodes which addresses are theirs, primary
 	// first: a fallback takes the user's barrage only while the primary is
@@ -439,26 +460,15 @@ func (s *Server) entry(c *gin.Context) {
 		RegisteredClaims: jwt.RegisteredClaims{Subject: t.Subject},
 	})
 	if errors.Is(err, auth.ErrTokenTooLarge) {
-		s.fail(c, httpx.Errorf(http.StatusBadRequest, "token_too_large", "the ticket's identity makes a token no node accepts; shorten the nickname or avatar"))
-		return
+		return nil, httpx.Errorf(http.StatusBadRequest, "token_too_large", "the ticket's identity makes a token no node accepts; shorten the nickname or avatar")
 	}
 	if err != nil {
-		s.fail(c, httpx.Errorf(http.StatusServiceUnavailable, "token_unavailable", "token secrets not loaded yet; retry shortly"))
-		return
+		return nil, httpx.Errorf(http.StatusServiceUnavailable, "token_unavailable", "token secrets not loaded yet; retry shortly")
 	}
-	last := &lastEntry{
+	return &lastEntry{
 		ingest: alloc.Ingest, edge: alloc.Edge, token: tok, exp: exp,
 		role: t.Role, nick: t.Nick, avatar: t.Avatar,
-	}
-	if s.last != nil {
-		s.last.put(t.Subject, room, last)
-	}
-	if near && s.degraded != nil {
-		s.degraded.Inc()
-	} else {
-		s.ok.Inc()
-	}
-	s.answer(c, t, room, segmentMs, last, near)
+	}, nil
 }
 
 // answerLast answers an entry near a rate limit from the user's last

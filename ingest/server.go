@@ -219,72 +219,8 @@ type Server struct {
 
 // New checks cfg, applies defaults and returns a Server. It starts nothing.
 func New(cfg Config) (*Server, error) {
-	if cfg.Streams == nil || cfg.Keyring == nil {
-		return nil, errors.New("ingest: Streams and Keyring are required")
-	}
-	cfg.Clock = clock.Or(cfg.Clock)
-	if cfg.NodeID == "" {
-		cfg.NodeID = cfg.Addr
-	}
-	if cfg.Gate == nil {
-		cfg.Gate = NewMemoryRoomGate(cfg.Streams, cfg.Clock)
-	}
-	if cfg.FlushWindow == 0 {
-		cfg.FlushWindow = defaultWindow
-	}
-	if cfg.Hold == 0 {
-		cfg.Hold = defaultHold
-	}
-	if cfg.FlushWindow < 0 || cfg.Hold < 0 || cfg.BroadcastGiftValue < 0 {
-		return nil, errors.New("ingest: FlushWindow, Hold and BroadcastGiftValue must not be negative")
-	}
-	if cfg.FastLane == nil {
-		cfg.FastLane = NewMemoryFastLane(cfg.Streams, cfg.Clock)
-	}
-	if cfg.FastLaneCap == 0 {
-		cfg.FastLaneCap = defaultFastLaneCap
-	}
-	if cfg.FastLaneCap < 1 || cfg.FastLaneCap > maxFastLaneCap {
-		return nil, fmt.Errorf("ingest: FastLaneCap must be 1-%d", maxFastLaneCap)
-	}
-	if cfg.Gifts == nil {
-		// Gifts must land in the stream the slicer and edge read; only an
-		// in-process store can be paired with a gift log here.
-		mem, ok := cfg.Streams.(*stream.MemoryStore)
-		if !ok {
-			return nil, fmt.Errorf("ingest: Gifts is required with a %T stream store", cfg.Streams)
-		}
-		g, err := NewMemoryGiftLog(MemoryGiftLogConfig{Streams: mem, Backlog: cfg.GiftBacklog, Clock: cfg.Clock})
-		if err != nil {
-			return nil, err
-		}
-		cfg.Gifts = g
-	}
-	def := func(v *float64, d float64) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	def(&cfg.UserCapacity, defaultUserCapacity)
-	def(&cfg.UserRefill, defaultUserRefill)
-	def(&cfg.RoomBase, defaultRoomBase)
-	def(&cfg.RoomPerViewer, defaultRoomPerViewer)
-	def(&cfg.RoomCeiling, defaultRoomCeiling)
-	def(&cfg.RoomRefill, defaultRoomRefill)
-	if cfg.MaxTextRunes == 0 {
-		cfg.MaxTextRunes = defaultMaxTextRunes
-	}
-	if cfg.MaxBody == 0 {
-		cfg.MaxBody = defaultMaxBody
-	}
-	if cfg.UserCapacity < 1 || cfg.UserRefill <= 0 || cfg.RoomBase < 1 || cfg.RoomRefill <= 0 || cfg.RoomCeiling < cfg.RoomBase {
-		return nil, errors.New("ingest: bucket sizes must be positive and RoomCeiling >= RoomBase")
-	}
-	if cfg.Registerer == nil {
-		cfg.Registerer = prometheus.NewRegistry()
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+	if err := cfg.withDefaults(); err != nil {
+		return nil, err
 	}
 	s := &Server{cfg: cfg, users: bucket.NewKeyed(cfg.UserCapacity, cfg.UserRefill), tokens: cfg.Keyring, binding: NewBinding(cfg.Addr, cfg.BindingStale)}
 	var tokenMetrics []prometheus.Collector
@@ -294,20 +230,7 @@ func New(cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("ingest: %w", err)
 		}
 		s.tokens = tc
-		tokenMetrics = []prometheus.Collector{
-			prometheus.NewCounterFunc(prometheus.CounterOpts{
-				Name: "danmaku_ingest_token_cache_hits_total",
-				Help: "Dynamic tokens answered from the verified-token cache.",
-			}, func() float64 { return float64(tc.Stats().Hits) }),
-			prometheus.NewCounterFunc(prometheus.CounterOpts{
-				Name: "danmaku_ingest_token_cache_misses_total",
-				Help: "Dynamic tokens the verified-token cache did not hold (verified by the keyring).",
-			}, func() float64 { return float64(tc.Stats().Misses) }),
-			prometheus.NewCounterFunc(prometheus.CounterOpts{
-				Name: "danmaku_ingest_token_cache_evictions_total",
-				Help: "Verified tokens evicted from the full cache.",
-			}, func() float64 { return float64(tc.Stats().Evictions) }),
-		}
+		tokenMetrics = tokenCacheMetrics(tc)
 	}
 	if b, ok := cfg.Gifts.(interface{ SetBacklogBound(func(string) float64) }); ok {
 		// The bound follows the event's room limits, changed at run time.
@@ -343,6 +266,108 @@ func New(cfg Config) (*Server, error) {
 		s.view = loadtable.NewView(cfg.Load)
 		s.view.WholeAfterGap = 2 * defaultOnlineSync
 	}
+	if err := s.registerMetrics(tokenMetrics); err != nil {
+		return nil, err
+	}
+	if cfg.RateLimit != nil {
+		s.limit = cfg.RateLimit.Handler(s.limitIdentity)
+	}
+	return s, nil
+}
+
+// withDefaults checks c and fills its zero fields.
+func (c *Config) withDefaults() error {
+	if c.Streams == nil || c.Keyring == nil {
+		return errors.New("ingest: Streams and Keyring are required")
+	}
+	c.Clock = clock.Or(c.Clock)
+	if c.NodeID == "" {
+		c.NodeID = c.Addr
+	}
+	if c.Gate == nil {
+		c.Gate = NewMemoryRoomGate(c.Streams, c.Clock)
+	}
+	if c.FlushWindow == 0 {
+		c.FlushWindow = defaultWindow
+	}
+	if c.Hold == 0 {
+		c.Hold = defaultHold
+	}
+	if c.FlushWindow < 0 || c.Hold < 0 || c.BroadcastGiftValue < 0 {
+		return errors.New("ingest: FlushWindow, Hold and BroadcastGiftValue must not be negative")
+	}
+	if c.FastLane == nil {
+		c.FastLane = NewMemoryFastLane(c.Streams, c.Clock)
+	}
+	if c.FastLaneCap == 0 {
+		c.FastLaneCap = defaultFastLaneCap
+	}
+	if c.FastLaneCap < 1 || c.FastLaneCap > maxFastLaneCap {
+		return fmt.Errorf("ingest: FastLaneCap must be 1-%d", maxFastLaneCap)
+	}
+	if c.Gifts == nil {
+		// Gifts must land in the stream the slicer and edge read; only an
+		// in-process store can be paired with a gift log here.
+		mem, ok := c.Streams.(*stream.MemoryStore)
+		if !ok {
+			return fmt.Errorf("ingest: Gifts is required with a %T stream store", c.Streams)
+		}
+		g, err := NewMemoryGiftLog(MemoryGiftLogConfig{Streams: mem, Backlog: c.GiftBacklog, Clock: c.Clock})
+		if err != nil {
+			return err
+		}
+		c.Gifts = g
+	}
+	def := func(v *float64, d float64) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&c.UserCapacity, defaultUserCapacity)
+	def(&c.UserRefill, defaultUserRefill)
+	def(&c.RoomBase, defaultRoomBase)
+	def(&c.RoomPerViewer, defaultRoomPerViewer)
+	def(&c.RoomCeiling, defaultRoomCeiling)
+	def(&c.RoomRefill, defaultRoomRefill)
+	if c.MaxTextRunes == 0 {
+		c.MaxTextRunes = defaultMaxTextRunes
+	}
+	if c.MaxBody == 0 {
+		c.MaxBody = defaultMaxBody
+	}
+	if c.UserCapacity < 1 || c.UserRefill <= 0 || c.RoomBase < 1 || c.RoomRefill <= 0 || c.RoomCeiling < c.RoomBase {
+		return errors.New("ingest: bucket sizes must be positive and RoomCeiling >= RoomBase")
+	}
+	if c.Registerer == nil {
+		c.Registerer = prometheus.NewRegistry()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}
+
+// tokenCacheMetrics are the verified-token cache's counters.
+func tokenCacheMetrics(tc *auth.TokenCache) []prometheus.Collector {
+	return []prometheus.Collector{
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "danmaku_ingest_token_cache_hits_total",
+			Help: "Dynamic tokens answered from the verified-token cache.",
+		}, func() float64 { return float64(tc.Stats().Hits) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "danmaku_ingest_token_cache_misses_total",
+			Help: "Dynamic tokens the verified-token cache did not hold (verified by the keyring).",
+		}, func() float64 { return float64(tc.Stats().Misses) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "danmaku_ingest_token_cache_evictions_total",
+			Help: "Verified tokens evicted from the full cache.",
+		}, func() float64 { return float64(tc.Stats().Evictions) }),
+	}
+}
+
+// registerMetrics makes the server's counters and registers them with the
+// writer's and extra.
+func (s *Server) registerMetrics(extra []prometheus.Collector) error {
 	s.rejected = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "danmaku_ingest_rejected_total",
 		Help: "Uploads not stored, by layer (auth, input, room, antispam, gateway, gift, backend, client) and reason. Silent drops count here too.",
@@ -359,15 +384,12 @@ func New(cfg Config) (*Server, error) {
 		Name: "danmaku_ingest_gift_answers_total",
 		Help: "Answers of the gift API (POST /v1/gifts), by HTTP status: its 5xx are paid orders the business server must retry.",
 	}, []string{"status"})
-	for _, c := range append(append([]prometheus.Collector{s.rejected, s.accepted, s.overflows, s.giftAnswers}, s.writer.m.collectors()...), tokenMetrics...) {
-		if err := cfg.Registerer.Register(c); err != nil {
-			return nil, fmt.Errorf("ingest: metrics: %w", err)
+	for _, c := range append(append([]prometheus.Collector{s.rejected, s.accepted, s.overflows, s.giftAnswers}, s.writer.m.collectors()...), extra...) {
+		if err := s.cfg.Registerer.Register(c); err != nil {
+			return fmt.Errorf("ingest: metrics: %w", err)
 		}
 	}
-	if cfg.RateLimit != nil {
-		s.limit = cfg.RateLimit.Handler(s.limitIdentity)
-	}
-	return s, nil
+	return nil
 }
 
 // BrowserRoutes are the routes a page calls (the web SDK's comments, a

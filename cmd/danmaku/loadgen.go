@@ -68,51 +68,11 @@ type loadgenOpts struct {
 func parseLoadgen(args []string, getenv func(string) string, stderr io.Writer) (loadgen.Config, loadgenOpts, error) {
 	fs := newFlags("loadgen", stderr)
 	var (
-		cfg   loadgen.Config
-		o     loadgenOpts
-		rate  = rateFlag{1000}
-		peak  = rateFlag{38000}
-		gifts = rateFlag{10}
-		shard string
-		slcr  string
-		ingm  string
-		kwShr float64
+		cfg loadgen.Config
+		o   loadgenOpts
+		raw = loadgenRaw{rate: rateFlag{1000}, peak: rateFlag{38000}, gifts: rateFlag{10}}
 	)
-	fs.StringVar(&cfg.GSLB, "gslb", "http://"+stack.DefaultGSLBAddr, "entry endpoint (gslb) base URL")
-	fs.StringVar(&cfg.Room, "room", stack.DemoRoom, "room to load (must belong to a live event)")
-	fs.IntVar(&cfg.Users, "users", 10_000, "distinct simulated viewers who comment (all shards together)")
-	fs.StringVar(&shard, "shard", "0/1", "i/n: play the users whose index mod n is i, and 1/n of every rate and of the pollers (run n processes, i = 0..n-1)")
-	fs.Var(&rate, "rate", "comments per second: the steady rate, or after a pulse's hold (0: none)")
-	fs.StringVar(&cfg.Pattern, "pattern", loadgen.PatternSteady, "steady, or pulse: 0 → -pulse-peak over -pulse-ramp, held -pulse-hold, then -rate")
-	fs.Var(&peak, "pulse-peak", "peak comments per second of a pulse")
-	fs.DurationVar(&cfg.PulseRamp, "pulse-ramp", 10*time.Second, "how long a pulse climbs from 0 to its peak")
-	fs.DurationVar(&cfg.PulseHold, "pulse-hold", 0, "how long a pulse holds its peak (0: to the end)")
-	fs.DurationVar(&cfg.Duration, "duration", 60*time.Second, "how long comments and gifts are offered")
-	fs.BoolVar(&cfg.Unthrottled, "unthrottled", false, "let users post faster than the SDK's send throttle (one comment per 1.2 s)")
-	fs.StringVar(&cfg.Keyword, "keyword", "", "lottery entries: comments say exactly this text, as viewers typing the host's keyword do (not traced end to end)")
-	fs.Float64Var(&kwShr, "keyword-share", 1, "fraction of the comments that are -keyword entries, the rest traced phrases (0 < f ≤ 1)")
-	fs.Var(&gifts, "gifts", "gift orders per second through the gift API (0: none)")
-	fs.IntVar(&cfg.GiftConcurrency, "gift-concurrency", 16, "gift POSTs in flight at most (raise it for a gift flood)")
-	fs.StringVar(&cfg.GiftIngest, "gift-ingest", "", "ingest base URL for gifts (default: the ingests the entries name, in turn)")
-	fs.IntVar(&cfg.Pollers, "pollers", 100, "SDK viewers polling the CDN to time delivery (0: none)")
-	fs.BoolVar(&cfg.PollerEdge, "poller-edge", false, "pollers also hold the edge WebSocket, as apps do")
-	fs.BoolVar(&cfg.DevTickets, "dev-tickets", false, "fetch tickets from danmaku dev's GET /v1/dev/ticket (default: mint them, with DANMAKU_TICKET_KEY or the dev key)")
-	fs.StringVar(&ingm, "ingest-metrics", "", "comma-separated base URLs of the ingests' metrics listeners (-metrics-addr) to read drop counters from (default: the ingests the entries name, at their public URLs, as dev serves them)")
-	fs.StringVar(&slcr, "slicer-metrics", "", "comma-separated slicer base URLs to read segment counters from (default: the ingests', which in dev hold them)")
-	fs.IntVar(&cfg.Concurrency, "concurrency", 0, "comment POSTs in flight at most (workers and pooled connections; default: the peak rate × 250 ms, 256 to 8192)")
-	fs.IntVar(&cfg.EntryConcurrency, "entry-concurrency", 64, "entry fetches in flight at most while users join")
-	fs.DurationVar(&cfg.HTTPTimeout, "http-timeout", 10*time.Second, "bound of every request")
-	fs.IntVar(&o.procs, "procs", 1, "run the load in this many child processes (each -shard i/procs, with its own descriptor limit) and merge their reports")
-	fs.BoolVar(&o.merge, "merge", false, "merge the JSON reports named as arguments (one run's shards) instead of running: danmaku loadgen -merge [-json out] a.json b.json")
-	fs.DurationVar(&cfg.Drain, "drain", 0, "longest wait after the offer for the pollers to decode (default: 2 segments + publish delay + 2s)")
-	fs.StringVar(&cfg.UserPrefix, "user-prefix", "lg", "prefix of the simulated user ids (users PREFIXn, pollers PREFIXpn)")
-	fs.StringVar(&cfg.RunID, "run-id", "", "tag of this run's comments and order ids (default: random)")
-	fs.BoolVar(&o.entryPulse, "entry-pulse", false, "instead of an audience, a closed-loop pulse at GET /v1/entry: workers rise from 0 to -pulse-workers over -pulse-ramp, /healthz timed alongside; reports admitted/s per second and per source (docs/api-limits.md)")
-	fs.StringVar(&o.pulseSources, "pulse-sources", "", "-entry-pulse: comma-separated local addresses to send from in turn, so that per-IP limits see several clients (e.g. 127.0.0.2,127.0.0.3)")
-	fs.IntVar(&o.pulseWorkers, "pulse-workers", 256, "-entry-pulse: requests in flight at the peak")
-	fs.StringVar(&o.jsonPath, "json", "", "write the report as JSON to this file (-: stdout, and the summary to stderr)")
-	fs.BoolVar(&o.quiet, "quiet", false, "no progress line")
-	fs.StringVar(&o.logLevel, "log-level", "error", "level of the pollers' SDK logs on stderr")
+	declareLoadgenFlags(fs, &cfg, &o, &raw)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, `usage: danmaku loadgen [flags]
 
@@ -145,24 +105,9 @@ service key (default: dev-service-key).
 		return cfg, o, usageError{errors.New("-procs must be at least 1")}
 	}
 	if o.procs > 1 {
-		set := map[string]bool{}
-		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-		if set["shard"] {
-			return cfg, o, usageError{errors.New("-procs splits the run itself: leave out -shard")}
+		if err := o.splitRun(fs, &cfg); err != nil {
+			return cfg, o, err
 		}
-		if cfg.RunID == "" {
-			// One tag for every child, so that their comments and orders
-			// read as one run.
-			cfg.RunID = fmt.Sprintf("%05x", time.Now().UnixNano()&0xfffff)
-		}
-		fs.Visit(func(f *flag.Flag) {
-			switch f.Name {
-			case "procs", "json", "quiet", "run-id":
-				return
-			}
-			o.childArgs = append(o.childArgs, "-"+f.Name+"="+f.Value.String())
-		})
-		o.childArgs = append(o.childArgs, "-run-id="+cfg.RunID)
 	}
 	if cfg.Users <= 0 {
 		return cfg, o, usageError{errors.New("-users must be positive")}
@@ -172,25 +117,25 @@ service key (default: dev-service-key).
 	} else if cfg.Pollers < 0 {
 		return cfg, o, usageError{errors.New("-pollers must not be negative")}
 	}
-	i, n, ok := strings.Cut(shard, "/")
+	i, n, ok := strings.Cut(raw.shard, "/")
 	var err1, err2 error
 	cfg.Shard, err1 = strconv.Atoi(i)
 	cfg.Shards, err2 = strconv.Atoi(n)
 	if !ok || err1 != nil || err2 != nil || cfg.Shards < 1 || cfg.Shard < 0 || cfg.Shard >= cfg.Shards {
-		return cfg, o, usageError{fmt.Errorf("-shard %q: i/n with 0 ≤ i < n", shard)}
+		return cfg, o, usageError{fmt.Errorf("-shard %q: i/n with 0 ≤ i < n", raw.shard)}
 	}
-	cfg.Rate, cfg.PulsePeak, cfg.GiftRate = off(rate.v), off(peak.v), off(gifts.v)
+	cfg.Rate, cfg.PulsePeak, cfg.GiftRate = off(raw.rate.v), off(raw.peak.v), off(raw.gifts.v)
 	if cfg.Keyword != "" {
-		cfg.KeywordShare = kwShr
+		cfg.KeywordShare = raw.kwShr
 	}
-	if cfg.Pattern == loadgen.PatternPulse && peak.v == 0 {
+	if cfg.Pattern == loadgen.PatternPulse && raw.peak.v == 0 {
 		return cfg, o, usageError{errors.New("-pattern pulse needs a -pulse-peak above 0")}
 	}
-	if slcr != "" {
-		cfg.SlicerMetrics = strings.Split(slcr, ",")
+	if raw.slcr != "" {
+		cfg.SlicerMetrics = strings.Split(raw.slcr, ",")
 	}
-	if ingm != "" {
-		cfg.IngestMetrics = strings.Split(ingm, ",")
+	if raw.ingm != "" {
+		cfg.IngestMetrics = strings.Split(raw.ingm, ",")
 	}
 	if k := getenv("DANMAKU_TICKET_KEY"); k != "" {
 		if cfg.DevTickets {
@@ -200,6 +145,78 @@ service key (default: dev-service-key).
 	}
 	cfg.GiftKey = getenv("DANMAKU_GIFT_KEY")
 	return cfg, o, nil
+}
+
+// loadgenRaw are the loadgen flags read as typed, before parseLoadgen
+// checks them into the Config.
+type loadgenRaw struct {
+	rate, peak, gifts rateFlag
+	shard, slcr, ingm string
+	kwShr             float64
+}
+
+// declareLoadgenFlags declares the loadgen flags on fs, into cfg, o and
+// raw.
+func declareLoadgenFlags(fs *flag.FlagSet, cfg *loadgen.Config, o *loadgenOpts, raw *loadgenRaw) {
+	fs.StringVar(&cfg.GSLB, "gslb", "http://"+stack.DefaultGSLBAddr, "entry endpoint (gslb) base URL")
+	fs.StringVar(&cfg.Room, "room", stack.DemoRoom, "room to load (must belong to a live event)")
+	fs.IntVar(&cfg.Users, "users", 10_000, "distinct simulated viewers who comment (all shards together)")
+	fs.StringVar(&raw.shard, "shard", "0/1", "i/n: play the users whose index mod n is i, and 1/n of every rate and of the pollers (run n processes, i = 0..n-1)")
+	fs.Var(&raw.rate, "rate", "comments per second: the steady rate, or after a pulse's hold (0: none)")
+	fs.StringVar(&cfg.Pattern, "pattern", loadgen.PatternSteady, "steady, or pulse: 0 → -pulse-peak over -pulse-ramp, held -pulse-hold, then -rate")
+	fs.Var(&raw.peak, "pulse-peak", "peak comments per second of a pulse")
+	fs.DurationVar(&cfg.PulseRamp, "pulse-ramp", 10*time.Second, "how long a pulse climbs from 0 to its peak")
+	fs.DurationVar(&cfg.PulseHold, "pulse-hold", 0, "how long a pulse holds its peak (0: to the end)")
+	fs.DurationVar(&cfg.Duration, "duration", 60*time.Second, "how long comments and gifts are offered")
+	fs.BoolVar(&cfg.Unthrottled, "unthrottled", false, "let users post faster than the SDK's send throttle (one comment per 1.2 s)")
+	fs.StringVar(&cfg.Keyword, "keyword", "", "lottery entries: comments say exactly this text, as viewers typing the host's keyword do (not traced end to end)")
+	fs.Float64Var(&raw.kwShr, "keyword-share", 1, "fraction of the comments that are -keyword entries, the rest traced phrases (0 < f ≤ 1)")
+	fs.Var(&raw.gifts, "gifts", "gift orders per second through the gift API (0: none)")
+	fs.IntVar(&cfg.GiftConcurrency, "gift-concurrency", 16, "gift POSTs in flight at most (raise it for a gift flood)")
+	fs.StringVar(&cfg.GiftIngest, "gift-ingest", "", "ingest base URL for gifts (default: the ingests the entries name, in turn)")
+	fs.IntVar(&cfg.Pollers, "pollers", 100, "SDK viewers polling the CDN to time delivery (0: none)")
+	fs.BoolVar(&cfg.PollerEdge, "poller-edge", false, "pollers also hold the edge WebSocket, as apps do")
+	fs.BoolVar(&cfg.DevTickets, "dev-tickets", false, "fetch tickets from danmaku dev's GET /v1/dev/ticket (default: mint them, with DANMAKU_TICKET_KEY or the dev key)")
+	fs.StringVar(&raw.ingm, "ingest-metrics", "", "comma-separated base URLs of the ingests' metrics listeners (-metrics-addr) to read drop counters from (default: the ingests the entries name, at their public URLs, as dev serves them)")
+	fs.StringVar(&raw.slcr, "slicer-metrics", "", "comma-separated slicer base URLs to read segment counters from (default: the ingests', which in dev hold them)")
+	fs.IntVar(&cfg.Concurrency, "concurrency", 0, "comment POSTs in flight at most (workers and pooled connections; default: the peak rate × 250 ms, 256 to 8192)")
+	fs.IntVar(&cfg.EntryConcurrency, "entry-concurrency", 64, "entry fetches in flight at most while users join")
+	fs.DurationVar(&cfg.HTTPTimeout, "http-timeout", 10*time.Second, "bound of every request")
+	fs.IntVar(&o.procs, "procs", 1, "run the load in this many child processes (each -shard i/procs, with its own descriptor limit) and merge their reports")
+	fs.BoolVar(&o.merge, "merge", false, "merge the JSON reports named as arguments (one run's shards) instead of running: danmaku loadgen -merge [-json out] a.json b.json")
+	fs.DurationVar(&cfg.Drain, "drain", 0, "longest wait after the offer for the pollers to decode (default: 2 segments + publish delay + 2s)")
+	fs.StringVar(&cfg.UserPrefix, "user-prefix", "lg", "prefix of the simulated user ids (users PREFIXn, pollers PREFIXpn)")
+	fs.StringVar(&cfg.RunID, "run-id", "", "tag of this run's comments and order ids (default: random)")
+	fs.BoolVar(&o.entryPulse, "entry-pulse", false, "instead of an audience, a closed-loop pulse at GET /v1/entry: workers rise from 0 to -pulse-workers over -pulse-ramp, /healthz timed alongside; reports admitted/s per second and per source (docs/api-limits.md)")
+	fs.StringVar(&o.pulseSources, "pulse-sources", "", "-entry-pulse: comma-separated local addresses to send from in turn, so that per-IP limits see several clients (e.g. 127.0.0.2,127.0.0.3)")
+	fs.IntVar(&o.pulseWorkers, "pulse-workers", 256, "-entry-pulse: requests in flight at the peak")
+	fs.StringVar(&o.jsonPath, "json", "", "write the report as JSON to this file (-: stdout, and the summary to stderr)")
+	fs.BoolVar(&o.quiet, "quiet", false, "no progress line")
+	fs.StringVar(&o.logLevel, "log-level", "error", "level of the pollers' SDK logs on stderr")
+}
+
+// splitRun prepares a run split over o.procs children: one run id, and
+// the flags set here passed on to each child.
+func (o *loadgenOpts) splitRun(fs *flag.FlagSet, cfg *loadgen.Config) error {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["shard"] {
+		return usageError{errors.New("-procs splits the run itself: leave out -shard")}
+	}
+	if cfg.RunID == "" {
+		// One tag for every child, so that their comments and orders
+		// read as one run.
+		cfg.RunID = fmt.Sprintf("%05x", time.Now().UnixNano()&0xfffff)
+	}
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "procs", "json", "quiet", "run-id":
+			return
+		}
+		o.childArgs = append(o.childArgs, "-"+f.Name+"="+f.Value.String())
+	})
+	o.childArgs = append(o.childArgs, "-run-id="+cfg.RunID)
+	return nil
 }
 
 func runLoadgen(ctx context.Context, args []string, stdout, stderr io.Writer) error {

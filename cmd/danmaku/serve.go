@@ -290,8 +290,8 @@ func serveRoles(ctx context.Context, roles []string, f *serveFlags, stdout, stde
 			return fmt.Errorf("rate limits: %w", err)
 		}
 		defer rdb.Close()
-		cfg.Backends.LimitWindow = ratelimit.NewRedisWindow(rdb)
-		cfg.Backends.LimitRules = ratelimit.NewRedisSource(rdb)
+		cfg.Backends.Limits.Window = ratelimit.NewRedisWindow(rdb)
+		cfg.Backends.Limits.Rules = ratelimit.NewRedisSource(rdb)
 	}
 	st, err := stack.New(cfg)
 	if err != nil {

@@ -208,9 +208,9 @@ func TestLocalAlert(t *testing.T) {
 	master := make([]byte, 32)
 	_, _ = rand.Read(master)
 	b := stack.Backends{
-		Streams: stream.NewMemoryStore(nil), Objects: objstore.NewMemoryStore(), Load: loadtable.NewMemoryTable(),
-		Secrets: auth.NewMemorySecrets(), Events: event.NewMemoryStore(), Lease: slicer.NewMemoryLease(nil),
-		Backlog: slicer.NewMemoryBacklog(nil),
+		Shared: stack.SharedBackends{Streams: stream.NewMemoryStore(nil), Objects: objstore.NewMemoryStore(), Load: loadtable.NewMemoryTable(),
+			Secrets: auth.NewMemorySecrets(), Events: event.NewMemoryStore()},
+		Slicer: stack.SlicerBackends{Lease: slicer.NewMemoryLease(nil), Backlog: slicer.NewMemoryBacklog(nil)},
 	}
 	front := stacktest.Start(t, stack.Config{
 		Roles: []string{stack.RoleGSLB, stack.RoleIngest, stack.RoleEdge, stack.RoleOrigin},

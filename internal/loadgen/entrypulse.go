@@ -141,6 +141,25 @@ func SaturatedRate(perSecond []int64, limited []int64) (rate float64, ok bool) {
 
 // RunEntryPulse runs the pulse until cfg.Ramp has passed or ctx ends.
 func RunEntryPulse(ctx context.Context, cfg EntryPulseConfig) (*EntryPulseReport, error) {
+	p, err := newPulse(cfg)
+	if err != nil {
+		return nil, err
+	}
+	pctx, cancel := context.WithTimeout(ctx, p.cfg.Ramp)
+	defer cancel()
+	p.start = time.Now()
+	var wg sync.WaitGroup
+	wg.Go(func() { p.probe(pctx) })
+	p.ramp(ctx, pctx, &wg)
+	wg.Wait()
+	for _, cl := range p.clients {
+		cl.CloseIdleConnections()
+	}
+	return p.report(time.Since(p.start)), nil
+}
+
+// withDefaults fills the zero fields of cfg and checks the others.
+func (cfg *EntryPulseConfig) withDefaults() error {
 	if cfg.GSLB == "" {
 		cfg.GSLB = "http://127.0.0.1:7700"
 	}
@@ -166,22 +185,51 @@ func RunEntryPulse(ctx context.Context, cfg EntryPulseConfig) (*EntryPulseReport
 		cfg.HTTPTimeout = defaultPulseTimeout
 	}
 	if cfg.Users < 1 || cfg.Workers < 1 || cfg.Ramp < 0 || cfg.HealthEvery < 0 {
-		return nil, errors.New("loadgen: entry pulse: Users and Workers must be positive, Ramp and HealthEvery not negative")
+		return errors.New("loadgen: entry pulse: Users and Workers must be positive, Ramp and HealthEvery not negative")
 	}
-	tickets := make([]string, cfg.Users)
-	for i := range tickets {
+	return nil
+}
+
+// pulse is one run of RunEntryPulse: its users, clients and tallies.
+type pulse struct {
+	cfg      EntryPulseConfig
+	tickets  []string
+	sources  []string       // cfg.Sources, or the system's choice ("")
+	clients  []*http.Client // one per source
+	entryURL string
+	secs     int // whole seconds of the ramp, plus the last partial one
+	start    time.Time
+
+	// Per second; per source and second.
+	attempts, admitted, limited []atomic.Int64
+	perSource, perSourceLimited [][]atomic.Int64
+
+	answersMu sync.Mutex
+	answers   map[string]int64
+	health    Histogram
+	healthBad atomic.Int64
+}
+
+// newPulse mints the users' tickets and makes a client per source.
+func newPulse(cfg EntryPulseConfig) (*pulse, error) {
+	if err := cfg.withDefaults(); err != nil {
+		return nil, err
+	}
+	p := &pulse{cfg: cfg, sources: cfg.Sources, answers: map[string]int64{},
+		entryURL: cfg.GSLB + "/v1/entry?room=" + url.QueryEscape(cfg.Room), secs: int(cfg.Ramp/time.Second) + 1}
+	p.tickets = make([]string, cfg.Users)
+	for i := range p.tickets {
 		tk, err := auth.MintTicket(cfg.TicketKey, fmt.Sprintf("pulse-%d", i), auth.Ticket{Nick: "p"}, time.Hour)
 		if err != nil {
 			return nil, fmt.Errorf("loadgen: entry pulse: ticket: %w", err)
 		}
-		tickets[i] = tk
+		p.tickets[i] = tk
 	}
-	sources := cfg.Sources
-	if len(sources) == 0 {
-		sources = []string{""}
+	if len(p.sources) == 0 {
+		p.sources = []string{""}
 	}
-	clients := make([]*http.Client, len(sources))
-	for i, src := range sources {
+	p.clients = make([]*http.Client, len(p.sources))
+	for i, src := range p.sources {
 		d := &net.Dialer{Timeout: cfg.HTTPTimeout}
 		if src != "" {
 			ip := net.ParseIP(src)
@@ -190,128 +238,127 @@ func RunEntryPulse(ctx context.Context, cfg EntryPulseConfig) (*EntryPulseReport
 			}
 			d.LocalAddr = &net.TCPAddr{IP: ip}
 		}
-		clients[i] = &http.Client{Timeout: cfg.HTTPTimeout, Transport: &http.Transport{
+		p.clients[i] = &http.Client{Timeout: cfg.HTTPTimeout, Transport: &http.Transport{
 			DialContext: d.DialContext, MaxIdleConns: cfg.Workers, MaxIdleConnsPerHost: cfg.Workers,
 			IdleConnTimeout: time.Minute,
 		}}
 	}
-	entryURL := cfg.GSLB + "/v1/entry?room=" + url.QueryEscape(cfg.Room)
-	secs := int(cfg.Ramp/time.Second) + 1
-	type counts struct {
-		attempts, admitted, limited []atomic.Int64
-		perSource, perSourceLimited [][]atomic.Int64
+	p.attempts, p.admitted, p.limited = make([]atomic.Int64, p.secs), make([]atomic.Int64, p.secs), make([]atomic.Int64, p.secs)
+	p.perSource, p.perSourceLimited = make([][]atomic.Int64, len(p.sources)), make([][]atomic.Int64, len(p.sources))
+	for i := range p.perSource {
+		p.perSource[i] = make([]atomic.Int64, p.secs)
+		p.perSourceLimited[i] = make([]atomic.Int64, p.secs)
 	}
-	c := counts{attempts: make([]atomic.Int64, secs), admitted: make([]atomic.Int64, secs), limited: make([]atomic.Int64, secs),
-		perSource: make([][]atomic.Int64, len(sources)), perSourceLimited: make([][]atomic.Int64, len(sources))}
-	for i := range c.perSource {
-		c.perSource[i] = make([]atomic.Int64, secs)
-		c.perSourceLimited[i] = make([]atomic.Int64, secs)
-	}
-	var (
-		answersMu sync.Mutex
-		answers   = map[string]int64{}
-		health    Histogram
-		healthBad atomic.Int64
-	)
-	pctx, cancel := context.WithTimeout(ctx, cfg.Ramp)
-	defer cancel()
-	start := time.Now()
-	second := func() int { return min(secs-1, int(time.Since(start)/time.Second)) }
+	return p, nil
+}
 
-	var wg sync.WaitGroup
-	worker := func(w int) {
-		src := w % len(sources)
-		client := clients[src]
-		for n := w; pctx.Err() == nil; n += cfg.Workers {
-			// Sent under ctx, not the pulse's: a request sent before the
-			// end is answered and counted in its second, which would
-			// otherwise lose what was still in flight.
-			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, entryURL, nil)
-			req.Header.Set("Authorization", "Bearer "+tickets[n%len(tickets)])
-			sec := second()
-			c.attempts[sec].Add(1)
-			resp, err := client.Do(req)
-			key := "error"
-			if err == nil {
-				body, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				key = strconv.Itoa(resp.StatusCode)
-				switch {
-				case resp.StatusCode == http.StatusOK:
-					c.admitted[sec].Add(1)
-					c.perSource[src][sec].Add(1)
-					if bytes.Contains(body, []byte(`"degraded":true`)) {
-						key += " degraded"
-					}
-				case resp.StatusCode == http.StatusTooManyRequests:
-					c.limited[sec].Add(1)
-					c.perSourceLimited[src][sec].Add(1)
-					key += " " + errorCodeOf(body)
-				default:
-					key += " " + errorCodeOf(body)
-				}
-			} else if ctx.Err() != nil {
-				c.attempts[sec].Add(-1) // the caller gave up: not answered
-				return
-			}
-			answersMu.Lock()
-			answers[key]++
-			answersMu.Unlock()
-		}
-	}
-	// The prober: one connection of its own, at a fixed pace, so that its
-	// latency is the server's answer to a health check under the pulse.
-	wg.Go(func() {
-		hc := &http.Client{Timeout: cfg.HTTPTimeout, Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
-		t := time.NewTicker(cfg.HealthEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-pctx.Done():
-				return
-			case <-t.C:
-			}
-			req, _ := http.NewRequestWithContext(pctx, http.MethodGet, cfg.GSLB+"/healthz", nil)
-			t0 := time.Now()
-			resp, err := hc.Do(req)
-			if err != nil {
-				if pctx.Err() == nil {
-					healthBad.Add(1)
-				}
-				continue
-			}
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			health.Observe(time.Since(t0))
-			if resp.StatusCode != http.StatusOK {
-				healthBad.Add(1)
-			}
-		}
-	})
-	// The ramp: workers join evenly over the pulse.
+// second is the second of the pulse now is in (the last partial one at
+// most).
+func (p *pulse) second() int { return min(p.secs-1, int(time.Since(p.start)/time.Second)) }
+
+// ramp starts the workers evenly over the pulse (pctx), each in wg.
+func (p *pulse) ramp(ctx, pctx context.Context, wg *sync.WaitGroup) {
 	started := 0
 	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
 	for pctx.Err() == nil {
-		want := min(cfg.Workers, int(float64(cfg.Workers)*float64(time.Since(start))/float64(cfg.Ramp))+1)
+		want := min(p.cfg.Workers, int(float64(p.cfg.Workers)*float64(time.Since(p.start))/float64(p.cfg.Ramp))+1)
 		for ; started < want; started++ {
 			w := started
-			wg.Go(func() { worker(w) })
+			wg.Go(func() { p.worker(ctx, pctx, w) })
 		}
 		select {
 		case <-pctx.Done():
 		case <-tick.C:
 		}
 	}
-	tick.Stop()
-	wg.Wait()
-	for _, cl := range clients {
-		cl.CloseIdleConnections()
-	}
+}
 
-	elapsed := time.Since(start)
-	rep := &EntryPulseReport{Seconds: elapsed.Seconds(), Answers: answers, Health: health.Summary(), HealthFailed: healthBad.Load()}
-	for i := range secs {
-		ps := PulseSecond{Attempts: c.attempts[i].Load(), Admitted: c.admitted[i].Load(), Limited: c.limited[i].Load()}
+// worker w sends entry requests back to back until the pulse (pctx) ends.
+func (p *pulse) worker(ctx, pctx context.Context, w int) {
+	src := w % len(p.sources)
+	client := p.clients[src]
+	for n := w; pctx.Err() == nil; n += p.cfg.Workers {
+		// Sent under ctx, not the pulse's: a request sent before the
+		// end is answered and counted in its second, which would
+		// otherwise lose what was still in flight.
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.entryURL, nil)
+		req.Header.Set("Authorization", "Bearer "+p.tickets[n%len(p.tickets)])
+		sec := p.second()
+		p.attempts[sec].Add(1)
+		resp, err := client.Do(req)
+		key := "error"
+		if err == nil {
+			key = p.tally(resp, src, sec)
+		} else if ctx.Err() != nil {
+			p.attempts[sec].Add(-1) // the caller gave up: not answered
+			return
+		}
+		p.answersMu.Lock()
+		p.answers[key]++
+		p.answersMu.Unlock()
+	}
+}
+
+// tally counts an answer in its second and source, and returns its key in
+// Answers.
+func (p *pulse) tally(resp *http.Response, src, sec int) string {
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	key := strconv.Itoa(resp.StatusCode)
+	switch {
+	case resp.StatusCode == http.StatusOK:
+		p.admitted[sec].Add(1)
+		p.perSource[src][sec].Add(1)
+		if bytes.Contains(body, []byte(`"degraded":true`)) {
+			key += " degraded"
+		}
+	case resp.StatusCode == http.StatusTooManyRequests:
+		p.limited[sec].Add(1)
+		p.perSourceLimited[src][sec].Add(1)
+		key += " " + errorCodeOf(body)
+	default:
+		key += " " + errorCodeOf(body)
+	}
+	return key
+}
+
+// probe times /healthz until the pulse (pctx) ends: one connection of its
+// own, at a fixed pace, so that its latency is the server's answer to a
+// health check under the pulse.
+func (p *pulse) probe(pctx context.Context) {
+	hc := &http.Client{Timeout: p.cfg.HTTPTimeout, Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
+	t := time.NewTicker(p.cfg.HealthEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-pctx.Done():
+			return
+		case <-t.C:
+		}
+		req, _ := http.NewRequestWithContext(pctx, http.MethodGet, p.cfg.GSLB+"/healthz", nil)
+		t0 := time.Now()
+		resp, err := hc.Do(req)
+		if err != nil {
+			if pctx.Err() == nil {
+				p.healthBad.Add(1)
+			}
+			continue
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		p.health.Observe(time.Since(t0))
+		if resp.StatusCode != http.StatusOK {
+			p.healthBad.Add(1)
+		}
+	}
+}
+
+// report sums the tallies of a pulse that lasted elapsed.
+func (p *pulse) report(elapsed time.Duration) *EntryPulseReport {
+	rep := &EntryPulseReport{Seconds: elapsed.Seconds(), Answers: p.answers, Health: p.health.Summary(), HealthFailed: p.healthBad.Load()}
+	for i := range p.secs {
+		ps := PulseSecond{Attempts: p.attempts[i].Load(), Admitted: p.admitted[i].Load(), Limited: p.limited[i].Load()}
 		rep.Attempts += ps.Attempts
 		// Only whole seconds are rates; the pulse's last moments (its
 		// end rarely falls on a second) are in the totals only.
@@ -319,16 +366,16 @@ func RunEntryPulse(ctx context.Context, cfg EntryPulseConfig) (*EntryPulseReport
 			rep.PerSecond = append(rep.PerSecond, ps)
 		}
 	}
-	if len(cfg.Sources) > 0 {
+	if len(p.cfg.Sources) > 0 {
 		rep.PerSource, rep.PerSourceLimited = map[string][]int64{}, map[string][]int64{}
-		for i, src := range cfg.Sources {
+		for i, src := range p.cfg.Sources {
 			for j := range rep.PerSecond {
-				rep.PerSource[src] = append(rep.PerSource[src], c.perSource[i][j].Load())
-				rep.PerSourceLimited[src] = append(rep.PerSourceLimited[src], c.perSourceLimited[i][j].Load())
+				rep.PerSource[src] = append(rep.PerSource[src], p.perSource[i][j].Load())
+				rep.PerSourceLimited[src] = append(rep.PerSourceLimited[src], p.perSourceLimited[i][j].Load())
 			}
 		}
 	}
-	return rep, nil
+	return rep
 }
 
 // errorCodeOf is the code of a coded JSON error body, or "?".

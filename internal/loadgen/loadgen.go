@@ -220,6 +220,64 @@ func (c *Config) applyDefaults() error {
 	if c.Shards < 1 || c.Shard < 0 || c.Shard >= c.Shards {
 		return fmt.Errorf("loadgen: shard %d/%d: need 0 ≤ shard < shards", c.Shard, c.Shards)
 	}
+	if err := c.loadDefaults(); err != nil {
+		return err
+	}
+	c.Keyword = strings.TrimSpace(c.Keyword)
+	switch {
+	case c.Keyword == "" && c.KeywordShare != 0:
+		return errors.New("loadgen: KeywordShare without a Keyword")
+	case c.KeywordShare == 0:
+		c.KeywordShare = 1
+	case !(c.KeywordShare > 0 && c.KeywordShare <= 1):
+		return fmt.Errorf("loadgen: KeywordShare %v: need 0 < share ≤ 1", c.KeywordShare)
+	}
+	if n := utf8.RuneCountInString(c.Keyword); n > maxKeywordRunes || !utf8.ValidString(c.Keyword) {
+		return fmt.Errorf("loadgen: Keyword: at most %d characters of valid UTF-8", maxKeywordRunes)
+	}
+	if c.GiftKey == "" {
+		c.GiftKey = stack.DevServiceKey
+	}
+	if c.GiftIngest != "" {
+		c.GiftIngest = strings.TrimRight(c.GiftIngest, "/")
+	}
+	if len(c.TicketKey) > 0 && c.DevTickets {
+		return errors.New("loadgen: a ticket key and dev tickets exclude each other")
+	}
+	if len(c.TicketKey) == 0 {
+		c.TicketKey = auth.DevTicketKey
+	}
+	if c.UserPrefix == "" {
+		c.UserPrefix = defaultUserPrefix
+	}
+	if c.RunID == "" {
+		const digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+		b := make([]byte, 5)
+		for i := range b {
+			b[i] = digits[rand.IntN(len(digits))]
+		}
+		c.RunID = string(b)
+	}
+	for _, r := range c.RunID + c.UserPrefix {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
+			return fmt.Errorf("loadgen: RunID and UserPrefix take A-Z a-z 0-9 _ - only")
+		}
+	}
+	for i, u := range c.SlicerMetrics {
+		c.SlicerMetrics[i] = strings.TrimRight(u, "/")
+	}
+	for i, u := range c.IngestMetrics {
+		c.IngestMetrics[i] = strings.TrimRight(u, "/")
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return nil
+}
+
+// loadDefaults fills and checks the load's figures: users, pollers,
+// rates, concurrencies and durations.
+func (c *Config) loadDefaults() error {
 	defInt := func(v *int, d int) {
 		if *v == 0 {
 			*v = d
@@ -275,55 +333,6 @@ func (c *Config) applyDefaults() error {
 		if d < 0 {
 			return fmt.Errorf("loadgen: %s is negative", name)
 		}
-	}
-	c.Keyword = strings.TrimSpace(c.Keyword)
-	switch {
-	case c.Keyword == "" && c.KeywordShare != 0:
-		return errors.New("loadgen: KeywordShare without a Keyword")
-	case c.KeywordShare == 0:
-		c.KeywordShare = 1
-	case !(c.KeywordShare > 0 && c.KeywordShare <= 1):
-		return fmt.Errorf("loadgen: KeywordShare %v: need 0 < share ≤ 1", c.KeywordShare)
-	}
-	if n := utf8.RuneCountInString(c.Keyword); n > maxKeywordRunes || !utf8.ValidString(c.Keyword) {
-		return fmt.Errorf("loadgen: Keyword: at most %d characters of valid UTF-8", maxKeywordRunes)
-	}
-	if c.GiftKey == "" {
-		c.GiftKey = stack.DevServiceKey
-	}
-	if c.GiftIngest != "" {
-		c.GiftIngest = strings.TrimRight(c.GiftIngest, "/")
-	}
-	if len(c.TicketKey) > 0 && c.DevTickets {
-		return errors.New("loadgen: a ticket key and dev tickets exclude each other")
-	}
-	if len(c.TicketKey) == 0 {
-		c.TicketKey = auth.DevTicketKey
-	}
-	if c.UserPrefix == "" {
-		c.UserPrefix = defaultUserPrefix
-	}
-	if c.RunID == "" {
-		const digits = "0123456789abcdefghijklmnopqrstuvwxyz"
-		b := make([]byte, 5)
-		for i := range b {
-			b[i] = digits[rand.IntN(len(digits))]
-		}
-		c.RunID = string(b)
-	}
-	for _, r := range c.RunID + c.UserPrefix {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
-			return fmt.Errorf("loadgen: RunID and UserPrefix take A-Z a-z 0-9 _ - only")
-		}
-	}
-	for i, u := range c.SlicerMetrics {
-		c.SlicerMetrics[i] = strings.TrimRight(u, "/")
-	}
-	for i, u := range c.IngestMetrics {
-		c.IngestMetrics[i] = strings.TrimRight(u, "/")
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	return nil
 }

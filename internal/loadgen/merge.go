@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"time"
 )
@@ -17,6 +18,11 @@ import (
 // BarrageUnaccounted is recomputed against the whole run's answers.
 // "Shown by all" counts a comment that every poller of its own shard
 // decoded (a shard knows only its own pollers).
+//
+// Every field is merged by the rule of its kind, or by the rule its
+// `merge` tag names (mergeField): a field added to the report is merged
+// without touching this function, and one of a kind with no rule makes
+// Merge fail (TestMergeEveryField) rather than be left out.
 func Merge(rs []*Report) (*Report, error) {
 	if len(rs) == 0 {
 		return nil, errors.New("loadgen: merge: no reports")
@@ -29,109 +35,23 @@ func Merge(rs []*Report) (*Report, error) {
 			return nil, fmt.Errorf("loadgen: merge: report %d has version %d, want %d", i, r.Version, ReportVersion)
 		}
 	}
-	out := &Report{Version: ReportVersion, Run: rs[0].Run, Drops: rs[0].Drops}
+	out := &Report{}
+	for i, r := range rs {
+		if err := mergeStruct(reflect.ValueOf(out).Elem(), reflect.ValueOf(r).Elem(), i == 0, "Report"); err != nil {
+			return nil, fmt.Errorf("loadgen: merge: %w", err)
+		}
+	}
+	out.derive(len(rs))
+	return out, nil
+}
+
+// derive fills the fields tagged `merge:"derived"`, computed from the
+// merged ones.
+func (out *Report) derive(shards int) {
+	out.Version = ReportVersion
 	ru := &out.Run
-	ru.Shard, ru.Shards, ru.Merged = 0, len(rs), len(rs)
-	ru.RatePerSec, ru.PulsePeakPerSec, ru.GiftRatePerSec, ru.ThrottleCapPerSec, ru.Concurrency = 0, 0, 0, 0, 0
-	var hs [6]Histogram
-	hist := func(h *Histograms) [6]*HistogramData {
-		return [6]*HistogramData{&h.Entry, &h.BarragePost, &h.GiftPost, &h.BarrageE2E, &h.GiftE2E, &h.SendDelay}
-	}
-	for _, r := range rs {
-		q := &r.Run
-		ru.RatePerSec += q.RatePerSec
-		ru.PulsePeakPerSec += q.PulsePeakPerSec
-		ru.GiftRatePerSec += q.GiftRatePerSec
-		ru.ThrottleCapPerSec += q.ThrottleCapPerSec
-		ru.Concurrency += q.Concurrency
-		if q.Start.Before(ru.Start) {
-			ru.Start = q.Start
-		}
-		if q.End.After(ru.End) {
-			ru.End = q.End
-		}
-		ru.LoadSeconds = max(ru.LoadSeconds, q.LoadSeconds)
-		ru.Interrupted = ru.Interrupted || q.Interrupted
-
-		u := &out.Users
-		u.Users += r.Users.Users
-		u.Joined += r.Users.Joined
-		u.JoinSeconds = max(u.JoinSeconds, r.Users.JoinSeconds)
-		u.Refreshes += r.Users.Refreshes
-		u.EntryErrors = addCounts(u.EntryErrors, r.Users.EntryErrors)
-
-		b, rb := &out.Barrage, &r.Barrage
-		b.Due += rb.Due
-		b.HeldBack += rb.HeldBack
-		b.NotOffered += rb.NotOffered
-		b.NoEntry += rb.NoEntry
-		b.Attempted += rb.Attempted
-		b.OK += rb.OK
-		b.KeywordOK += rb.KeywordOK
-		b.Errors = addCounts(b.Errors, rb.Errors)
-
-		gr, rg := &out.Gifts, &r.Gifts
-		gr.Orders += rg.Orders
-		gr.NotOffered += rg.NotOffered
-		gr.Attempts += rg.Attempts
-		gr.Accepted += rg.Accepted
-		gr.DuplicateAfterRetry += rg.DuplicateAfterRetry
-		gr.DuplicateFirst += rg.DuplicateFirst
-		gr.Failed += rg.Failed
-		gr.Answers = addCounts(gr.Answers, rg.Answers)
-
-		d, rd := &out.Delivery, &r.Delivery
-		d.Pollers += rd.Pollers
-		d.Joined += rd.Joined
-		d.Edge = d.Edge || rd.Edge
-		d.JoinErrors = addCounts(d.JoinErrors, rd.JoinErrors)
-		d.CommentsAccepted += rd.CommentsAccepted
-		d.CommentsShown += rd.CommentsShown
-		d.CommentsShownByAll += rd.CommentsShownByAll
-		d.CommentDecodes += rd.CommentDecodes
-		d.DecodedUnanswered += rd.DecodedUnanswered
-		d.GiftsAccepted += rd.GiftsAccepted
-		d.GiftsShown += rd.GiftsShown
-		d.GiftsShownByAll += rd.GiftsShownByAll
-		d.SegmentsFetched += rd.SegmentsFetched
-		d.FirstPollHits += rd.FirstPollHits
-		d.NotFoundRetries += rd.NotFoundRetries
-		d.FetchErrors += rd.FetchErrors
-		d.DecodeErrors += rd.DecodeErrors
-		d.SeqGaps += rd.SeqGaps
-		d.Duplicates += rd.Duplicates
-		d.DroppedBarrage += rd.DroppedBarrage
-		d.JumpsToLive += rd.JumpsToLive
-		d.MaxSegmentLagMs = max(d.MaxSegmentLagMs, rd.MaxSegmentLagMs)
-		d.MaxClockMarginMs = max(d.MaxClockMarginMs, rd.MaxClockMarginMs)
-
-		for i, s := range r.Timeline {
-			if i == len(out.Timeline) {
-				out.Timeline = append(out.Timeline, Second{T: s.T})
-			}
-			o := &out.Timeline[i]
-			o.T = max(o.T, s.T)
-			o.Due += s.Due
-			o.Attempted += s.Attempted
-			o.OK += s.OK
-			o.Errors += s.Errors
-			o.HeldBack += s.HeldBack
-			o.NotOffered += s.NotOffered
-			o.GiftsOK += s.GiftsOK
-			// Per-second percentiles cannot be merged without their
-			// histograms; the worst shard's is the honest bound.
-			o.PostP50Ms = max(o.PostP50Ms, s.PostP50Ms)
-			o.PostP99Ms = max(o.PostP99Ms, s.PostP99Ms)
-		}
-		for i, h := range hist(&r.Histograms) {
-			hs[i].Add(*h)
-		}
-	}
-	for i, h := range hist(&out.Histograms) {
-		*h = hs[i].Data()
-	}
+	ru.Shards, ru.Merged = shards, shards
 	out.Latency = out.Histograms.latencies()
-
 	s := schedule{pulse: ru.Pattern == PatternPulse, base: ru.RatePerSec, peak: ru.PulsePeakPerSec,
 		ramp: time.Duration(ru.PulseRampSeconds * float64(time.Second)), hold: time.Duration(ru.PulseHoldSeconds * float64(time.Second))}
 	if s.hold == 0 {
@@ -158,7 +78,126 @@ func Merge(rs []*Report) (*Report, error) {
 	if out.Timeline == nil {
 		out.Timeline = []Second{}
 	}
-	return out, nil
+}
+
+// The merge rules a field's `merge` tag may name. Untagged, a field gets
+// its kind's rule: numbers add up (mergeSum), booleans are or-ed, string
+// maps of counts add up key by key, strings are the first report's,
+// structs merge field by field, slices of structs element by element
+// (the timeline, second by second), histograms bucket by bucket. A kind
+// with no rule (a time, another slice or map) must be tagged.
+const (
+	mergeSum     = "sum"
+	mergeMax     = "max"     // the largest (from zero: a merged figure is never below 0)
+	mergeMin     = "min"     // the earliest time
+	mergeFirst   = "first"   // the first report's, as is: the same in every shard
+	mergeDerived = "derived" // computed from the merged fields (Report.derive)
+	mergeZero    = "zero"    // left zero: means nothing for a whole run
+)
+
+var (
+	timeType      = reflect.TypeFor[time.Time]()
+	histDataType  = reflect.TypeFor[HistogramData]()
+	countsMapType = reflect.TypeFor[map[string]int64]()
+)
+
+// mergeStruct merges src into dst field by field; first says src is the
+// first report.
+func mergeStruct(dst, src reflect.Value, first bool, path string) error {
+	t := dst.Type()
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if err := mergeField(dst.Field(i), src.Field(i), f.Tag.Get("merge"), first, path+"."+f.Name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// mergeField merges one field by rule (empty: its kind's).
+func mergeField(dst, src reflect.Value, rule string, first bool, path string) error {
+	switch rule {
+	case mergeDerived, mergeZero:
+		return nil
+	case mergeFirst:
+		if first {
+			dst.Set(src)
+		}
+		return nil
+	case mergeMax:
+		return mergeExtreme(dst, src, path, false, func(a, b reflect.Value) bool { return less(a, b) })
+	case mergeMin:
+		return mergeExtreme(dst, src, path, first, func(a, b reflect.Value) bool { return less(b, a) })
+	case "", mergeSum:
+	default:
+		return fmt.Errorf("%s: unknown merge rule %q", path, rule)
+	}
+	switch {
+	case dst.Type() == histDataType:
+		var h Histogram
+		h.Add(dst.Interface().(HistogramData))
+		h.Add(src.Interface().(HistogramData))
+		dst.Set(reflect.ValueOf(h.Data()))
+	case dst.Type() == countsMapType:
+		dst.Set(reflect.ValueOf(addCounts(dst.Interface().(map[string]int64), src.Interface().(map[string]int64))))
+	case dst.Kind() == reflect.Int || dst.Kind() == reflect.Int64:
+		dst.SetInt(dst.Int() + src.Int())
+	case dst.Kind() == reflect.Float64:
+		dst.SetFloat(dst.Float() + src.Float())
+	case dst.Kind() == reflect.Bool:
+		dst.SetBool(dst.Bool() || src.Bool())
+	case dst.Kind() == reflect.String && rule == "":
+		if first {
+			dst.Set(src)
+		}
+	case dst.Kind() == reflect.Struct && dst.Type() != timeType:
+		return mergeStruct(dst, src, first, path)
+	case dst.Kind() == reflect.Slice && dst.Type().Elem().Kind() == reflect.Struct:
+		return mergeElements(dst, src, path)
+	default:
+		return fmt.Errorf("%s: no merge rule for a %s: tag it (merge:\"first\", \"max\", ...)", path, dst.Type())
+	}
+	return nil
+}
+
+// mergeElements merges the slice src into dst element by element, growing
+// dst to src's length.
+func mergeElements(dst, src reflect.Value, path string) error {
+	for i := range src.Len() {
+		if i == dst.Len() {
+			dst.Set(reflect.Append(dst, reflect.Zero(dst.Type().Elem())))
+		}
+		if err := mergeStruct(dst.Index(i), src.Index(i), false, fmt.Sprintf("%s[%d]", path, i)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// mergeExtreme sets dst to src when take says src wins, or when first.
+func mergeExtreme(dst, src reflect.Value, path string, first bool, take func(dst, src reflect.Value) bool) error {
+	switch dst.Kind() {
+	case reflect.Int, reflect.Int64, reflect.Float64:
+	default:
+		if dst.Type() != timeType {
+			return fmt.Errorf("%s: no max or min of a %s", path, dst.Type())
+		}
+	}
+	if first || take(dst, src) {
+		dst.Set(src)
+	}
+	return nil
+}
+
+// less orders two numbers or two times of the same type.
+func less(a, b reflect.Value) bool {
+	switch a.Kind() {
+	case reflect.Int, reflect.Int64:
+		return a.Int() < b.Int()
+	case reflect.Float64:
+		return a.Float() < b.Float()
+	}
+	return a.Interface().(time.Time).Before(b.Interface().(time.Time))
 }
 
 // addCounts adds b into a (allocating it when needed) and returns it.

@@ -21,14 +21,14 @@ const ReportVersion = 1
 // Counts are this process's (its shard's), except Drops, which are the
 // nodes' counters and so include every client of those nodes.
 type Report struct {
-	Version  int            `json:"version"`
+	Version  int            `json:"version" merge:"derived"`
 	Run      RunInfo        `json:"run"`
 	Users    UsersReport    `json:"users"`
 	Barrage  BarrageReport  `json:"barrage"`
 	Gifts    GiftsReport    `json:"gifts"`
-	Latency  Latencies      `json:"latency"`
+	Latency  Latencies      `json:"latency" merge:"derived"`
 	Delivery DeliveryReport `json:"delivery"`
-	Drops    DropsReport    `json:"drops"`
+	Drops    DropsReport    `json:"drops" merge:"first"`
 	// Timeline has one entry per second of the offer.
 	Timeline []Second `json:"timeline"`
 	// Histograms are the latency distributions behind Latency, bucket by
@@ -51,36 +51,36 @@ type RunInfo struct {
 	ID     string `json:"id"` // tags the comments (" #ID.n") and order ids ("lg-ID-shard-n")
 	GSLB   string `json:"gslb"`
 	Room   string `json:"room"`
-	Shard  int    `json:"shard"`
-	Shards int    `json:"shards"`
+	Shard  int    `json:"shard" merge:"zero"`
+	Shards int    `json:"shards" merge:"derived"`
 	// Merged is how many shard reports Merge combined into this one (0:
 	// one process's own report); rates and counts are then the whole run's.
-	Merged int `json:"merged,omitempty"`
+	Merged int `json:"merged,omitempty" merge:"derived"`
 	// Pattern is "steady" or "pulse"; Schedule says it in words.
 	Pattern          string  `json:"pattern"`
-	Schedule         string  `json:"schedule"`
+	Schedule         string  `json:"schedule" merge:"derived"`
 	RatePerSec       float64 `json:"rate_per_s"`
 	PulsePeakPerSec  float64 `json:"pulse_peak_per_s,omitempty"`
-	PulseRampSeconds float64 `json:"pulse_ramp_s,omitempty"`
-	PulseHoldSeconds float64 `json:"pulse_hold_s,omitempty"` // 0: to the end
-	DurationSeconds  float64 `json:"duration_s"`
+	PulseRampSeconds float64 `json:"pulse_ramp_s,omitempty" merge:"first"`
+	PulseHoldSeconds float64 `json:"pulse_hold_s,omitempty" merge:"first"` // 0: to the end
+	DurationSeconds  float64 `json:"duration_s" merge:"first"`
 	GiftRatePerSec   float64 `json:"gift_rate_per_s"`
 	// Keyword is the lottery keyword some comments say (KeywordShare of
 	// them), empty when every comment is a traced phrase.
 	Keyword      string  `json:"keyword,omitempty"`
-	KeywordShare float64 `json:"keyword_share,omitempty"`
+	KeywordShare float64 `json:"keyword_share,omitempty" merge:"first"`
 	// Throttle is the client throttle per user ("1.2s"), or "off"
 	// (-unthrottled); ThrottleCapPerSec the most comments/s the joined
 	// users may post under it.
 	Throttle          string  `json:"throttle"`
 	ThrottleCapPerSec float64 `json:"throttle_cap_per_s,omitempty"`
 	Concurrency       int     `json:"concurrency"`
-	SegmentMs         int64   `json:"segment_ms"`
+	SegmentMs         int64   `json:"segment_ms" merge:"first"`
 	// Start and End bound the whole run (joins and drain included);
 	// LoadSeconds is how long the offer lasted.
-	Start       time.Time `json:"start"`
-	End         time.Time `json:"end"`
-	LoadSeconds float64   `json:"load_s"`
+	Start       time.Time `json:"start" merge:"min"`
+	End         time.Time `json:"end" merge:"max"`
+	LoadSeconds float64   `json:"load_s" merge:"max"`
 	// Interrupted: the offer was ended early (Ctrl-C).
 	Interrupted bool `json:"interrupted,omitempty"`
 }
@@ -91,7 +91,7 @@ type RunInfo struct {
 type UsersReport struct {
 	Users       int     `json:"users"`
 	Joined      int     `json:"joined"`
-	JoinSeconds float64 `json:"join_s"`
+	JoinSeconds float64 `json:"join_s" merge:"max"`
 	// Refreshes are entries fetched during the offer: a token near its
 	// end, or refused (401).
 	Refreshes int64 `json:"refreshes"`
@@ -122,10 +122,10 @@ type BarrageReport struct {
 	// Errors are the other answers by "status code" ("503
 	// backend_unavailable") and the failures by "network: kind".
 	Errors          map[string]int64 `json:"errors"`
-	AttemptedPerSec float64          `json:"attempted_per_s"`
-	OKPerSec        float64          `json:"ok_per_s"`
+	AttemptedPerSec float64          `json:"attempted_per_s" merge:"derived"`
+	OKPerSec        float64          `json:"ok_per_s" merge:"derived"`
 	// PeakPerSec is the busiest second's attempted comments.
-	PeakPerSec int64 `json:"peak_per_s"`
+	PeakPerSec int64 `json:"peak_per_s" merge:"derived"`
 }
 
 // GiftsReport counts the gift orders. Orders = Accepted +
@@ -149,7 +149,7 @@ type GiftsReport struct {
 	// Answers counts every try's answer: "200", "429 …", "503
 	// backend_unavailable", "network: timeout".
 	Answers  map[string]int64 `json:"answers"`
-	OKPerSec float64          `json:"ok_per_s"`
+	OKPerSec float64          `json:"ok_per_s" merge:"derived"`
 }
 
 // Latencies are the distributions by kind, in milliseconds. The paced
@@ -206,7 +206,7 @@ type DeliveryReport struct {
 	// by their first request (the poll schedule's aim).
 	SegmentsFetched   int64   `json:"segments_fetched"`
 	FirstPollHits     int64   `json:"first_poll_hits"`
-	FirstPollHitRatio float64 `json:"first_poll_hit_ratio"`
+	FirstPollHitRatio float64 `json:"first_poll_hit_ratio" merge:"derived"`
 	NotFoundRetries   int64   `json:"not_found_retries"`
 	FetchErrors       int64   `json:"fetch_errors"`
 	DecodeErrors      int64   `json:"decode_errors"`
@@ -216,8 +216,8 @@ type DeliveryReport struct {
 	// the generator read too slowly. Never expected.
 	DroppedBarrage   int64 `json:"dropped_barrage"`
 	JumpsToLive      int64 `json:"jumps_to_live"`
-	MaxSegmentLagMs  int64 `json:"max_segment_lag_ms"`
-	MaxClockMarginMs int64 `json:"max_clock_margin_ms"`
+	MaxSegmentLagMs  int64 `json:"max_segment_lag_ms" merge:"max"`
+	MaxClockMarginMs int64 `json:"max_clock_margin_ms" merge:"max"`
 }
 
 // DropsReport is the difference of the nodes' counters from the start of
@@ -272,7 +272,7 @@ type Drop struct {
 // Second is one second of the offer.
 type Second struct {
 	// T is the second's end, in seconds since the offer began.
-	T          float64 `json:"t"`
+	T          float64 `json:"t" merge:"max"`
 	Due        int64   `json:"due"`
 	Attempted  int64   `json:"attempted"`
 	OK         int64   `json:"ok"`
@@ -281,8 +281,10 @@ type Second struct {
 	NotOffered int64   `json:"not_offered"`
 	GiftsOK    int64   `json:"gifts_ok"`
 	// PostP50Ms and PostP99Ms are the comment POST latency of this second.
-	PostP50Ms float64 `json:"post_p50_ms"`
-	PostP99Ms float64 `json:"post_p99_ms"`
+	// Merged, the worst shard's: per-second percentiles cannot be merged
+	// without their histograms, and the worst is the honest bound.
+	PostP50Ms float64 `json:"post_p50_ms" merge:"max"`
+	PostP99Ms float64 `json:"post_p99_ms" merge:"max"`
 }
 
 func (g *Generator) fillRun(r *Report) {
@@ -337,39 +339,7 @@ func (g *Generator) fillReport(r *Report, before, after sample, sb, sa sdk.Stats
 	}
 	r.Latency = r.Histograms.latencies()
 
-	d := &r.Delivery
-	d.Pollers, d.Edge, d.JoinErrors = c.share(c.Pollers), c.PollerEdge, nonEmptyMap(g.pc.joinErrors.snapshot())
-	for _, p := range g.pollers {
-		if p.c.Entry().Token != "" {
-			d.Joined++
-		}
-	}
-	d.CommentsAccepted, d.CommentsShown, d.CommentsShownByAll = g.seqs.tally(g.nextSeq, d.Joined)
-	d.CommentDecodes, d.DecodedUnanswered = g.pc.pairs.Load(), g.decodeUnacc.Load()
-	g.giftMu.Lock()
-	d.GiftsAccepted = int64(len(g.giftIDs))
-	for _, s := range g.giftIDs {
-		if s.seenBy > 0 {
-			d.GiftsShown++
-		}
-		if d.Joined > 0 && s.seenBy >= d.Joined {
-			d.GiftsShownByAll++
-		}
-	}
-	g.giftMu.Unlock()
-	d.SegmentsFetched = sa.SegmentsFetched - sb.SegmentsFetched
-	d.FirstPollHits = sa.FirstPollHits - sb.FirstPollHits
-	if d.SegmentsFetched > 0 {
-		d.FirstPollHitRatio = float64(d.FirstPollHits) / float64(d.SegmentsFetched)
-	}
-	d.NotFoundRetries = sa.NotFoundRetries - sb.NotFoundRetries
-	d.FetchErrors = sa.FetchErrors - sb.FetchErrors
-	d.DecodeErrors = sa.DecodeErrors - sb.DecodeErrors
-	d.SeqGaps = sa.SeqGaps - sb.SeqGaps
-	d.Duplicates = sa.Duplicates - sb.Duplicates
-	d.DroppedBarrage = sa.DroppedBarrage - sb.DroppedBarrage
-	d.JumpsToLive = sa.JumpsToLive - sb.JumpsToLive
-	d.MaxSegmentLagMs, d.MaxClockMarginMs = sa.LastSegmentLagMs, sa.ClockMarginMs
+	g.fillDelivery(&r.Delivery, sb, sa)
 
 	dr := &r.Drops
 	dr.Endpoints, dr.SlicerEndpoints = endpoints, c.SlicerMetrics
@@ -430,6 +400,44 @@ func (g *Generator) fillReport(r *Report, before, after sample, sb, sa sdk.Stats
 	if r.Timeline == nil {
 		r.Timeline = []Second{}
 	}
+}
+
+// fillDelivery fills d with what the pollers decoded and their SDK
+// counters' increase from sb to sa.
+func (g *Generator) fillDelivery(d *DeliveryReport, sb, sa sdk.Stats) {
+	c := &g.cfg
+	d.Pollers, d.Edge, d.JoinErrors = c.share(c.Pollers), c.PollerEdge, nonEmptyMap(g.pc.joinErrors.snapshot())
+	for _, p := range g.pollers {
+		if p.c.Entry().Token != "" {
+			d.Joined++
+		}
+	}
+	d.CommentsAccepted, d.CommentsShown, d.CommentsShownByAll = g.seqs.tally(g.nextSeq, d.Joined)
+	d.CommentDecodes, d.DecodedUnanswered = g.pc.pairs.Load(), g.decodeUnacc.Load()
+	g.giftMu.Lock()
+	d.GiftsAccepted = int64(len(g.giftIDs))
+	for _, s := range g.giftIDs {
+		if s.seenBy > 0 {
+			d.GiftsShown++
+		}
+		if d.Joined > 0 && s.seenBy >= d.Joined {
+			d.GiftsShownByAll++
+		}
+	}
+	g.giftMu.Unlock()
+	d.SegmentsFetched = sa.SegmentsFetched - sb.SegmentsFetched
+	d.FirstPollHits = sa.FirstPollHits - sb.FirstPollHits
+	if d.SegmentsFetched > 0 {
+		d.FirstPollHitRatio = float64(d.FirstPollHits) / float64(d.SegmentsFetched)
+	}
+	d.NotFoundRetries = sa.NotFoundRetries - sb.NotFoundRetries
+	d.FetchErrors = sa.FetchErrors - sb.FetchErrors
+	d.DecodeErrors = sa.DecodeErrors - sb.DecodeErrors
+	d.SeqGaps = sa.SeqGaps - sb.SeqGaps
+	d.Duplicates = sa.Duplicates - sb.Duplicates
+	d.DroppedBarrage = sa.DroppedBarrage - sb.DroppedBarrage
+	d.JumpsToLive = sa.JumpsToLive - sb.JumpsToLive
+	d.MaxSegmentLagMs, d.MaxClockMarginMs = sa.LastSegmentLagMs, sa.ClockMarginMs
 }
 
 // latencies summarises the histograms.
@@ -611,41 +619,7 @@ func (r *Report) WriteText(w io.Writer) error {
 		p("  %-18s %8d %8.1f %8.1f %8.1f %8.1f\n", l.name, l.s.Count, l.s.P50Ms, l.s.P90Ms, l.s.P99Ms, l.s.MaxMs)
 	}
 
-	dr := &r.Drops
-	p("\ndrops     from /metrics of %s (deltas; every client of these nodes counts)\n", strings.Join(dr.Endpoints, ", "))
-	p("  stored%s\n", countsSuffix("", dr.Accepted))
-	if len(dr.Rejected) == 0 {
-		p("  rejected: none\n")
-	}
-	for _, d := range dr.Rejected {
-		note := ""
-		if silentLayers[d.Layer] {
-			note = " (silent: answered 200)"
-		}
-		p("  rejected %-8s %-20s %8d%s\n", d.Layer, d.Reason, d.Count, note)
-	}
-	if len(dr.SlicerDropped) > 0 || len(dr.SlicerShown) > 0 {
-		notShown := countsSuffix("", dr.SlicerDropped)
-		if notShown == "" {
-			notShown = " none"
-		}
-		p("  slicer: shown%s; not shown%s\n", countsSuffix("", dr.SlicerShown), notShown)
-	}
-	if len(dr.IngestCounters) > 0 {
-		p("  other ingest counters%s\n", countsSuffix("", dr.IngestCounters))
-	}
-	switch {
-	case dr.BarrageUnaccounted > 0:
-		p("  %d answered-ok comments unaccounted for by stored + silent drops: other senders on these nodes, or other shards\n", dr.BarrageUnaccounted)
-	case dr.BarrageUnaccounted < 0:
-		p("  %d more comments stored or dropped than answered ok: answers lost (timeouts, resets), or other senders on these nodes\n", -dr.BarrageUnaccounted)
-	}
-	for _, e := range dr.ScrapeErrors {
-		p("  scrape error: %s\n", e)
-	}
-	if dr.CounterReset {
-		p("  a node's counters were reset during the run (restart): figures are lower bounds\n")
-	}
+	r.Drops.writeText(p)
 
 	d := &r.Delivery
 	if d.Pollers > 0 {
@@ -665,6 +639,44 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeText writes the drops section of Report.WriteText with p.
+func (r *DropsReport) writeText(p func(format string, args ...any)) {
+	p("\ndrops     from /metrics of %s (deltas; every client of these nodes counts)\n", strings.Join(r.Endpoints, ", "))
+	p("  stored%s\n", countsSuffix("", r.Accepted))
+	if len(r.Rejected) == 0 {
+		p("  rejected: none\n")
+	}
+	for _, d := range r.Rejected {
+		note := ""
+		if silentLayers[d.Layer] {
+			note = " (silent: answered 200)"
+		}
+		p("  rejected %-8s %-20s %8d%s\n", d.Layer, d.Reason, d.Count, note)
+	}
+	if len(r.SlicerDropped) > 0 || len(r.SlicerShown) > 0 {
+		notShown := countsSuffix("", r.SlicerDropped)
+		if notShown == "" {
+			notShown = " none"
+		}
+		p("  slicer: shown%s; not shown%s\n", countsSuffix("", r.SlicerShown), notShown)
+	}
+	if len(r.IngestCounters) > 0 {
+		p("  other ingest counters%s\n", countsSuffix("", r.IngestCounters))
+	}
+	switch {
+	case r.BarrageUnaccounted > 0:
+		p("  %d answered-ok comments unaccounted for by stored + silent drops: other senders on these nodes, or other shards\n", r.BarrageUnaccounted)
+	case r.BarrageUnaccounted < 0:
+		p("  %d more comments stored or dropped than answered ok: answers lost (timeouts, resets), or other senders on these nodes\n", -r.BarrageUnaccounted)
+	}
+	for _, e := range r.ScrapeErrors {
+		p("  scrape error: %s\n", e)
+	}
+	if r.CounterReset {
+		p("  a node's counters were reset during the run (restart): figures are lower bounds\n")
+	}
 }
 
 func sum(m map[string]int64) int64 {

@@ -125,63 +125,10 @@ type S3Store struct {
 // to no server: a wrong bucket or credentials show up on the first call. ctx
 // bounds only the loading of the default credential chain's configuration.
 func NewS3Store(ctx context.Context, cfg S3Config) (*S3Store, error) {
-	if cfg.Bucket == "" {
-		return nil, errors.New("objstore: s3: Bucket is required")
+	if err := cfg.withDefaults(); err != nil {
+		return nil, err
 	}
-	if cfg.Prefix != "" {
-		if !strings.HasSuffix(cfg.Prefix, "/") || CheckKey(strings.TrimSuffix(cfg.Prefix, "/")) != nil {
-			return nil, fmt.Errorf("objstore: s3: Prefix %q must be a valid key followed by \"/\"", cfg.Prefix)
-		}
-	}
-	if cfg.Endpoint != "" {
-		u, err := url.Parse(cfg.Endpoint)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return nil, fmt.Errorf("objstore: s3: Endpoint %q is not an http(s) URL", cfg.Endpoint)
-		}
-	}
-	if (cfg.AccessKey == "") != (cfg.SecretKey == "") {
-		return nil, errors.New("objstore: s3: set both AccessKey and SecretKey, or neither")
-	}
-	if cfg.Timeout < 0 || cfg.CallTimeout < 0 {
-		return nil, fmt.Errorf("objstore: s3: negative Timeout %v or CallTimeout %v", cfg.Timeout, cfg.CallTimeout)
-	}
-	if cfg.MaxObjectBytes < 0 {
-		return nil, fmt.Errorf("objstore: s3: negative MaxObjectBytes %d", cfg.MaxObjectBytes)
-	}
-	if cfg.Region == "" {
-		cfg.Region = defaultS3Region
-	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = defaultS3Timeout
-	}
-	if cfg.CallTimeout == 0 {
-		cfg.CallTimeout = cfg.Timeout
-	}
-	switch {
-	case cfg.MaxRetries == 0:
-		cfg.MaxRetries = defaultS3MaxRetries
-	case cfg.MaxRetries < 0:
-		cfg.MaxRetries = 0
-	}
-	if cfg.MaxObjectBytes == 0 {
-		cfg.MaxObjectBytes = defaultMaxObjectBytes
-	}
-
-	var hc aws.HTTPClient
-	if cfg.HTTPClient != nil {
-		c := *cfg.HTTPClient
-		c.Timeout = cfg.Timeout
-		hc = &c
-	} else {
-		hc = awshttp.NewBuildableClient().WithTimeout(cfg.Timeout).WithTransportOptions(func(tr *http.Transport) {
-			// Every room's segment is written on the same second boundary:
-			// bursts of concurrent PUTs to one host. The SDK keeps 10 idle
-			// connections per host and would redo TCP and TLS handshakes
-			// for the rest every second.
-			tr.MaxIdleConns = defaultS3IdleConns
-			tr.MaxIdleConnsPerHost = defaultS3IdleConns
-		})
-	}
+	hc := s3HTTPClient(cfg)
 
 	var awsCfg aws.Config
 	if cfg.AccessKey != "" {
@@ -420,4 +367,68 @@ func nonEmpty(s string) *string {
 		return nil
 	}
 	return aws.String(s)
+}
+
+// withDefaults checks c and fills its zero fields.
+func (c *S3Config) withDefaults() error {
+	if c.Bucket == "" {
+		return errors.New("objstore: s3: Bucket is required")
+	}
+	if c.Prefix != "" {
+		if !strings.HasSuffix(c.Prefix, "/") || CheckKey(strings.TrimSuffix(c.Prefix, "/")) != nil {
+			return fmt.Errorf("objstore: s3: Prefix %q must be a valid key followed by \"/\"", c.Prefix)
+		}
+	}
+	if c.Endpoint != "" {
+		u, err := url.Parse(c.Endpoint)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("objstore: s3: Endpoint %q is not an http(s) URL", c.Endpoint)
+		}
+	}
+	if (c.AccessKey == "") != (c.SecretKey == "") {
+		return errors.New("objstore: s3: set both AccessKey and SecretKey, or neither")
+	}
+	if c.Timeout < 0 || c.CallTimeout < 0 {
+		return fmt.Errorf("objstore: s3: negative Timeout %v or CallTimeout %v", c.Timeout, c.CallTimeout)
+	}
+	if c.MaxObjectBytes < 0 {
+		return fmt.Errorf("objstore: s3: negative MaxObjectBytes %d", c.MaxObjectBytes)
+	}
+	if c.Region == "" {
+		c.Region = defaultS3Region
+	}
+	if c.Timeout == 0 {
+		c.Timeout = defaultS3Timeout
+	}
+	if c.CallTimeout == 0 {
+		c.CallTimeout = c.Timeout
+	}
+	switch {
+	case c.MaxRetries == 0:
+		c.MaxRetries = defaultS3MaxRetries
+	case c.MaxRetries < 0:
+		c.MaxRetries = 0
+	}
+	if c.MaxObjectBytes == 0 {
+		c.MaxObjectBytes = defaultMaxObjectBytes
+	}
+	return nil
+}
+
+// s3HTTPClient is the HTTP client of cfg's store: cfg.HTTPClient, or the
+// SDK's, with cfg.Timeout.
+func s3HTTPClient(cfg S3Config) aws.HTTPClient {
+	if cfg.HTTPClient != nil {
+		c := *cfg.HTTPClient
+		c.Timeout = cfg.Timeout
+		return &c
+	}
+	return awshttp.NewBuildableClient().WithTimeout(cfg.Timeout).WithTransportOptions(func(tr *http.Transport) {
+		// Every room's segment is written on the same second boundary:
+		// bursts of concurrent PUTs to one host. The SDK keeps 10 idle
+		// connections per host and would redo TCP and TLS handshakes
+		// for the rest every second.
+		tr.MaxIdleConns = defaultS3IdleConns
+		tr.MaxIdleConnsPerHost = defaultS3IdleConns
+	})
 }

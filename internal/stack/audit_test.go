@@ -77,14 +77,14 @@ func TestAuditTrailThroughStack(t *testing.T) {
 	// The comments fell in seconds before now (the stream's clock decides
 	// a message's second): once the slicer has written a segment that
 	// starts at or after now, every one of them is written and audited.
-	answered, err := st.cfg.Backends.Streams.Now(ctx)
+	answered, err := st.cfg.Backends.Shared.Streams.Now(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	wctx, wcancel := context.WithTimeout(ctx, time.Minute) // a guard against a hang
 	defer wcancel()
 	waitFor(t, wctx, "the seconds of the comments written", func() bool {
-		obj, err := st.cfg.Backends.Objects.Get(ctx, wire.ManifestKey(room))
+		obj, err := st.cfg.Backends.Shared.Objects.Get(ctx, wire.ManifestKey(room))
 		if err != nil {
 			return false
 		}

@@ -69,9 +69,9 @@ func OpenBackends(ctx context.Context, cfg BackendConfig, log *slog.Logger) (Bac
 			_ = closeAll()
 			return Backends{}, nil, err
 		}
-		b.Streams = streams
-		b.Load = loadtable.NewRedisTable(rdb)
-		b.Secrets = auth.NewRedisSecrets(rdb)
+		b.Shared.Streams = streams
+		b.Shared.Load = loadtable.NewRedisTable(rdb)
+		b.Shared.Secrets = auth.NewRedisSecrets(rdb)
 		// Leases get a client of their own: a renewal must never queue for
 		// a connection behind the edge's blocking reads.
 		leaseRDB, err := redisx.Connect(ctx, cfg.Redis)
@@ -80,22 +80,22 @@ func OpenBackends(ctx context.Context, cfg BackendConfig, log *slog.Logger) (Bac
 			return Backends{}, nil, err
 		}
 		closers = append(closers, leaseRDB.Close)
-		b.Lease = slicer.NewRedisLease(leaseRDB)
-		b.Settings = slicer.NewRedisSettings(rdb)
-		b.Backlog = slicer.NewRedisBacklog(rdb)
-		if b.Gate, err = ingest.NewRedisRoomGate(ingest.RedisRoomGateConfig{Client: rdb, Streams: streams, Logger: log}); err != nil {
+		b.Slicer.Lease = slicer.NewRedisLease(leaseRDB)
+		b.Slicer.Settings = slicer.NewRedisSettings(rdb)
+		b.Slicer.Backlog = slicer.NewRedisBacklog(rdb)
+		if b.Ingest.Gate, err = ingest.NewRedisRoomGate(ingest.RedisRoomGateConfig{Client: rdb, Streams: streams, Logger: log}); err != nil {
 			_ = closeAll()
 			return Backends{}, nil, err
 		}
-		b.Events = event.NewRedisStore(rdb)
-		if b.FastLane, err = ingest.NewRedisFastLane(ingest.RedisFastLaneConfig{Client: rdb, Streams: streams, Logger: log}); err != nil {
+		b.Shared.Events = event.NewRedisStore(rdb)
+		if b.Ingest.FastLane, err = ingest.NewRedisFastLane(ingest.RedisFastLaneConfig{Client: rdb, Streams: streams, Logger: log}); err != nil {
 			_ = closeAll()
 			return Backends{}, nil, err
 		}
-		b.Lotteries = ingest.NewRedisLotteryStore(rdb, nil)
-		b.Bans = ingest.NewRedisBanStore(rdb)
-		b.Global = ingest.NewRedisGlobalLimiter(rdb)
-		if b.Gifts, err = ingest.NewRedisGiftLog(ingest.RedisGiftLogConfig{Client: rdb, Streams: streams, WaitReplicas: cfg.GiftWaitReplicas, Logger: log}); err != nil {
+		b.Ingest.Lotteries = ingest.NewRedisLotteryStore(rdb, nil)
+		b.Shared.Bans = ingest.NewRedisBanStore(rdb)
+		b.Ingest.Global = ingest.NewRedisGlobalLimiter(rdb)
+		if b.Ingest.Gifts, err = ingest.NewRedisGiftLog(ingest.RedisGiftLogConfig{Client: rdb, Streams: streams, WaitReplicas: cfg.GiftWaitReplicas, Logger: log}); err != nil {
 			_ = closeAll()
 			return Backends{}, nil, err
 		}
@@ -106,7 +106,7 @@ func OpenBackends(ctx context.Context, cfg BackendConfig, log *slog.Logger) (Bac
 			_ = closeAll()
 			return Backends{}, nil, fmt.Errorf("stack: s3: %w", err)
 		}
-		b.Objects = s3
+		b.Shared.Objects = s3
 	}
 	if cfg.AuditS3.Bucket != "" {
 		s3, err := objstore.NewS3Store(ctx, cfg.AuditS3)
@@ -114,7 +114,7 @@ func OpenBackends(ctx context.Context, cfg BackendConfig, log *slog.Logger) (Bac
 			_ = closeAll()
 			return Backends{}, nil, fmt.Errorf("stack: audit s3: %w", err)
 		}
-		b.Audit = s3
+		b.Shared.Audit = s3
 	}
 	return b, closeAll, nil
 }

@@ -60,7 +60,7 @@ func TestSiteBroadcastThroughStack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	objects := st.cfg.Backends.Objects
+	objects := st.cfg.Backends.Shared.Objects
 	for _, room := range []string{"stage-a", "stage-b"} {
 		// The broadcast's second and the two after it (a carried one lands
 		// later); each written within a few seconds.

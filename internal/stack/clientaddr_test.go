@@ -113,7 +113,7 @@ func TestBuiltInRulesExemptNobody(t *testing.T) {
 					MasterKey: []byte("0123456789abcdef0123456789abcdef"), TicketKey: []byte("exempt-nobody-ticket-key-0123456789"),
 					GiftKeys: []string{"g"}, OperatorKeys: []string{"o"},
 					// A store of its own keeps startStack from making it dev.
-					Backends: Backends{Streams: stream.NewMemoryStore(nil)},
+					Backends: Backends{Shared: SharedBackends{Streams: stream.NewMemoryStore(nil)}},
 				}
 			}
 			st := startStack(t, cfg)

@@ -21,7 +21,7 @@ import (
 // startStack runs every role on free loopback ports until the test ends.
 func startStack(t testing.TB, cfg Config) *Stack {
 	t.Helper()
-	if cfg.Backends.Streams == nil {
+	if cfg.Backends.Shared.Streams == nil {
 		cfg.Dev = true // in memory: as `danmaku dev`
 	}
 	cfg.GSLBAddr, cfg.IngestAddr, cfg.EdgeAddr, cfg.OriginAddr, cfg.SlicerAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
@@ -290,7 +290,7 @@ func TestEndToEnd(t *testing.T) {
 	})
 	// Let one more segment pass so that late duplicates (a gift from the
 	// edge, then again in its segment) would have arrived.
-	settle := st.cfg.Backends.Streams
+	settle := st.cfg.Backends.Shared.Streams
 	now, _ := settle.Now(ctx)
 	waitFor(t, ctx, "one more segment", func() bool {
 		n, _ := settle.Now(ctx)
@@ -300,7 +300,7 @@ func TestEndToEnd(t *testing.T) {
 	wg.Wait()
 
 	// No message is in two segments.
-	objects := st.cfg.Backends.Objects
+	objects := st.cfg.Backends.Shared.Objects
 	inSegments := map[string]int{}
 	if obj, err := objects.Get(context.Background(), wire.ManifestKey(room)); err == nil {
 		man, _ := wire.DecodeManifest(obj.Body)
@@ -417,7 +417,7 @@ func TestDurationChangeFollowed(t *testing.T) {
 	// The slicer re-reads the events within a second and switches at the
 	// next whole second after that: the manifest says when it has.
 	waitFor(t, ctx, "the slicer writing 250 ms segments", func() bool {
-		obj, err := st.cfg.Backends.Objects.Get(ctx, wire.ManifestKey("switch"))
+		obj, err := st.cfg.Backends.Shared.Objects.Get(ctx, wire.ManifestKey("switch"))
 		if err != nil {
 			return false
 		}

@@ -83,11 +83,11 @@ func TestRoomHog(t *testing.T) {
 	// No segment written for any of the names: a room that wrote one has a
 	// manifest. (This replaces a comparison of the segments written in two
 	// 2 s windows, which a slicer catching up on a loaded machine failed.)
-	if _, err := st.cfg.Backends.Objects.Get(ctx, wire.ManifestKey("stage")); err != nil {
+	if _, err := st.cfg.Backends.Shared.Objects.Get(ctx, wire.ManifestKey("stage")); err != nil {
 		t.Fatalf("the real room's manifest: %v", err)
 	}
 	for i := range 200 {
-		if _, err := st.cfg.Backends.Objects.Get(ctx, wire.ManifestKey(fmt.Sprintf("hog-%d", i))); !errors.Is(err, objstore.ErrNotFound) {
+		if _, err := st.cfg.Backends.Shared.Objects.Get(ctx, wire.ManifestKey(fmt.Sprintf("hog-%d", i))); !errors.Is(err, objstore.ErrNotFound) {
 			t.Fatalf("room hog-%d has a manifest (err %v): segments were written for it", i, err)
 		}
 	}

@@ -621,7 +621,7 @@ func (w *walk) stack(t *testing.T, name string) *walk {
 	switch name {
 	case stackUnloaded:
 		f.neverList.Store(true)
-		cfg.Backends.Events = flakyEvents{event.NewMemoryStore(), f}
+		cfg.Backends.Shared.Events = flakyEvents{event.NewMemoryStore(), f}
 	case stackCrowded:
 		cfg.EdgeCapacity, cfg.EdgeConnectRate = 1, 1
 	case stackLimited:
@@ -791,10 +791,10 @@ const ghostIngest = "http://ghost.invalid:1"
 func (w *walk) ghostIngest(t *testing.T) {
 	t.Helper()
 	l := loadtable.NodeLoad{ID: "walk-ghost", Kind: loadtable.KindIngest, Addr: ghostIngest, At: time.Now()}
-	if err := w.st.cfg.Backends.Load.Report(context.Background(), l); err != nil {
+	if err := w.st.cfg.Backends.Shared.Load.Report(context.Background(), l); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = w.st.cfg.Backends.Load.Remove(context.Background(), l.ID) })
+	t.Cleanup(func() { _ = w.st.cfg.Backends.Shared.Load.Remove(context.Background(), l.ID) })
 }
 
 // futureToken is a well-signed token of an epoch a day ahead, which no
@@ -851,14 +851,14 @@ func (f *faults) wrap(t *testing.T, b *Backends) *slicer.MemoryBacklog {
 	}
 	// Only the site stream fails: the rooms' streams keep every other
 	// case's stack running.
-	b.Streams = flakySite{streams, f}
-	b.Gifts = flakyGifts{gifts, f}
-	b.FastLane = flakyFastLane{ingest.NewMemoryFastLane(streams, nil), f}
-	b.Events = flakyEvents{event.NewMemoryStore(), f}
-	b.Settings = flakySettings{&slicer.MemorySettings{}, f}
-	b.Bans = flakyBans{ingest.NewMemoryBanStore(), f}
-	b.Lotteries = flakyLotteries{ingest.NewMemoryLotteryStore(nil), f}
-	b.Objects = flakyObjects{objstore.NewMemoryStore(), f}
+	b.Shared.Streams = flakySite{streams, f}
+	b.Ingest.Gifts = flakyGifts{gifts, f}
+	b.Ingest.FastLane = flakyFastLane{ingest.NewMemoryFastLane(streams, nil), f}
+	b.Shared.Events = flakyEvents{event.NewMemoryStore(), f}
+	b.Slicer.Settings = flakySettings{&slicer.MemorySettings{}, f}
+	b.Shared.Bans = flakyBans{ingest.NewMemoryBanStore(), f}
+	b.Ingest.Lotteries = flakyLotteries{ingest.NewMemoryLotteryStore(nil), f}
+	b.Shared.Objects = flakyObjects{objstore.NewMemoryStore(), f}
 	return backlog
 }
 

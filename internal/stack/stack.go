@@ -27,9 +27,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"danmaku/auth"
 	"danmaku/edge"
@@ -42,10 +40,7 @@ import (
 	"danmaku/internal/httpx"
 	"danmaku/internal/loadtable"
 	"danmaku/internal/objstore"
-	"danmaku/internal/origin"
 	"danmaku/internal/ratelimit"
-	"danmaku/internal/redisx"
-	"danmaku/internal/sdkweb"
 	"danmaku/internal/stream"
 	"danmaku/internal/sysload"
 	"danmaku/internal/tlsx"
@@ -76,39 +71,72 @@ const (
 	DevServiceKey = "dev-service-key"
 )
 
-// Backends are the stores the roles share. Nil fields get in-memory ones.
+// Backends are the stores of the roles, grouped by who uses them. Nil
+// fields get in-memory ones.
 type Backends struct {
-	Streams  stream.Store
-	Objects  objstore.Store
-	Load     loadtable.Table
-	Secrets  auth.SecretStore
-	Lease    slicer.Lease
-	Settings slicer.SettingsStore
-	Gate     ingest.RoomGate
-	Gifts    ingest.GiftLog
+	// Shared are read or written by several roles.
+	Shared SharedBackends
+	// Ingest are the ingest's own.
+	Ingest IngestBackends
+	// Slicer are the slicer's own.
+	Slicer SlicerBackends
+	// Limits are the rate limits' of the gslb, ingest and edge.
+	Limits LimitBackends
+}
+
+// SharedBackends are the stores several roles share.
+type SharedBackends struct {
+	// Streams are the rooms' message streams: the ingest appends, the edge
+	// and the slicer read.
+	Streams stream.Store
+	// Objects hold the segments and manifests: the slicer writes, the
+	// origin serves.
+	Objects objstore.Store
+	// Load is the load table: the edge and ingest report, the gslb reads.
+	Load loadtable.Table
+	// Secrets are the token secrets: the gslb signs, the others verify.
+	Secrets auth.SecretStore
+	// Events keeps the events: which rooms exist, when, with what settings.
+	Events event.Store
+	// Bans keeps the operators' bans: the ingest's operator API writes
+	// them, the gslb, ingest and edge read them. Nil: in memory.
+	Bans ingest.BanStore
+	// Audit keeps the audit trail of the ingest and the slicer. Nil:
+	// Config.AuditDir, else in memory.
+	Audit objstore.Store
+}
+
+// IngestBackends are the ingest's stores.
+type IngestBackends struct {
+	Gate  ingest.RoomGate
+	Gifts ingest.GiftLog
 	// FastLane caps what a room displays of announcements and lottery
-	// entries. Nil: in memory over Streams.
+	// entries. Nil: in memory over Shared.Streams.
 	FastLane ingest.FastLane
 	// Lotteries keeps the lotteries and their entrants.
 	Lotteries ingest.LotteryStore
-	// Bans keeps the operators' bans. Nil: in memory.
-	Bans ingest.BanStore
 	// Global is the event-wide comment bucket. Nil: in memory.
 	Global ingest.GlobalLimiter
-	// Audit keeps the audit trail. Nil: Config.AuditDir, else in memory.
-	Audit objstore.Store
+}
+
+// SlicerBackends are the slicer's stores.
+type SlicerBackends struct {
+	Lease    slicer.Lease
+	Settings slicer.SettingsStore
 	// Backlog is where slicer leaders publish each room's gift backlog.
 	// Nil: in memory, shared by this process's slicer and ingest (whose
 	// gift log then refuses new gifts over a room's bound).
 	Backlog slicer.Backlog
-	// Events keeps the events: which rooms exist, when, with what settings.
-	Events event.Store
-	// LimitWindow keeps the rate limits' shared windows. Nil: in memory.
-	LimitWindow ratelimit.Window
-	// LimitRules is where the rate-limit rules are changed at run time,
-	// shared by the nodes (Redis). Nil: Config.RateLimitsFile, else the
-	// rules at start for good.
-	LimitRules ratelimit.RuleSource
+}
+
+// LimitBackends are the rate limits' stores.
+type LimitBackends struct {
+	// Window keeps the rate limits' shared windows. Nil: in memory.
+	Window ratelimit.Window
+	// Rules is where the rate-limit rules are changed at run time, shared
+	// by the nodes (Redis). Nil: Config.RateLimitsFile, else the rules at
+	// start for good.
+	Rules ratelimit.RuleSource
 }
 
 // Config configures a Stack.
@@ -130,7 +158,7 @@ type Config struct {
 	PublicCDN string
 	// DataDir keeps segments on disk. Zero: in memory.
 	DataDir string
-	// AuditDir keeps the audit trail on disk when Backends.Audit is nil.
+	// AuditDir keeps the audit trail on disk when Backends.Shared.Audit is nil.
 	// Zero: in memory (tests).
 	AuditDir string
 	// EdgeCapacity (-max-conns) and IngestCapacity (-ingest-capacity) are
@@ -284,7 +312,7 @@ type Config struct {
 	RateLimits *ratelimit.Rules
 	// RateLimitsFile is a rules document re-read every 250 ms, so that
 	// the rules change without a restart; it wins over
-	// Backends.LimitRules. Zero: none.
+	// Backends.Limits.Rules. Zero: none.
 	RateLimitsFile string
 	// GSLBNodes is how many gslb processes share the gslb's window rules,
 	// each admitting its share while the shared window is unreachable.
@@ -330,6 +358,11 @@ type Stack struct {
 	audit *audit.Recorder
 
 	servers []*roleServer
+	// origins are the browser origins the gslb, ingest and edge allow.
+	origins httpx.Origins
+	// roleGatherer is what the roles' engines serve at /metrics: nil when
+	// the process has a metrics listener of its own.
+	roleGatherer prometheus.Gatherer
 }
 
 // MetricsListener keys the metrics listener's URL in Stack.URLs (with
@@ -370,7 +403,7 @@ func (s *Stack) createEvents(ctx context.Context) error {
 		if err := e.Validate(); err != nil {
 			return fmt.Errorf("stack: %w", err)
 		}
-		if err := s.cfg.Backends.Events.Create(ctx, e); err != nil && !errors.Is(err, event.ErrExists) {
+		if err := s.cfg.Backends.Shared.Events.Create(ctx, e); err != nil && !errors.Is(err, event.ErrExists) {
 			return fmt.Errorf("stack: create event %s: %w", e.ID, err)
 		}
 	}
@@ -391,7 +424,7 @@ func (c *Config) devKeys() {
 			*keys = []string{DevServiceKey}
 		}
 	}
-	if len(c.MasterKey) == 0 && c.Backends.Secrets == nil {
+	if len(c.MasterKey) == 0 && c.Backends.Shared.Secrets == nil {
 		// In-memory secrets and nobody else to publish them: this process
 		// is the auth center, with a key nobody needs to know.
 		c.MasterKey = make([]byte, 32)
@@ -414,14 +447,14 @@ func (c *Config) checkKeys() error {
 	// keys are published); the ingest and edge verify with those.
 	need(c.has(RoleGSLB) && len(c.MasterKey) == 0,
 		"the token master key: DANMAKU_MASTER_KEY (the gslb signs tokens; its processes run the auth center)")
-	need(!c.has(RoleGSLB) && verifies && len(c.MasterKey) == 0 && c.Backends.Secrets == nil,
+	need(!c.has(RoleGSLB) && verifies && len(c.MasterKey) == 0 && c.Backends.Shared.Secrets == nil,
 		"token keys: DANMAKU_MASTER_KEY (this process runs an auth center), or -redis where the gslb's auth center publishes them")
 	need(c.has(RoleGSLB) && len(c.TicketKey) == 0, "the business ticket key: DANMAKU_TICKET_KEY")
 	need((c.has(RoleGSLB) || c.has(RoleSlicer)) && len(nonEmpty(c.OperatorKeys)) == 0, "operator keys: DANMAKU_OPERATOR_KEYS")
 	need(c.has(RoleIngest) && len(nonEmpty(c.GiftKeys)) == 0, "gift API keys: DANMAKU_GIFT_KEYS")
 	// In-memory objects are private to this process: no CDN could read
 	// them and other slicers' conditional puts would protect nothing.
-	need(!c.Dev && c.Backends.Objects == nil && c.DataDir == "" && (c.has(RoleSlicer) || c.has(RoleOrigin)),
+	need(!c.Dev && c.Backends.Shared.Objects == nil && c.DataDir == "" && (c.has(RoleSlicer) || c.has(RoleOrigin)),
 		"object storage: -s3-bucket (or -data DIR for a single node)")
 	if len(missing) > 0 {
 		return fmt.Errorf("stack: cannot start %s without %s", strings.Join(c.Roles, ", "), strings.Join(missing, "; "))
@@ -457,104 +490,20 @@ func nonEmpty(keys []string) []string {
 	return out
 }
 
-// New builds the roles and binds their listeners.
+// New builds the roles and binds their listeners. It reads as the order
+// the roles are built in; each step is a function of roles.go.
 func New(cfg Config) (*Stack, error) {
-	if len(cfg.Roles) == 0 {
-		cfg.Roles = AllRoles
-	}
-	for _, r := range cfg.Roles {
-		switch r {
-		case RoleGSLB, RoleIngest, RoleEdge, RoleSlicer, RoleOrigin:
-		default:
-			return nil, fmt.Errorf("stack: unknown role %q", r)
-		}
-	}
-	def := func(p *string, d string) {
-		if *p == "" {
-			*p = d
-		}
-	}
-	def(&cfg.GSLBAddr, DefaultGSLBAddr)
-	def(&cfg.IngestAddr, DefaultIngestAddr)
-	def(&cfg.EdgeAddr, DefaultEdgeAddr)
-	def(&cfg.OriginAddr, DefaultOriginAddr)
-	def(&cfg.SlicerAddr, DefaultSlicerAddr)
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.devPublic() {
-		cfg.devKeys()
-		cfg.Events = append(cfg.Events, DemoEvent(time.Now().Add(-time.Minute)))
-	}
-	if err := cfg.checkKeys(); err != nil {
+	if err := cfg.withDefaults(); err != nil {
 		return nil, err
 	}
-	for _, c := range cfg.tlsFiles() {
-		if (c.cert == "") != (c.key == "") {
-			return nil, fmt.Errorf("stack: %s TLS: %w (%sTLSCert %q, %sTLSKey %q)", c.role, tlsx.ErrIncomplete, c.field, c.cert, c.field, c.key)
-		}
+	giftBacklog, err := cfg.Backends.withDefaults(cfg.DataDir)
+	if err != nil {
+		return nil, err
 	}
-	if cfg.EdgeDrain == 0 {
-		cfg.EdgeDrain = 10 * time.Second
-		if cfg.Dev {
-			cfg.EdgeDrain = time.Second
-		}
+	s, err := newStack(cfg)
+	if err != nil {
+		return nil, err
 	}
-	runCenter := len(cfg.MasterKey) > 0
-	if cfg.NodeID == "" {
-		host, _ := os.Hostname()
-		cfg.NodeID = fmt.Sprintf("%s-%d", host, os.Getpid())
-	}
-	b := &cfg.Backends
-	if b.Streams == nil {
-		b.Streams = stream.NewMemoryStore(nil)
-	}
-	if b.Objects == nil {
-		if cfg.DataDir != "" {
-			d, err := objstore.NewDirStore(cfg.DataDir)
-			if err != nil {
-				return nil, err
-			}
-			b.Objects = d
-		} else {
-			b.Objects = objstore.NewMemoryStore()
-		}
-	}
-	if b.Load == nil {
-		b.Load = loadtable.NewMemoryTable()
-	}
-	if b.Secrets == nil {
-		b.Secrets = auth.NewMemorySecrets()
-	}
-	if b.Events == nil {
-		b.Events = event.NewMemoryStore()
-	}
-	var giftBacklog ingest.GiftBacklog
-	if b.Backlog == nil {
-		mb := slicer.NewMemoryBacklog(nil)
-		b.Backlog, giftBacklog = mb, mb
-	}
-	if b.Lotteries == nil {
-		b.Lotteries = ingest.NewMemoryLotteryStore(nil)
-	}
-	if b.Bans == nil {
-		// One store for the process's roles: the ingest's operator API
-		// writes it, the edge and the gslb read it.
-		b.Bans = ingest.NewMemoryBanStore()
-	}
-
-	s := &Stack{cfg: cfg, log: cfg.Logger, registry: prometheus.NewRegistry(), URLs: map[string]string{}, cpu: sysload.New(0)}
-	if cfg.has(RoleGSLB) || cfg.has(RoleIngest) || cfg.has(RoleEdge) || cfg.has(RoleSlicer) {
-		// One view of the events per process, shared by its roles.
-		var err error
-		if s.events, err = event.NewDirectory(event.DirectoryConfig{Store: b.Events, Logger: s.log}); err != nil {
-			return nil, err
-		}
-	}
-	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	// Redis round trips of the clients this process made (none in embedded
-	// mode).
-	s.registry.MustRegister(redisx.Collectors()...)
 	ok := false
 	defer func() {
 		if !ok {
@@ -564,277 +513,34 @@ func New(cfg Config) (*Stack, error) {
 		}
 	}()
 	// Listeners first: advertised addresses come from the bound ports.
-	listen := func(role, addr string) (*roleServer, error) {
-		ln, err := net.Listen("tcp", addr)
-		if err != nil {
-			return nil, fmt.Errorf("stack: %s: listen %s: %w", role, addr, err)
-		}
-		rs := &roleServer{role: role, ln: ln}
-		s.servers = append(s.servers, rs)
-		return rs, nil
-	}
-	roleAddrs := map[string]string{RoleGSLB: cfg.GSLBAddr, RoleIngest: cfg.IngestAddr, RoleEdge: cfg.EdgeAddr, RoleOrigin: cfg.OriginAddr, RoleSlicer: cfg.SlicerAddr}
-	byRole := map[string]*roleServer{}
-	for _, role := range AllRoles {
-		if !cfg.has(role) {
-			continue
-		}
-		rs, err := listen(role, roleAddrs[role])
-		if err != nil {
-			return nil, err
-		}
-		byRole[role] = rs
-		s.URLs[role] = "http://" + rs.ln.Addr().String()
-	}
-	// The roles' engines serve /metrics only when the process has no
-	// listener of its own for them.
-	var roleGatherer prometheus.Gatherer = s.registry
-	if cfg.MetricsAddr != "" {
-		rs, err := listen(MetricsListener, cfg.MetricsAddr)
-		if err != nil {
-			return nil, err
-		}
-		s.URLs[MetricsListener] = "http://" + rs.ln.Addr().String()
-		// Scrapes are GETs: a declared body is refused at once (400
-		// body_not_allowed), as on the edge, rather than waited for.
-		rs.srv = httpx.NewServer(httpx.NewEngine(httpx.EngineConfig{Role: MetricsListener, Logger: s.log.With("role", MetricsListener), Gatherer: s.registry, NoBody: true}), 10*time.Second)
-		roleGatherer = nil
-	}
-	for _, c := range cfg.tlsFiles() {
-		if rs := byRole[c.role]; rs != nil && c.cert != "" {
-			if err := s.serveTLS(rs, c.cert, c.key); err != nil {
-				return nil, err
-			}
-		}
-	}
-	if rs := byRole[RoleEdge]; rs != nil {
-		s.URLs[RoleEdge] = "ws://" + rs.ln.Addr().String() + "/v1/ws"
-		if rs.tls != nil {
-			s.URLs[RoleEdge] = "wss://" + rs.ln.Addr().String() + "/v1/ws"
-		}
-		s.advertise(rs, cfg.EdgeURL, "ws://")
-	}
-	if rs := byRole[RoleIngest]; rs != nil {
-		if rs.tls != nil {
-			s.URLs[RoleIngest] = "https://" + rs.ln.Addr().String()
-		}
-		s.advertise(rs, cfg.IngestURL, "http://")
-	}
-	if cfg.PublicCDN == "" {
-		if u, okk := s.URLs[RoleOrigin]; okk {
-			cfg.PublicCDN = u + "/"
-		}
-	}
-	if cfg.devPublic() && s.URLs[RoleGSLB] != "" {
-		// The page is served by the gslb: its origin is the gslb's, under
-		// either name a newcomer may type.
-		u := s.URLs[RoleGSLB]
-		cfg.CORSOrigins = append(cfg.CORSOrigins, u, strings.Replace(u, "127.0.0.1", "localhost", 1))
-	}
-	origins, err := httpx.ParseOrigins(cfg.CORSOrigins)
+	byRole, err := s.listenAll()
 	if err != nil {
-		return nil, fmt.Errorf("stack: CORS origins: %w", err)
+		return nil, err
 	}
-	s.cfg = cfg
-
-	needKeys := cfg.has(RoleGSLB) || cfg.has(RoleIngest) || cfg.has(RoleEdge)
-	if needKeys {
-		// The auth center rides along with whichever process holds the
-		// master key; the others only fetch secrets.
-		if runCenter {
-			if s.center, err = auth.NewCenter(auth.CenterConfig{Store: b.Secrets, MasterKey: cfg.MasterKey, Logger: s.log}); err != nil {
-				return nil, err
-			}
-		}
-		// Only a process holding the master key can sign (the gslb); the
-		// others verify with the published public keys.
-		if s.keyring, err = auth.NewKeyring(auth.KeyringConfig{Store: b.Secrets, MasterKey: cfg.MasterKey, Logger: s.log}); err != nil {
+	if err := s.publicURLs(byRole); err != nil {
+		return nil, err
+	}
+	if err := s.newKeys(); err != nil {
+		return nil, err
+	}
+	if err := s.newLimits(); err != nil {
+		return nil, err
+	}
+	// One constructor per role, in the order they depend on each other;
+	// each does nothing when its role is not here (rs nil).
+	for _, build := range []func() error{
+		func() error { return s.newGSLB(byRole[RoleGSLB]) },
+		func() error { return s.newAudit(byRole[RoleIngest] != nil || byRole[RoleSlicer] != nil) },
+		func() error { return s.newIngest(byRole[RoleIngest], giftBacklog) },
+		func() error { return s.newEdge(byRole[RoleEdge]) },
+		func() error { return s.newSlicer(byRole[RoleSlicer]) },
+		func() error { return s.newOrigin(byRole[RoleOrigin]) },
+	} {
+		if err := build(); err != nil {
 			return nil, err
 		}
 	}
-	engine := func(role string) *gin.Engine {
-		ec := httpx.EngineConfig{Role: role, Logger: s.log.With("role", role), Gatherer: roleGatherer, TrustedProxies: cfg.TrustedProxies}
-		// The origin, like the edge, reads no body: one declared is
-		// refused at once rather than waited for until the read timeout.
-		ec.NoBody = role == RoleOrigin
-		if role == RoleGSLB || role == RoleIngest {
-			ec.CORS, ec.CORSRoutes = &origins, gslb.BrowserRoutes
-			if role == RoleIngest {
-				ec.CORSRoutes = ingest.BrowserRoutes
-			}
-			// Healthy once it can sign or verify a token issued now: a
-			// load balancer must not send requests it would refuse.
-			if ring := s.keyring; ring != nil {
-				ec.Healthy = func() error {
-					if !ring.Ready() {
-						return auth.ErrNotReady
-					}
-					return nil
-				}
-			}
-		}
-		return httpx.NewEngine(ec)
-	}
-	if cfg.has(RoleGSLB) || cfg.has(RoleIngest) || cfg.has(RoleEdge) {
-		if s.limiter, err = s.newLimiter(); err != nil {
-			return nil, err
-		}
-	}
-	for _, n := range []struct{ what, v string }{{"line", cfg.Line}, {"region", cfg.Region}} {
-		if n.v != "" && !lines.ValidName(n.v) {
-			return nil, fmt.Errorf("stack: %s %q: want 1-%d characters of a-z, 0-9, '_' and '-', starting with a letter or digit", n.what, n.v, lines.MaxNameLen)
-		}
-	}
-	if rs := byRole[RoleGSLB]; rs != nil {
-		if cfg.PublicCDN == "" {
-			return nil, errors.New("stack: gslb needs PublicCDN when the origin role is not here")
-		}
-		ac := gslb.AllocatorConfig{Table: b.Load, MaxAge: cfg.GSLBMaxTableAge, Logger: s.log}
-		if cfg.Lines.MMDB != "" || cfg.Lines.CIDR != "" {
-			lc := cfg.Lines
-			if lc.Logger == nil {
-				lc.Logger = s.log
-			}
-			if s.lines, err = lines.New(lc); err != nil {
-				return nil, fmt.Errorf("stack: lines: %w", err)
-			}
-			ac.Classify = s.lines.Line
-		}
-		if s.allocator, err = gslb.NewAllocator(ac); err != nil {
-			return nil, err
-		}
-		// Clients schedule their polls on the clock that decides segments.
-		s.storeTime = clock.NewFollower(cfg.EntryClock, b.Streams.Now, 0)
-		s.registry.MustRegister(clockMargin(s.storeTime))
-		keys := [][]byte{cfg.TicketKey}
-		if len(cfg.PreviousTicketKey) > 0 {
-			keys = append(keys, cfg.PreviousTicketKey)
-		}
-		tickets, err := auth.NewTicketVerifierFrom(auth.TicketConfig{Keys: keys, MaxLifetime: cfg.TicketMaxLifetime,
-			Audience: cfg.TicketAudience, Issuer: cfg.TicketIssuer})
-		if err != nil {
-			return nil, err
-		}
-		gs, err := gslb.NewServer(gslb.ServerConfig{
-			Allocator: s.allocator, Keyring: s.keyring, Tickets: tickets, CDN: cfg.PublicCDN,
-			ServerClock: s.storeTime, Events: s.events, SegmentMs: cfg.SegmentMs, Clock: cfg.EntryClock, Registerer: s.registry, Logger: s.log,
-			MaxInFlight: cfg.GSLBMaxInFlight, RateLimit: s.limiter, Bans: b.Bans,
-		})
-		if err != nil {
-			return nil, err
-		}
-		s.entry = gs
-		e := engine(RoleGSLB)
-		gs.Register(e)
-		api := &event.API{Store: b.Events, Keys: cfg.OperatorKeys, Changed: func(ctx context.Context) { _ = s.events.Refresh(ctx) }, Logger: s.log.With("role", RoleGSLB)}
-		api.Register(e.Group("", s.limiter.Handler(nil)))
-		if cfg.devPublic() {
-			// Dev tickets are minted with the public key alone: an
-			// embedder's own key never signs for an unauthenticated GET.
-			if string(cfg.TicketKey) == string(auth.DevTicketKey) {
-				gslb.RegisterDevTickets(e, cfg.TicketKey)
-			}
-			sdkweb.Register(e)
-		}
-		rs.srv = httpx.NewServer(e, 10*time.Second)
-	}
-	if byRole[RoleIngest] != nil || byRole[RoleSlicer] != nil {
-		auditStore := b.Audit
-		if auditStore == nil && cfg.AuditDir != "" {
-			if auditStore, err = objstore.NewDirStore(cfg.AuditDir); err != nil {
-				return nil, fmt.Errorf("stack: audit dir: %w", err)
-			}
-		}
-		if auditStore == nil {
-			auditStore = objstore.NewMemoryStore() // tests and embedders; serve refuses this
-		}
-		node := cfg.NodeID
-		if node == "" {
-			node = "node"
-		}
-		if s.audit, err = audit.New(audit.Config{Store: auditStore, Node: node, Retention: cfg.AuditRetention, Registerer: s.registry, Logger: s.log}); err != nil {
-			return nil, err
-		}
-	}
-	if rs := byRole[RoleIngest]; rs != nil {
-		policy, err := ingest.ParseWordPolicy(cfg.WordPolicy)
-		if err != nil {
-			return nil, err
-		}
-		var words ingest.WordSource
-		if cfg.WordsFile != "" {
-			words = ingest.FileWords{Path: cfg.WordsFile}
-		}
-		s.ingest, err = ingest.New(ingest.Config{
-			Bans: b.Bans, Global: b.Global, Words: words, WordPolicy: policy, Audit: s.audit,
-			Streams: b.Streams, Keyring: s.keyring, Addr: s.URLs[RoleIngest], Load: b.Load,
-			Gate: b.Gate, Gifts: b.Gifts, GiftBacklog: giftBacklog, FastLane: b.FastLane, Lotteries: b.Lotteries,
-			GiftKeys: cfg.GiftKeys, AnnounceKeys: cfg.AnnounceKeys, Events: s.events, Registerer: s.registry, Logger: s.log,
-			MaxInFlight: cfg.IngestCapacity, Line: cfg.Line, Region: cfg.Region, CPU: s.nodeCPU(),
-			BroadcastGiftValue: cfg.BroadcastGiftValue, RateLimit: s.limiter,
-		})
-		if err != nil {
-			return nil, err
-		}
-		e := engine(RoleIngest)
-		s.ingest.Register(e)
-		// The operator APIs beside the upload routes, behind the same limits.
-		ops := e.Group("", s.ingest.RateLimitHandler())
-		(&ingest.BanAPI{Store: s.ingest.BanStore(), Keys: cfg.OperatorKeys, Changed: s.refreshBans, Logger: s.log.With("role", RoleIngest)}).Register(ops)
-		(&ingest.BroadcastAPI{Streams: b.Streams, Keys: cfg.OperatorKeys, Registerer: s.registry}).Register(ops)
-		lotteries := s.ingest.Lotteries()
-		(&ingest.LotteryAPI{Store: b.Lotteries, Keys: cfg.OperatorKeys, Hosts: s.keyring, Addr: s.URLs[RoleIngest], Logger: s.log.With("role", RoleIngest), Changed: func(ctx context.Context) {
-			if lotteries != nil {
-				_ = lotteries.Refresh(ctx)
-			}
-		}}).Register(ops)
-		rs.srv = httpx.NewServer(e, 10*time.Second)
-	}
-	if rs := byRole[RoleEdge]; rs != nil {
-		s.edge, err = edge.New(edge.Config{
-			Store: b.Streams, Verifier: s.keyring, Addr: s.URLs[RoleEdge], LoadTable: b.Load,
-			MaxConns: cfg.EdgeCapacity, Line: cfg.Line, Region: cfg.Region, CPU: s.nodeCPU(),
-			ConnectRate: cfg.EdgeConnectRate, MaxConnsPerUser: cfg.EdgeMaxUserConns, MaxRoomConns: cfg.EdgeMaxRoomConns,
-			MaxHelloWaits: cfg.EdgeMaxHelloWaits, MaxHelloWaitsPerAddr: cfg.EdgeMaxAddrHelloWaits, ReportEvery: cfg.EdgeReportEvery,
-			MinGiftValue: cfg.MinGiftValue, DrainPeriod: cfg.EdgeDrain, AllowOrigins: origins, Events: s.events, Registerer: s.registry, Logger: s.log,
-			RateLimit: s.limiter, TrustedProxies: cfg.TrustedProxies, NoMetricsRoute: roleGatherer == nil,
-			Bans: b.Bans,
-		})
-		if err != nil {
-			return nil, err
-		}
-		// WebSockets live long: no write timeout on the server; the edge
-		// sets per-write deadlines itself. The read timeout stays: it
-		// bounds the handshake request, and the upgrade clears it from the
-		// socket it takes over.
-		rs.srv = httpx.NewServer(s.edge.Handler(), 0)
-	}
-	if rs := byRole[RoleSlicer]; rs != nil {
-		s.slicer, err = slicer.New(slicer.Config{
-			Streams: b.Streams, Objects: b.Objects, Lease: b.Lease, Settings: b.Settings, Backlog: b.Backlog, Events: s.events, SegmentMs: cfg.SegmentMs, Retention: cfg.Retention,
-			NodeID: cfg.NodeID, Budget: cfg.Budget, Audit: s.audit, Registerer: s.registry, Logger: s.log,
-		})
-		if err != nil {
-			return nil, err
-		}
-		e := engine(RoleSlicer)
-		s.slicer.RegisterAdmin(e, cfg.OperatorKeys)
-		rs.srv = httpx.NewServer(e, 10*time.Second)
-	}
-	if rs := byRole[RoleOrigin]; rs != nil {
-		e := engine(RoleOrigin)
-		origin.Register(e, b.Objects)
-		rs.srv = httpx.NewServer(e, 30*time.Second)
-	}
-	for _, rs := range s.servers {
-		if cfg.ReadTimeout > 0 {
-			rs.srv.ReadTimeout = cfg.ReadTimeout
-			rs.srv.ReadHeaderTimeout = min(rs.srv.ReadHeaderTimeout, cfg.ReadTimeout)
-		}
-		if rs.tls != nil {
-			rs.srv.ErrorLog = handshakeQuiet(s.log.With("role", rs.role))
-		}
-	}
+	s.serverTimeouts()
 	ok = true
 	return s, nil
 }
@@ -856,101 +562,13 @@ func (s *Stack) refreshBans(ctx context.Context) {
 
 // Run serves every role until ctx is done, then shuts down and returns.
 func (s *Stack) Run(ctx context.Context) error {
-	if s.center != nil {
-		// Publish before the first request, so that the first entry
-		// already gets a token.
-		if err := s.center.Publish(ctx); err != nil {
-			return err
-		}
-	}
-	if err := s.createEvents(ctx); err != nil {
+	if err := s.warmUp(ctx); err != nil {
 		return err
-	}
-	if s.events != nil {
-		if err := s.events.Refresh(ctx); err != nil {
-			// The directory's loop keeps trying; until then rooms answer a
-			// retryable 503, not a 404.
-			s.log.Warn("stack: events not loaded yet", "err", err)
-		}
-	}
-	if s.storeTime != nil {
-		if err := s.storeTime.Sync(ctx); err != nil {
-			s.log.Warn("stack: store clock not read yet; entries carry this host's time until it is", "err", err)
-		}
-	}
-	if s.keyring != nil {
-		if err := s.keyring.Refresh(ctx); err != nil {
-			// Another process's center may not have published yet; the
-			// keyring's loop keeps trying.
-			s.log.Warn("stack: token secrets not loaded yet", "err", err)
-		}
 	}
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
-	goRun := func(f func(context.Context) error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := f(bg); err != nil {
-				s.log.Error("stack: component stopped", "err", err)
-			}
-		}()
-	}
-	if s.center != nil {
-		goRun(s.center.Run)
-	}
-	if s.keyring != nil {
-		goRun(s.keyring.Run)
-	}
-	for _, rs := range s.servers {
-		if rs.tls != nil {
-			goRun(rs.tls.Run)
-		}
-	}
-	if s.allocator != nil {
-		goRun(s.allocator.Run)
-	}
-	if s.entry != nil {
-		goRun(s.entry.Run)
-	}
-	if s.lines != nil {
-		goRun(s.lines.Run)
-	}
-	if s.storeTime != nil {
-		goRun(s.storeTime.Run)
-	}
-	if s.events != nil {
-		goRun(s.events.Run)
-	}
-	if s.ingest != nil {
-		goRun(s.ingest.Run)
-	}
-	if s.limiter != nil {
-		goRun(s.limiter.Run)
-	}
-	if s.slicer != nil {
-		goRun(s.slicer.Run)
-	}
-	auditDone := make(chan struct{})
-	if s.audit != nil {
-		// Not under bg: it must outlive the roles, which record until they
-		// stop; Shutdown below ends it.
-		actx, stopAudit := context.WithCancel(context.WithoutCancel(ctx))
-		defer stopAudit()
-		go func() {
-			defer close(auditDone)
-			_ = s.audit.Run(actx)
-		}()
-		defer func() {
-			stopAudit()
-			<-auditDone
-			wctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			if err := s.audit.Shutdown(wctx); err != nil {
-				s.log.Error("stack: audit trail: records not written at shutdown", "err", err)
-			}
-		}()
-	}
+	s.runLoops(bg, &wg)
+	defer s.runAudit(ctx)()
 	var edgeDone chan struct{}
 	if s.edge != nil {
 		edgeDone = make(chan struct{})
@@ -992,6 +610,114 @@ func (s *Stack) Run(ctx context.Context) error {
 		<-edgeDone
 	}
 	return err
+}
+
+// warmUp loads what the first requests need before any is served: the
+// published secrets, the events, the store clock, the keyring.
+func (s *Stack) warmUp(ctx context.Context) error {
+	if s.center != nil {
+		// Publish before the first request, so that the first entry
+		// already gets a token.
+		if err := s.center.Publish(ctx); err != nil {
+			return err
+		}
+	}
+	if err := s.createEvents(ctx); err != nil {
+		return err
+	}
+	if s.events != nil {
+		if err := s.events.Refresh(ctx); err != nil {
+			// The directory's loop keeps trying; until then rooms answer a
+			// retryable 503, not a 404.
+			s.log.Warn("stack: events not loaded yet", "err", err)
+		}
+	}
+	if s.storeTime != nil {
+		if err := s.storeTime.Sync(ctx); err != nil {
+			s.log.Warn("stack: store clock not read yet; entries carry this host's time until it is", "err", err)
+		}
+	}
+	if s.keyring != nil {
+		if err := s.keyring.Refresh(ctx); err != nil {
+			// Another process's center may not have published yet; the
+			// keyring's loop keeps trying.
+			s.log.Warn("stack: token secrets not loaded yet", "err", err)
+		}
+	}
+	return nil
+}
+
+// runLoops starts the background loops of the components here, each in
+// wg, until bg ends.
+func (s *Stack) runLoops(bg context.Context, wg *sync.WaitGroup) {
+	var loops []func(context.Context) error
+	if s.center != nil {
+		loops = append(loops, s.center.Run)
+	}
+	if s.keyring != nil {
+		loops = append(loops, s.keyring.Run)
+	}
+	for _, rs := range s.servers {
+		if rs.tls != nil {
+			loops = append(loops, rs.tls.Run)
+		}
+	}
+	if s.allocator != nil {
+		loops = append(loops, s.allocator.Run)
+	}
+	if s.entry != nil {
+		loops = append(loops, s.entry.Run)
+	}
+	if s.lines != nil {
+		loops = append(loops, s.lines.Run)
+	}
+	if s.storeTime != nil {
+		loops = append(loops, s.storeTime.Run)
+	}
+	if s.events != nil {
+		loops = append(loops, s.events.Run)
+	}
+	if s.ingest != nil {
+		loops = append(loops, s.ingest.Run)
+	}
+	if s.limiter != nil {
+		loops = append(loops, s.limiter.Run)
+	}
+	if s.slicer != nil {
+		loops = append(loops, s.slicer.Run)
+	}
+	for _, f := range loops {
+		wg.Go(func() {
+			if err := f(bg); err != nil {
+				s.log.Error("stack: component stopped", "err", err)
+			}
+		})
+	}
+}
+
+// runAudit runs the audit recorder, when there is one, and returns what
+// stops it and writes what it holds: called after every role has stopped,
+// since they record until then.
+func (s *Stack) runAudit(ctx context.Context) (stop func()) {
+	if s.audit == nil {
+		return func() {}
+	}
+	// Not under Run's background context: it must outlive the roles.
+	actx, stopAudit := context.WithCancel(context.WithoutCancel(ctx))
+	auditDone := make(chan struct{})
+	go func() {
+		defer close(auditDone)
+		_ = s.audit.Run(actx)
+	}()
+	return func() {
+		stopAudit()
+		<-auditDone
+		wctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := s.audit.Shutdown(wctx); err != nil {
+			s.log.Error("stack: audit trail: records not written at shutdown", "err", err)
+		}
+	}
 }
 
 // tlsFile names a role's certificate files.
@@ -1126,7 +852,7 @@ func (s *Stack) PrintAddrs(w *os.File) {
 
 // newLimiter builds the process's rate limiter, shared by its gslb and
 // ingest (one set of metrics): the rules at start, changed at run time
-// from RateLimitsFile or Backends.LimitRules; the service keys as the
+// from RateLimitsFile or Backends.Limits.Rules; the service keys as the
 // credentials the rules count.
 func (s *Stack) newLimiter() (*ratelimit.Limiter, error) {
 	cfg := s.cfg
@@ -1134,7 +860,7 @@ func (s *Stack) newLimiter() (*ratelimit.Limiter, error) {
 	if cfg.RateLimits != nil {
 		rules = *cfg.RateLimits
 	}
-	var src ratelimit.RuleSource = cfg.Backends.LimitRules
+	var src ratelimit.RuleSource = cfg.Backends.Limits.Rules
 	if cfg.RateLimitsFile != "" {
 		fs := ratelimit.FileSource{Path: cfg.RateLimitsFile}
 		// Read at start, so that a file that does not parse stops the
@@ -1149,7 +875,7 @@ func (s *Stack) newLimiter() (*ratelimit.Limiter, error) {
 		src = fs
 	}
 	lim, err := ratelimit.New(ratelimit.Config{
-		Rules: rules, Source: src, Window: cfg.Backends.LimitWindow,
+		Rules: rules, Source: src, Window: cfg.Backends.Limits.Window,
 		Credentials: map[string][]string{"gift": cfg.GiftKeys, "announce": cfg.AnnounceKeys, "operator": cfg.OperatorKeys},
 		Nodes: func() int {
 			if s.ingest != nil {

@@ -20,7 +20,7 @@ import (
 // backends the stack runs as `danmaku dev` does (Config.Dev: dev keys).
 func Start(tb testing.TB, cfg stack.Config) *stack.Stack {
 	tb.Helper()
-	if cfg.Backends.Streams == nil {
+	if cfg.Backends.Shared.Streams == nil {
 		cfg.Dev = true
 	}
 	cfg.GSLBAddr, cfg.IngestAddr, cfg.EdgeAddr, cfg.OriginAddr, cfg.SlicerAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"

@@ -75,52 +75,80 @@ func Replay(ctx context.Context, cdnURL, room string, from, to int64, fn func(Me
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	dur := rc.segmentMs
-	if dur == 0 {
-		dur = wire.SegmentDuration
-		if status, body, err := replayGet(ctx, rc.hc, cdnURL+wire.ManifestKey(room)); err == nil && status == http.StatusOK {
-			if m, err := wire.DecodeManifest(body); err == nil {
-				dur = int64(m.Dur)
-			}
-		}
-	}
+	dur := replayDuration(ctx, rc, cdnURL, room)
 	if !wire.ValidSegmentMs(dur) {
 		return fmt.Errorf("%w: segment duration %d ms: %w", ErrReplay, dur, ErrUnsupported)
 	}
+	p := replayer{room: room, dur: dur, fn: fn,
+		m: newMerger(nil, newSeenSet(defaultSeenIDs, defaultSeenWindow), &counters{})}
+	return p.play(ctx, prefetchSlots(ctx, rc.hc, cdnURL, room, dur, from, to))
+}
 
-	type result struct {
-		slot   int64
-		status int
-		body   []byte
-		err    error
+// replayDuration is the segment duration to replay at: the option's, else
+// the room's manifest's, else the default.
+func replayDuration(ctx context.Context, rc replayConfig, cdnURL, room string) int64 {
+	if rc.segmentMs != 0 {
+		return rc.segmentMs
 	}
-	// Fetch ahead, in order: each slot gets its own future.
-	futures := make(chan chan result, replayAhead)
+	if status, body, err := replayGet(ctx, rc.hc, cdnURL+wire.ManifestKey(room)); err == nil && status == http.StatusOK {
+		if m, err := wire.DecodeManifest(body); err == nil {
+			return int64(m.Dur)
+		}
+	}
+	return wire.SegmentDuration
+}
+
+// slotResult is one slot's fetch.
+type slotResult struct {
+	slot   int64
+	status int
+	body   []byte
+	err    error
+}
+
+// prefetchSlots fetches the slots of [from, to) ahead, in order: each slot
+// gets its own future, at most replayAhead outstanding.
+func prefetchSlots(ctx context.Context, hc *http.Client, cdnURL, room string, dur, from, to int64) <-chan chan slotResult {
+	futures := make(chan chan slotResult, replayAhead)
 	go func() {
 		defer close(futures)
 		for n := from * 1000 / dur; n < to*1000/dur; n++ {
-			f := make(chan result, 1)
+			f := make(chan slotResult, 1)
 			select {
 			case futures <- f:
 			case <-ctx.Done():
 				return
 			}
 			go func() {
-				status, body, err := replayGet(ctx, rc.hc, cdnURL+wire.SlotKey(room, dur, n))
-				f <- result{n, status, body, err}
+				status, body, err := replayGet(ctx, hc, cdnURL+wire.SlotKey(room, dur, n))
+				f <- slotResult{n, status, body, err}
 			}()
 		}
 	}()
+	return futures
+}
 
-	m := newMerger(nil, newSeenSet(defaultSeenIDs, defaultSeenWindow), &counters{})
-	var skipped []error
-	skip := func(slot int64, err error) {
-		if len(skipped) < replayMaxErrors {
-			skipped = append(skipped, fmt.Errorf("%w: segment at %d ms skipped: %w", ErrReplay, slot*dur, err))
-		}
+// replayer plays fetched segments in order through the merger.
+type replayer struct {
+	room    string
+	dur     int64
+	fn      func(Message) error
+	m       *merger
+	skipped []error
+}
+
+func (p *replayer) skip(slot int64, err error) {
+	if len(p.skipped) < replayMaxErrors {
+		p.skipped = append(p.skipped, fmt.Errorf("%w: segment at %d ms skipped: %w", ErrReplay, slot*p.dur, err))
 	}
+}
+
+// play hands every message of the futures' segments to fn, in order; a
+// segment that cannot be had is skipped and named in the error returned
+// at the end.
+func (p *replayer) play(ctx context.Context, futures <-chan chan slotResult) error {
 	for f := range futures {
-		var r result
+		var r slotResult
 		select {
 		case r = <-f:
 		case <-ctx.Done():
@@ -131,39 +159,48 @@ func Replay(ctx context.Context, cdnURL, room string, from, to int64, fn func(Me
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			skip(r.slot, r.err)
+			p.skip(r.slot, r.err)
 			continue
 		case r.status == http.StatusNotFound:
 			continue
 		case r.status != http.StatusOK:
-			skip(r.slot, fmt.Errorf("status %d", r.status))
+			p.skip(r.slot, fmt.Errorf("status %d", r.status))
 			continue
 		}
-		seg, err := wire.DecodeSegment(r.body)
-		if err == nil && (seg.Room != room || int64(seg.Dur) != dur || seg.Slot() != r.slot) {
-			err = errMismatch
-		}
-		if err != nil {
-			skip(r.slot, err)
-			continue
-		}
-		// Remembered as of the segment's own time, so the window slides
-		// with the replay rather than with the wall clock.
-		at := (r.slot + 1) * dur
-		for _, msg := range seg.Messages {
-			msg, ok := m.admit(msg, at)
-			if !ok {
-				continue
-			}
-			if err := fn(msg); err != nil {
-				return err
-			}
+		if err := p.segment(r); err != nil {
+			return err
 		}
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return errors.Join(skipped...)
+	return errors.Join(p.skipped...)
+}
+
+// segment decodes one fetched segment and hands its new messages to fn;
+// only fn's error is returned (a bad segment is skipped).
+func (p *replayer) segment(r slotResult) error {
+	seg, err := wire.DecodeSegment(r.body)
+	if err == nil && (seg.Room != p.room || int64(seg.Dur) != p.dur || seg.Slot() != r.slot) {
+		err = errMismatch
+	}
+	if err != nil {
+		p.skip(r.slot, err)
+		return nil
+	}
+	// Remembered as of the segment's own time, so the window slides
+	// with the replay rather than with the wall clock.
+	at := (r.slot + 1) * p.dur
+	for _, msg := range seg.Messages {
+		msg, ok := p.m.admit(msg, at)
+		if !ok {
+			continue
+		}
+		if err := p.fn(msg); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // replayGet fetches one segment, retrying network and server errors.

@@ -147,6 +147,11 @@ type loadResult struct {
 	codes     sync.Map // status → *atomic.Int64
 	latencies []time.Duration
 	latMu     sync.Mutex
+	// early503 counts 503s answered by a handler that ran for less than
+	// the hold: refusals the hold does not explain. longestServe is the
+	// longest handler run (ns), apart from the driver's own backlog.
+	early503     atomic.Int64
+	longestServe atomic.Int64
 }
 
 func (lr *loadResult) code(status int) {
@@ -219,9 +224,16 @@ func (r *loadRig) drive(tokens []string, d time.Duration, rate func(elapsed time
 				req.Header.Set("Content-Type", "application/json")
 				req.Header.Set("Authorization", "Bearer "+tok)
 				rec := httptest.NewRecorder()
+				start := time.Now()
 				n.engine.ServeHTTP(rec, req)
+				served := time.Since(start)
 				lat := time.Since(due)
 				lr.code(rec.Code)
+				if rec.Code == http.StatusServiceUnavailable && served < defaultHold {
+					lr.early503.Add(1)
+				}
+				for old := lr.longestServe.Load(); int64(served) > old && !lr.longestServe.CompareAndSwap(old, int64(served)); old = lr.longestServe.Load() {
+				}
 				lr.latMu.Lock()
 				lr.latencies = append(lr.latencies, lat)
 				lr.latMu.Unlock()

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"danmaku/auth"
+	"danmaku/internal/devmode"
 )
 
 // EntryPulseConfig configures RunEntryPulse: a pulse at the entry
@@ -142,10 +143,10 @@ func SaturatedRate(perSecond []int64, limited []int64) (rate float64, ok bool) {
 // RunEntryPulse runs the pulse until cfg.Ramp has passed or ctx ends.
 func RunEntryPulse(ctx context.Context, cfg EntryPulseConfig) (*EntryPulseReport, error) {
 	if cfg.GSLB == "" {
-		cfg.GSLB = "http://127.0.0.1:7700"
+		cfg.GSLB = devmode.GSLBURL
 	}
 	if cfg.Room == "" {
-		cfg.Room = "demo"
+		cfg.Room = devmode.Room
 	}
 	if len(cfg.TicketKey) == 0 {
 		cfg.TicketKey = auth.DevTicketKey

@@ -15,7 +15,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
-	"danmaku/internal/httpx"
+	"danmaku/internal/strictjson"
 )
 
 // The entry endpoint verifies a business ticket once per viewer joining,
@@ -160,18 +160,18 @@ func (v *TicketVerifier) checkHeader(seg string) error {
 }
 
 // strictClaims checks a ticket's payload as every JSON body is checked
-// (httpx.CheckJSON): UTF-8, no half surrogate pair, each claim of Ticket
+// (strictjson.CheckJSON): UTF-8, no half surrogate pair, each claim of Ticket
 // spelt exactly and none repeated. encoding/json, which the jwt library
 // decodes claims with, matches names in any case and keeps the last of
 // repeated ones, so {"sub":"alice","Role":"admin"} was an admin's ticket.
 // The claim set is open: other claims are passed over.
 func strictClaims(payload []byte) *ClaimError {
-	err := httpx.CheckJSON(payload, (*Ticket)(nil), false)
+	err := strictjson.CheckJSON(payload, (*Ticket)(nil), false)
 	if err == nil {
 		return nil
 	}
 	ce := &ClaimError{Claim: "payload", Reason: err.Error()}
-	if je, ok := errors.AsType[*httpx.JSONError](err); ok {
+	if je, ok := errors.AsType[*strictjson.JSONError](err); ok {
 		ce.Reason = je.Reason
 		if je.Member != "" {
 			ce.Claim = je.Member
@@ -189,7 +189,7 @@ func strictPayload(token string, v any) error {
 	if err != nil {
 		return err
 	}
-	return httpx.CheckJSON(b, v, false)
+	return strictjson.CheckJSON(b, v, false)
 }
 
 // parse verifies a ticket's header, signature and times and returns its

@@ -19,7 +19,9 @@ import (
 	"github.com/gobwas/ws"
 
 	"danmaku/auth"
+	"danmaku/internal/event"
 	"danmaku/internal/httpx"
+	"danmaku/internal/strictjson"
 	"danmaku/sdk/wire"
 )
 
@@ -49,7 +51,7 @@ const maxTokenLen = 4 << 10
 // hello is the first frame a browser sends: a page cannot set headers on a
 // WebSocket, and a token in the URL leaks into logs, proxies and redirect
 // Locations. Text frame, JSON: {"token": "...", "last": "<id>"}; last is
-// optional. Names are exact and none may repeat (httpx.CheckJSON, as for
+// optional. Names are exact and none may repeat (strictjson.CheckJSON, as for
 // a request body: {"TOKEN":…} is refused, not read as the token); other
 // members are ignored so a later SDK may add some.
 type hello struct {
@@ -66,7 +68,7 @@ func parseHello(b []byte) (hello, error) {
 	if len(b) == 0 || b[0] != '{' {
 		return hello{}, fmt.Errorf("%w: not a JSON object", errBadHello)
 	}
-	if err := httpx.CheckJSON(b, &h, false); err != nil {
+	if err := strictjson.CheckJSON(b, &h, false); err != nil {
 		return hello{}, fmt.Errorf("%w: %v", errBadHello, err)
 	}
 	if err := json.Unmarshal(b, &h); err != nil {
@@ -101,8 +103,9 @@ func (s *Server) checkToken(tok string) (*auth.Claims, *refusal) {
 		return nil, &refusal{http.StatusBadRequest, CodeBadRequest, CloseBadHello, "token names an invalid room"}
 	}
 	if s.cfg.Events != nil {
-		if e := s.cfg.Events.Check(claims.Room); e != nil {
+		if err := s.cfg.Events.Check(claims.Room); err != nil {
 			// 4404 / 4409 / 4503: the HTTP status, in the private range.
+			e := event.RoomHTTPError(err)
 			return nil, &refusal{e.Status, e.Code, 4000 + e.Status, e.Message}
 		}
 	}

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"unicode/utf8"
 
-	"danmaku/internal/httpx"
+	"danmaku/internal/strictjson"
 )
 
 // maxLastLen bounds the last query parameter: "<ms>-<seq>" with 64-bit
@@ -39,7 +39,7 @@ func parseLast(s string) (id msgID, ok bool, err error) {
 //
 //	{"drops": 12, "held": 3, "segs": 10, "hits": 10, "lat": [0,0,4,…]}
 //
-// Names are exact and none may repeat (httpx.CheckJSON, as for a request
+// Names are exact and none may repeat (strictjson.CheckJSON, as for a request
 // body); other members are ignored so that the SDK can add counters first.
 type report struct {
 	// Drops is messages dropped from the render queue.
@@ -83,7 +83,7 @@ func parseReport(b []byte) (report, error) {
 		}
 		return r, errReportSyntax
 	}
-	if err := httpx.CheckJSON(b, &r, false); err != nil {
+	if err := strictjson.CheckJSON(b, &r, false); err != nil {
 		// {"DROPS":…} or a counter twice breaks the protocol as surely as
 		// a syntax error: encoding/json would read one of our names in it.
 		return report{}, fmt.Errorf("%w: %v", errReportSyntax, err)

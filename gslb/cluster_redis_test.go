@@ -64,8 +64,20 @@ func TestTwoAllocatorsTenNodesOnRedis(t *testing.T) {
 		}
 		return seen
 	}
+	ingestsOf := func(a *gslb.Allocator) map[string]bool {
+		seen := map[string]bool{}
+		for u := range 200 {
+			if al, err := a.Allocate(fmt.Sprintf("u%d", u), netip.Addr{}); err == nil {
+				seen[al.Ingest[0]] = true
+			}
+		}
+		return seen
+	}
+	// All ten, the ingests too: an allocator that has not yet read one
+	// ingest's first report chooses another for its users.
 	waitFor(t, "both allocators see the ten nodes", func() bool {
-		return len(edgesOf(allocs[0])) == 5 && len(edgesOf(allocs[1])) == 5
+		return len(edgesOf(allocs[0])) == 5 && len(edgesOf(allocs[1])) == 5 &&
+			len(ingestsOf(allocs[0])) == 5 && len(ingestsOf(allocs[1])) == 5
 	})
 	for u := range 100 {
 		user := fmt.Sprintf("u%d", u)

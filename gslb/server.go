@@ -357,8 +357,8 @@ func (s *Server) entry(c *gin.Context) {
 	scopeRequired := false
 	if s.cfg.Events != nil {
 		// Before the ticket: an unknown room costs nothing but a map read.
-		if e := s.cfg.Events.Check(room); e != nil {
-			s.fail(c, e)
+		if err := s.cfg.Events.Check(room); err != nil {
+			s.fail(c, event.RoomHTTPError(err))
 			return
 		}
 		v, _ := s.cfg.Events.Lookup(room)

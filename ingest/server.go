@@ -679,8 +679,8 @@ func (s *Server) live(c *gin.Context, room string) bool {
 	if s.cfg.Events == nil {
 		return true
 	}
-	if e := s.cfg.Events.Check(room); e != nil {
-		s.reject(c, "room", e)
+	if err := s.cfg.Events.Check(room); err != nil {
+		s.reject(c, "room", event.RoomHTTPError(err))
 		return false
 	}
 	return true

@@ -29,7 +29,7 @@ func (id *identity) register(fs interface {
 	StringVar(*string, string, string, string)
 }, defaultUser, defaultRole string) {
 	fs.StringVar(&id.entry, "entry", defaultEntry, "entry endpoint (gslb) base URL")
-	fs.StringVar(&id.room, "room", "demo", "room id")
+	fs.StringVar(&id.room, "room", stack.DemoRoom, "room id")
 	fs.StringVar(&id.user, "user", defaultUser, "user id (for a dev ticket)")
 	fs.StringVar(&id.nick, "nick", "", "nickname (for a dev ticket; default: the user id)")
 	fs.StringVar(&id.role, "role", defaultRole, "viewer, host or admin (for a dev ticket)")
@@ -199,7 +199,7 @@ func runGift(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs := newFlags("gift", stderr)
 	ingestURL := fs.String("ingest", "http://"+stack.DefaultIngestAddr, "ingest base URL")
 	key := fs.String("key", stack.DevServiceKey, "service key of the gift API")
-	room := fs.String("room", "demo", "room id")
+	room := fs.String("room", stack.DemoRoom, "room id")
 	user := fs.String("user", "bob", "sender's user id")
 	nick := fs.String("nick", "", "sender's nickname")
 	gift := fs.String("gift", "rose", "gift code")
@@ -298,7 +298,7 @@ func formatMessage(m sdk.Message) string {
 func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("replay", stderr)
 	cdn := fs.String("cdn", "http://"+stack.DefaultOriginAddr+"/", "CDN (or origin) base URL")
-	room := fs.String("room", "demo", "room id")
+	room := fs.String("room", stack.DemoRoom, "room id")
 	from := fs.Int64("from", 0, "first unix second (default: -last seconds ago)")
 	to := fs.Int64("to", 0, "unix second after the last (default: now)")
 	last := fs.Duration("last", time.Minute, "with no -from: how far back to start")

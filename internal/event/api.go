@@ -240,3 +240,24 @@ func (a *API) delete(c *gin.Context) {
 	a.changed(ctx)
 	c.JSON(http.StatusOK, gin.H{"ok": true})
 }
+
+// RoomHTTPError is how a handler answers Directory.Check's refusal: 503
+// events_unavailable (retry after a second), 404 no_such_room, 409
+// room_not_live, with Check's message.
+func RoomHTTPError(err error) *httpx.Error {
+	var re *RoomError
+	if !errors.As(err, &re) {
+		return httpx.Errorf(http.StatusInternalServerError, httpx.CodeInternal, "internal error")
+	}
+	switch {
+	case errors.Is(err, ErrNotLoaded):
+		e := httpx.Errorf(http.StatusServiceUnavailable, "events_unavailable", "%s", re.Message)
+		e.RetryAfter = time.Second
+		return e
+	case errors.Is(err, ErrNoSuchRoom):
+		return httpx.Errorf(http.StatusNotFound, "no_such_room", "%s", re.Message)
+	case errors.Is(err, ErrRoomNotLive):
+		return httpx.Errorf(http.StatusConflict, "room_not_live", "%s", re.Message)
+	}
+	return httpx.Errorf(http.StatusInternalServerError, httpx.CodeInternal, "internal error")
+}

@@ -3,13 +3,12 @@ package event
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
-	"net/http"
 	"sync/atomic"
 	"time"
 
 	"danmaku/internal/clock"
-	"danmaku/internal/httpx"
 	"danmaku/internal/reload"
 )
 
@@ -212,24 +211,46 @@ func (d *Directory) Events() []Event {
 	return s.events
 }
 
+// The reasons Check refuses a room (errors.Is on its *RoomError).
+var (
+	// ErrNotLoaded: the directory has not loaded the events yet; a client
+	// retries shortly.
+	ErrNotLoaded = errors.New("event: events not loaded yet")
+	// ErrNoSuchRoom: no event names the room.
+	ErrNoSuchRoom = errors.New("event: room is not in any event")
+	// ErrRoomNotLive: the room's event has not started yet, or has ended.
+	ErrRoomNotLive = errors.New("event: room not live")
+)
+
+// RoomError is what Check refuses a room with: the reason, one of the
+// sentinels above, and a message for people that names the room and its
+// event. Handlers answer it with RoomHTTPError.
+type RoomError struct {
+	Reason  error
+	Message string
+}
+
+func (e *RoomError) Error() string { return e.Message }
+
+// Unwrap returns the reason.
+func (e *RoomError) Unwrap() error { return e.Reason }
+
 // Check answers whether clients may use room now: nil for a room of a live
-// event, else the coded error to answer with — 404 no_such_room for a room
-// no event names, 409 room_not_live before its event starts or after it
-// ends, 503 events_unavailable before the first load.
-func (d *Directory) Check(room string) *httpx.Error {
+// event, else a *RoomError — ErrNoSuchRoom for a room no event names,
+// ErrRoomNotLive before its event starts or after it ends, ErrNotLoaded
+// before the first load.
+func (d *Directory) Check(room string) error {
 	if !d.Ready() {
-		e := httpx.Errorf(http.StatusServiceUnavailable, "events_unavailable", "events not loaded yet; retry shortly")
-		e.RetryAfter = time.Second
-		return e
+		return &RoomError{ErrNotLoaded, "events not loaded yet; retry shortly"}
 	}
 	v, ok := d.Lookup(room)
 	switch {
 	case !ok:
-		return httpx.Errorf(http.StatusNotFound, "no_such_room", "room %q is not in any event", room)
+		return &RoomError{ErrNoSuchRoom, fmt.Sprintf("room %q is not in any event", room)}
 	case v.State == Scheduled:
-		return httpx.Errorf(http.StatusConflict, "room_not_live", "room %q opens when event %q starts, at %s", room, v.Event.ID, v.Event.Start.UTC().Format(time.RFC3339))
+		return &RoomError{ErrRoomNotLive, fmt.Sprintf("room %q opens when event %q starts, at %s", room, v.Event.ID, v.Event.Start.UTC().Format(time.RFC3339))}
 	case v.State == Ended:
-		return httpx.Errorf(http.StatusConflict, "room_not_live", "room %q closed when event %q ended, at %s", room, v.Event.ID, v.Event.EndTime().UTC().Format(time.RFC3339))
+		return &RoomError{ErrRoomNotLive, fmt.Sprintf("room %q closed when event %q ended, at %s", room, v.Event.ID, v.Event.EndTime().UTC().Format(time.RFC3339))}
 	}
 	return nil
 }

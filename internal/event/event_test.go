@@ -152,7 +152,8 @@ func TestDirectory(t *testing.T) {
 		}
 	}
 	d, _ := event.NewDirectory(event.DirectoryConfig{Store: store, Clock: clk})
-	if d.Ready() || d.Check("main") == nil || d.Check("main").Code != "events_unavailable" {
+	if e := event.RoomHTTPError(d.Check("main")); d.Ready() || !errors.Is(d.Check("main"), event.ErrNotLoaded) ||
+		e.Code != "events_unavailable" || e.Status != http.StatusServiceUnavailable || e.RetryAfter <= 0 {
 		t.Fatal("an unloaded directory must answer a retryable 503")
 	}
 	if err := d.Refresh(ctx); err != nil {
@@ -163,15 +164,22 @@ func TestDirectory(t *testing.T) {
 	if !ok || v.Event.ID != "xmas" || v.State != event.Live || v.Room.SegmentMs != 0 {
 		t.Fatalf("Lookup(main) = %+v", v)
 	}
-	if d.Check("main") != nil || d.Check("nowhere").Code != "no_such_room" || len(d.LiveRooms()) != 2 {
+	if d.Check("main") != nil || !errors.Is(d.Check("nowhere"), event.ErrNoSuchRoom) ||
+		event.RoomHTTPError(d.Check("nowhere")).Code != "no_such_room" || len(d.LiveRooms()) != 2 {
 		t.Fatal("live rooms")
 	}
 	clk.Set(show.End)
-	if e := d.Check("main"); e == nil || e.Code != "room_not_live" || e.Status != http.StatusConflict {
+	if err := d.Check("main"); !errors.Is(err, event.ErrRoomNotLive) {
+		t.Fatalf("after the end: %v", err)
+	}
+	if e := event.RoomHTTPError(d.Check("main")); e.Code != "room_not_live" || e.Status != http.StatusConflict {
 		t.Fatalf("after the end: %v", e)
 	}
 	if v, _ := d.Lookup("main"); v.Event.ID != "xmas" {
 		t.Fatalf("after both ended, the last to end wins: %s", v.Event.ID)
+	}
+	if e := event.RoomHTTPError(errors.New("not Check's")); e.Status != http.StatusInternalServerError {
+		t.Fatalf("another error: %v, want a 500", e)
 	}
 }
 

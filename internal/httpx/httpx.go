@@ -5,7 +5,6 @@
 package httpx
 
 import (
-	"bytes"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -16,16 +15,16 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"reflect"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"danmaku/internal/strictjson"
 )
 
 // Error is the one error shape clients see:
@@ -47,8 +46,8 @@ func Errorf(status int, code, format string, args ...any) *Error {
 
 // Common codes shared by every role.
 const (
-	CodeBadJSON      = "bad_json"
-	CodeBadUTF8      = "bad_utf8"
+	CodeBadJSON      = strictjson.CodeBadJSON
+	CodeBadUTF8      = strictjson.CodeBadUTF8
 	CodeBadRequest   = "bad_request"
 	CodeTooLarge     = "body_too_large"
 	CodeBodyRefused  = "body_not_allowed"
@@ -79,7 +78,9 @@ func Abort(c *gin.Context, e *Error) {
 // a field only in case, and duplicate keys are refused (400 bad_json), so a
 // misspelt field is a clear error and no two readers of one body can see
 // different values; one JSON value, nothing after it. Messages speak of
-// fields by their JSON path and of JSON types, never of Go types.
+// fields by their JSON path and of JSON types, never of Go types. The
+// decoding is strictjson.Decode's, the one strict decoder; BindJSON adds the
+// body's limits and the HTTP statuses.
 //
 // A body declared longer than limit is refused (413 body_too_large) before
 // a byte of it is read: net/http sends "100 Continue" at the first read, so
@@ -109,23 +110,9 @@ func BindJSON(c *gin.Context, limit int64, v any) *Error {
 	if err != nil {
 		return jsonError(err, limit)
 	}
-	if len(bytes.TrimLeft(data, " \t\r\n")) == 0 {
-		return Errorf(http.StatusBadRequest, CodeBadJSON, "empty body")
-	}
-	if !utf8.Valid(data) {
-		return Errorf(http.StatusBadRequest, CodeBadUTF8, "body is not valid UTF-8 (byte %d)", firstInvalidUTF8(data))
-	}
-	sc := schemaOf(reflect.TypeOf(v))
-	if f := checkJSON(data, sc); f != nil {
-		return f.httpError()
-	}
-	// The scan has refused every key encoding/json would not match exactly,
-	// so Unmarshal (which does not copy the body again, unlike a Decoder)
-	// is left with type errors only.
-	if err := json.Unmarshal(data, v); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
-			return typeError(te, data, sc)
+	if err := strictjson.Decode(data, v); err != nil {
+		if de, ok := errors.AsType[*strictjson.Error](err); ok {
+			return &Error{Status: http.StatusBadRequest, Code: de.Code, Message: de.Message}
 		}
 		return jsonError(err, limit)
 	}
@@ -154,18 +141,6 @@ func readAll(r io.Reader, b []byte) ([]byte, error) {
 			return b, err
 		}
 	}
-}
-
-// firstInvalidUTF8 is the offset of the first byte that is not UTF-8.
-func firstInvalidUTF8(b []byte) int {
-	for i := 0; i < len(b); {
-		r, n := utf8.DecodeRune(b[i:])
-		if r == utf8.RuneError && n <= 1 {
-			return i
-		}
-		i += n
-	}
-	return len(b)
 }
 
 // defaultAnswerTime is how long the answer to a body that timed out has to
@@ -208,7 +183,6 @@ func tooLarge(limit int64) *Error {
 func jsonError(err error, limit int64) *Error {
 	var (
 		mbe *http.MaxBytesError
-		se  *json.SyntaxError
 		ie  *json.InvalidUnmarshalError
 	)
 	switch {
@@ -217,12 +191,10 @@ func jsonError(err error, limit int64) *Error {
 	case errors.As(err, &ie):
 		// A handler passed something that is not a pointer: our bug.
 		return Errorf(http.StatusInternalServerError, CodeInternal, "internal error")
-	case errors.As(err, &se):
-		return Errorf(http.StatusBadRequest, CodeBadJSON, "malformed JSON at byte %d", se.Offset)
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return Errorf(http.StatusBadRequest, CodeBadJSON, "truncated body")
 	}
-	// A field's own decoder (json.Unmarshaler) refused its value.
+	// The body's read failed otherwise.
 	return Errorf(http.StatusBadRequest, CodeBadJSON, "a field's value does not parse: %v", err)
 }
 

@@ -230,48 +230,16 @@ func TestBindJSONNotAPointer(t *testing.T) {
 	}
 }
 
-// Ambiguous embedded fields are no field at all, as for encoding/json.
-func TestSchemaFollowsEncodingJSON(t *testing.T) {
+// Ambiguous embedded fields are no field at all, as for encoding/json
+// (jsonx's TestSchemaFollowsEncodingJSON lists them); over HTTP too.
+func TestBindFollowsEncodingJSON(t *testing.T) {
 	type A struct{ Name, OnlyA string }
-	type B struct{ Name string }
 	type C struct {
 		Tagged string `json:"Name"`
-	}
-	type both struct {
-		A
-		B
 	}
 	type tagWins struct {
 		A
 		C
-	}
-	type shallowWins struct {
-		A
-		Name int `json:"Name"`
-	}
-	for _, tc := range []struct {
-		v    any
-		want []string
-	}{
-		{&both{}, []string{"OnlyA"}},
-		{&tagWins{}, []string{"Name", "OnlyA"}},
-		{&shallowWins{}, []string{"Name", "OnlyA"}},
-		{&struct {
-			X int `json:"x,omitempty"`
-			Y int `json:",string"`
-			Z int `json:"-,"`
-			w int
-		}{}, []string{"-", "Y", "x"}},
-	} {
-		sc := schemaOf(reflect.TypeOf(tc.v))
-		var got []string
-		for _, f := range sc.fields {
-			got = append(got, f.name)
-		}
-		slicesSort(got)
-		if !reflect.DeepEqual(got, tc.want) {
-			t.Errorf("%T: fields %v, want %v", tc.v, got, tc.want)
-		}
 	}
 	var tw tagWins
 	if status, e := bind(t, `{"Name":"x"}`, 100, &tw); status != 204 || tw.Tagged != "x" || tw.A.Name != "" {
@@ -286,20 +254,10 @@ func TestSchemaFollowsEncodingJSON(t *testing.T) {
 	}
 }
 
-func slicesSort(s []string) {
-	for i := range s {
-		for j := i + 1; j < len(s); j++ {
-			if s[j] < s[i] {
-				s[i], s[j] = s[j], s[i]
-			}
-		}
-	}
-}
-
 // FuzzBindJSON: any body gets a success or a coded 4xx, never a panic; a
 // success is a body encoding/json also takes (with the same result), that
-// is valid UTF-8 and has no duplicate keys; and the scan's syntax verdict
-// is encoding/json's.
+// is valid UTF-8 and has no duplicate keys (jsonx's FuzzScanSyntax holds
+// the scan's syntax verdict to encoding/json's).
 func FuzzBindJSON(f *testing.F) {
 	for _, s := range []string{
 		`{"text":"hi","n":1}`, `{"rooms":[{"id":"a","limits":{"x":1}}]}`, `{"n":1,"n":2}`, `{"Text":"x"}`,
@@ -332,63 +290,5 @@ func FuzzBindJSON(f *testing.F) {
 				t.Fatalf("%q: decoded %+v, encoding/json %+v", body, b, want)
 			}
 		}
-		if !utf8.Valid(body) {
-			return
-		}
-		switch fault := checkJSON(body, nil); {
-		case fault == nil:
-			if !json.Valid(body) {
-				t.Fatalf("scan accepts %q, encoding/json does not", body)
-			}
-		case fault.kind == faultSyntax || fault.kind == faultTruncated || fault.kind == faultTrailing:
-			if json.Valid(body) {
-				t.Fatalf("scan refuses %q as malformed (%v), encoding/json takes it", body, fault.httpError())
-			}
-		}
 	})
-}
-
-// TestCheckJSON: JSON read outside a body (claims, frames) gets BindJSON's
-// rules — exact names, no duplicates, UTF-8, one value — with unknown
-// members refused in a closed format and passed over in an open one.
-func TestCheckJSON(t *testing.T) {
-	type frame struct {
-		Token string `json:"token"`
-		Last  string `json:"last"`
-	}
-	for _, tc := range []struct {
-		data           string
-		closed         bool
-		member, reason string // "" and "": accepted
-	}{
-		{`{"token":"t","last":"1-0"}`, true, "", ""},
-		{` {"t\u006fken":"t"} `, true, "", ""},
-		{`{"token":"t","other":[1,{"x":2}]}`, false, "", ""},
-		{`{"token":"t","other":1}`, true, "other", "unknown"},
-		{`{"TOKEN":"t"}`, false, "TOKEN", `names are case-sensitive; did you mean "token"?`},
-		{`{"Token":"t"}`, true, "Token", `names are case-sensitive; did you mean "token"?`},
-		{`{"la\u017Ft":"1-0"}`, false, "laſt", `names are case-sensitive; did you mean "last"?`},
-		{`{"token":"a","token":"b"}`, false, "token", "repeated"},
-		{`{"token":"a","x":1,"x":2}`, false, "x", "repeated"},
-		{`{"token":"a"} {}`, false, "", "data after the JSON value at byte 14: a body holds one JSON value"},
-		{`{"token":"a`, false, "", "truncated JSON"},
-		{"{\"token\":\"\xff\"}", false, "", "not valid UTF-8"},
-		{`{"token":"\ud800"}`, false, "", `field "token" holds the escape \ud800 at byte 10, half of a surrogate pair without its other half: not a character`},
-	} {
-		err := CheckJSON([]byte(tc.data), &frame{}, tc.closed)
-		if tc.reason == "" {
-			if err != nil {
-				t.Errorf("%s (closed %v): %v", tc.data, tc.closed, err)
-			}
-			continue
-		}
-		je, ok := err.(*JSONError)
-		if !ok || je.Member != tc.member || je.Reason != tc.reason {
-			t.Errorf("%s (closed %v): %#v, want member %q reason %q", tc.data, tc.closed, err, tc.member, tc.reason)
-		}
-	}
-	data := []byte(`{"token":"t","last":"1-0","x":1}`)
-	if n := testing.AllocsPerRun(100, func() { _ = CheckJSON(data, (*frame)(nil), false) }); n != 0 {
-		t.Errorf("CheckJSON of valid data allocates %v times", n)
-	}
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"danmaku/auth"
+	"danmaku/internal/devmode"
 )
 
 // EntryPulseConfig configures RunEntryPulse: a pulse at the entry
@@ -161,10 +162,10 @@ func RunEntryPulse(ctx context.Context, cfg EntryPulseConfig) (*EntryPulseReport
 // withDefaults fills the zero fields of cfg and checks the others.
 func (cfg *EntryPulseConfig) withDefaults() error {
 	if cfg.GSLB == "" {
-		cfg.GSLB = "http://127.0.0.1:7700"
+		cfg.GSLB = devmode.GSLBURL
 	}
 	if cfg.Room == "" {
-		cfg.Room = "demo"
+		cfg.Room = devmode.Room
 	}
 	if len(cfg.TicketKey) == 0 {
 		cfg.TicketKey = auth.DevTicketKey

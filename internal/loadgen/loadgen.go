@@ -49,7 +49,7 @@ import (
 	"unicode/utf8"
 
 	"danmaku/auth"
-	"danmaku/internal/stack"
+	"danmaku/internal/devmode"
 )
 
 // Config configures a Generator. Every field has a zero-value default named
@@ -205,14 +205,14 @@ const (
 // applyDefaults fills in zero values and checks the rest.
 func (c *Config) applyDefaults() error {
 	if c.GSLB == "" {
-		c.GSLB = "http://" + stack.DefaultGSLBAddr
+		c.GSLB = devmode.GSLBURL
 	}
 	c.GSLB = strings.TrimRight(c.GSLB, "/")
 	if !strings.HasPrefix(c.GSLB, "http://") && !strings.HasPrefix(c.GSLB, "https://") {
 		return fmt.Errorf("loadgen: GSLB %q is not an http(s) URL", c.GSLB)
 	}
 	if c.Room == "" {
-		c.Room = stack.DemoRoom
+		c.Room = devmode.Room
 	}
 	if c.Shards == 0 {
 		c.Shards = 1
@@ -236,7 +236,7 @@ func (c *Config) applyDefaults() error {
 		return fmt.Errorf("loadgen: Keyword: at most %d characters of valid UTF-8", maxKeywordRunes)
 	}
 	if c.GiftKey == "" {
-		c.GiftKey = stack.DevServiceKey
+		c.GiftKey = devmode.ServiceKey
 	}
 	if c.GiftIngest != "" {
 		c.GiftIngest = strings.TrimRight(c.GiftIngest, "/")

@@ -1,19 +1,16 @@
 package ratelimit
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
 	"net/netip"
 	"strings"
 	"time"
 
-	"github.com/gin-gonic/gin"
-
 	"danmaku/internal/httpx"
+	"danmaku/internal/strictjson"
 )
 
 // Rules is the rules document: what a RuleSource holds and Parse reads.
@@ -126,15 +123,20 @@ func badRule(i int, field, format string, args ...any) *ConfigError {
 	return &ConfigError{Code: CodeBadRules, Message: fmt.Sprintf("rules[%d].%s: ", i, field) + fmt.Sprintf(format, args...)}
 }
 
-// Parse decodes and checks a rules document. It reads JSON the way every
-// request body is read (httpx.BindJSON: unknown, repeated and case-variant
-// fields refused, one value, valid UTF-8), so that a typo in a limit is an
-// error at load, not a rule silently missing.
+// Parse decodes and checks a rules document. It reads JSON with the
+// decoder every request body is read with (strictjson.Decode: unknown, repeated
+// and case-variant fields refused, one value, valid UTF-8), so that a typo
+// in a limit is an error at load, not a rule silently missing.
 func Parse(data []byte) (Rules, error) {
+	if len(data) > MaxDocument {
+		return Rules{}, &ConfigError{Code: httpx.CodeTooLarge, Message: fmt.Sprintf("body exceeds %d bytes", MaxDocument)}
+	}
 	var r Rules
-	c := &gin.Context{Request: &http.Request{Body: io.NopCloser(bytes.NewReader(data))}}
-	if e := httpx.BindJSON(c, MaxDocument, &r); e != nil {
-		return Rules{}, &ConfigError{Code: e.Code, Message: e.Message}
+	if err := strictjson.Decode(data, &r); err != nil {
+		if e, ok := errors.AsType[*strictjson.Error](err); ok {
+			return Rules{}, &ConfigError{Code: e.Code, Message: e.Message}
+		}
+		return Rules{}, fmt.Errorf("ratelimit: %w", err) // not a pointer: our bug
 	}
 	if _, err := compile(r); err != nil {
 		return Rules{}, err

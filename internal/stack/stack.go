@@ -36,6 +36,7 @@ import (
 	"danmaku/ingest"
 	"danmaku/internal/audit"
 	"danmaku/internal/clock"
+	"danmaku/internal/devmode"
 	"danmaku/internal/event"
 	"danmaku/internal/httpx"
 	"danmaku/internal/loadtable"
@@ -59,16 +60,18 @@ const (
 // AllRoles is what `danmaku dev` runs.
 var AllRoles = []string{RoleGSLB, RoleIngest, RoleEdge, RoleSlicer, RoleOrigin}
 
-// Default listen addresses of embedded mode (docs/operations.md).
+// Default listen addresses of embedded mode (docs/operations.md), as
+// internal/devmode defines them for the stack and the tools alike.
 const (
-	DefaultGSLBAddr   = "127.0.0.1:7700"
-	DefaultIngestAddr = "127.0.0.1:7701"
-	DefaultEdgeAddr   = "127.0.0.1:7702"
-	DefaultOriginAddr = "127.0.0.1:7703"
-	DefaultSlicerAddr = "127.0.0.1:7704"
+	DefaultGSLBAddr   = devmode.GSLBAddr
+	DefaultIngestAddr = devmode.IngestAddr
+	DefaultEdgeAddr   = devmode.EdgeAddr
+	DefaultOriginAddr = devmode.OriginAddr
+	DefaultSlicerAddr = devmode.SlicerAddr
 	// DevServiceKey is every service key of `danmaku dev` (gift,
-	// announcement, operator). Public on purpose; refused everywhere else.
-	DevServiceKey = "dev-service-key"
+	// announcement, operator): devmode.ServiceKey. Public on purpose;
+	// refused everywhere else.
+	DevServiceKey = devmode.ServiceKey
 )
 
 // Backends are the stores of the roles, grouped by who uses them. Nil
@@ -388,8 +391,8 @@ func (c *Config) has(role string) bool {
 }
 
 // DemoRoom is the room of the event `danmaku dev` creates, so that the
-// README's commands and the demo page work as they are.
-const DemoRoom = "demo"
+// README's commands and the demo page work as they are: devmode.Room.
+const DemoRoom = devmode.Room
 
 // DemoEvent is the event `danmaku dev` creates: room "demo", live from
 // start for a week.

@@ -1,6 +1,13 @@
-// Package jsonx appends JSON strings exactly as encoding/json writes them,
-// without its reflection: for the few answers on hot paths (the entry's
-// token and answer, once per viewer joining) that are built by hand.
+// Package jsonx is the project's JSON beyond encoding/json, in two parts.
+// Decode and CheckJSON (strict.go) read JSON strictly — exact, known and
+// unrepeated member names, valid UTF-8, one value — so that no two readers
+// of a text see different values: the one strict decoder that the HTTP
+// binding (internal/httpx), the files parsed at load and the claims and
+// frames read outside a body all call. AppendString and AppendStrings
+// write JSON strings exactly as encoding/json does, without its
+// reflection, for the few answers on hot paths (the entry's token and
+// answer, once per viewer joining) that are built by hand. Everything here
+// is safe for concurrent use.
 package jsonx
 
 import (

@@ -1,7 +1,7 @@
-package httpx
+package strictjson
 
-// The checks encoding/json does not make, run over a body before it decodes
-// it. encoding/json quietly turns invalid UTF-8 and unpaired surrogate
+// The checks encoding/json does not make, run over a JSON text before it
+// decodes it (Decode: an HTTP body, a rules file; CheckJSON: claims, frames). encoding/json quietly turns invalid UTF-8 and unpaired surrogate
 // escapes into U+FFFD, keeps the last of duplicate keys (so a proxy that
 // reads the first sees another body than we do), and matches keys to struct
 // fields case-insensitively ("TEXT", "te\u0078t", even "nic\u212a" with a
@@ -13,7 +13,9 @@ package httpx
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"reflect"
 	"strconv"
 	"strings"
@@ -22,6 +24,87 @@ import (
 	"unicode"
 	"unicode/utf8"
 )
+
+// Codes of the errors Decode returns, as clients see them
+// (internal/httpx answers them with 400).
+const (
+	// CodeBadJSON: the text is not one JSON value of the target's shape.
+	CodeBadJSON = "bad_json"
+	// CodeBadUTF8: the text is not valid UTF-8, or escapes half a
+	// surrogate pair.
+	CodeBadUTF8 = "bad_utf8"
+)
+
+// Error is what Decode returns for a text it refuses: a stable code and a
+// message for people that names the field at fault by its JSON path.
+type Error struct {
+	Code    string
+	Message string
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+func errorf(code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// Decode decodes data, one JSON text, into v (as json.Unmarshal), strictly:
+// valid UTF-8, no half surrogate pair, one value, and in each object that
+// v's type describes a member's name spelt exactly as its field's, known,
+// and not repeated; type errors name the field by its JSON path and say in
+// JSON's words what it takes. It is the one strict decoder: the HTTP
+// binding (httpx.BindJSON) and the files parsed at load (rate-limit rules)
+// both call it. It returns nil, an *Error for a text it refuses, or
+// json.Unmarshal's *json.InvalidUnmarshalError when v is not a pointer
+// (the caller's bug).
+func Decode(data []byte, v any) error {
+	if len(bytes.TrimLeft(data, " \t\r\n")) == 0 {
+		return errorf(CodeBadJSON, "empty body")
+	}
+	if !utf8.Valid(data) {
+		return errorf(CodeBadUTF8, "body is not valid UTF-8 (byte %d)", firstInvalidUTF8(data))
+	}
+	sc := schemaOf(reflect.TypeOf(v))
+	if f := checkJSON(data, sc); f != nil {
+		return f.decodeError()
+	}
+	// The scan has refused every key encoding/json would not match exactly,
+	// so Unmarshal (which does not copy the data again, unlike a Decoder)
+	// is left with type errors only.
+	err := json.Unmarshal(data, v)
+	if err == nil {
+		return nil
+	}
+	var (
+		te *json.UnmarshalTypeError
+		se *json.SyntaxError
+		ie *json.InvalidUnmarshalError
+	)
+	switch {
+	case errors.As(err, &te):
+		return typeError(te, data, sc)
+	case errors.As(err, &ie):
+		return err
+	case errors.As(err, &se):
+		return errorf(CodeBadJSON, "malformed JSON at byte %d", se.Offset)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return errorf(CodeBadJSON, "truncated body")
+	}
+	// A field's own decoder (json.Unmarshaler) refused its value.
+	return errorf(CodeBadJSON, "a field's value does not parse: %v", err)
+}
+
+// firstInvalidUTF8 is the offset of the first byte that is not UTF-8.
+func firstInvalidUTF8(b []byte) int {
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n <= 1 {
+			return i
+		}
+		i += n
+	}
+	return len(b)
+}
 
 // maxJSONDepth bounds nesting: no body of ours nests beyond a handful of
 // levels, and the scan recurses.
@@ -270,9 +353,9 @@ func where(p []pathElem) string {
 	return fmt.Sprintf("field %q", pathString(p))
 }
 
-func (f *jsonFault) httpError() *Error {
+func (f *jsonFault) decodeError() *Error {
 	bad := func(format string, args ...any) *Error {
-		return Errorf(400, CodeBadJSON, format, args...)
+		return errorf(CodeBadJSON, format, args...)
 	}
 	switch f.kind {
 	case faultTruncated:
@@ -282,7 +365,7 @@ func (f *jsonFault) httpError() *Error {
 	case faultDeep:
 		return bad("JSON nests deeper than %d levels", maxJSONDepth)
 	case faultSurrogate:
-		return Errorf(400, CodeBadUTF8, "%s holds the escape \\u%04x at byte %d, half of a surrogate pair without its other half: not a character", where(f.path), f.rune, f.offset)
+		return errorf(CodeBadUTF8, "%s holds the escape \\u%04x at byte %d, half of a surrogate pair without its other half: not a character", where(f.path), f.rune, f.offset)
 	case faultUnknown:
 		return bad("unknown field %q", pathString(f.path))
 	case faultCase:
@@ -340,12 +423,12 @@ type JSONError struct {
 	msg    string
 }
 
-// Error is the message BindJSON gives for the same fault.
+// Error is the message Decode gives for the same fault.
 func (e *JSONError) Error() string { return e.msg }
 
 // CheckJSON checks data, one JSON value that arrives outside a request
 // body — a ticket's claims, a WebSocket frame —, by the rules BindJSON
-// applies to a body before it decodes one, so that no two readers of it can
+// applies (Decode) before it decodes one, so that no two readers of it can
 // see different values: valid UTF-8, no half surrogate pair, one value, and
 // in each object that v's type describes (v as given to json.Unmarshal) a
 // member's name spelt exactly as its field's and no member twice. A member
@@ -364,7 +447,7 @@ func CheckJSON(data []byte, v any, closed bool) error {
 	if f == nil {
 		return nil
 	}
-	e := &JSONError{msg: f.httpError().Message}
+	e := &JSONError{msg: f.decodeError().Message}
 	e.Reason = e.msg
 	switch f.kind {
 	case faultUnknown:
@@ -536,8 +619,8 @@ func (s *jsonScanner) hex4(at int) (rune, bool) {
 }
 
 // str scans a string and returns its raw contents (between the quotes) and
-// whether it holds escapes. Bytes are valid UTF-8 already (BindJSON checks
-// the body first); what is left is control characters, escape syntax and
+// whether it holds escapes. Bytes are valid UTF-8 already (Decode and
+// CheckJSON check first); what is left is control characters, escape syntax and
 // surrogate escapes that pair up.
 func (s *jsonScanner) str() (raw []byte, escaped bool, f *jsonFault) {
 	s.i++
@@ -856,5 +939,5 @@ func typeError(te *json.UnmarshalTypeError, data []byte, sc *schema) *Error {
 	if path != "" {
 		place = fmt.Sprintf("field %q", path)
 	}
-	return Errorf(400, CodeBadJSON, "%s must be %s (got %s)", place, jsonType(te.Type), got)
+	return errorf(CodeBadJSON, "%s must be %s (got %s)", place, jsonType(te.Type), got)
 }

@@ -194,7 +194,7 @@ func TestSameNodeIDNeverLeadsTwice(t *testing.T) {
 func TestHugeGiftValueIsHigh(t *testing.T) {
 	r := newRig(t, Config{})
 	m := wire.Message{Kind: wire.KindGift, Value: math.MaxInt64 / 2, Count: 7}
-	if q := r.s.queueOf(&m); q != QueueHighGift {
+	if q := queueOf(&m, r.s.cfg.HighGiftValue); q != QueueHighGift {
 		t.Fatalf("overflowing value × count went to %v", q)
 	}
 }

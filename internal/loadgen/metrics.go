@@ -1,7 +1,6 @@
 package loadgen
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -9,6 +8,9 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // The ingest answers {"ok":true} to a comment it stores and to one it drops
@@ -93,8 +95,9 @@ func scrapeOne(ctx context.Context, hc *http.Client, base string, fams []string,
 }
 
 // parseMetrics adds the samples of the wanted families in Prometheus text
-// exposition format to into. Only what the counters here need is read:
-// `name{labels} value [timestamp]`; comments and other families are skipped.
+// exposition format to into, read by the Prometheus client's own parser
+// (expfmt); other families are skipped, and so are samples that are not a
+// counter, gauge or untyped value.
 func parseMetrics(r io.Reader, fams []string, into map[series]float64) error {
 	exact := map[string]bool{}
 	var globs [][2]string // prefix, suffix
@@ -116,75 +119,36 @@ func parseMetrics(r io.Reader, fams []string, into map[series]float64) error {
 		}
 		return false
 	}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		end := strings.IndexAny(line, "{ ")
-		if end < 0 || !want(line[:end]) {
-			continue
-		}
-		name, rest := line[:end], line[end:]
-		var labels []string
-		if rest[0] == '{' {
-			var err error
-			labels, rest, err = parseLabels(rest[1:])
-			if err != nil {
-				return fmt.Errorf("metrics: %s: %w", name, err)
-			}
-		}
-		fields := strings.Fields(rest)
-		if len(fields) == 0 {
-			return fmt.Errorf("metrics: %s: no value", name)
-		}
-		v, err := strconv.ParseFloat(fields[0], 64)
-		if err != nil {
-			return fmt.Errorf("metrics: %s: value %q", name, fields[0])
-		}
-		sort.Strings(labels)
-		into[series{name, strings.Join(labels, ",")}] += v
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := parser.TextToMetricFamilies(r)
+	if err != nil {
+		return fmt.Errorf("metrics: %w", err)
 	}
-	return sc.Err()
-}
-
-// parseLabels reads `k="v",…}` and returns the pairs as `k="v"` and what
-// follows the closing brace.
-func parseLabels(s string) ([]string, string, error) {
-	var out []string
-	for {
-		s = strings.TrimLeft(s, " ,")
-		if strings.HasPrefix(s, "}") {
-			return out, s[1:], nil
+	for name, mf := range mfs {
+		if !want(name) {
+			continue
 		}
-		eq := strings.IndexByte(s, '=')
-		if eq < 0 || len(s) < eq+2 || s[eq+1] != '"' {
-			return nil, "", fmt.Errorf("malformed labels")
-		}
-		key := strings.TrimSpace(s[:eq])
-		var val strings.Builder
-		i := eq + 2
-		for ; i < len(s) && s[i] != '"'; i++ {
-			if s[i] == '\\' && i+1 < len(s) {
-				i++
-				switch s[i] {
-				case 'n':
-					val.WriteByte('\n')
-				default:
-					val.WriteByte(s[i])
-				}
+		for _, m := range mf.GetMetric() {
+			var v float64
+			switch {
+			case m.Counter != nil:
+				v = m.GetCounter().GetValue()
+			case m.Gauge != nil:
+				v = m.GetGauge().GetValue()
+			case m.Untyped != nil:
+				v = m.GetUntyped().GetValue()
+			default:
 				continue
 			}
-			val.WriteByte(s[i])
+			labels := make([]string, 0, len(m.GetLabel()))
+			for _, l := range m.GetLabel() {
+				labels = append(labels, l.GetName()+"="+strconv.Quote(l.GetValue()))
+			}
+			sort.Strings(labels)
+			into[series{name, strings.Join(labels, ",")}] += v
 		}
-		if i >= len(s) {
-			return nil, "", fmt.Errorf("unterminated label value")
-		}
-		out = append(out, key+"="+strconv.Quote(val.String()))
-		s = s[i+1:]
 	}
+	return nil
 }
 
 // delta is after minus before per series. A negative difference means a

@@ -23,11 +23,13 @@ var errStoreFault = errors.New("dial tcp 10.1.2.3:6379: connect: connection refu
 // downStore fails every call.
 type downStore struct{}
 
-func (downStore) Create(context.Context, event.Event) error        { return errStoreFault }
-func (downStore) Update(context.Context, event.Event) error        { return errStoreFault }
-func (downStore) Get(context.Context, string) (event.Event, error) { return event.Event{}, errStoreFault }
-func (downStore) List(context.Context) ([]event.Event, error)      { return nil, errStoreFault }
-func (downStore) Delete(context.Context, string) error             { return errStoreFault }
+func (downStore) Create(context.Context, event.Event) error { return errStoreFault }
+func (downStore) Update(context.Context, event.Event) error { return errStoreFault }
+func (downStore) Get(context.Context, string) (event.Event, error) {
+	return event.Event{}, errStoreFault
+}
+func (downStore) List(context.Context) ([]event.Event, error) { return nil, errStoreFault }
+func (downStore) Delete(context.Context, string) error        { return errStoreFault }
 
 // TestAPIStoreErrors: a failing events store is a 503 backend_unavailable
 // with a fixed message; the store's error goes to the log, with the

@@ -20,6 +20,7 @@ import (
 	"danmaku/internal/event"
 	"danmaku/internal/redisx/redistest"
 	"danmaku/internal/testenv"
+	"danmaku/internal/testwait"
 	"danmaku/sdk"
 )
 
@@ -227,16 +228,12 @@ func TestEventLifecycle(t *testing.T) {
 // reads want.
 func waitMetric(t *testing.T, ctx context.Context, base, name string, want float64) {
 	t.Helper()
-	for {
-		v, err := metricValue(ctx, base, name)
-		if err == nil && v == want {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%s at %s: %v (%v), want %v", name, base, v, err, want)
-		case <-time.After(100 * time.Millisecond):
-		}
+	var (
+		v   float64
+		err error
+	)
+	if !testwait.Poll(ctx, func() bool { v, err = metricValue(ctx, base, name); return err == nil && v == want }) {
+		t.Fatalf("%s at %s: %v (%v), want %v", name, base, v, err, want)
 	}
 }
 

@@ -5,12 +5,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"sort"
 	"strconv"
 	"strings"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
+	"danmaku/internal/metrictext"
 )
 
 // The ingest answers {"ok":true} to a comment it stores and to one it drops
@@ -95,9 +93,9 @@ func scrapeOne(ctx context.Context, hc *http.Client, base string, fams []string,
 }
 
 // parseMetrics adds the samples of the wanted families in Prometheus text
-// exposition format to into, read by the Prometheus client's own parser
-// (expfmt); other families are skipped, and so are samples that are not a
-// counter, gauge or untyped value.
+// exposition format to into (read by internal/metrictext); other families
+// are skipped, and so are samples that are not a counter, gauge or untyped
+// value.
 func parseMetrics(r io.Reader, fams []string, into map[series]float64) error {
 	exact := map[string]bool{}
 	var globs [][2]string // prefix, suffix
@@ -119,34 +117,12 @@ func parseMetrics(r io.Reader, fams []string, into map[series]float64) error {
 		}
 		return false
 	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	mfs, err := parser.TextToMetricFamilies(r)
+	got, err := metrictext.Parse(r, want)
 	if err != nil {
-		return fmt.Errorf("metrics: %w", err)
+		return err
 	}
-	for name, mf := range mfs {
-		if !want(name) {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			var v float64
-			switch {
-			case m.Counter != nil:
-				v = m.GetCounter().GetValue()
-			case m.Gauge != nil:
-				v = m.GetGauge().GetValue()
-			case m.Untyped != nil:
-				v = m.GetUntyped().GetValue()
-			default:
-				continue
-			}
-			labels := make([]string, 0, len(m.GetLabel()))
-			for _, l := range m.GetLabel() {
-				labels = append(labels, l.GetName()+"="+strconv.Quote(l.GetValue()))
-			}
-			sort.Strings(labels)
-			into[series{name, strings.Join(labels, ",")}] += v
-		}
+	for k, v := range got {
+		into[series{k.Family, k.Labels}] += v
 	}
 	return nil
 }

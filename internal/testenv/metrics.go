@@ -4,15 +4,12 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"slices"
-	"strconv"
 	"strings"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
+	"danmaku/internal/metrictext"
 )
 
-// MetricSeries scrapes base+"/metrics" with the Prometheus text parser and
+// MetricSeries scrapes base+"/metrics" (read by internal/metrictext) and
 // returns family name's series: each value (a counter, gauge or untyped
 // sample) keyed by its labels as `{k="v",k2="v2"}`, names sorted, "" for a
 // series without labels. A family the endpoint does not serve gives an
@@ -30,32 +27,15 @@ func MetricSeries(ctx context.Context, base, name string) (map[string]float64, e
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("GET %s/metrics: %s", base, resp.Status)
 	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	mfs, err := parser.TextToMetricFamilies(resp.Body)
+	got, err := metrictext.Parse(resp.Body, func(f string) bool { return f == name })
 	if err != nil {
 		return nil, fmt.Errorf("GET %s/metrics: %w", base, err)
 	}
 	out := map[string]float64{}
-	for _, m := range mfs[name].GetMetric() {
-		var v float64
-		switch {
-		case m.Counter != nil:
-			v = m.GetCounter().GetValue()
-		case m.Gauge != nil:
-			v = m.GetGauge().GetValue()
-		case m.Untyped != nil:
-			v = m.GetUntyped().GetValue()
-		default:
-			continue
-		}
-		var labels []string
-		for _, l := range m.GetLabel() {
-			labels = append(labels, l.GetName()+"="+strconv.Quote(l.GetValue()))
-		}
+	for k, v := range got {
 		key := ""
-		if len(labels) > 0 {
-			slices.Sort(labels)
-			key = "{" + strings.Join(labels, ",") + "}"
+		if k.Labels != "" {
+			key = "{" + k.Labels + "}"
 		}
 		out[key] = v
 	}

@@ -1,9 +1,10 @@
 # Danmaku: build, check and test. `make help` lists the targets.
 #
 # `make test` is what CI runs (.ci/run): it installs missing servers, checks
-# formatting and vet, runs every test with the race detector — integration
-# and end-to-end tests against real Redis, S3 (versitygw) and Varnish
-# included, and required — then runs every benchmark once.
+# formatting, vet and staticcheck (make lint), runs every test with the race
+# detector — integration and end-to-end tests against real Redis, S3
+# (versitygw) and Varnish included, and required — then runs every
+# benchmark once.
 #
 # Two modules: the server (danmaku, the root) and the SDK (danmaku/sdk, in
 # sdk/, which apps require). go.work puts both in one build, and `./...`
@@ -28,7 +29,7 @@ GOBIN_DIR := $(firstword $(subst :, ,$(shell $(GO) env GOPATH)))/bin
 endif
 export PATH := $(GOBIN_DIR):$(PATH):/usr/sbin:/usr/local/sbin
 
-.PHONY: help deps fmt-check vet test fuzz bench bench-latency bench-web bench-rooms bench-ingest bench-limits bench-roundtrips local-up local-down
+.PHONY: help deps fmt-check vet lint test fuzz bench bench-latency bench-web bench-rooms bench-ingest bench-limits bench-roundtrips local-up local-down
 
 help: ## list the targets
 	@echo "Targets:"
@@ -51,7 +52,10 @@ vet: ## go vet both modules; the SDK also alone, as an app builds it (its go.mod
 		echo "the SDK module's graph names server dependencies:"; echo "$$deps"; exit 1; fi; \
 	echo "sdk module graph: no server dependency"
 
-test: deps fmt-check vet ## deps + fmt-check + vet + race tests against real servers + every benchmark once
+lint: ## staticcheck over both modules at the version pinned in go.mod's tool block: any finding fails (a narrow //lint:ignore CHECK reason where one is wrong)
+	$(GO) tool staticcheck $(PKGS)
+
+test: deps fmt-check vet lint ## deps + fmt-check + vet + lint + race tests against real servers + every benchmark once
 	DANMAKU_REQUIRE_SERVERS=1 $(GO) test -race -count=1 -timeout 20m $(PKGS)
 	DANMAKU_REQUIRE_SERVERS=1 $(GO) test -run '^$$' -bench . -benchtime=1x -timeout 10m $(PKGS)
 

@@ -22,6 +22,7 @@ import (
 	"danmaku/auth"
 	"danmaku/internal/clock"
 	"danmaku/internal/stream"
+	"danmaku/internal/testwait"
 	"danmaku/sdk/wire"
 )
 
@@ -230,13 +231,7 @@ func sameIDs(t testing.TB, who string, got []wire.Message, want []string) {
 
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(safety)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	testwait.For(t, what, cond)
 }
 
 // counter reads a counter's value.

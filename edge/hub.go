@@ -9,6 +9,7 @@ import (
 
 	"github.com/gobwas/ws"
 
+	"danmaku/internal/backoff"
 	"danmaku/internal/stream"
 	"danmaku/sdk/wire"
 )
@@ -91,8 +92,7 @@ func (h *hub) run() {
 	go h.flushLoop()
 
 	after := last
-	backoff := 50 * time.Millisecond
-	failed := 0 // reads failed in a row: logged at the first and on recovery
+	retry := backoff.New(50*time.Millisecond, maxBackoff) // jittered: a failover stops every room's reader at once
 	for {
 		es, err := h.s.cfg.Store.Read(h.ctx, h.key, after, readCount, h.s.cfg.ReadBlock)
 		if h.ctx.Err() != nil {
@@ -102,20 +102,18 @@ func (h *hub) run() {
 			// The connections stay: they get what was missed once the
 			// store answers again (reads resume after the last id).
 			h.s.m.readErrors.Inc()
-			if failed++; failed == 1 {
+			if retry.Failures() == 0 {
 				h.s.log.Warn("edge: read live stream; retrying, connections kept", "room", h.room, "err", err)
 			}
-			if !sleepCtx(h.ctx, backoff) {
+			if !sleepCtx(h.ctx, retry.Next()) {
 				return
 			}
-			backoff = min(2*backoff, maxBackoff)
 			continue
 		}
-		if failed > 0 {
-			h.s.log.Info("edge: live stream read again", "room", h.room, "failed_reads", failed)
-			failed = 0
+		if n := retry.Failures(); n > 0 {
+			h.s.log.Info("edge: live stream read again", "room", h.room, "failed_reads", n)
+			retry.Reset()
 		}
-		backoff = 50 * time.Millisecond
 		if len(es) > 0 {
 			h.add(es)
 			after = es[len(es)-1].ID

@@ -47,8 +47,6 @@ type ring struct {
 
 func newRing(size int) ring { return ring{size: size} }
 
-func (r *ring) len() int { return len(r.buf) }
-
 // at returns the i-th oldest entry.
 func (r *ring) at(i int) *entry { return &r.buf[(r.head+i)%len(r.buf)] }
 

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"danmaku/edge/edgetest"
+	"danmaku/internal/hist"
 	"danmaku/sdk/wire"
 )
 
@@ -58,33 +59,9 @@ type scaleResult struct {
 	P50ms      float64 `json:"p50_ms"`
 	P99ms      float64 `json:"p99_ms"`
 	Maxms      float64 `json:"max_ms"`
-	// Hist counts latencies by whole milliseconds (the last bucket: that
-	// and more), so that several clients' results merge into exact
-	// percentiles.
-	Hist []int64 `json:"hist,omitempty"`
-}
-
-// scaleHistMs is the histogram's range.
-const scaleHistMs = 10_000
-
-// histQuantile is the q-quantile (in ms) of a merged histogram.
-func histQuantile(h []int64, q float64) float64 {
-	var total int64
-	for _, n := range h {
-		total += n
-	}
-	if total == 0 {
-		return 0
-	}
-	want := int64(q * float64(total))
-	var seen int64
-	for ms, n := range h {
-		seen += n
-		if seen > want {
-			return float64(ms)
-		}
-	}
-	return float64(len(h) - 1)
+	// Hist holds the latencies, so that several clients' results merge
+	// into exact percentiles.
+	Hist hist.Data `json:"hist"`
 }
 
 // scaleGiftText is the Text of the seq-th gift of a phase: the client reads
@@ -262,20 +239,13 @@ func runScaleClient(addr string) error {
 		all := slices.Concat(run.lats[p]...)
 		first := run.firstErr[p]
 		run.errMu.Unlock()
-		slices.Sort(all)
 		r := scaleResult{Phase: p, Deliveries: int64(len(all)), Frames: run.frames[p].Load(), Errors: run.errs[p].Load(), FirstErr: first}
-		if len(all) > 0 {
-			q := func(x float64) float64 { return float64(all[min(len(all)-1, int(x*float64(len(all))))]) / 1e6 }
-			r.P50ms, r.P99ms, r.Maxms = q(0.50), q(0.99), float64(all[len(all)-1])/1e6
-			r.Hist = make([]int64, scaleHistMs)
-			top := 0
-			for _, ns := range all {
-				b := min(scaleHistMs-1, max(0, int(ns/1e6))) // 0: a wall clock stepped back
-				r.Hist[b]++
-				top = max(top, b)
-			}
-			r.Hist = r.Hist[:top+1]
+		var h hist.Histogram
+		for _, ns := range all {
+			h.Observe(time.Duration(ns)) // below 0 (a wall clock stepped back): 0
 		}
+		sum := h.Summary()
+		r.P50ms, r.P99ms, r.Maxms, r.Hist = sum.P50Ms, sum.P99Ms, sum.MaxMs, h.Data()
 		j, _ := json.Marshal(r)
 		fmt.Println(scaleLine+"RESULT", string(j))
 	}

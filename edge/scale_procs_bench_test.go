@@ -21,6 +21,7 @@ import (
 
 	"danmaku/auth"
 	"danmaku/edge/edgetest"
+	"danmaku/internal/hist"
 	"danmaku/internal/redisx"
 	"danmaku/internal/stream"
 	"danmaku/internal/testenv"
@@ -330,7 +331,8 @@ func runEdgeScaleProcs(b *testing.B, n, procs, fast, slow int) {
 			scaleChildSource + "=" + fmt.Sprintf("127.0.0.%d", 10+i),
 		})
 	}
-	results := func(phase, gifts int) (deliveries, frames int64, hist []int64) {
+	results := func(phase, gifts int) (deliveries, frames int64, lat *hist.Histogram) {
+		lat = new(hist.Histogram)
 		for _, c := range clients {
 			var r scaleResult
 			if err := json.Unmarshal([]byte(c.next("RESULT", deadline)), &r); err != nil {
@@ -341,17 +343,12 @@ func runEdgeScaleProcs(b *testing.B, n, procs, fast, slow int) {
 			}
 			deliveries += r.Deliveries
 			frames += r.Frames
-			for len(hist) < len(r.Hist) {
-				hist = append(hist, 0)
-			}
-			for ms, k := range r.Hist {
-				hist[ms] += k
-			}
+			lat.Add(r.Hist)
 		}
 		if want := int64(n * gifts); deliveries != want {
 			b.Fatalf("phase %d: delivered %d of %d", phase, deliveries, want)
 		}
-		return deliveries, frames, hist
+		return deliveries, frames, lat
 	}
 	appendGifts := func(phase, count int, every time.Duration) {
 		t := time.NewTicker(every)
@@ -405,8 +402,8 @@ func runEdgeScaleProcs(b *testing.B, n, procs, fast, slow int) {
 	b.ReportMetric(cpu/1e3/float64(d10), "cpu-µs/delivery")
 	b.ReportMetric(cpu/1e3/float64(max(f10, 1)), "cpu-µs/frame")
 	b.ReportMetric(float64(d10)/float64(max(f10, 1)), "msgs/frame")
-	b.ReportMetric(histQuantile(h10, 0.50), "p50-ms")
-	b.ReportMetric(histQuantile(h10, 0.99), "p99-ms")
-	b.ReportMetric(histQuantile(h1, 0.50), "p50-ms@1/s")
-	b.ReportMetric(histQuantile(h1, 0.99), "p99-ms@1/s")
+	b.ReportMetric(hist.Ms(h10.Quantile(0.50)), "p50-ms")
+	b.ReportMetric(hist.Ms(h10.Quantile(0.99)), "p99-ms")
+	b.ReportMetric(hist.Ms(h1.Quantile(0.50)), "p50-ms@1/s")
+	b.ReportMetric(hist.Ms(h1.Quantile(0.99)), "p99-ms@1/s")
 }

@@ -3,6 +3,7 @@ package edge
 import (
 	"time"
 
+	"danmaku/internal/backoff"
 	"danmaku/internal/stream"
 	"danmaku/sdk/wire"
 )
@@ -40,7 +41,7 @@ func (s *Server) startSite() {
 func (s *Server) siteLoop() {
 	defer s.wg.Done()
 	ctx := s.ctx
-	backoff := 50 * time.Millisecond
+	retry := backoff.New(50*time.Millisecond, maxBackoff) // jittered: every edge's reader fails at once
 	var after string
 	for after == "" {
 		last, err := s.cfg.Store.LastID(ctx, stream.SiteKey)
@@ -49,11 +50,11 @@ func (s *Server) siteLoop() {
 			break
 		}
 		s.m.readErrors.Inc()
-		if !sleepCtx(ctx, backoff) {
+		if !sleepCtx(ctx, retry.Next()) {
 			return
 		}
-		backoff = min(2*backoff, maxBackoff)
 	}
+	retry.Reset()
 	var lastSent time.Time
 	for {
 		es, err := s.cfg.Store.Read(ctx, stream.SiteKey, after, readCount, s.cfg.ReadBlock)
@@ -62,13 +63,12 @@ func (s *Server) siteLoop() {
 		}
 		if err != nil {
 			s.m.readErrors.Inc()
-			if !sleepCtx(ctx, backoff) {
+			if !sleepCtx(ctx, retry.Next()) {
 				return
 			}
-			backoff = min(2*backoff, maxBackoff)
 			continue
 		}
-		backoff = 50 * time.Millisecond
+		retry.Reset()
 		if len(es) == 0 {
 			continue
 		}

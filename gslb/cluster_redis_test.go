@@ -12,6 +12,7 @@ import (
 	"danmaku/internal/clock"
 	"danmaku/internal/loadtable"
 	"danmaku/internal/redisx/redistest"
+	"danmaku/internal/testwait"
 )
 
 // TestTwoAllocatorsTenNodesOnRedis is issue 9's acceptance 4 on a real
@@ -167,11 +168,5 @@ func keyringOn(t *testing.T, s auth.SecretStore, clk clock.Clock) *auth.Keyring 
 
 func waitFor(t *testing.T, what string, ok func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting: %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.For(t, what, ok)
 }

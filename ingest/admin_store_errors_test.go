@@ -16,35 +16,35 @@ import (
 	"danmaku/internal/httpx"
 )
 
-// storeFault is a backend error whose text names internals no client
+// errStoreFault is a backend error whose text names internals no client
 // should see.
-var storeFault = errors.New("dial tcp 10.1.2.3:6379: connect: connection refused")
+var errStoreFault = errors.New("dial tcp 10.1.2.3:6379: connect: connection refused")
 
 type downBanStore struct{ ingest.BanStore }
 
-func (downBanStore) Put(context.Context, ingest.Ban) error              { return storeFault }
-func (downBanStore) Delete(context.Context, string, string) error       { return storeFault }
-func (downBanStore) User(context.Context, string) ([]ingest.Ban, error) { return nil, storeFault }
-func (downBanStore) List(context.Context) ([]ingest.Ban, int64, error)  { return nil, 0, storeFault }
-func (downBanStore) Version(context.Context) (int64, error)             { return 0, storeFault }
-func (downBanStore) Purge(context.Context, time.Time) (int, error)      { return 0, storeFault }
+func (downBanStore) Put(context.Context, ingest.Ban) error              { return errStoreFault }
+func (downBanStore) Delete(context.Context, string, string) error       { return errStoreFault }
+func (downBanStore) User(context.Context, string) ([]ingest.Ban, error) { return nil, errStoreFault }
+func (downBanStore) List(context.Context) ([]ingest.Ban, int64, error)  { return nil, 0, errStoreFault }
+func (downBanStore) Version(context.Context) (int64, error)             { return 0, errStoreFault }
+func (downBanStore) Purge(context.Context, time.Time) (int, error)      { return 0, errStoreFault }
 
 type downLotteryStore struct{ ingest.LotteryStore }
 
 func (downLotteryStore) Running(context.Context) ([]ingest.Lottery, int64, error) {
-	return nil, 0, storeFault
+	return nil, 0, errStoreFault
 }
 
 func (downLotteryStore) Start(context.Context, ingest.Lottery) (ingest.Lottery, error) {
-	return ingest.Lottery{}, storeFault
+	return ingest.Lottery{}, errStoreFault
 }
 
 func (downLotteryStore) Stop(context.Context, string, string, time.Time) (ingest.Lottery, error) {
-	return ingest.Lottery{}, storeFault
+	return ingest.Lottery{}, errStoreFault
 }
 
 func (downLotteryStore) Get(context.Context, string, string) (ingest.Lottery, error) {
-	return ingest.Lottery{}, storeFault
+	return ingest.Lottery{}, errStoreFault
 }
 
 // TestAdminStoreErrors: a failing bans or lottery store is a 503
@@ -88,7 +88,7 @@ func TestAdminStoreErrors(t *testing.T) {
 			if strings.Contains(rec.Body.String(), "10.1.2.3") || strings.Contains(rec.Body.String(), "refused") {
 				t.Errorf("the store's error reaches the client: %s", rec.Body)
 			}
-			if l := logs.String(); !strings.Contains(l, storeFault.Error()) || !strings.Contains(l, `op="`+tt.op+`"`) {
+			if l := logs.String(); !strings.Contains(l, errStoreFault.Error()) || !strings.Contains(l, `op="`+tt.op+`"`) {
 				t.Errorf("log %q: want the error and op=%q", l, tt.op)
 			}
 		})

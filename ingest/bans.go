@@ -147,17 +147,25 @@ func (a *BanAPI) storeError(c *gin.Context, op string, err error) {
 
 // backendUnavailable answers an operator API's store failure with the
 // fixed message msg (503 backend_unavailable, Retry-After) and logs err
-// with op and the route. The error's text is for the logs only: it can name
-// a Redis address, a key or a driver's internals, none of which a client
-// can act on.
+// with op and the route.
 func backendUnavailable(c *gin.Context, log *slog.Logger, msg, op string, err error) {
+	httpx.Abort(c, unavailable(c, log, msg, op, err))
+}
+
+// unavailable logs a backend failure (err, with op and the route) and
+// returns the answer for it: 503 backend_unavailable with the fixed message
+// msg and a Retry-After. It is the one answer to a failed store, for the
+// comment path (Server.backendError) and the operator APIs alike. The
+// error's text is for the logs only: it can name a Redis address, a key or
+// a driver's internals, none of which a client can act on.
+func unavailable(c *gin.Context, log *slog.Logger, msg, op string, err error) *httpx.Error {
 	if log == nil {
 		log = slog.Default()
 	}
 	log.ErrorContext(c.Request.Context(), "ingest: backend failed", "op", op, "route", c.FullPath(), "err", err)
 	e := httpx.Errorf(http.StatusServiceUnavailable, "backend_unavailable", "%s", msg)
 	e.RetryAfter = time.Second
-	httpx.Abort(c, e)
+	return e
 }
 
 func (a *BanAPI) put(c *gin.Context) {

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,6 +22,7 @@ import (
 
 	"danmaku/auth"
 	"danmaku/internal/clock"
+	"danmaku/internal/hist"
 	"danmaku/internal/httpx"
 	"danmaku/internal/loadtable"
 	"danmaku/internal/redisx"
@@ -182,11 +182,7 @@ func (lr *loadResult) errors() int64 {
 func (lr *loadResult) pct(p float64) time.Duration {
 	lr.latMu.Lock()
 	defer lr.latMu.Unlock()
-	if len(lr.latencies) == 0 {
-		return 0
-	}
-	slices.Sort(lr.latencies)
-	return lr.latencies[min(len(lr.latencies)-1, int(float64(len(lr.latencies))*p/100))]
+	return hist.Quantile(lr.latencies, p/100)
 }
 
 // drive sends comments at rate(elapsed) attempts per second for d, open

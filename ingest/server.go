@@ -213,8 +213,6 @@ type Server struct {
 
 	// limit is Config.RateLimit's middleware (nil: none).
 	limit gin.HandlerFunc
-
-	shutdownOnce sync.Once
 }
 
 // New checks cfg, applies defaults and returns a Server. It starts nothing.
@@ -793,10 +791,7 @@ func (s *Server) drop(c *gin.Context, m *wire.Message, room, text, layer, reason
 }
 
 func (s *Server) backendError(c *gin.Context, op string, err error) {
-	s.cfg.Logger.Error("ingest: backend failed", "op", op, "err", err)
-	e := httpx.Errorf(http.StatusServiceUnavailable, "backend_unavailable", "storage unavailable; retry")
-	e.RetryAfter = time.Second
-	s.reject(c, "backend", e)
+	s.reject(c, "backend", unavailable(c, s.cfg.Logger, "storage unavailable; retry", op, err))
 }
 
 func (s *Server) announce(c *gin.Context) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"danmaku/internal/backoff"
 	"danmaku/internal/bucket"
 	"danmaku/internal/clock"
 	"danmaku/sdk/wire"
@@ -445,7 +446,7 @@ func (q *roomQueue) flush() {
 		q.w.m.flushes.WithLabelValues("error").Inc()
 		q.head = sb // sent again, unchanged: the gate answers it once
 		q.failures++
-		q.retryAt = time.Now().Add(min(q.w.window<<min(q.failures-1, 10), maxRetryWait))
+		q.retryAt = time.Now().Add(backoff.Policy{Base: q.w.window, Max: maxRetryWait}.Delay(q.failures))
 		if !q.failing {
 			q.failing = true
 			q.w.m.failing.Inc()

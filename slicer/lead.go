@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"danmaku/internal/stream"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // Boundary wake-ups. A leader waits until its next slot ends (by the store

@@ -5,7 +5,7 @@ import (
 	"math/rand/v2"
 	"sort"
 
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // The slot plan: what one slot's segment shows, what it carries to the next

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"testing"
 
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // Messages for the planner's tests: slot 1 of a 1000 ms grid holds ms

@@ -12,7 +12,7 @@ import (
 
 	"danmaku/internal/objstore"
 	"danmaku/internal/stream"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // read drains what the group has for both lanes into pending, in store

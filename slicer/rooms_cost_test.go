@@ -175,6 +175,7 @@ func TestLeasesOutliveBusyLoops(t *testing.T) {
 				select {
 				case <-stop:
 					return
+				//lint:ignore SA5004 the loop spins on purpose: it hogs the CPU
 				default:
 				}
 			}

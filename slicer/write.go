@@ -12,7 +12,7 @@ import (
 	"danmaku/internal/audit"
 	"danmaku/internal/objstore"
 	"danmaku/internal/stream"
-	"danmaku/internal/wire"
+	"danmaku/sdk/wire"
 )
 
 // writeSlot plans st.next (planSlot), writes its segment and settles it:

@@ -9,11 +9,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -22,6 +20,7 @@ import (
 	"danmaku/internal/event"
 	"danmaku/internal/redisx/redistest"
 	"danmaku/internal/testenv"
+	"danmaku/internal/testwait"
 	"danmaku/sdk"
 )
 
@@ -229,36 +228,25 @@ func TestEventLifecycle(t *testing.T) {
 // reads want.
 func waitMetric(t *testing.T, ctx context.Context, base, name string, want float64) {
 	t.Helper()
-	for {
-		v, err := metricValue(ctx, base, name)
-		if err == nil && v == want {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%s at %s: %v (%v), want %v", name, base, v, err, want)
-		case <-time.After(100 * time.Millisecond):
-		}
+	var (
+		v   float64
+		err error
+	)
+	if !testwait.Poll(ctx, func() bool { v, err = metricValue(ctx, base, name); return err == nil && v == want }) {
+		t.Fatalf("%s at %s: %v (%v), want %v", name, base, v, err, want)
 	}
 }
 
 func metricValue(ctx context.Context, base, name string) (float64, error) {
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
-	resp, err := http.DefaultClient.Do(req)
+	series, err := testenv.MetricSeries(ctx, base, name)
 	if err != nil {
 		return 0, err
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, err
+	v, ok := series[""]
+	if !ok {
+		return 0, fmt.Errorf("no %s", name)
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			return strconv.ParseFloat(strings.TrimSpace(v), 64)
-		}
-	}
-	return 0, fmt.Errorf("no %s", name)
+	return v, nil
 }
 
 // TestExampleEvents: the example event files the runbook points to are

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/hex"
@@ -404,22 +403,9 @@ func reportsByNode(t *testing.T, rdb *redis.Client, from, to time.Time) map[stri
 // series' value by its labels ("" for none).
 func metricSeries(t *testing.T, ctx context.Context, base, name string) map[string]float64 {
 	t.Helper()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
-	resp, err := http.DefaultClient.Do(req)
+	out, err := testenv.MetricSeries(ctx, base, name)
 	if err != nil {
 		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		series, v, ok := strings.Cut(sc.Text(), " ")
-		labels, found := strings.CutPrefix(series, name)
-		if !ok || !found || labels != "" && labels[0] != '{' {
-			continue
-		}
-		out[labels], _ = strconv.ParseFloat(v, 64)
 	}
 	return out
 }

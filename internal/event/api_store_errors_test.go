@@ -16,18 +16,20 @@ import (
 	"danmaku/internal/httpx"
 )
 
-// storeFault is a backend error whose text names internals no client
+// errStoreFault is a backend error whose text names internals no client
 // should see.
-var storeFault = errors.New("dial tcp 10.1.2.3:6379: connect: connection refused")
+var errStoreFault = errors.New("dial tcp 10.1.2.3:6379: connect: connection refused")
 
 // downStore fails every call.
 type downStore struct{}
 
-func (downStore) Create(context.Context, event.Event) error        { return storeFault }
-func (downStore) Update(context.Context, event.Event) error        { return storeFault }
-func (downStore) Get(context.Context, string) (event.Event, error) { return event.Event{}, storeFault }
-func (downStore) List(context.Context) ([]event.Event, error)      { return nil, storeFault }
-func (downStore) Delete(context.Context, string) error             { return storeFault }
+func (downStore) Create(context.Context, event.Event) error { return errStoreFault }
+func (downStore) Update(context.Context, event.Event) error { return errStoreFault }
+func (downStore) Get(context.Context, string) (event.Event, error) {
+	return event.Event{}, errStoreFault
+}
+func (downStore) List(context.Context) ([]event.Event, error) { return nil, errStoreFault }
+func (downStore) Delete(context.Context, string) error        { return errStoreFault }
 
 // TestAPIStoreErrors: a failing events store is a 503 backend_unavailable
 // with a fixed message; the store's error goes to the log, with the
@@ -66,7 +68,7 @@ func TestAPIStoreErrors(t *testing.T) {
 			if strings.Contains(rec.Body.String(), "10.1.2.3") || strings.Contains(rec.Body.String(), "refused") {
 				t.Errorf("the store's error reaches the client: %s", rec.Body)
 			}
-			if l := logs.String(); !strings.Contains(l, storeFault.Error()) || !strings.Contains(l, `op="`+tt.op+`"`) {
+			if l := logs.String(); !strings.Contains(l, errStoreFault.Error()) || !strings.Contains(l, `op="`+tt.op+`"`) {
 				t.Errorf("log %q: want the error and op=%q", l, tt.op)
 			}
 		})

@@ -27,7 +27,6 @@ var allowed = map[string]struct {
 
 	// Temporary: each is being cut on its owner's branch; the coordinator
 	// removes the entry when that branch merges (the test then says so).
-	"slicer.(*Slicer).writeSlot": {178, "owned by slotplan branch"},
 }
 
 // fn is one function over MaxLines.

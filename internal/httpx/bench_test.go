@@ -7,11 +7,12 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"testing"
 	"time"
 
 	"github.com/gin-gonic/gin"
+
+	"danmaku/internal/hist"
 )
 
 // bindJSONLegacy is BindJSON before the strict scan, kept as the
@@ -139,7 +140,4 @@ func BenchmarkBindJSONRatio(b *testing.B) {
 	}
 }
 
-func median(d []time.Duration) time.Duration {
-	slices.Sort(d)
-	return d[len(d)/2]
-}
+func median(d []time.Duration) time.Duration { return hist.Quantile(d, 0.5) }

@@ -299,35 +299,6 @@ func TestLoadgenSchedule(t *testing.T) {
 	}
 }
 
-func TestLoadgenHistogram(t *testing.T) {
-	var h Histogram
-	for i := 1; i <= 10_000; i++ {
-		h.Observe(time.Duration(i) * time.Microsecond * 100) // 0.1 ms .. 1 s
-	}
-	for q, want := range map[float64]time.Duration{0.5: 500 * time.Millisecond, 0.9: 900 * time.Millisecond, 0.99: 990 * time.Millisecond} {
-		got := h.Quantile(q)
-		if math.Abs(float64(got-want)) > 0.032*float64(want) {
-			t.Errorf("q%v = %v, want %v ± 3.2%%", q, got, want)
-		}
-	}
-	if h.Max() != time.Second || h.Count() != 10_000 {
-		t.Errorf("max %v count %d", h.Max(), h.Count())
-	}
-	s := h.Summary()
-	if s.Count != 10_000 || s.MaxMs != 1000 || math.Abs(s.MeanMs-500.05) > 0.01 {
-		t.Errorf("summary %+v", s)
-	}
-	for us := int64(0); us < 1<<40; us = us*3/2 + 1 {
-		if i := bucketOf(us); i < 0 || i >= numBuckets || math.Abs(float64(bucketMid(i)-us)) > float64(us)/32+1 {
-			t.Fatalf("bucket of %d: %d, mid %d", us, i, bucketMid(i))
-		}
-	}
-	var empty Histogram
-	if empty.Quantile(0.5) != 0 || empty.Summary() != (Summary{}) {
-		t.Error("empty histogram")
-	}
-}
-
 func TestLoadgenParseMetrics(t *testing.T) {
 	const text = `# HELP danmaku_ingest_rejected_total Uploads not stored.
 # TYPE danmaku_ingest_rejected_total counter

@@ -1,14 +1,14 @@
 package loadgen
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"net/http"
-	"sort"
 	"strconv"
 	"strings"
+
+	"danmaku/internal/metrictext"
 )
 
 // The ingest answers {"ok":true} to a comment it stores and to one it drops
@@ -93,8 +93,9 @@ func scrapeOne(ctx context.Context, hc *http.Client, base string, fams []string,
 }
 
 // parseMetrics adds the samples of the wanted families in Prometheus text
-// exposition format to into. Only what the counters here need is read:
-// `name{labels} value [timestamp]`; comments and other families are skipped.
+// exposition format to into (read by internal/metrictext); other families
+// are skipped, and so are samples that are not a counter, gauge or untyped
+// value.
 func parseMetrics(r io.Reader, fams []string, into map[series]float64) error {
 	exact := map[string]bool{}
 	var globs [][2]string // prefix, suffix
@@ -116,75 +117,14 @@ func parseMetrics(r io.Reader, fams []string, into map[series]float64) error {
 		}
 		return false
 	}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		end := strings.IndexAny(line, "{ ")
-		if end < 0 || !want(line[:end]) {
-			continue
-		}
-		name, rest := line[:end], line[end:]
-		var labels []string
-		if rest[0] == '{' {
-			var err error
-			labels, rest, err = parseLabels(rest[1:])
-			if err != nil {
-				return fmt.Errorf("metrics: %s: %w", name, err)
-			}
-		}
-		fields := strings.Fields(rest)
-		if len(fields) == 0 {
-			return fmt.Errorf("metrics: %s: no value", name)
-		}
-		v, err := strconv.ParseFloat(fields[0], 64)
-		if err != nil {
-			return fmt.Errorf("metrics: %s: value %q", name, fields[0])
-		}
-		sort.Strings(labels)
-		into[series{name, strings.Join(labels, ",")}] += v
+	got, err := metrictext.Parse(r, want)
+	if err != nil {
+		return err
 	}
-	return sc.Err()
-}
-
-// parseLabels reads `k="v",…}` and returns the pairs as `k="v"` and what
-// follows the closing brace.
-func parseLabels(s string) ([]string, string, error) {
-	var out []string
-	for {
-		s = strings.TrimLeft(s, " ,")
-		if strings.HasPrefix(s, "}") {
-			return out, s[1:], nil
-		}
-		eq := strings.IndexByte(s, '=')
-		if eq < 0 || len(s) < eq+2 || s[eq+1] != '"' {
-			return nil, "", fmt.Errorf("malformed labels")
-		}
-		key := strings.TrimSpace(s[:eq])
-		var val strings.Builder
-		i := eq + 2
-		for ; i < len(s) && s[i] != '"'; i++ {
-			if s[i] == '\\' && i+1 < len(s) {
-				i++
-				switch s[i] {
-				case 'n':
-					val.WriteByte('\n')
-				default:
-					val.WriteByte(s[i])
-				}
-				continue
-			}
-			val.WriteByte(s[i])
-		}
-		if i >= len(s) {
-			return nil, "", fmt.Errorf("unterminated label value")
-		}
-		out = append(out, key+"="+strconv.Quote(val.String()))
-		s = s[i+1:]
+	for k, v := range got {
+		into[series{k.Family, k.Labels}] += v
 	}
+	return nil
 }
 
 // delta is after minus before per series. A negative difference means a

@@ -11,12 +11,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"danmaku/internal/hist"
 	"danmaku/internal/objstore"
 	"danmaku/internal/objstore/objstoretest"
 	"danmaku/internal/testenv"
@@ -436,11 +436,7 @@ func reportLatency(b *testing.B, ds []time.Duration) {
 	if len(ds) == 0 {
 		return
 	}
-	slices.Sort(ds)
-	pct := func(p float64) float64 {
-		i := int(p * float64(len(ds)-1))
-		return float64(ds[i]) / float64(time.Millisecond)
-	}
+	pct := func(q float64) float64 { return float64(hist.Quantile(ds, q)) / float64(time.Millisecond) }
 	b.ReportMetric(pct(0.50), "p50-ms")
 	b.ReportMetric(pct(0.99), "p99-ms")
 }

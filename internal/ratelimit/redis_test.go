@@ -10,6 +10,7 @@ import (
 	"danmaku/internal/redisx"
 	"danmaku/internal/redisx/redistest"
 	"danmaku/internal/testenv"
+	"danmaku/internal/testwait"
 )
 
 // TestRuleChangeReachesEveryNode is acceptance 2 of the limiter: two
@@ -95,11 +96,5 @@ func TestRuleChangeReachesEveryNode(t *testing.T) {
 
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10 s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.For(t, "the condition", cond)
 }

@@ -25,6 +25,7 @@ import (
 	"danmaku/auth"
 	"danmaku/internal/clock"
 	"danmaku/internal/event"
+	"danmaku/internal/hist"
 	"danmaku/internal/objstore"
 	"danmaku/internal/redisx"
 	"danmaku/internal/testenv"
@@ -323,13 +324,8 @@ func (r *cdnRig) readyBuckets() string {
 
 func (r loadResult) pct(p float64) time.Duration { return pctOf(r.latencies, p) }
 
-func pctOf(sorted []time.Duration, p float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := int(math.Ceil(p/100*float64(len(sorted)))) - 1
-	return sorted[max(i, 0)]
-}
+// pctOf is the p-th percentile (0 < p ≤ 100) of samples.
+func pctOf(samples []time.Duration, p float64) time.Duration { return hist.Quantile(samples, p/100) }
 
 func (r loadResult) hitRatio() float64 {
 	if r.fetched == 0 {

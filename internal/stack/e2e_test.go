@@ -14,6 +14,7 @@ import (
 
 	"danmaku/auth"
 	"danmaku/internal/event"
+	"danmaku/internal/testwait"
 	"danmaku/sdk"
 	"danmaku/sdk/wire"
 )
@@ -348,26 +349,16 @@ func TestEndToEnd(t *testing.T) {
 
 func waitForOr(t *testing.T, ctx context.Context, what string, cond func() bool, diag func()) {
 	t.Helper()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			diag()
-			t.Fatalf("gave up waiting for: %s", what)
-		case <-time.After(20 * time.Millisecond):
-		}
+	if !testwait.Poll(ctx, cond) {
+		diag()
+		t.Fatalf("gave up waiting for: %s", what)
 	}
 }
 
 // waitFor polls cond until it holds or ctx ends (then the test fails).
 func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
 	t.Helper()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("gave up waiting for: %s", what)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	testwait.Ctx(t, ctx, what, cond)
 }
 
 // TestDurationChangeFollowed: a room switched from 1000 ms to 250 ms

@@ -18,6 +18,7 @@ import (
 	"danmaku/internal/redisx"
 	"danmaku/internal/redisx/redistest"
 	"danmaku/internal/testenv"
+	"danmaku/internal/testwait"
 	"danmaku/sdk/wire"
 )
 
@@ -49,7 +50,7 @@ func TestRoomHog(t *testing.T) {
 	ctx := context.Background()
 	// Let the one real room settle: led, caught up from its start a minute
 	// ago, writing a segment a second.
-	waitUntil(t, func() bool { return st.slicer.RoomsRunning() == 1 && st.written() > 63 }) // caught up from the event's start
+	testwait.For(t, "the slicer caught up from the event's start", func() bool { return st.slicer.RoomsRunning() == 1 && st.written() > 63 })
 	keys := func() int64 { n, _ := rdb.DBSize(ctx).Result(); return n }
 	goroutines := runtime.NumGoroutine()
 	keysBefore, roomsBefore := keys(), st.slicer.RoomsRunning()
@@ -73,7 +74,7 @@ func TestRoomHog(t *testing.T) {
 	}
 	// Two whole discovery passes after the last request: one that started
 	// after it has run to its end.
-	waitUntil(t, func() bool { return st.slicer.Discoveries() >= passes+2 })
+	testwait.For(t, "two slicer discovery passes", func() bool { return st.slicer.Discoveries() >= passes+2 })
 	if rooms := st.slicer.RoomsRunning(); rooms != roomsBefore {
 		t.Errorf("slicer rooms %d → %d", roomsBefore, rooms)
 	}
@@ -95,17 +96,6 @@ func TestRoomHog(t *testing.T) {
 		t.Errorf("goroutines %d → %d", goroutines, g)
 	}
 	t.Logf("slicer rooms %d, Redis keys %d, goroutines %d → %d", roomsBefore, keysBefore, goroutines, runtime.NumGoroutine())
-}
-
-func waitUntil(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("timed out")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // written is the slicer's count of segments written.

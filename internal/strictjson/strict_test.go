@@ -37,6 +37,7 @@ func TestSchemaFollowsEncodingJSON(t *testing.T) {
 		{&struct {
 			X int `json:"x,omitempty"`
 			Y int `json:",string"`
+			//lint:ignore SA5008 a field named "-" (tag "-,") is the case under test
 			Z int `json:"-,"`
 			w int
 		}{}, []string{"-", "Y", "x"}},

@@ -24,6 +24,7 @@ import (
 	"danmaku/auth"
 	"danmaku/gslb"
 	"danmaku/internal/clock"
+	"danmaku/internal/event"
 	"danmaku/internal/httpx"
 	"danmaku/internal/redisx"
 	"danmaku/internal/redisx/redistest"
@@ -257,7 +258,7 @@ func (r *loadRig) stored(t *testing.T) []string {
 func (r *loadRig) accepted() float64 {
 	var n float64
 	for _, node := range r.nodes {
-		n += testutil.ToFloat64(node.srv.accepted.WithLabelValues("barrage"))
+		n += testutil.ToFloat64(node.srv.accepted.WithLabelValues("barrage", event.OtherLabel, event.OtherLabel))
 	}
 	return n
 }

@@ -582,7 +582,8 @@ func (c *conn) onFrame(f clientFrame) bool {
 		} else {
 			c.s.m.renderDrops.Add(float64(r.Drops))
 			c.s.m.heldSends.Add(float64(r.Held))
-			c.s.m.addSLO(&r)
+			ev, room := c.s.cfg.Events.MetricLabels(c.h.room)
+			c.s.m.addSLO(ev, room, &r)
 		}
 	}
 	if r.Token != "" {

@@ -86,12 +86,11 @@ type metrics struct {
 	heldSends                prometheus.Counter
 	badReports               prometheus.Counter
 	// The clients' view of the service levels (report_slo.go):
-	// danmaku_client_first_polls_total's two children and the latency
-	// histogram.
-	firstPolls           *prometheus.CounterVec
-	pollHits, pollMisses prometheus.Counter
-	latency              *latencyHist
-	reportsRefused       *prometheus.CounterVec
+	// danmaku_client_first_polls_total and the latency histogram, by
+	// event and room.
+	firstPolls     *prometheus.CounterVec
+	latency        *latencyHist
+	reportsRefused *prometheus.CounterVec
 	// fanout is how long one room frame takes to be written to every
 	// connection: the edge's share of a gift's latency.
 	fanout prometheus.Histogram
@@ -157,8 +156,8 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 		}),
 		firstPolls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "danmaku_client_first_polls_total",
-			Help: "Segments clients fetched, by outcome of their first request: hit (found) or miss (asked early, or a wrong object first), as reported by clients.",
-		}, []string{"outcome"}),
+			Help: "Segments clients fetched, by outcome of their first request: hit (found) or miss (asked early, or a wrong object first), event and room, as reported by clients.",
+		}, []string{"outcome", "event", "room"}),
 		latency: newLatencyHist(),
 		reportsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "danmaku_edge_client_reports_refused_total",
@@ -181,8 +180,6 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 	for _, r := range []string{reasonResume, reasonGap, reasonDraining, reasonPolicy, reasonGone, reasonEnded, reasonExpired, reasonBanned} {
 		m.closes.WithLabelValues(r)
 	}
-	m.pollHits = m.firstPolls.WithLabelValues("hit")
-	m.pollMisses = m.firstPolls.WithLabelValues("miss")
 	for _, r := range []string{reportOverBound, reportTooOften} {
 		m.reportsRefused.WithLabelValues(r)
 	}
@@ -203,6 +200,7 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 			Name: "danmaku_edge_hello_waits",
 			Help: "Upgraded sockets waiting for their first frame, the hello (browsers; at most MaxHelloWaits, beyond: 503 hello_waits).",
 		}, func() float64 { return float64(s.hellos.n.Load()) }),
+		newRoomConnections(s),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "danmaku_edge_rooms",
 			Help: "Rooms with a hub (at least one connection) on this node.",

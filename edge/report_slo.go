@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"sync/atomic"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -79,13 +79,20 @@ func latencyValueMs(i int) float64 {
 }
 
 // latencyHist is danmaku_client_barrage_latency_seconds: the clients'
-// histograms added up. A report adds many observations per bucket at once,
-// which a prometheus.Histogram can only take one by one, so the counts are
-// kept here and exposed as a constant histogram on each scrape.
+// histograms added up, per event and room (event.Directory.MetricLabels:
+// at most one series per room an event defines, plus "other"). A report
+// adds many observations per bucket at once, which a prometheus.Histogram
+// can only take one by one, so the counts are kept here and exposed as
+// constant histograms on each scrape.
 type latencyHist struct {
-	desc   *prometheus.Desc
-	counts [wire.LatencyBuckets]atomic.Uint64
-	sumUs  atomic.Uint64 // microseconds, at latencyValueMs per count
+	desc  *prometheus.Desc
+	mu    sync.Mutex
+	rooms map[[2]string]*latencyRoom
+}
+
+type latencyRoom struct {
+	counts [wire.LatencyBuckets]uint64
+	sumUs  uint64 // microseconds, at latencyValueMs per count
 }
 
 var _ prometheus.Collector = (*latencyHist)(nil)
@@ -93,38 +100,50 @@ var _ prometheus.Collector = (*latencyHist)(nil)
 func newLatencyHist() *latencyHist {
 	return &latencyHist{desc: prometheus.NewDesc(
 		"danmaku_client_barrage_latency_seconds",
-		"End-to-end latency of barrage (ingest acceptance to delivery to the app, by the server clock the SDK estimates), as reported by clients in fixed buckets; _sum is approximate (each count taken at its bucket's middle).",
-		nil, nil)}
+		"End-to-end latency of barrage (ingest acceptance to delivery to the app, by the server clock the SDK estimates), as reported by clients in fixed buckets, by event and room; _sum is approximate (each count taken at its bucket's middle).",
+		[]string{"event", "room"}, nil), rooms: map[[2]string]*latencyRoom{}}
 }
 
-func (h *latencyHist) add(l *latencyCounts) {
+func (h *latencyHist) add(ev, room string, l *latencyCounts) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	r := h.rooms[[2]string{ev, room}]
+	if r == nil {
+		r = &latencyRoom{}
+		h.rooms[[2]string{ev, room}] = r
+	}
 	for i, n := range l.n {
 		if n == 0 {
 			continue
 		}
-		h.counts[i].Add(uint64(n))
-		h.sumUs.Add(uint64(n) * uint64(latencyValueMs(i)*1000))
+		r.counts[i] += uint64(n)
+		r.sumUs += uint64(n) * uint64(latencyValueMs(i)*1000)
 	}
 }
 
 func (h *latencyHist) Describe(ch chan<- *prometheus.Desc) { ch <- h.desc }
 
 func (h *latencyHist) Collect(ch chan<- prometheus.Metric) {
-	buckets := make(map[float64]uint64, len(wire.LatencyBoundsMs))
-	var cum uint64
-	for i, b := range wire.LatencyBoundsMs {
-		cum += h.counts[i].Load()
-		buckets[float64(b)/1000] = cum
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for k, r := range h.rooms {
+		buckets := make(map[float64]uint64, len(wire.LatencyBoundsMs))
+		var cum uint64
+		for i, b := range wire.LatencyBoundsMs {
+			cum += r.counts[i]
+			buckets[float64(b)/1000] = cum
+		}
+		cum += r.counts[len(wire.LatencyBoundsMs)]
+		ch <- prometheus.MustNewConstHistogram(h.desc, cum, float64(r.sumUs)/1e6, buckets, k[0], k[1])
 	}
-	cum += h.counts[len(wire.LatencyBoundsMs)].Load()
-	ch <- prometheus.MustNewConstHistogram(h.desc, cum, float64(h.sumUs.Load())/1e6, buckets)
 }
 
 // addSLO adds a report's service-level fields to the metrics.
-func (m *metrics) addSLO(r *report) {
-	m.pollHits.Add(float64(r.Hits))
-	m.pollMisses.Add(float64(r.Segs - r.Hits))
+// ev and room are the connection's event and room label values.
+func (m *metrics) addSLO(ev, room string, r *report) {
+	m.firstPolls.WithLabelValues("hit", ev, room).Add(float64(r.Hits))
+	m.firstPolls.WithLabelValues("miss", ev, room).Add(float64(r.Segs - r.Hits))
 	if r.Lat.set {
-		m.latency.add(&r.Lat)
+		m.latency.add(ev, room, &r.Lat)
 	}
 }

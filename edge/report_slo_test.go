@@ -14,6 +14,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"danmaku/internal/clock"
+	"danmaku/internal/event"
 	"danmaku/sdk/wire"
 )
 
@@ -96,11 +97,11 @@ func TestClientSLOReports(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitFor(t, fmt.Sprintf("report %d", i+1), func() bool {
-			return counter(e.srv.m.pollHits) == step.hits && counter(e.srv.m.badReports) == step.bads
+			return counter(e.srv.m.firstPolls.WithLabelValues("hit", event.OtherLabel, event.OtherLabel)) == step.hits && counter(e.srv.m.badReports) == step.bads
 		})
 		clk.Advance(defaultReportEvery)
 	}
-	if got := counter(e.srv.m.pollMisses); got != 4 {
+	if got := counter(e.srv.m.firstPolls.WithLabelValues("miss", event.OtherLabel, event.OtherLabel)); got != 4 {
 		t.Errorf("misses %v, want 4", got)
 	}
 	h := gatherHistogram(t, reg, "danmaku_client_barrage_latency_seconds")
@@ -126,7 +127,9 @@ func TestClientSLOReports(t *testing.T) {
 	if err := ws.WriteMessage(websocket.TextMessage, []byte(`{"segs":1}`)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the last report", func() bool { return counter(e.srv.m.pollMisses) == 5 })
+	waitFor(t, "the last report", func() bool {
+		return counter(e.srv.m.firstPolls.WithLabelValues("miss", event.OtherLabel, event.OtherLabel)) == 5
+	})
 }
 
 func gatherHistogram(t *testing.T, g prometheus.Gatherer, name string) *dto.Histogram {

@@ -22,6 +22,7 @@ import (
 
 	"danmaku/auth"
 	"danmaku/internal/clock"
+	"danmaku/internal/event"
 	"danmaku/internal/hist"
 	"danmaku/internal/httpx"
 	"danmaku/internal/loadtable"
@@ -265,7 +266,7 @@ func (r *loadRig) stored(t *testing.T) []string {
 func (r *loadRig) accepted() float64 {
 	var n float64
 	for _, node := range r.nodes {
-		n += testutil.ToFloat64(node.srv.accepted.WithLabelValues("barrage"))
+		n += testutil.ToFloat64(node.srv.accepted.WithLabelValues("barrage", event.OtherLabel, event.OtherLabel))
 	}
 	return n
 }

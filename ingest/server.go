@@ -368,12 +368,12 @@ func tokenCacheMetrics(tc *auth.TokenCache) []prometheus.Collector {
 func (s *Server) registerMetrics(extra []prometheus.Collector) error {
 	s.rejected = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "danmaku_ingest_rejected_total",
-		Help: "Uploads not stored, by layer (auth, input, room, antispam, gateway, gift, backend, client) and reason. Silent drops count here too.",
-	}, []string{"layer", "reason"})
+		Help: "Uploads not stored, by layer (auth, input, room, antispam, gateway, gift, backend, client), reason, event and room (other: a room no event names, or not known yet). Silent drops count here too.",
+	}, []string{"layer", "reason", "event", "room"})
 	s.accepted = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "danmaku_ingest_accepted_total",
-		Help: "Messages appended to a room stream, by kind.",
-	}, []string{"kind"})
+		Help: "Messages appended to a room stream, by kind, event and room.",
+	}, []string{"kind", "event", "room"})
 	s.overflows = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "danmaku_ingest_bucket_overflow_total",
 		Help: "Token bucket overflows (requests finding the bucket empty), by bucket.",
@@ -611,7 +611,7 @@ func (s *Server) track(c *gin.Context) {
 }
 
 func (s *Server) reject(c *gin.Context, layer string, e *httpx.Error) {
-	s.rejected.WithLabelValues(layer, e.Code).Inc()
+	s.countRejected(layer, e.Code, roomOf(c))
 	httpx.Abort(c, e)
 }
 
@@ -674,6 +674,7 @@ var ok = gin.H{"ok": true}
 // live answers for a room that takes no messages now and reports whether
 // it does.
 func (s *Server) live(c *gin.Context, room string) bool {
+	c.Set(roomKey, room)
 	if s.cfg.Events == nil {
 		return true
 	}
@@ -718,7 +719,7 @@ func (s *Server) barrage(c *gin.Context) {
 			return
 		}
 		if entry.Lottery != "" {
-			s.accepted.WithLabelValues("lottery").Inc()
+			s.countAccepted("lottery", claims.Room)
 			s.record(&lm, claims.Room, text, audit.Stored, "lottery", "")
 			c.JSON(http.StatusOK, gin.H{"ok": true, "lottery": entry.Lottery})
 			return
@@ -758,7 +759,7 @@ func (s *Server) barrage(c *gin.Context) {
 	}
 	switch s.writer.submit(c.Request.Context(), room, m, roomLimit{s.roomCapacity(room, lim.roomCeiling), lim.roomRefill}) {
 	case outStored:
-		s.accepted.WithLabelValues("barrage").Inc()
+		s.countAccepted("barrage", room)
 		s.record(&m, room, text, decision, why, "")
 	case outRoomBucket:
 		s.overflows.WithLabelValues("room").Inc()
@@ -775,7 +776,7 @@ func (s *Server) barrage(c *gin.Context) {
 		return
 	case outGone:
 		s.record(&m, room, text, audit.Dropped, "client_gone", "")
-		s.rejected.WithLabelValues("client", "gone").Inc()
+		s.countRejected("client", "gone", room)
 		return
 	}
 	c.JSON(http.StatusOK, ok)
@@ -785,7 +786,7 @@ func (s *Server) barrage(c *gin.Context) {
 // error answer would only make clients retry, and tell spammers which rule
 // they met), counts it by layer and reason, and records it.
 func (s *Server) drop(c *gin.Context, m *wire.Message, room, text, layer, reason string) {
-	s.rejected.WithLabelValues(layer, reason).Inc()
+	s.countRejected(layer, reason, room)
 	s.record(m, room, text, audit.Dropped, reason, "")
 	c.JSON(http.StatusOK, ok)
 }
@@ -842,7 +843,7 @@ func (s *Server) announce(c *gin.Context) {
 		s.reject(c, "fast_lane", e)
 		return
 	}
-	s.accepted.WithLabelValues("system").Inc()
+	s.countAccepted("system", room)
 	c.JSON(http.StatusOK, gin.H{"ok": true, "id": shown.ID})
 }
 
@@ -937,7 +938,7 @@ func (s *Server) gift(c *gin.Context) {
 		return
 	}
 	if !dup {
-		s.accepted.WithLabelValues("gift").Inc()
+		s.countAccepted("gift", g.Room)
 		// A resent order broadcasts nothing: the first one did (or its
 		// failure was counted).
 		bctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request.Context()), 2*time.Second)

@@ -16,8 +16,8 @@ import (
 // It reads them instead from the nodes' Prometheus counters, before and
 // after the run: these families, summed over every node scraped.
 const (
-	famRejected = "danmaku_ingest_rejected_total"         // {layer, reason}
-	famAccepted = "danmaku_ingest_accepted_total"         // {kind}
+	famRejected = "danmaku_ingest_rejected_total"         // {layer, reason, event, room}
+	famAccepted = "danmaku_ingest_accepted_total"         // {kind, event, room}
 	famOverflow = "danmaku_ingest_bucket_overflow_total"  // {bucket}
 	famSampled  = "danmaku_slicer_dropped_total"          // {reason}
 	famShown    = "danmaku_slicer_segment_messages_total" // {queue}

@@ -359,13 +359,18 @@ func (g *Generator) fillReport(r *Report, before, after sample, sb, sa sdk.Stats
 	if m := by(famAccepted, "kind"); m != nil {
 		dr.Accepted = m
 	}
+	// By layer and reason, summed over the event and room labels.
+	rejected := map[[2]string]int64{}
 	for s, v := range deltas {
 		if s.family == famRejected {
-			dr.Rejected = append(dr.Rejected, Drop{Layer: s.label("layer"), Reason: s.label("reason"), Count: int64(v)})
+			rejected[[2]string{s.label("layer"), s.label("reason")}] += int64(v)
 			if silentLayers[s.label("layer")] {
 				dr.SilentDrops += int64(v)
 			}
 		}
+	}
+	for k, n := range rejected {
+		dr.Rejected = append(dr.Rejected, Drop{Layer: k[0], Reason: k[1], Count: n})
 	}
 	sort.Slice(dr.Rejected, func(i, j int) bool {
 		a, b := dr.Rejected[i], dr.Rejected[j]

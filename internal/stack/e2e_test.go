@@ -141,9 +141,13 @@ func TestEndToEnd(t *testing.T) {
 	}
 	results := make([]*got, viewers)
 	clients := make([]*sdk.Client, viewers)
+	fetched := make([]*fetchLog, viewers) // read only on failure (explainMissing)
 	var wg sync.WaitGroup
 	for i := range viewers {
-		c, err := sdk.New(e2eClient(t, entry, room, fmt.Sprintf("viewer%d", i), auth.RoleViewer, false))
+		cfg := e2eClient(t, entry, room, fmt.Sprintf("viewer%d", i), auth.RoleViewer, false)
+		fetched[i] = &fetchLog{}
+		cfg.HTTPClient, cfg.Logger = fetched[i].client()
+		c, err := sdk.New(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -264,6 +268,12 @@ func TestEndToEnd(t *testing.T) {
 		}
 		return true
 	}
+	has := func(i int, k string) bool {
+		g := results[i]
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return g.text[k] > 0
+	}
 	waitForOr(t, ctx, "every viewer has every message", func() bool {
 		for _, g := range results {
 			if !complete(g) {
@@ -272,6 +282,7 @@ func TestEndToEnd(t *testing.T) {
 		}
 		return true
 	}, func() {
+		explainMissing(t, st, room, want, has, fetched)
 		incomplete := 0
 		for i, g := range results {
 			if complete(g) {
@@ -330,6 +341,7 @@ func TestEndToEnd(t *testing.T) {
 		}
 		for k := range want {
 			if g.text[k] != 1 {
+				explainMissing(t, st, room, want, has, fetched)
 				t.Fatalf("viewer %d got barrage %q %d times", i, k, g.text[k])
 			}
 		}

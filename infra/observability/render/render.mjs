@@ -8,7 +8,8 @@
 //   node infra/observability/render/render.mjs DASHBOARD.json OUT.png
 // Env: PROMETHEUS (default http://127.0.0.1:9090), RANGE (seconds, default
 // 600), STEP (seconds, default 5), DANMAKU_CHROMIUM (default
-// /usr/bin/chromium).
+// /usr/bin/chromium), EVENT and ROOM (regexps for the show's $event and
+// $room, default .*: every room).
 import { readFileSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, dirname } from 'node:path';
@@ -29,7 +30,8 @@ const range = Number(process.env.RANGE ?? 600);
 const step = Number(process.env.STEP ?? 5);
 const dash = JSON.parse(readFileSync(dashFile, 'utf8'));
 // The variables as "All"; the interval as Grafana's default.
-const vars = (e) => e.replaceAll('$__rate_interval', '1m').replaceAll('$role', '.*').replaceAll('$instance', '.*');
+const vars = (e) => e.replaceAll('$__rate_interval', '1m').replaceAll('$role', '.*').replaceAll('$instance', '.*')
+  .replaceAll('$event', process.env.EVENT ?? '.*').replaceAll('$room', process.env.ROOM ?? '.*');
 
 const end = Math.floor(Date.now() / 1000);
 const start = end - range;

@@ -105,7 +105,7 @@ func (h *hub) run() {
 			if retry.Failures() == 0 {
 				h.s.log.Warn("edge: read live stream; retrying, connections kept", "room", h.room, "err", err)
 			}
-			if !sleepCtx(h.ctx, retry.Next()) {
+			if !backoff.Sleep(h.ctx, retry.Next()) {
 				return
 			}
 			continue
@@ -371,16 +371,4 @@ func encodeFrames(room string, msgs []wire.Message) ([]*frame, error) {
 		msgs = msgs[n:]
 	}
 	return out, nil
-}
-
-// sleepCtx sleeps for d; it returns false when ctx ended first.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

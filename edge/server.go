@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"danmaku/auth"
+	"danmaku/internal/backoff"
 	"danmaku/internal/ban"
 	"danmaku/internal/httpx"
 	"danmaku/internal/loadtable"
@@ -486,14 +487,14 @@ func (s *Server) drain(ctx context.Context) error {
 		for _, c := range all[b[0]:b[1]] {
 			c.kick(CloseGoingAway, "going away")
 		}
-		if !forced && b[1] < len(all) && !sleepCtx(ctx, s.cfg.DrainPeriod/time.Duration(len(batches))) {
+		if !forced && b[1] < len(all) && !backoff.Sleep(ctx, s.cfg.DrainPeriod/time.Duration(len(batches))) {
 			forced = true // out of time: close the rest at once
 		}
 	}
 
 	var err error
 	for s.conns.Load() > 0 {
-		if !sleepCtx(ctx, 10*time.Millisecond) {
+		if !backoff.Sleep(ctx, 10*time.Millisecond) {
 			err = fmt.Errorf("edge: shutdown: %d connections still closing: %w", s.conns.Load(), ctx.Err())
 			break
 		}

@@ -50,7 +50,7 @@ func (s *Server) siteLoop() {
 			break
 		}
 		s.m.readErrors.Inc()
-		if !sleepCtx(ctx, retry.Next()) {
+		if !backoff.Sleep(ctx, retry.Next()) {
 			return
 		}
 	}
@@ -63,7 +63,7 @@ func (s *Server) siteLoop() {
 		}
 		if err != nil {
 			s.m.readErrors.Inc()
-			if !sleepCtx(ctx, retry.Next()) {
+			if !backoff.Sleep(ctx, retry.Next()) {
 				return
 			}
 			continue
@@ -73,7 +73,7 @@ func (s *Server) siteLoop() {
 			continue
 		}
 		after = es[len(es)-1].ID
-		if wait := s.cfg.MergeWindow - time.Since(lastSent); wait > 0 && !sleepCtx(ctx, wait) {
+		if wait := s.cfg.MergeWindow - time.Since(lastSent); wait > 0 && !backoff.Sleep(ctx, wait) {
 			return
 		}
 		// What arrived while waiting shares the frame.

@@ -5,6 +5,7 @@ package slicer
 
 import (
 	"context"
+	"danmaku/internal/backoff"
 	"errors"
 	"time"
 
@@ -131,7 +132,7 @@ func (s *Slicer) lead(ctx context.Context, room string, opened, acquired time.Ti
 		}
 		if err != nil {
 			s.cfg.Logger.Warn("slicer: read failed", "room", room, "err", err)
-			if !sleepCtx(ctx, s.cfg.Tick) {
+			if !backoff.Sleep(ctx, s.cfg.Tick) {
 				return nil
 			}
 			continue
@@ -158,7 +159,7 @@ func (s *Slicer) lead(ctx context.Context, room string, opened, acquired time.Ti
 				}
 				if err := s.writeSlot(ctx, st, st.readUpTo, now); err != nil {
 					failures++
-					retryAt = now.Add(backoff(failures))
+					retryAt = now.Add(writeRetry.Delay(failures))
 					s.m.writeErrors.Inc()
 					if failures == 1 || failures%20 == 0 {
 						s.cfg.Logger.Warn("slicer: write failed; will retry in order", "room", room, "slot", st.next, "segment_ms", st.dur, "failures", failures, "err", err)
@@ -181,7 +182,7 @@ func (s *Slicer) lead(ctx context.Context, room string, opened, acquired time.Ti
 		} else {
 			s.m.behind.Set(0)
 		}
-		if !sleepCtx(ctx, s.nextWake(st, retryAt)) {
+		if !backoff.Sleep(ctx, s.nextWake(st, retryAt)) {
 			return nil
 		}
 	}
@@ -231,17 +232,6 @@ func (s *Slicer) passStopped(st *roomState, now time.Time) {
 	}
 	if t := now.Add(st.offset); t.After(st.readUpTo) {
 		st.readUpTo = t
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
 
@@ -299,10 +289,9 @@ func (s *Slicer) finish(ctx context.Context, st *roomState) error {
 	return errRoomEnded
 }
 
-// backoff is the wait before the n-th retry of a failed write: 100 ms
-// doubling to 2 s. Seconds are written in order, so a retry holds back the
-// seconds after it; a short cap keeps the catch-up prompt once S3 is back.
-func backoff(n int) time.Duration {
-	d := 100 * time.Millisecond << min(n-1, 5)
-	return min(d, 2*time.Second)
-}
+// writeRetry is the wait before the n-th retry of a failed write: up to
+// 100 ms doubling to 2 s, with full jitter (so that the rooms an S3 outage
+// stopped together do not retry in step). Seconds are written in order, so
+// a retry holds back the seconds after it; a short cap keeps the catch-up
+// prompt once S3 is back.
+var writeRetry = backoff.Policy{Base: 100 * time.Millisecond, Max: 2 * time.Second}

@@ -9,6 +9,7 @@
 package backoff
 
 import (
+	"context"
 	"math/rand/v2"
 	"time"
 )
@@ -79,3 +80,16 @@ func (b *Backoff) Failures() int { return b.n }
 
 // Reset starts again from the first wait: call it after a success.
 func (b *Backoff) Reset() { b.n = 0 }
+
+// Sleep waits d, or until ctx is done: false if ctx ended first. It is
+// the retry loops' wait (a timer stopped on return, unlike time.After).
+func Sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,8 +1,10 @@
 package backoff
 
 import (
+	"context"
 	"math/rand/v2"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -92,4 +94,24 @@ func TestBackoffNextReset(t *testing.T) {
 	if d := zero.Next(); d < 0 || d > defaultBase {
 		t.Errorf("zero Backoff: %v", d)
 	}
+}
+
+// TestSleep: Sleep waits the whole duration, or returns false at once when
+// its context ends first (fake time: no wall clock).
+func TestSleep(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		if !Sleep(context.Background(), time.Second) || time.Since(start) != time.Second {
+			t.Fatalf("Sleep(1s) returned after %v", time.Since(start))
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() {
+			time.Sleep(100 * time.Millisecond)
+			cancel()
+		}()
+		start = time.Now()
+		if Sleep(ctx, time.Hour) || time.Since(start) != 100*time.Millisecond {
+			t.Fatalf("Sleep with a context cancelled at 100 ms returned after %v", time.Since(start))
+		}
+	})
 }

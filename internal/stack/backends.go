@@ -12,6 +12,7 @@ import (
 	"danmaku/internal/event"
 	"danmaku/internal/objstore"
 	"danmaku/internal/redisx"
+	"danmaku/internal/rules"
 	"danmaku/internal/stream"
 	"danmaku/slicer"
 )
@@ -94,6 +95,7 @@ func OpenBackends(ctx context.Context, cfg BackendConfig, log *slog.Logger) (Bac
 		}
 		b.Lotteries = ingest.NewRedisLotteryStore(rdb, nil)
 		b.Bans = ingest.NewRedisBanStore(rdb)
+		b.Rules = rules.NewRedisStore(rdb)
 		b.Global = ingest.NewRedisGlobalLimiter(rdb)
 		if b.Gifts, err = ingest.NewRedisGiftLog(ingest.RedisGiftLogConfig{Client: rdb, Streams: streams, WaitReplicas: cfg.GiftWaitReplicas, Logger: log}); err != nil {
 			_ = closeAll()

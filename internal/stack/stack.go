@@ -44,6 +44,7 @@ import (
 	"danmaku/internal/origin"
 	"danmaku/internal/ratelimit"
 	"danmaku/internal/redisx"
+	"danmaku/internal/rules"
 	"danmaku/internal/stream"
 	"danmaku/internal/sysload"
 	"danmaku/internal/tlsx"
@@ -108,6 +109,9 @@ type Backends struct {
 	// shared by the nodes (Redis). Nil: Config.RateLimitsFile, else the
 	// rules at start for good.
 	LimitRules ratelimit.RuleSource
+	// Rules keeps the versioned word lists and rate-limit rules the fleet
+	// follows (`danmaku words`, `danmaku limits`). Nil: in memory.
+	Rules rules.Store
 }
 
 // Config configures a Stack.
@@ -541,6 +545,9 @@ func New(cfg Config) (*Stack, error) {
 		// writes it, the edge and the gslb read it.
 		b.Bans = ingest.NewMemoryBanStore()
 	}
+	if b.Rules == nil {
+		b.Rules = rules.NewMemoryStore()
+	}
 
 	s := &Stack{cfg: cfg, log: cfg.Logger, registry: prometheus.NewRegistry(), URLs: map[string]string{}, cpu: sysload.New(0)}
 	if cfg.has(RoleGSLB) || cfg.has(RoleIngest) || cfg.has(RoleEdge) || cfg.has(RoleSlicer) {
@@ -763,6 +770,8 @@ func New(cfg Config) (*Stack, error) {
 		var words ingest.WordSource
 		if cfg.WordsFile != "" {
 			words = ingest.FileWords{Path: cfg.WordsFile}
+		} else {
+			words = ingest.NewStoreWords(b.Rules)
 		}
 		s.ingest, err = ingest.New(ingest.Config{
 			Bans: b.Bans, Global: b.Global, Words: words, WordPolicy: policy, Audit: s.audit,
@@ -781,6 +790,8 @@ func New(cfg Config) (*Stack, error) {
 		ops := e.Group("", s.ingest.RateLimitHandler())
 		(&ingest.BanAPI{Store: s.ingest.BanStore(), Keys: cfg.OperatorKeys, Changed: s.refreshBans, Logger: s.log.With("role", RoleIngest)}).Register(ops)
 		(&ingest.BroadcastAPI{Streams: b.Streams, Keys: cfg.OperatorKeys, Registerer: s.registry}).Register(ops)
+		(&rules.API{Store: b.Rules, Kinds: map[string]rules.Check{rules.KindWords: ingest.CheckWordList, rules.KindLimits: rules.CheckLimits},
+			Keys: cfg.OperatorKeys, Changed: s.refreshRules, Logger: s.log.With("role", RoleIngest)}).Register(ops)
 		lotteries := s.ingest.Lotteries()
 		(&ingest.LotteryAPI{Store: b.Lotteries, Keys: cfg.OperatorKeys, Hosts: s.keyring, Addr: s.URLs[RoleIngest], Logger: s.log.With("role", RoleIngest), Changed: func(ctx context.Context) {
 			if lotteries != nil {
@@ -841,6 +852,17 @@ func New(cfg Config) (*Stack, error) {
 // refreshBans reloads the bans of this process's roles after an operator
 // API wrote them: a ban bites here at once, elsewhere within a reload
 // interval (1 s).
+// refreshRules puts a version pushed through this process's API in force
+// in its own roles at once; the other nodes follow within their poll.
+func (s *Stack) refreshRules(ctx context.Context, kind string) {
+	switch {
+	case kind == rules.KindWords && s.ingest != nil:
+		_ = s.ingest.Words().Refresh(ctx)
+	case kind == rules.KindLimits && s.limiter != nil:
+		_ = s.limiter.Refresh(ctx)
+	}
+}
+
 func (s *Stack) refreshBans(ctx context.Context) {
 	if s.ingest != nil {
 		_ = s.ingest.Bans().Refresh(ctx)
@@ -1129,11 +1151,14 @@ func (s *Stack) PrintAddrs(w *os.File) {
 // credentials the rules count.
 func (s *Stack) newLimiter() (*ratelimit.Limiter, error) {
 	cfg := s.cfg
-	rules := ratelimit.DefaultRules(ratelimit.Machine{Dev: cfg.Dev})
+	start := ratelimit.DefaultRules(ratelimit.Machine{Dev: cfg.Dev})
 	if cfg.RateLimits != nil {
-		rules = *cfg.RateLimits
+		start = *cfg.RateLimits
 	}
 	var src ratelimit.RuleSource = cfg.Backends.LimitRules
+	if src == nil {
+		src = rules.NewLimitSource(cfg.Backends.Rules)
+	}
 	if cfg.RateLimitsFile != "" {
 		fs := ratelimit.FileSource{Path: cfg.RateLimitsFile}
 		// Read at start, so that a file that does not parse stops the
@@ -1142,13 +1167,13 @@ func (s *Stack) newLimiter() (*ratelimit.Limiter, error) {
 		if err != nil {
 			return nil, fmt.Errorf("stack: rate limits: %w", err)
 		}
-		if rules, err = ratelimit.Parse(doc); err != nil {
+		if start, err = ratelimit.Parse(doc); err != nil {
 			return nil, fmt.Errorf("stack: rate limits %s: %w", cfg.RateLimitsFile, err)
 		}
 		src = fs
 	}
 	lim, err := ratelimit.New(ratelimit.Config{
-		Rules: rules, Source: src, Window: cfg.Backends.LimitWindow,
+		Rules: start, Source: src, Window: cfg.Backends.LimitWindow,
 		Credentials: map[string][]string{"gift": cfg.GiftKeys, "announce": cfg.AnnounceKeys, "operator": cfg.OperatorKeys},
 		Nodes: func() int {
 			if s.ingest != nil {

@@ -90,26 +90,27 @@ func runRules(ctx context.Context, kind string, args []string, stdout, stderr io
 		}
 		return "?" + q.Encode()
 	}
+	// write makes a new version and says which.
+	write := func(method, u string, body []byte) error {
+		var v rules.Version
+		if err := apiCall(ctx, method, u, key, body, &v); err != nil {
+			return err
+		}
+		printVersion(stdout, kind, v)
+		return nil
+	}
 	switch sub {
 	case "push":
 		body, err := os.ReadFile(fs.Arg(0))
 		if err != nil {
 			return err
 		}
-		var v rules.Version
-		if err := apiCall(ctx, http.MethodPut, base+query(), key, body, &v); err != nil {
-			return err
-		}
-		printVersion(stdout, kind, v)
+		return write(http.MethodPut, base+query(), body)
 	case "rollback":
 		if *to > 0 {
 			q.Set("to", strconv.FormatInt(*to, 10))
 		}
-		var v rules.Version
-		if err := apiCall(ctx, http.MethodPost, base+"/rollback"+query(), key, nil, &v); err != nil {
-			return err
-		}
-		printVersion(stdout, kind, v)
+		return write(http.MethodPost, base+"/rollback"+query(), nil)
 	case "show":
 		if *version > 0 {
 			q.Set("version", strconv.FormatInt(*version, 10))

@@ -76,6 +76,10 @@ func (s *Server) antiSpam() error {
 // writes there).
 func (s *Server) BanStore() BanStore { return s.cfg.Bans }
 
+// Words returns the node's word filter, for the rules API to refresh after
+// a push and for watchers of the list in force (WordFilter.Loaded).
+func (s *Server) Words() *WordFilter { return s.words }
+
 // Bans returns the node's ban list, for the operator API to refresh after
 // a change.
 func (s *Server) Bans() *BanList { return s.bans }

@@ -78,11 +78,15 @@ func runTicket(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	return nil
 }
 
-// apiCall sends a JSON request and decodes a JSON answer, turning coded
-// error answers into errors.
+// apiCall sends a JSON request (a []byte body as it is: a document) and
+// decodes a JSON answer, turning coded error answers into errors.
 func apiCall(ctx context.Context, method, u, bearer string, body, out any) error {
 	var rd io.Reader
-	if body != nil {
+	raw, isRaw := body.([]byte)
+	switch {
+	case isRaw:
+		rd = bytes.NewReader(raw)
+	case body != nil:
 		b, err := json.Marshal(body)
 		if err != nil {
 			return err
@@ -96,7 +100,10 @@ func apiCall(ctx context.Context, method, u, bearer string, body, out any) error
 	if bearer != "" {
 		req.Header.Set("Authorization", "Bearer "+bearer)
 	}
-	if body != nil {
+	switch {
+	case isRaw:
+		req.Header.Set("Content-Type", "application/octet-stream")
+	case body != nil:
 		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := httpClient.Do(req)

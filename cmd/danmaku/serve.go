@@ -283,15 +283,16 @@ func serveRoles(ctx context.Context, roles []string, f *serveFlags, stdout, stde
 	defer closeBackends()
 	cfg.Backends = backends
 	if bcfg.Redis.URL != "" {
-		// The rate limits' windows and rules live in the same Redis as the
-		// other backends, on a client of their own.
+		// The rate limits' windows live in the same Redis as the other
+		// backends, on a client of their own; their rules, as the word
+		// list, are the versioned documents of Backends.Shared.Rules (`danmaku
+		// limits push`).
 		rdb, err := redisx.Connect(ctx, bcfg.Redis)
 		if err != nil {
 			return fmt.Errorf("rate limits: %w", err)
 		}
 		defer rdb.Close()
 		cfg.Backends.Limits.Window = ratelimit.NewRedisWindow(rdb)
-		cfg.Backends.Limits.Rules = ratelimit.NewRedisSource(rdb)
 	}
 	st, err := stack.New(cfg)
 	if err != nil {

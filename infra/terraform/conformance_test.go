@@ -39,6 +39,7 @@ import (
 	"danmaku/auth"
 	"danmaku/internal/audit"
 	"danmaku/internal/redisx"
+	"danmaku/internal/rules"
 	"danmaku/internal/testenv"
 	"danmaku/internal/tlsx/tlsxtest"
 )
@@ -236,17 +237,21 @@ func TestConformance(t *testing.T) {
 	t.Logf("(b) edge 1 at its capacity of %s connections: the entry answered 503 no_nodes, then handed out edge 2 alone", capacity)
 
 	// --- (a) per-client limits -----------------------------------------------
-	// Tight rules, set as an operator does (the ops user, the rules key),
-	// so that a burst is a few requests; each role has them in force once
-	// a probe address of its own is refused by one of them.
-	ops := redisClient(t, ctx, redisx.Config{URL: "redis://" + d.redisSeed, Cluster: true, Username: redisx.ACLUser(redisx.ACLOps), Password: d.secret("DANMAKU_REDIS_PASSWORD", redisx.ACLOps)})
+	// Tight rules, pushed as the ingest's rules API does (`danmaku limits
+	// push`: a new version of the fleet's rules, written as the ingest's
+	// Redis user), so that a burst is a few requests; each role has them in
+	// force once a probe address of its own is refused by one of them.
+	asIngest := redisClient(t, ctx, redisx.Config{URL: "redis://" + d.redisSeed, Cluster: true, Username: redisx.ACLUser(redisx.ACLIngest), Password: d.secret("DANMAKU_REDIS_PASSWORD", redisx.ACLIngest)})
 	const perIP = 3
-	rules := fmt.Sprintf(`{"rules":[
+	limits := fmt.Sprintf(`{"rules":[
 		{"name":"conform-entry-ip","route":"GET /v1/entry","key":"ip","algorithm":"local","limit":%[1]d,"per":"1h","burst":%[1]d},
 		{"name":"conform-upload-ip","route":"POST /v1/rooms/*","key":"ip","algorithm":"local","limit":%[1]d,"per":"1h","burst":%[1]d},
 		{"name":"conform-ws-ip","route":"GET /v1/ws","key":"ip","algorithm":"local","limit":%[1]d,"per":"1h","burst":%[1]d}]}`, perIP)
-	if err := ops.Set(ctx, "danmaku:ratelimit:rules", rules, 0).Err(); err != nil {
-		t.Fatalf("SET the rules as %s: %v", redisx.ACLUser(redisx.ACLOps), err)
+	if err := rules.CheckLimits([]byte(limits)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rules.NewRedisStore(asIngest).Push(ctx, rules.KindLimits, []byte(limits), rules.Meta{By: "conformance", At: time.Now()}); err != nil {
+		t.Fatalf("push the rules as %s: %v", redisx.ACLUser(redisx.ACLIngest), err)
 	}
 	ingestURL := first.Ingest[0]
 	barrage := ingestURL + "/v1/rooms/stage/barrage"

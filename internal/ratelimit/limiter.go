@@ -85,6 +85,7 @@ type Limiter struct {
 // document is a compiled rules document with each rule's live state.
 type document struct {
 	raw        []byte
+	changed    chan struct{} // closed when another document replaces this one
 	rules      []*compiled
 	active     []*active
 	allowNets  []netip.Prefix
@@ -218,6 +219,15 @@ func (l *Limiter) Rules() Rules {
 	return r
 }
 
+// Loaded returns the rules document in force as it was read (the source's
+// bytes; the configured rules' JSON until the source held one) and a
+// channel closed when another document replaces it: a watcher waits on it
+// instead of polling.
+func (l *Limiter) Loaded() (doc []byte, changed <-chan struct{}) {
+	d := l.doc.Load()
+	return d.raw, d.changed
+}
+
 // apply parses raw and puts it in force, keeping the state of rules that
 // count the same thing as before. It reports whether anything changed.
 func (l *Limiter) apply(raw []byte) (bool, error) {
@@ -254,7 +264,10 @@ func (l *Limiter) apply(raw []byte) (bool, error) {
 		d.active = append(d.active, a)
 	}
 	l.states = states
-	l.doc.Store(d)
+	d.changed = make(chan struct{})
+	if old := l.doc.Swap(d); old != nil {
+		close(old.changed)
+	}
 	l.mu.Unlock()
 	return true, nil
 }

@@ -59,6 +59,10 @@ const (
 	keyEvents = Prefix + "events"
 	// ratelimit.RedisSource: the rules document (written by operators).
 	keyRules = Prefix + "ratelimit:rules"
+	// rules.RedisStore: the versioned word lists and rate-limit rules
+	// (one hash per kind), pushed through the ingest's rules API and
+	// followed by every node.
+	keyRuleDocs = Prefix + "{rules}:*"
 	// ratelimit.RedisWindow: the shared windows of the rate limits.
 	keyWindows = Prefix + "{rl:*}:w"
 	// loadtable.RedisTable: each shard's records and change log.
@@ -135,17 +139,19 @@ var acls = map[string]aclRule{
 	// keys), serves the operators' event API, reads the load table every
 	// 5 ms and prunes it (a script) with the online counts of pruned
 	// nodes, counts its rate limits' shared windows (a script), follows
-	// Redis's clock (TIME), and reads the bans (a banned user's entry is
-	// refused; list script: get, hgetall).
+	// Redis's clock (TIME), reads the bans (a banned user's entry is
+	// refused; list script: get, hgetall) and follows the rate-limit rules.
 	ACLGSLB: {
 		scripts: true,
 		keys: [][2]string{
 			{rw, keyTokens}, {rw, keyEvents}, {rw, keyLoad}, {wo, keyOnline},
-			{rw, keyWindows}, {ro, keyRules}, {ro, keyBans},
+			{rw, keyWindows}, {ro, keyRules}, {ro, keyBans}, {ro, keyRuleDocs},
 		},
 		cmds: concat(
 			// auth
 			[]string{"set", "mget"},
+			// the rate-limit rules in force (rules.Follower: hget, hmget)
+			[]string{"hmget"},
 			// events (update script: hexists, hset)
 			[]string{"hsetnx", "hexists", "hset", "hget", "hgetall", "hdel"},
 			// load table (prune script: hget, hdel, xadd)
@@ -162,7 +168,8 @@ var acls = map[string]aclRule{
 	// the edges' online counts (room buckets follow them); appends to the
 	// rooms' lanes and the site stream through its scripts (room gate, fast
 	// lane, gift log with WAIT) and registers rooms; keeps bans, lotteries
-	// and the event buckets; counts its rate limits.
+	// and the event buckets; counts its rate limits; serves the rules API
+	// (pushes the versioned documents) and follows them.
 	ACLIngest: {
 		scripts: true,
 		keys: [][2]string{
@@ -170,7 +177,7 @@ var acls = map[string]aclRule{
 			{rw, keyRooms}, {rw, keyBarrage}, {rw, keyLive},
 			{rw, keyBucket}, {rw, keyBatch}, {rw, keyFastLane}, {rw, keyOrder}, {rw, keyOrderTerms}, {rw, keyOrderRoom}, {rw, keyBacklog},
 			{rw, keyLottery}, {rw, keyLotteries}, {rw, keyBans}, {rw, keyGlobal},
-			{rw, keyWindows}, {ro, keyRules},
+			{rw, keyWindows}, {ro, keyRules}, {rw, keyRuleDocs},
 		},
 		cmds: concat(
 			// auth, events
@@ -186,17 +193,21 @@ var acls = map[string]aclRule{
 			roScriptCmds,
 			// rate limits
 			[]string{"zremrangebyscore", "zcard", "zrange"},
+			// the rules API (push script: hincrby, hset, hdel) and the
+			// documents in force (hget, hmget)
+			[]string{"hincrby"},
 		),
 	},
 	// The edge verifies tokens, reports its load and its rooms' online
 	// counts (write only: it reads neither), reads the rooms' Live lanes
-	// and the site stream, counts its rate limits, and reads the bans (it
-	// closes and refuses banned users; list script: get, hgetall).
+	// and the site stream, counts its rate limits (and follows their
+	// rules), and reads the bans (it closes and refuses banned users; list
+	// script: get, hgetall).
 	ACLEdge: {
 		scripts: true,
 		keys: [][2]string{
 			{ro, keyTokens}, {ro, keyEvents}, {wo, keyLoad}, {wo, keyOnline},
-			{ro, keyLive}, {rw, keyWindows}, {ro, keyRules}, {ro, keyBans},
+			{ro, keyLive}, {rw, keyWindows}, {ro, keyRules}, {ro, keyBans}, {ro, keyRuleDocs},
 		},
 		cmds: concat(
 			// auth, events
@@ -209,6 +220,8 @@ var acls = map[string]aclRule{
 			[]string{"time", "zremrangebyscore", "zcard", "zadd", "pexpire", "zrange", "get"},
 			// bans (read-only list script)
 			roScriptCmds,
+			// the rate-limit rules in force (rules.Follower)
+			[]string{"hget", "hmget"},
 		),
 	},
 	// The slicer reads the rooms' lanes and the site stream in consumer

@@ -20,6 +20,7 @@ import (
 	"danmaku/internal/ratelimit"
 	"danmaku/internal/redisx"
 	"danmaku/internal/redisx/redistest"
+	"danmaku/internal/rules"
 	"danmaku/internal/stream"
 	"danmaku/internal/testenv"
 	"danmaku/sdk/wire"
@@ -255,7 +256,7 @@ func aclSteps(t *testing.T, clients map[string]redis.UniversalClient, cluster bo
 	now := time.Now()
 	liveKey := stream.Key{Room: room, Lane: stream.Live}
 	barrageKey := stream.Key{Room: room, Lane: stream.Barrage}
-	rules, err := json.Marshal(ratelimit.Rules{Rules: []ratelimit.Rule{{Name: "acl", Route: "GET /v1/entry", Key: ratelimit.KeyIP, Algorithm: ratelimit.AlgorithmWindow, Limit: 100, Per: "1m"}}})
+	limitsDoc, err := json.Marshal(ratelimit.Rules{Rules: []ratelimit.Rule{{Name: "acl", Route: "GET /v1/entry", Key: ratelimit.KeyIP, Algorithm: ratelimit.AlgorithmWindow, Limit: 100, Per: "1m"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,6 +299,10 @@ func aclSteps(t *testing.T, clients map[string]redis.UniversalClient, cluster bo
 				_, err := ratelimit.NewRedisSource(rdb).Load(ctx)
 				return err
 			}),
+			step(role, "rate limits: the version in force", func(ctx context.Context, rdb redis.UniversalClient) error {
+				_, err := rules.NewLimitSource(rules.NewRedisStore(rdb)).Load(ctx)
+				return err
+			}),
 			step(role, "rate limits: window", func(ctx context.Context, rdb redis.UniversalClient) error {
 				_, err := ratelimit.NewRedisWindow(rdb).Take(ctx, "acl:"+role, 10, time.Minute)
 				return err
@@ -309,7 +314,23 @@ func aclSteps(t *testing.T, clients map[string]redis.UniversalClient, cluster bo
 	// The operators write the rate-limit rules and read for diagnosis.
 	steps = append(steps,
 		step(redisx.ACLOps, "rate limits: put rules", func(ctx context.Context, rdb redis.UniversalClient) error {
-			return ratelimit.NewRedisSource(rdb).Put(ctx, rules)
+			return ratelimit.NewRedisSource(rdb).Put(ctx, limitsDoc)
+		}),
+	)
+	// The ingest's rules API pushes versions, and reads them back.
+	steps = append(steps,
+		step(redisx.ACLIngest, "rules: push, history, get", func(ctx context.Context, rdb redis.UniversalClient) error {
+			s := rules.NewRedisStore(rdb)
+			for _, kind := range []string{rules.KindLimits, rules.KindWords} {
+				if _, err := s.Push(ctx, kind, limitsDoc, rules.Meta{By: "acl"}); err != nil {
+					return err
+				}
+				if _, err := s.History(ctx, kind, 5); err != nil {
+					return err
+				}
+			}
+			_, err := s.Get(ctx, rules.KindWords, 0)
+			return err
 		}),
 	)
 	// The gslb: the auth center publishes, the event API writes.

@@ -12,6 +12,7 @@ import (
 	"danmaku/internal/loadtable"
 	"danmaku/internal/objstore"
 	"danmaku/internal/redisx"
+	"danmaku/internal/rules"
 	"danmaku/internal/stream"
 	"danmaku/slicer"
 )
@@ -94,6 +95,7 @@ func OpenBackends(ctx context.Context, cfg BackendConfig, log *slog.Logger) (Bac
 		}
 		b.Ingest.Lotteries = ingest.NewRedisLotteryStore(rdb, nil)
 		b.Shared.Bans = ingest.NewRedisBanStore(rdb)
+		b.Shared.Rules = rules.NewRedisStore(rdb)
 		b.Ingest.Global = ingest.NewRedisGlobalLimiter(rdb)
 		if b.Ingest.Gifts, err = ingest.NewRedisGiftLog(ingest.RedisGiftLogConfig{Client: rdb, Streams: streams, WaitReplicas: cfg.GiftWaitReplicas, Logger: log}); err != nil {
 			_ = closeAll()

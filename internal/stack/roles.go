@@ -27,6 +27,7 @@ import (
 	"danmaku/internal/objstore"
 	"danmaku/internal/origin"
 	"danmaku/internal/redisx"
+	"danmaku/internal/rules"
 	"danmaku/internal/sdkweb"
 	"danmaku/internal/stream"
 	"danmaku/internal/sysload"
@@ -128,6 +129,9 @@ func (b *Backends) withDefaults(dataDir string) (ingest.GiftBacklog, error) {
 		// One store for the process's roles: the ingest's operator API
 		// writes it, the edge and the gslb read it.
 		sh.Bans = ingest.NewMemoryBanStore()
+	}
+	if sh.Rules == nil {
+		sh.Rules = rules.NewMemoryStore()
 	}
 	return giftBacklog, nil
 }
@@ -404,6 +408,8 @@ func (s *Stack) newIngest(rs *roleServer, giftBacklog ingest.GiftBacklog) error 
 	var words ingest.WordSource
 	if cfg.WordsFile != "" {
 		words = ingest.FileWords{Path: cfg.WordsFile}
+	} else {
+		words = ingest.NewStoreWords(b.Shared.Rules)
 	}
 	if s.ingest, err = ingest.New(ingest.Config{
 		Bans: b.Shared.Bans, Global: b.Ingest.Global, Words: words, WordPolicy: policy, Audit: s.audit,
@@ -421,6 +427,8 @@ func (s *Stack) newIngest(rs *roleServer, giftBacklog ingest.GiftBacklog) error 
 	ops := e.Group("", s.ingest.RateLimitHandler())
 	(&ingest.BanAPI{Store: s.ingest.BanStore(), Keys: cfg.OperatorKeys, Changed: s.refreshBans, Logger: s.log.With("role", RoleIngest)}).Register(ops)
 	(&ingest.BroadcastAPI{Streams: b.Shared.Streams, Keys: cfg.OperatorKeys, Registerer: s.registry}).Register(ops)
+	(&rules.API{Store: b.Shared.Rules, Kinds: map[string]rules.Check{rules.KindWords: ingest.CheckWordList, rules.KindLimits: rules.CheckLimits},
+		Keys: cfg.OperatorKeys, Changed: s.refreshRules, Logger: s.log.With("role", RoleIngest)}).Register(ops)
 	lotteries := s.ingest.Lotteries()
 	(&ingest.LotteryAPI{Store: b.Ingest.Lotteries, Keys: cfg.OperatorKeys, Hosts: s.keyring, Addr: s.URLs[RoleIngest], Logger: s.log.With("role", RoleIngest), Changed: func(ctx context.Context) {
 		if lotteries != nil {

@@ -29,6 +29,7 @@ import (
 	"danmaku/internal/loadtable"
 	"danmaku/internal/objstore"
 	"danmaku/internal/ratelimit"
+	"danmaku/internal/rules"
 	"danmaku/internal/stream"
 	"danmaku/sdk/wire"
 	"danmaku/slicer"
@@ -381,6 +382,31 @@ func walkCases() []walkCase {
 		method, path, _ := strings.Cut(route, " ")
 		down(RoleIngest, route, 503, "backend_unavailable", probe{method: method, path: strings.Replace(path, ":user", "spammer", 1), auth: "op"})
 	}
+	// ingest: the fleet's rules (an operator key). Nothing is pushed: a
+	// pushed rules document would be the walk stack's rules.
+	ruleRoutes := []string{"GET /v1/admin/rules/:kind", "PUT /v1/admin/rules/:kind", "GET /v1/admin/rules/:kind/history", "POST /v1/admin/rules/:kind/rollback"}
+	for _, route := range ruleRoutes {
+		method, path, _ := strings.Cut(route, " ")
+		add(RoleIngest, route, 401, "bad_operator_key", probe{method: method, path: strings.Replace(path, ":kind", "words", 1), auth: "junk"})
+		add(RoleIngest, route, 404, "unknown_kind", probe{method: method, path: strings.Replace(path, ":kind", "colours", 1), auth: "op"})
+	}
+	const pushRules = "PUT /v1/admin/rules/:kind"
+	add(RoleIngest, pushRules, 400, "bad_words", probe{method: "PUT", path: "/v1/admin/rules/words", auth: "op", body: "fine\n\x01bell\n"})
+	add(RoleIngest, pushRules, 400, "bad_rules", probe{method: "PUT", path: "/v1/admin/rules/limits", auth: "op", body: `{"rules":[{"name":"x","route":"*","key":"ip","algorithm":"local","limit":5,"per":"1d"}]}`})
+	add(RoleIngest, pushRules, 400, "bad_json", probe{method: "PUT", path: "/v1/admin/rules/limits", auth: "op", body: `{"rules":`})
+	add(RoleIngest, pushRules, 400, "bad_utf8", probe{method: "PUT", path: "/v1/admin/rules/limits", auth: "op", body: "{\"rules\":[\xff]}"})
+	add(RoleIngest, pushRules, 413, "body_too_large", probe{method: "PUT", path: "/v1/admin/rules/words", auth: "op", body: strings.Repeat("w\n", rules.MaxDocument/2+1)})
+	add(RoleIngest, pushRules, 400, "bad_note", probe{method: "PUT", path: "/v1/admin/rules/words?note=%07", auth: "op", body: "ok\n"})
+	add(RoleIngest, "GET /v1/admin/rules/:kind", 400, "bad_request", probe{method: "GET", path: "/v1/admin/rules/words?version=x", auth: "op"})
+	add(RoleIngest, "GET /v1/admin/rules/:kind/history", 400, "bad_request", probe{method: "GET", path: "/v1/admin/rules/words/history?n=0", auth: "op"})
+	add(RoleIngest, "POST /v1/admin/rules/:kind/rollback", 400, "bad_request", probe{method: "POST", path: "/v1/admin/rules/words/rollback?to=-1", auth: "op"})
+	add(RoleIngest, "POST /v1/admin/rules/:kind/rollback", 400, "bad_note", probe{method: "POST", path: "/v1/admin/rules/words/rollback?note=%07", auth: "op"})
+	add(RoleIngest, "GET /v1/admin/rules/:kind", 404, "no_version", probe{method: "GET", path: "/v1/admin/rules/words?version=99", auth: "op"})
+	add(RoleIngest, "POST /v1/admin/rules/:kind/rollback", 404, "no_version", probe{method: "POST", path: "/v1/admin/rules/limits/rollback", auth: "op"})
+	for _, route := range ruleRoutes {
+		method, path, _ := strings.Cut(route, " ")
+		down(RoleIngest, route, 503, "backend_unavailable", probe{method: method, path: strings.Replace(path, ":kind", "words", 1), auth: "op", body: "ok\n"})
+	}
 	const broadcasts = "POST /v1/admin/broadcasts"
 	add(RoleIngest, broadcasts, 401, "bad_operator_key", probe{method: "POST", path: "/v1/admin/broadcasts", auth: "junk", body: `{"text":"hi"}`})
 	add(RoleIngest, "GET /v1/admin/broadcasts", 401, "bad_operator_key", probe{method: "GET", path: "/v1/admin/broadcasts", auth: "junk"})
@@ -434,7 +460,7 @@ func walkCases() []walkCase {
 	limited(RoleIngest, "POST /v1/rooms/:room/barrage", "walk-upload")
 	limited(RoleIngest, "POST /v1/rooms/:room/announce", "walk-upload")
 	limited(RoleIngest, gifts, "walk-gifts")
-	for _, route := range slices.Concat(lotteryRoutes, banRoutes, []string{broadcasts, "GET /v1/admin/broadcasts"}) {
+	for _, route := range slices.Concat(lotteryRoutes, banRoutes, ruleRoutes, []string{broadcasts, "GET /v1/admin/broadcasts"}) {
 		limited(RoleIngest, route, "walk-admin")
 	}
 	limited(RoleEdge, ws, "walk-ws")
@@ -857,6 +883,7 @@ func (f *faults) wrap(t *testing.T, b *Backends) *slicer.MemoryBacklog {
 	b.Shared.Events = flakyEvents{event.NewMemoryStore(), f}
 	b.Slicer.Settings = flakySettings{&slicer.MemorySettings{}, f}
 	b.Shared.Bans = flakyBans{ingest.NewMemoryBanStore(), f}
+	b.Shared.Rules = flakyRules{rules.NewMemoryStore(), f}
 	b.Ingest.Lotteries = flakyLotteries{ingest.NewMemoryLotteryStore(nil), f}
 	b.Shared.Objects = flakyObjects{objstore.NewMemoryStore(), f}
 	return backlog
@@ -955,6 +982,39 @@ func (s flakySettings) Save(ctx context.Context, st slicer.Settings) error {
 		return err
 	}
 	return s.SettingsStore.Save(ctx, st)
+}
+
+type flakyRules struct {
+	*rules.MemoryStore
+	f *faults
+}
+
+func (r flakyRules) Push(ctx context.Context, kind string, body []byte, m rules.Meta) (rules.Version, error) {
+	if err := r.f.err(); err != nil {
+		return rules.Version{}, err
+	}
+	return r.MemoryStore.Push(ctx, kind, body, m)
+}
+
+func (r flakyRules) Head(ctx context.Context, kind string) (int64, error) {
+	if err := r.f.err(); err != nil {
+		return 0, err
+	}
+	return r.MemoryStore.Head(ctx, kind)
+}
+
+func (r flakyRules) Get(ctx context.Context, kind string, version int64) (rules.Document, error) {
+	if err := r.f.err(); err != nil {
+		return rules.Document{}, err
+	}
+	return r.MemoryStore.Get(ctx, kind, version)
+}
+
+func (r flakyRules) History(ctx context.Context, kind string, n int) ([]rules.Version, error) {
+	if err := r.f.err(); err != nil {
+		return nil, err
+	}
+	return r.MemoryStore.History(ctx, kind, n)
 }
 
 type flakyBans struct {

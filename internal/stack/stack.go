@@ -42,6 +42,7 @@ import (
 	"danmaku/internal/loadtable"
 	"danmaku/internal/objstore"
 	"danmaku/internal/ratelimit"
+	"danmaku/internal/rules"
 	"danmaku/internal/stream"
 	"danmaku/internal/sysload"
 	"danmaku/internal/tlsx"
@@ -107,6 +108,9 @@ type SharedBackends struct {
 	// Audit keeps the audit trail of the ingest and the slicer. Nil:
 	// Config.AuditDir, else in memory.
 	Audit objstore.Store
+	// Rules keeps the versioned word lists and rate-limit rules the fleet
+	// follows (`danmaku words`, `danmaku limits`). Nil: in memory.
+	Rules rules.Store
 }
 
 // IngestBackends are the ingest's stores.
@@ -551,6 +555,17 @@ func New(cfg Config) (*Stack, error) {
 // refreshBans reloads the bans of this process's roles after an operator
 // API wrote them: a ban bites here at once, elsewhere within a reload
 // interval (1 s).
+// refreshRules puts a version pushed through this process's API in force
+// in its own roles at once; the other nodes follow within their poll.
+func (s *Stack) refreshRules(ctx context.Context, kind string) {
+	switch {
+	case kind == rules.KindWords && s.ingest != nil:
+		_ = s.ingest.Words().Refresh(ctx)
+	case kind == rules.KindLimits && s.limiter != nil:
+		_ = s.limiter.Refresh(ctx)
+	}
+}
+
 func (s *Stack) refreshBans(ctx context.Context) {
 	if s.ingest != nil {
 		_ = s.ingest.Bans().Refresh(ctx)
@@ -859,11 +874,14 @@ func (s *Stack) PrintAddrs(w *os.File) {
 // credentials the rules count.
 func (s *Stack) newLimiter() (*ratelimit.Limiter, error) {
 	cfg := s.cfg
-	rules := ratelimit.DefaultRules(ratelimit.Machine{Dev: cfg.Dev})
+	start := ratelimit.DefaultRules(ratelimit.Machine{Dev: cfg.Dev})
 	if cfg.RateLimits != nil {
-		rules = *cfg.RateLimits
+		start = *cfg.RateLimits
 	}
 	var src ratelimit.RuleSource = cfg.Backends.Limits.Rules
+	if src == nil {
+		src = rules.NewLimitSource(cfg.Backends.Shared.Rules)
+	}
 	if cfg.RateLimitsFile != "" {
 		fs := ratelimit.FileSource{Path: cfg.RateLimitsFile}
 		// Read at start, so that a file that does not parse stops the
@@ -872,13 +890,13 @@ func (s *Stack) newLimiter() (*ratelimit.Limiter, error) {
 		if err != nil {
 			return nil, fmt.Errorf("stack: rate limits: %w", err)
 		}
-		if rules, err = ratelimit.Parse(doc); err != nil {
+		if start, err = ratelimit.Parse(doc); err != nil {
 			return nil, fmt.Errorf("stack: rate limits %s: %w", cfg.RateLimitsFile, err)
 		}
 		src = fs
 	}
 	lim, err := ratelimit.New(ratelimit.Config{
-		Rules: rules, Source: src, Window: cfg.Backends.Limits.Window,
+		Rules: start, Source: src, Window: cfg.Backends.Limits.Window,
 		Credentials: map[string][]string{"gift": cfg.GiftKeys, "announce": cfg.AnnounceKeys, "operator": cfg.OperatorKeys},
 		Nodes: func() int {
 			if s.ingest != nil {

@@ -1,22 +1,18 @@
 package slicer
 
 import (
-	"context"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"danmaku/internal/event"
-	"danmaku/internal/objstore"
 	"danmaku/sdk/wire"
 )
 
 // roomMetrics are the slicer's per-room series, for the show dashboard:
 // segments written and the messages they show, by event and room. They are
-// counted where a segment becomes durable — a successful PUT of a segment
-// object, decoded once more here (a room's segment a second, at most the
-// budget's messages) — so that the room loop itself carries no metric of
-// its own. Rooms come from the event directory (event.Directory.
-// MetricLabels): one series per room an event defines, plus "other".
+// counted where a segment becomes durable — after its PUT succeeded, from
+// the slot plan's messages (noteWritten), with no decode of the body.
+// Rooms come from the event directory (event.Directory.MetricLabels): one
+// series per room an event defines, plus "other".
 type roomMetrics struct {
 	events   *event.Directory
 	segments *prometheus.CounterVec // event, room
@@ -41,17 +37,15 @@ func (m *roomMetrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.segments, m.shown}
 }
 
-// observe counts one written segment.
-func (m *roomMetrics) observe(body []byte) {
-	seg, err := wire.DecodeSegment(body)
-	if err != nil {
-		return // the slicer's own encoding: never happens
-	}
-	ev, room := m.events.MetricLabels(seg.Room)
-	m.segments.WithLabelValues(ev, room).Inc()
+// observe counts one segment of room written with msgs. It is called
+// with the slot plan's messages after the PUT succeeded (noteWritten):
+// counting them there costs no decode of the body just encoded.
+func (m *roomMetrics) observe(room string, msgs []wire.Message) {
+	ev, label := m.events.MetricLabels(room)
+	m.segments.WithLabelValues(ev, label).Inc()
 	var n [3]int
-	for i := range seg.Messages {
-		switch seg.Messages[i].Kind {
+	for i := range msgs {
+		switch msgs[i].Kind {
 		case wire.KindBarrage:
 			n[0]++
 		case wire.KindGift:
@@ -61,21 +55,6 @@ func (m *roomMetrics) observe(body []byte) {
 		}
 	}
 	for i, kind := range [3]string{"barrage", "gift", "system"} {
-		m.shown.WithLabelValues(kind, ev, room).Add(float64(n[i]))
+		m.shown.WithLabelValues(kind, ev, label).Add(float64(n[i]))
 	}
-}
-
-// countingObjects is the slicer's object store: the configured one, with
-// every segment it stores counted by roomMetrics.
-type countingObjects struct {
-	objstore.Store
-	m *roomMetrics
-}
-
-func (o countingObjects) Put(ctx context.Context, key string, body []byte, opts objstore.PutOptions) (string, error) {
-	etag, err := o.Store.Put(ctx, key, body, opts)
-	if err == nil && opts.ContentType == wire.SegmentContentType {
-		o.m.observe(body)
-	}
-	return etag, err
 }

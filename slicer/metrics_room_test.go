@@ -1,7 +1,6 @@
 package slicer
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -9,7 +8,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"danmaku/internal/event"
-	"danmaku/internal/objstore"
 	"danmaku/sdk/wire"
 )
 
@@ -23,18 +21,9 @@ func TestRoomMetricsBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := newRoomMetrics(dir)
-	objs := countingObjects{Store: objstore.NewMemoryStore(), m: m}
 	put := func(room string, slot int64, msgs ...wire.Message) {
 		t.Helper()
-		seg := wire.NewSegment(room, wire.SegmentDuration, slot, uint64(slot))
-		seg.Messages = msgs
-		body, err := wire.EncodeSegment(seg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := objs.Put(context.Background(), wire.SlotKey(room, wire.SegmentDuration, slot), body, objstore.PutOptions{ContentType: wire.SegmentContentType}); err != nil {
-			t.Fatal(err)
-		}
+		m.observe(room, msgs)
 	}
 	msg := func(k wire.Kind, id string) wire.Message { return wire.Message{Kind: k, ID: id, Text: "x"} }
 	put("main", 1, msg(wire.KindBarrage, "1000-0"), msg(wire.KindBarrage, "1000-1"), msg(wire.KindGift, "1000-0"))

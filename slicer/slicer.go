@@ -152,6 +152,8 @@ type Slicer struct {
 	// discoveries counts the discovery passes Run has finished, so that a
 	// test can wait for one instead of sleeping.
 	discoveries atomic.Int64
+	// roomM counts the segments written per event and room.
+	roomM *roomMetrics
 }
 
 // Discoveries returns how many discovery passes Run has finished.
@@ -244,14 +246,15 @@ func New(cfg Config) (*Slicer, error) {
 	if err := s.m.register(cfg.Registerer); err != nil {
 		return nil, err
 	}
-	// Per-room series, counted as segments are stored (metrics_room.go).
+	// Per-room series, counted as segments are written (noteWritten,
+	// metrics_room.go).
 	rm := newRoomMetrics(cfg.Events)
 	for _, c := range rm.collectors() {
 		if err := cfg.Registerer.Register(c); err != nil {
 			return nil, fmt.Errorf("slicer: metrics: %w", err)
 		}
 	}
-	s.cfg.Objects = countingObjects{Store: s.cfg.Objects, m: rm}
+	s.roomM = rm
 	running := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "danmaku_slicer_rooms", Help: "Rooms this slicer runs a loop for, leading or standing by: the rooms of live events."},
 		func() float64 { return float64(s.RoomsRunning()) })
 	if err := cfg.Registerer.Register(running); err != nil {

@@ -75,6 +75,7 @@ func (s *Slicer) writeSlot(ctx context.Context, st *roomState, storeNow, localNo
 func (s *Slicer) noteWritten(st *roomState, slot int64, p *slotPlan, size int, start, storeNow, localNow time.Time) {
 	done := s.cfg.Clock.Now()
 	s.m.written.WithLabelValues("written").Inc()
+	s.roomM.observe(st.room, p.Messages)
 	s.m.bytes.Observe(float64(size))
 	s.m.latency.Observe(done.Sub(start).Seconds())
 	t := s.timing(st)

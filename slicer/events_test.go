@@ -2,6 +2,7 @@ package slicer
 
 import (
 	"context"
+	"danmaku/internal/testwait"
 	"io"
 	"log/slog"
 	"testing"
@@ -106,13 +107,8 @@ func TestRoomEnds(t *testing.T) {
 	<-done
 }
 
+// waitUntil is testwait.For under the name this package's tests use.
 func waitUntil(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.For(t, what, cond)
 }

@@ -628,7 +628,10 @@ export class DanmakuClient extends EventTarget {
     // D follows the room: from the entry, then from the manifest if the
     // room's segment duration changes.
     const p = {
-      D: s.segmentMs, slot: Math.floor(this.serverNow() / s.segmentMs), // the slot joined in
+      // The earliest slot the join can have been in: serverNow is known
+      // only within the clock margin (a start late by a few ms past a
+      // boundary skipped messages sent after the join).
+      D: s.segmentMs, slot: Math.floor((this.serverNow() - (s.marginMs ?? 0)) / s.segmentMs),
       seq: 0, haveSeq: false, backoff: 0, manifestAt: -Infinity, attempts: 0, mismatches: 0,
     };
     this._stats.segmentMs = p.D;

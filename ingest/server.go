@@ -155,6 +155,10 @@ type Config struct {
 	MaxTextRunes int
 	// MaxBody bounds request bodies in bytes. Zero: 4 KiB.
 	MaxBody int64
+	// PlayheadAhead and PlayheadBehind bound a message's playhead_ms around
+	// this node's clock (ingest/playhead.go). Zero: 2 s and 2 minutes.
+	PlayheadAhead  time.Duration
+	PlayheadBehind time.Duration
 	// Registerer receives the metrics. Nil: a private registry.
 	Registerer prometheus.Registerer
 	// Clock tells the time. Nil: real clock.
@@ -332,6 +336,15 @@ func (c *Config) withDefaults() error {
 	}
 	if c.MaxBody == 0 {
 		c.MaxBody = defaultMaxBody
+	}
+	if c.PlayheadAhead == 0 {
+		c.PlayheadAhead = defaultPlayheadAhead
+	}
+	if c.PlayheadBehind == 0 {
+		c.PlayheadBehind = defaultPlayheadBehind
+	}
+	if c.PlayheadAhead < 0 || c.PlayheadBehind < 0 {
+		return errors.New("ingest: PlayheadAhead and PlayheadBehind must not be negative")
 	}
 	if c.UserCapacity < 1 || c.UserRefill <= 0 || c.RoomBase < 1 || c.RoomRefill <= 0 || c.RoomCeiling < c.RoomBase {
 		return errors.New("ingest: bucket sizes must be positive and RoomCeiling >= RoomBase")
@@ -641,30 +654,37 @@ func (s *Server) authorize(c *gin.Context) (*auth.Claims, bool) {
 }
 
 type textBody struct {
-	Text *string `json:"text"`
+	Text     *string `json:"text"`
+	Playhead *int64  `json:"playhead_ms"`
 }
 
-// text binds and normalises {"text": "..."}.
-func (s *Server) text(c *gin.Context) (string, bool) {
+// text binds and normalises {"text": "...", "playhead_ms": N}; the playhead
+// is 0 when the body has none.
+func (s *Server) text(c *gin.Context) (string, int64, bool) {
 	var b textBody
 	if e := httpx.BindJSON(c, s.cfg.MaxBody, &b); e != nil {
 		s.reject(c, "input", e)
-		return "", false
+		return "", 0, false
 	}
 	if b.Text == nil {
 		s.reject(c, "input", httpx.Errorf(http.StatusBadRequest, "missing_field", "field \"text\" is required"))
-		return "", false
+		return "", 0, false
 	}
 	t := normalize(*b.Text)
 	if t == "" {
 		s.reject(c, "input", httpx.Errorf(http.StatusBadRequest, "empty_text", "text is empty after normalisation"))
-		return "", false
+		return "", 0, false
 	}
 	if utf8.RuneCountInString(t) > s.cfg.MaxTextRunes {
 		s.reject(c, "input", httpx.Errorf(http.StatusBadRequest, "text_too_long", "text exceeds %d characters", s.cfg.MaxTextRunes))
-		return "", false
+		return "", 0, false
 	}
-	return t, true
+	p, e := s.playhead(b.Playhead)
+	if e != nil {
+		s.reject(c, "input", e)
+		return "", 0, false
+	}
+	return t, p, true
 }
 
 // ok is the one success answer of barrage: stored and silently dropped
@@ -698,12 +718,12 @@ func (s *Server) barrage(c *gin.Context) {
 	if !s.live(c, claims.Room) {
 		return
 	}
-	text, good := s.text(c)
+	text, playhead, good := s.text(c)
 	if !good {
 		return
 	}
 	room := claims.Room
-	m := wire.Message{Kind: wire.KindBarrage, User: claims.User(), Nick: claims.Nick, Avatar: claims.Avatar, Text: text}
+	m := wire.Message{Kind: wire.KindBarrage, User: claims.User(), Nick: claims.Nick, Avatar: claims.Avatar, Text: text, Playhead: playhead}
 	// A banned user neither comments nor enters lotteries.
 	if s.bans.Banned(room, m.User) {
 		s.drop(c, &m, room, text, "antispam", ReasonBanned)
@@ -823,11 +843,11 @@ func (s *Server) announce(c *gin.Context) {
 	if !s.live(c, room) {
 		return
 	}
-	text, good := s.text(c)
+	text, playhead, good := s.text(c)
 	if !good {
 		return
 	}
-	m.Text = text
+	m.Text, m.Playhead = text, playhead
 	// Announcements skip the buckets, but the room displays at most its
 	// fast-lane cap a second (shared with lottery entries, across nodes).
 	limit := s.fastLaneCap(room)

@@ -302,6 +302,11 @@ func walkCases() []walkCase {
 		add(RoleIngest, route, 400, "missing_field", probe{method: method, path: path("demo"), auth: bodyAuth, body: `{}`})
 		add(RoleIngest, route, 400, "empty_text", probe{method: method, path: path("demo"), auth: bodyAuth, body: `{"text":" \u200b "}`})
 		add(RoleIngest, route, 400, "text_too_long", probe{method: method, path: path("demo"), auth: bodyAuth, body: `{"text":"` + strings.Repeat("长", 61) + `"}`})
+		add(RoleIngest, route, 400, "bad_playhead", probe{method: method, path: path("demo"), auth: bodyAuth, body: `{"text":"hi","playhead_ms":0}`})
+		// The walk runs on the real clock: a playhead a day ahead or a
+		// day behind is outside the bounds whatever the machine's load.
+		add(RoleIngest, route, 400, "playhead_future", probe{method: method, path: path("demo"), auth: bodyAuth, body: fmt.Sprintf(`{"text":"hi","playhead_ms":%d}`, time.Now().Add(24*time.Hour).UnixMilli())})
+		add(RoleIngest, route, 400, "playhead_too_old", probe{method: method, path: path("demo"), auth: bodyAuth, body: fmt.Sprintf(`{"text":"hi","playhead_ms":%d}`, time.Now().Add(-24*time.Hour).UnixMilli())})
 	}
 	// A lottery entry while the lottery store is down; an announcement
 	// while the fast lane is.

@@ -302,6 +302,9 @@ func validMessages(ms []Message) error {
 		if ms[i].Offset >= SegmentDuration {
 			return fmt.Errorf("%w: message %d offset %d", ErrInvalid, i, ms[i].Offset)
 		}
+		if ms[i].Playhead < 0 {
+			return fmt.Errorf("%w: message %d playhead %d", ErrInvalid, i, ms[i].Playhead)
+		}
 	}
 	return nil
 }

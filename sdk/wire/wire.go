@@ -81,6 +81,28 @@ type Message struct {
 	// room): its ID is the site stream's, not the room's, so its identity
 	// is of a lane of its own. Decoders that predate it ignore the field.
 	Site bool `msgpack:"st,omitempty" json:"st,omitempty"`
+	// Playhead is the sender's playhead when the message was sent: the
+	// program date time (unix ms) of the video frame on the sender's screen.
+	// A receiver synchronised to its own video shows the message when its
+	// playhead reaches this time. Zero: the sender's app has no playhead
+	// clock; PlayheadOf places such a message at its id's time.
+	Playhead int64 `msgpack:"p,omitempty" json:"p,omitempty"`
+}
+
+// PlayheadOf is the program date time (unix ms) a receiver synchronised to
+// its video shows m at: the sender's playhead, or for a message without one
+// (an old client, a business server, a gift without the field) the time the
+// server stamped it, which is never earlier than the moment the sender saw —
+// at worst the sender's own stream delay late, never a spoiler.
+func PlayheadOf(m *Message) int64 {
+	if m.Playhead > 0 {
+		return m.Playhead
+	}
+	ms, _, err := ParseID(m.ID)
+	if err != nil {
+		return 0
+	}
+	return ms
 }
 
 // Identity returns the key clients de-duplicate by. Ids are unique per room

@@ -115,6 +115,10 @@ type Config struct {
 	// MaxConns caps connections; handshakes beyond it get 503
 	// over_capacity. Zero: unlimited.
 	MaxConns int
+	// MinProtocol is the oldest client protocol (the handshake's proto
+	// parameter, wire.Protocol; absent is 1) the edge accepts: older ones
+	// get 426 protocol_unsupported naming it. Zero: 1, every client.
+	MinProtocol int
 	// ConnectRate is how many new connections a second the node takes
 	// (a token bucket holding ConnectBurst); beyond, a handshake gets 503
 	// connect_rate with a jittered Retry-After of 1-3 s. Zero: 5,000;
@@ -272,6 +276,7 @@ func (cfg Config) check() error {
 		bad  bool
 	}{
 		{"MaxConns", cfg.MaxConns < 0},
+		{"MinProtocol", cfg.MinProtocol < 0},
 		{"ConnectBurst", cfg.ConnectBurst < 0},
 		{"MaxRoomConns", cfg.MaxRoomConns < 0},
 		{"MinGiftValue", cfg.MinGiftValue < 0},

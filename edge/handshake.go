@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -203,6 +204,10 @@ func (s *Server) handleWS(c *gin.Context) {
 	last, hasLast, err := parseLast(c.Query("last"))
 	if err != nil {
 		s.reject(c, http.StatusBadRequest, CodeBadRequest, "last must be a message id such as 1700000000000-0")
+		return
+	}
+	if r := s.checkProtocol(c); r != nil {
+		s.reject(c, r.status, r.code, r.msg)
 		return
 	}
 	tok := httpx.BearerToken(c, "")
@@ -478,4 +483,23 @@ func refuseConn(nc net.Conn, br *bufio.Reader, code int, text string) {
 		}
 	}
 	_ = nc.Close()
+}
+
+// checkProtocol reads the handshake's proto parameter (absent: 1, clients
+// from before it) and refuses one below MinProtocol before the upgrade.
+// A browser cannot read an HTTP refusal of a WebSocket, but it met the
+// same minimum at the gslb's entry, which it reads first.
+func (s *Server) checkProtocol(c *gin.Context) *refusal {
+	n := 1
+	if v, ok := c.GetQuery("proto"); ok {
+		var err error
+		n, err = strconv.Atoi(v)
+		if err != nil || n < 1 || n > wire.MaxProtocol || strconv.Itoa(n) != v {
+			return &refusal{status: http.StatusBadRequest, code: CodeBadProtocol, msg: fmt.Sprintf("proto must be a whole number 1-%d without sign or leading zeros", wire.MaxProtocol)}
+		}
+	}
+	if n < s.cfg.MinProtocol {
+		return &refusal{status: http.StatusUpgradeRequired, code: CodeProtocolUnsupported, msg: fmt.Sprintf("client protocol %d is no longer served; the minimum is %d: update the SDK", n, s.cfg.MinProtocol)}
+	}
+	return nil
 }

@@ -29,6 +29,11 @@ const (
 	// CodeTokenInURL: the handshake carried the token in its query; tokens
 	// go in the first frame or an Authorization header, never in a URL.
 	CodeTokenInURL = "token_in_url"
+	// CodeProtocolUnsupported: the handshake's proto is below the edge's
+	// MinProtocol; the message names the minimum (update the SDK).
+	CodeProtocolUnsupported = "protocol_unsupported"
+	// CodeBadProtocol: the handshake's proto is not a whole number 1-999.
+	CodeBadProtocol = "bad_protocol"
 	// CodeBadHello: a browser's first frame was not a valid hello.
 	CodeBadHello = "bad_hello"
 	// CodeHelloTimeout: a browser sent no first frame in time.

@@ -63,6 +63,16 @@ type ServerConfig struct {
 	// SegmentMs is the segment duration of rooms whose event sets none.
 	// Zero: 1000.
 	SegmentMs int64
+	// MinProtocol is the oldest client protocol (wire.Protocol; a client
+	// that sends none is 1) given an entry: older ones get 426
+	// protocol_unsupported naming it. Zero: 1, every client.
+	MinProtocol int
+	// SyncMinProtocol is the oldest protocol whose clients are told they
+	// may hold messages to their video's playhead (the entry's sync); the
+	// others run in wall-clock mode. Raised during a show, it steers a
+	// misbehaving SDK release back to wall-clock mode; above wire.Protocol
+	// it turns sync off for everyone. Zero: 2, the first with playheads.
+	SyncMinProtocol int
 	// MaxInFlight bounds the entry requests being answered at once; beyond
 	// it a request is answered 503 overloaded at once instead of waiting
 	// for a CPU busy with the others: under a surge a queue only makes
@@ -143,6 +153,15 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	if !wire.ValidSegmentMs(cfg.SegmentMs) {
 		return nil, fmt.Errorf("gslb: server: SegmentMs %d is not 1000, 500 or 250", cfg.SegmentMs)
+	}
+	if cfg.MinProtocol == 0 {
+		cfg.MinProtocol = defaultMinProtocol
+	}
+	if cfg.SyncMinProtocol == 0 {
+		cfg.SyncMinProtocol = defaultSyncMinProtocol
+	}
+	if cfg.MinProtocol < 1 || cfg.MinProtocol > wire.Protocol || cfg.SyncMinProtocol < 1 {
+		return nil, fmt.Errorf("gslb: server: MinProtocol %d must be 1-%d (this build's protocol), SyncMinProtocol %d at least 1", cfg.MinProtocol, wire.Protocol, cfg.SyncMinProtocol)
 	}
 	if cfg.MaxInFlight == 0 {
 		cfg.MaxInFlight = defaultMaxInFlight
@@ -370,6 +389,13 @@ func (s *Server) entry(c *gin.Context) {
 		}
 		scopeRequired = v.ScopeRequired()
 	}
+	shape := answerShape{segmentMs: segmentMs}
+	proto, e := s.protocol(c)
+	if e != nil {
+		s.fail(c, e)
+		return
+	}
+	shape.sync = proto >= s.cfg.SyncMinProtocol
 	ticket := httpx.BearerToken(c, "")
 	if ticket == "" {
 		s.fail(c, httpx.Errorf(http.StatusUnauthorized, "no_ticket", "a business ticket is required (Authorization: Bearer TICKET)"))
@@ -399,7 +425,7 @@ func (s *Server) entry(c *gin.Context) {
 		return
 	}
 	_, near := ratelimit.Near(c)
-	if near && s.answerLast(c, t, room, segmentMs) {
+	if near && s.answerLast(c, t, room, shape) {
 		return
 	}
 	ip, _ := netip.ParseAddr(c.ClientIP())
@@ -425,7 +451,7 @@ func (s *Server) entry(c *gin.Context) {
 	} else {
 		s.ok.Inc()
 	}
-	s.answer(c, t, room, segmentMs, last, near)
+	s.answer(c, t, room, shape, last, near)
 }
 
 // ticketRefused is the answer to a ticket verifyTicket refused.
@@ -477,7 +503,7 @@ func (s *Server) sign(t *auth.Ticket, room string, alloc Allocation) (*lastEntry
 // and no signature, the two costs of an entry. The client keeps its nodes
 // (a user's ingest bucket stays where it is) and its refresh hint is
 // stretched. It reports whether it answered.
-func (s *Server) answerLast(c *gin.Context, t *auth.Ticket, room string, segmentMs int64) bool {
+func (s *Server) answerLast(c *gin.Context, t *auth.Ticket, room string, shape answerShape) bool {
 	if s.last == nil {
 		return false
 	}
@@ -488,7 +514,7 @@ func (s *Server) answerLast(c *gin.Context, t *auth.Ticket, room string, segment
 		return false
 	}
 	s.degraded.Inc()
-	s.answer(c, t, room, segmentMs, last, true)
+	s.answer(c, t, room, shape, last, true)
 	return true
 }
 
@@ -504,7 +530,7 @@ const (
 )
 
 // answer writes the entry answer for last.
-func (s *Server) answer(c *gin.Context, t *auth.Ticket, room string, segmentMs int64, last *lastEntry, degraded bool) {
+func (s *Server) answer(c *gin.Context, t *auth.Ticket, room string, shape answerShape, last *lastEntry, degraded bool) {
 	serverNow := s.cfg.ServerClock.Now()
 	answer := Entry{
 		Room:           room,
@@ -516,8 +542,9 @@ func (s *Server) answer(c *gin.Context, t *auth.Ticket, room string, segmentMs i
 		Token:          last.token,
 		TokenExpiresMs: last.exp.UnixMilli(),
 		ServerTimeMs:   serverNow.UnixMilli(),
-		SegmentMs:      segmentMs,
+		SegmentMs:      shape.segmentMs,
 		PublishDelayMs: s.cfg.PublishDelay.Milliseconds(),
+		Sync:           shape.sync,
 	}
 	// The refresh hint and the degraded flag come with rate limits only:
 	// without them the client's own rule is the gslb's.

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -172,17 +173,20 @@ func (c *Client) answerTokenAsk(ctx context.Context, edgeTok *atomic.Pointer[str
 	go func() { _ = c.rejoin(ctx, s, 0) }()
 }
 
+// edgeURL is the handshake URL: the edge's address with the client's
+// protocol (the edge refuses one below its minimum, 426) and the resume
+// point, if any.
 func edgeURL(addr, last string) string {
-	if last == "" {
-		return addr
-	}
 	u, err := url.Parse(addr)
 	if err != nil {
 		// Let the dialer report the bad address.
 		return addr
 	}
 	q := u.Query()
-	q.Set("last", last)
+	q.Set("proto", strconv.Itoa(wire.Protocol))
+	if last != "" {
+		q.Set("last", last)
+	}
 	u.RawQuery = q.Encode()
 	return u.String()
 }

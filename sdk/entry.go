@@ -96,7 +96,7 @@ const (
 
 // fetchEntry asks the entry endpoint once.
 func (c *Client) fetchEntry(ctx context.Context) (*session, error) {
-	u := strings.TrimRight(c.cfg.EntryURL, "/") + "/v1/entry?room=" + url.QueryEscape(c.cfg.Room)
+	u := strings.TrimRight(c.cfg.EntryURL, "/") + "/v1/entry?room=" + url.QueryEscape(c.cfg.Room) + "&proto=" + strconv.Itoa(wire.Protocol)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return nil, fmt.Errorf("sdk: entry: %w", err)

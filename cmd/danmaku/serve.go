@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"danmaku/internal/stack"
+	"danmaku/sdk/wire"
 )
 
 type serveFlags struct {
@@ -64,6 +65,8 @@ type serveFlags struct {
 	lines               linesclass.Config
 	linesISP, linesReg  string
 	gslbInFlight        int
+	minProtocol         int
+	syncMinProtocol     int
 	ticketMaxLifetime   time.Duration
 	ticketAudience      string
 	ticketIssuer        string
@@ -142,6 +145,8 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.lines.CIDR, "lines-cidr", env("DANMAKU_LINES_CIDR", ""), "gslb: operator file of 'PREFIX LINE [REGION]' lines, winning over -lines-mmdb, re-read when it changes [DANMAKU_LINES_CIDR]")
 	textVar(ss, &f.linesISP, "lines-isp", "DANMAKU_LINES_ISP", "a comma list of key=line", checkMapping, "as4134", "gslb: ASN or ISP name to line for a standard ISP/ASN database, e.g. 'as4134=telecom,as4837=unicom'")
 	textVar(ss, &f.linesReg, "lines-regions", "DANMAKU_LINES_REGIONS", "a comma list of code=region", checkMapping, "cn-sh", "gslb: country or country-subdivision code to region, e.g. 'cn-sh=cn-east'")
+	countVar(ss, &f.minProtocol, "min-protocol", "DANMAKU_MIN_PROTOCOL", between(0, wire.Protocol), "gslb and edge: the oldest client protocol served (clients that send none are 1); older ones get 426 protocol_unsupported naming it (default 1: every client)")
+	countVar(ss, &f.syncMinProtocol, "sync-min-protocol", "DANMAKU_SYNC_MIN_PROTOCOL", between(0, wire.MaxProtocol), "gslb: the oldest client protocol told it may hold messages to its video's playhead; others run in wall-clock mode. Raise it during a show to steer an SDK release back to wall-clock mode; above the newest protocol it turns sync off (default 2)")
 	countVar(ss, &f.gslbInFlight, "gslb-max-inflight", "DANMAKU_GSLB_MAX_INFLIGHT", atLeast(0), "gslb: entry requests answered at once; beyond, 503 overloaded at once with a jittered Retry-After (default 128, about 64 per core)")
 	durationVar(ss, &f.ticketMaxLifetime, "ticket-max-lifetime", "DANMAKU_TICKET_MAX_LIFETIME", time.Minute, "gslb: longest a business ticket may live (exp after iat, or after now); longer ones get 401 ticket_lifetime (default 24h)")
 	textVar(ss, &f.ticketAudience, "ticket-audience", "DANMAKU_TICKET_AUDIENCE", "1-256 printable ASCII characters without spaces", checkClaimValue, "a b", "gslb: a ticket's aud must name this (empty: aud not checked)")
@@ -171,6 +176,7 @@ func (f *serveFlags) stackConfig(roles []string) (stack.Config, stack.BackendCon
 		Dev: f.dev, DevUnsafeBackends: f.devUnsafe,
 		EdgeCapacity: f.maxConns, IngestCapacity: f.ingestCap, Line: f.line, Region: f.region, Lines: f.lines,
 		GSLBMaxInFlight: f.gslbInFlight, GSLBMaxTableAge: f.gslbTableAge,
+		MinProtocol: f.minProtocol, SyncMinProtocol: f.syncMinProtocol,
 		TicketMaxLifetime: f.ticketMaxLifetime, TicketAudience: f.ticketAudience, TicketIssuer: f.ticketIssuer,
 		AuditDir: f.auditDir, AuditRetention: f.auditRetention, WordsFile: f.words, WordPolicy: f.wordPolicy,
 		RateLimitsFile: f.rateLimits, GSLBNodes: f.gslbNodes,

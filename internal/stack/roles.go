@@ -349,6 +349,7 @@ func (s *Stack) newGSLB(rs *roleServer) error {
 		Allocator: s.allocator, Keyring: s.keyring, Tickets: tickets, CDN: cfg.PublicCDN,
 		ServerClock: s.storeTime, Events: s.events, SegmentMs: cfg.SegmentMs, Clock: cfg.EntryClock, Registerer: s.registry, Logger: s.log,
 		MaxInFlight: cfg.GSLBMaxInFlight, RateLimit: s.limiter, Bans: b.Shared.Bans,
+		MinProtocol: cfg.MinProtocol, SyncMinProtocol: cfg.SyncMinProtocol,
 	}); err != nil {
 		return err
 	}
@@ -450,6 +451,7 @@ func (s *Stack) newEdge(rs *roleServer) error {
 		Store: b.Shared.Streams, Verifier: s.keyring, Addr: s.URLs[RoleEdge], LoadTable: b.Shared.Load,
 		MaxConns: cfg.EdgeCapacity, Line: cfg.Line, Region: cfg.Region, CPU: s.nodeCPU(),
 		ConnectRate: cfg.EdgeConnectRate, MaxConnsPerUser: cfg.EdgeMaxUserConns, MaxRoomConns: cfg.EdgeMaxRoomConns,
+		MinProtocol:   cfg.MinProtocol,
 		MaxHelloWaits: cfg.EdgeMaxHelloWaits, MaxHelloWaitsPerAddr: cfg.EdgeMaxAddrHelloWaits, ReportEvery: cfg.EdgeReportEvery,
 		MinGiftValue: cfg.MinGiftValue, DrainPeriod: cfg.EdgeDrain, AllowOrigins: s.origins, Events: s.events, Registerer: s.registry, Logger: s.log,
 		RateLimit: s.limiter, TrustedProxies: cfg.TrustedProxies, NoMetricsRoute: s.roleGatherer == nil,

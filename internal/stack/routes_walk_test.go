@@ -232,6 +232,8 @@ func walkCases() []walkCase {
 	add(RoleGSLB, entry, 401, "bad_ticket", probe{method: "GET", path: "/v1/entry?room=demo", auth: "junk"})
 	add(RoleGSLB, entry, 400, "bad_ticket_claim", probe{method: "GET", path: "/v1/entry?room=demo", auth: "badClaimTicket"})
 	add(RoleGSLB, entry, 400, "ticket_in_query", probe{method: "GET", path: "/v1/entry?room=demo&ticket=SECRET"})
+	add(RoleGSLB, entry, 400, "bad_protocol", probe{method: "GET", path: "/v1/entry?room=demo&proto=02"})
+	not(RoleGSLB, entry, 426, "protocol_unsupported", "a stack serving only newer protocols; gslb TestEntryProtocol")
 	add(RoleGSLB, entry, 401, "ticket_lifetime", probe{method: "GET", path: "/v1/entry?room=demo", auth: "longTicket"})
 	add(RoleGSLB, entry, 403, "ticket_scope", probe{method: "GET", path: "/v1/entry?room=demo", auth: "elsewhereTicket"})
 	add(RoleGSLB, entry, 403, "ticket_scope_required", probe{method: "GET", path: "/v1/entry?room=paid", auth: "ticket"})
@@ -428,6 +430,8 @@ func walkCases() []walkCase {
 	const ws = "GET /v1/ws"
 	add(RoleEdge, ws, 400, "token_in_url", probe{method: "GET", path: "/v1/ws?token=SECRET"})
 	add(RoleEdge, ws, 400, "token_in_url", probe{method: "GET", path: "/v1/ws?Token=SECRET"})
+	add(RoleEdge, ws, 400, "bad_protocol", probe{method: "GET", path: "/v1/ws?proto=x"})
+	not(RoleEdge, ws, 426, "protocol_unsupported", "an edge serving only newer protocols; edge TestHandshakeProtocol")
 	add(RoleEdge, ws, 400, "bad_request", probe{method: "GET", path: "/v1/ws?last=nope"})
 	add(RoleEdge, ws, 401, "unauthorized", probe{method: "GET", path: "/v1/ws", auth: "junk"})
 	add(RoleEdge, ws, 401, "token_epoch", probe{method: "GET", path: "/v1/ws", auth: "futureEpoch"})

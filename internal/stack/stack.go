@@ -186,6 +186,10 @@ type Config struct {
 	// believed (the gslb classifies a client's line by its address). Zero:
 	// none; the peer's address is the client's.
 	TrustedProxies []string
+	// MinProtocol is the oldest client protocol the gslb and the edge
+	// serve; SyncMinProtocol the oldest the gslb lets sync to its playhead
+	// (gslb.Config). Zero: 1 and 2.
+	MinProtocol, SyncMinProtocol int
 	// GSLBMaxInFlight bounds the entry requests the gslb answers at once
 	// (beyond: 503 overloaded at once). Zero: 128.
 	GSLBMaxInFlight int

@@ -9,6 +9,7 @@ import { Decoder } from '@msgpack/msgpack';
 export const KIND_BARRAGE = 1, KIND_GIFT = 2, KIND_SYSTEM = 3;
 export const SEGMENT_DURATIONS = Object.freeze([1000, 500, 250]); // ms: the spans this SDK can name and schedule
 export const MAX_VERSION = 2; // of segments, frames and manifests
+export const PROTOCOL = 2; // the client protocol sent with the entry and the edge handshake (sdk/wire.Protocol): 2 adds the playhead time
 
 // Edge close codes (contract: edge WebSocket).
 export const CLOSE = Object.freeze({
@@ -499,7 +500,7 @@ export class DanmakuClient extends EventTarget {
   // ---- entry
 
   async _fetchEntry() {
-    const url = `${this.cfg.entryURL}/v1/entry?room=${encodeURIComponent(this.cfg.room)}`;
+    const url = `${this.cfg.entryURL}/v1/entry?room=${encodeURIComponent(this.cfg.room)}&proto=${PROTOCOL}`;
     this._stats.entryFetches++;
     const t0 = this._now();
     const resp = await this._fetch(url, {
@@ -884,7 +885,8 @@ export class DanmakuClient extends EventTarget {
       this._edgeState('connecting');
       const onAbort = () => ws.close(1000);
       try {
-        ws = new this._WebSocket(addr); // never a token in the URL: it leaks into logs
+        // The protocol in the URL (it is no secret); never a token: it leaks into logs.
+        ws = new this._WebSocket(addr + (addr.includes('?') ? '&' : '?') + `proto=${PROTOCOL}`);
       } catch {
         resolve({ opened, code: 0, frames, last });
         return;

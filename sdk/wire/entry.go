@@ -34,7 +34,22 @@ type Entry struct {
 	// user's last allocation and token again when the gslb still held
 	// them (nothing allocated or signed), and RefreshMs is later.
 	Degraded bool `json:"degraded,omitempty"`
+	// Sync says the client may hold messages until its video's playhead
+	// reaches theirs (docs/api.md, "Playhead time"). Absent: wall-clock
+	// mode, whatever the app asked for — the gslb steers a client whose
+	// protocol is below its sync minimum there during a show.
+	Sync bool `json:"sync,omitempty"`
 }
+
+// Protocol is the client protocol this package speaks, sent as the proto
+// parameter of the entry request and of the edge handshake: 1 is every
+// client before the parameter existed (it sends none), 2 adds the playhead
+// time. A server answers a protocol below its minimum with the coded
+// refusal protocol_unsupported, naming the minimum.
+const Protocol = 2
+
+// MaxProtocol bounds what a server parses as a protocol number.
+const MaxProtocol = 999
 
 // AppendJSON appends e as json.Marshal writes it, without reflection: the
 // entry answers every viewer's join, hundreds of thousands a second at a
@@ -68,6 +83,9 @@ func (e *Entry) AppendJSON(b []byte) []byte {
 	}
 	if e.Degraded {
 		b = append(b, `,"degraded":true`...)
+	}
+	if e.Sync {
+		b = append(b, `,"sync":true`...)
 	}
 	return append(b, '}')
 }

@@ -32,8 +32,13 @@ type Client struct {
 	// tick bounds a single sleep; zero with the system clock.
 	tick time.Duration
 
-	msgs     chan Message
-	merge    *merger
+	msgs  chan Message
+	merge *merger
+	// held carries the merger's output to holdLoop when the app gave a
+	// playhead clock (nil otherwise: the merger writes msgs itself).
+	held     chan Message
+	hold     holdQueue
+	holdMu   sync.Mutex // guards hold between holdLoop and Playhead()
 	send     *sendQueue
 	stats    counters
 	reporter reporter
@@ -72,7 +77,12 @@ func New(cfg Config) (*Client, error) {
 	if _, ok := cfg.Clock.(systemClock); !ok {
 		c.tick = fakeTick
 	}
-	c.merge = newMerger(c.msgs, newSeenSet(cfg.SeenIDs, cfg.SeenWindow), &c.stats)
+	out := c.msgs
+	if cfg.Playhead != nil {
+		c.held = make(chan Message, cfg.MessageBuffer)
+		out = c.held
+	}
+	c.merge = newMerger(out, newSeenSet(cfg.SeenIDs, cfg.SeenWindow), &c.stats)
 	c.send = newSendQueue(cfg.SendQueue, cfg.SendInterval, cfg.SendDedupWindow)
 	return c, nil
 }
@@ -125,10 +135,15 @@ func (c *Client) Run(ctx context.Context) error {
 	// end-to-end test under load: a comment stamped 4 ms before the
 	// boundary, sent after every viewer had joined, missed by 6 of 200).
 	start := c.serverNow().Add(-c.clockMargin()).UnixMilli()
+	live := start
+	start = c.playheadStart(start)
 	c.log.Debug("sdk: joined", "room", c.cfg.Room, "ms", start, "segment_ms", c.sess.Load().entry.SegmentMs)
 
 	var wg sync.WaitGroup
-	wg.Go(func() { c.pollLoop(ctx, start) })
+	wg.Go(func() { c.pollLoop(ctx, start, live) })
+	if c.held != nil {
+		wg.Go(func() { c.holdLoop(ctx, c.held) })
+	}
 	wg.Go(func() { c.sendLoop(ctx) })
 	wg.Go(func() { c.refreshLoop(ctx) })
 	wg.Go(func() { c.refineLoop(ctx) })

@@ -142,6 +142,13 @@ type Config struct {
 	// frame, no ping) before it is dropped and redialled. Zero: 75 s.
 	EdgeReadTimeout time.Duration
 
+	// Playhead, when set, is the app's video playhead (PlayheadClock): each
+	// comment and announcement is sent with it, and — when the entry allows
+	// sync — each message is held until the playhead reaches the sender's
+	// (sdk/playhead.go has the rules: late, seeks, stalls, a missing
+	// clock). Nil: wall-clock mode, as before playheads.
+	Playhead PlayheadClock
+
 	// Render, when set, is the render queue the app shows messages
 	// through; its drops go into the counter reports sent to the edge,
 	// which operators see as client render drops. Nil: drops reported as 0.

@@ -53,6 +53,7 @@ type world struct {
 	role        string
 	tokenTTL    time.Duration
 	refreshMs   int64 // the entry's refresh_ms hint; 0: none, as without rate limits
+	entrySync   bool  // the entry's sync: the client may hold to its playhead
 	noEdge      bool
 	extraEdges  []string // put before the real edge address
 	entryHits   int
@@ -82,6 +83,7 @@ type cdnRequest struct {
 
 type post struct {
 	path, text, token string
+	playhead          int64     // the body's playhead_ms; 0: none
 	at                time.Time // client-local fake time
 }
 
@@ -199,6 +201,9 @@ func (w *world) serveEntry(rw http.ResponseWriter, r *http.Request) {
 	if w.refreshMs != 0 {
 		e["refresh_ms"] = w.refreshMs
 	}
+	if w.entrySync {
+		e["sync"] = true
+	}
 	_ = json.NewEncoder(rw).Encode(e)
 }
 
@@ -254,10 +259,11 @@ func (w *world) ingestAddrs() []string {
 
 func (w *world) serveIngest(rw http.ResponseWriter, r *http.Request) {
 	var body struct {
-		Text string `json:"text"`
+		Text     string `json:"text"`
+		Playhead int64  `json:"playhead_ms"`
 	}
 	_ = json.NewDecoder(r.Body).Decode(&body)
-	p := post{path: r.URL.Path, text: body.Text, token: strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "), at: w.clk.Now()}
+	p := post{path: r.URL.Path, text: body.Text, playhead: body.Playhead, token: strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "), at: w.clk.Now()}
 	w.mu.Lock()
 	w.posts = append(w.posts, p)
 	answer := w.ingestAnswer

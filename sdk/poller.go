@@ -42,11 +42,18 @@ type poller struct {
 	mismatches int
 	// manifestAt is the server time of the last manifest check.
 	manifestAt time.Time
+	// catchUpMs is the server time the poller was live at when it started
+	// behind it on purpose (a viewer whose video is behind live reads the
+	// segments since its playhead): it does not jump to live before.
+	catchUpMs int64
 }
 
-func (c *Client) pollLoop(ctx context.Context, startMs int64) {
+// pollLoop walks the segments from the one holding startMs; liveMs is the
+// server time at the start, which a poller that starts earlier (playhead
+// sync) walks up to without jumping.
+func (c *Client) pollLoop(ctx context.Context, startMs, liveMs int64) {
 	dur := c.sess.Load().entry.SegmentMs
-	p := &poller{c: c, dur: dur, slot: startMs / dur}
+	p := &poller{c: c, dur: dur, slot: startMs / dur, catchUpMs: liveMs}
 	for ctx.Err() == nil {
 		p.step(ctx)
 	}
@@ -174,7 +181,7 @@ func (p *poller) followDuration(ctx context.Context) bool {
 // It reports whether it moved.
 func (p *poller) maybeJump(ctx context.Context) bool {
 	c := p.c
-	if c.cfg.FarBehind <= 0 {
+	if c.cfg.FarBehind <= 0 || p.slot*p.dur < p.catchUpMs {
 		return false
 	}
 	span := func(slots int64) time.Duration { return time.Duration(slots*p.dur) * time.Millisecond }

@@ -243,15 +243,19 @@ const (
 	maxNotPrimaryWait     = 10 * time.Second
 )
 
-// post sends {"text": text} to the room's ingest endpoint path, trying the
+// post sends {"text": text} — with "playhead_ms" when the app gave a
+// playhead clock that has a usable value (read when the comment is posted:
+// the send interval holds a comment back at most 1.2 s, less than a
+// reaction's own spread) — to the room's ingest endpoint path, trying the
 // ingest addresses in order on network and server errors, going back to the
 // first one (the user's own node) when a fallback answers 421 not_primary,
 // and re-joining once if the token is refused. out, when not nil, receives
 // the JSON answer.
 func (c *Client) post(ctx context.Context, path, text string, out any) error {
 	body, err := json.Marshal(struct {
-		Text string `json:"text"`
-	}{text})
+		Text     string `json:"text"`
+		Playhead int64  `json:"playhead_ms,omitempty"`
+	}{text, c.sendPlayhead()})
 	if err != nil {
 		return fmt.Errorf("sdk: %s: %w", path, err)
 	}

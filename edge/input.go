@@ -56,6 +56,9 @@ type report struct {
 	Segs uint32        `json:"segs"`
 	Hits uint32        `json:"hits"`
 	Lat  latencyCounts `json:"lat,omitzero"`
+	// Skew is the display skew of a client synchronised to its video's
+	// playhead, in the latency buckets (absent from other clients).
+	Skew latencyCounts `json:"skew,omitzero"`
 }
 
 // maxReportCount bounds one counter of one report: no client renders or

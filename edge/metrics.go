@@ -95,6 +95,7 @@ type metrics struct {
 	// event and room.
 	firstPolls     *prometheus.CounterVec
 	latency        *latencyHist
+	skew           *latencyHist // display skew, danmaku_client_display_skew_seconds
 	reportsRefused *prometheus.CounterVec
 	// fanout is how long one room frame takes to be written to every
 	// connection: the edge's share of a gift's latency.
@@ -163,7 +164,7 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 			Name: "danmaku_client_first_polls_total",
 			Help: "Segments clients fetched, by outcome of their first request: hit (found) or miss (asked early, or a wrong object first), event and room, as reported by clients.",
 		}, []string{"outcome", "event", "room"}),
-		latency: newLatencyHist(),
+		latency: newLatencyHist(), skew: newSkewHist(),
 		reportsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "danmaku_edge_client_reports_refused_total",
 			Help: "Well-formed client counter reports not added to the client metrics, by reason: over_bound (more than the connection can have dropped or held back since its last report, Config.ReportRate), too_often (sooner than Config.ReportEvery after its last).",
@@ -192,7 +193,7 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 	m.catchUp.WithLabelValues("store")
 	cs := []prometheus.Collector{
 		m.framesSent, m.messagesSent, m.slow, m.rejects, m.closes, m.catchUp, m.tokenAsks, m.tokenExpired, m.tokenRefreshes, m.site,
-		m.readErrors, m.renderDrops, m.heldSends, m.badReports, m.reportsRefused, m.firstPolls, m.latency, m.fanout,
+		m.readErrors, m.renderDrops, m.heldSends, m.badReports, m.reportsRefused, m.firstPolls, m.latency, m.skew, m.fanout,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "danmaku_edge_connections",
 			Help: "Open WebSocket connections, including handshakes in progress.",

@@ -27,14 +27,14 @@ type latencyCounts struct {
 // UnmarshalJSON takes an array of exactly wire.LatencyBuckets counts.
 func (l *latencyCounts) UnmarshalJSON(b []byte) error {
 	if bytes.Equal(b, []byte("null")) {
-		return fmt.Errorf("%w: lat is null", errBadReport)
+		return fmt.Errorf("%w: a histogram (lat, skew) is null", errBadReport)
 	}
 	var n []uint32
 	if err := json.Unmarshal(b, &n); err != nil {
 		return err
 	}
 	if len(n) != wire.LatencyBuckets {
-		return fmt.Errorf("%w: lat has %d buckets, want %d", errBadReport, len(n), wire.LatencyBuckets)
+		return fmt.Errorf("%w: a histogram (lat, skew) has %d buckets, want %d", errBadReport, len(n), wire.LatencyBuckets)
 	}
 	copy(l.n[:], n)
 	l.set = true
@@ -54,12 +54,17 @@ func checkSLOFields(r *report) error {
 	if r.Hits > r.Segs {
 		return fmt.Errorf("%w: hits above segs", errBadReport)
 	}
-	var total uint64
-	for _, n := range r.Lat.n {
-		total += uint64(n)
-	}
-	if total > wire.MaxReportLatencies {
-		return fmt.Errorf("%w: lat out of range", errBadReport)
+	for _, l := range []struct {
+		name string
+		c    *latencyCounts
+	}{{"lat", &r.Lat}, {"skew", &r.Skew}} {
+		var total uint64
+		for _, n := range l.c.n {
+			total += uint64(n)
+		}
+		if total > wire.MaxReportLatencies {
+			return fmt.Errorf("%w: %s out of range", errBadReport, l.name)
+		}
 	}
 	return nil
 }
@@ -98,10 +103,21 @@ type latencyRoom struct {
 var _ prometheus.Collector = (*latencyHist)(nil)
 
 func newLatencyHist() *latencyHist {
-	return &latencyHist{desc: prometheus.NewDesc(
-		"danmaku_client_barrage_latency_seconds",
-		"End-to-end latency of barrage (ingest acceptance to delivery to the app, by the server clock the SDK estimates), as reported by clients in fixed buckets, by event and room; _sum is approximate (each count taken at its bucket's middle).",
-		[]string{"event", "room"}, nil), rooms: map[[2]string]*latencyRoom{}}
+	return newClientHist("danmaku_client_barrage_latency_seconds",
+		"End-to-end latency of barrage (ingest acceptance to delivery to the app, by the server clock the SDK estimates), as reported by clients in fixed buckets, by event and room; _sum is approximate (each count taken at its bucket's middle).")
+}
+
+// newSkewHist is danmaku_client_display_skew_seconds: how long after its
+// playhead time a message was shown by clients synchronised to their video
+// (sdk/playhead.go), in the latency buckets; clients without a playhead
+// send none.
+func newSkewHist() *latencyHist {
+	return newClientHist("danmaku_client_display_skew_seconds",
+		"Display skew of clients synchronised to their video's playhead: the time on the viewer's playhead a message was shown at less the sender's playhead time, as reported by clients in fixed buckets, by event and room; _sum is approximate.")
+}
+
+func newClientHist(name, help string) *latencyHist {
+	return &latencyHist{desc: prometheus.NewDesc(name, help, []string{"event", "room"}, nil), rooms: map[[2]string]*latencyRoom{}}
 }
 
 func (h *latencyHist) add(ev, room string, l *latencyCounts) {
@@ -145,5 +161,8 @@ func (m *metrics) addSLO(ev, room string, r *report) {
 	m.firstPolls.WithLabelValues("miss", ev, room).Add(float64(r.Segs - r.Hits))
 	if r.Lat.set {
 		m.latency.add(ev, room, &r.Lat)
+	}
+	if r.Skew.set {
+		m.skew.add(ev, room, &r.Skew)
 	}
 }

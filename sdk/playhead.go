@@ -70,7 +70,10 @@ type holdQueue struct {
 	// What release decided, for the counters.
 	held, late, skipped, fallbacks, jumps, early int64
 	skew                                         [SkewBuckets]int64
-	fallback                                     bool
+	// reported is the skew again in the latency buckets every SDK shares
+	// with the edge: the client report's "skew".
+	reported [wire.LatencyBuckets]int64
+	fallback bool
 }
 
 type heldMsg struct {
@@ -179,6 +182,7 @@ func (q *holdQueue) observe(skew int64) {
 	if skew > lateAfter {
 		q.late++
 	}
+	q.reported[wire.LatencyBucket(skew)]++
 	i := 0
 	for i < len(skewBoundsMs) && skew > skewBoundsMs[i] {
 		i++

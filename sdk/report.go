@@ -33,6 +33,10 @@ type counterReport struct {
 	// Lat counts the barrage delivered to the app by end-to-end latency,
 	// in the buckets of wire.LatencyBoundsMs (absent when none was).
 	Lat []int64 `json:"lat,omitempty"`
+	// Skew counts, for a client synchronised to its video's playhead, how
+	// long after its playhead time each message was shown, in the same
+	// buckets (absent when none was).
+	Skew []int64 `json:"skew,omitempty"`
 }
 
 // reporter remembers what was reported, so that each report carries the
@@ -42,12 +46,13 @@ type reporter struct {
 	sentDrops, sentHeld int64
 	sentSegs, sentHits  int64
 	sentLat             [wire.LatencyBuckets]int64
+	sentSkew            [wire.LatencyBuckets]int64
 }
 
 // next is the report of what changed since the last one sent, within the
 // edge's bounds; what is beyond them waits for the next report. r.mu is
 // held.
-func (r *reporter) next(drops, held, segs, hits int64, lat *[wire.LatencyBuckets]int64) counterReport {
+func (r *reporter) next(drops, held, segs, hits int64, lat, skew *[wire.LatencyBuckets]int64) counterReport {
 	rep := counterReport{
 		Drops: min(drops-r.sentDrops, maxReportDelta),
 		Held:  min(held-r.sentHeld, maxReportDelta),
@@ -57,23 +62,32 @@ func (r *reporter) next(drops, held, segs, hits int64, lat *[wire.LatencyBuckets
 	// segments than were fetched: the edge refuses hits > segs, so the
 	// surplus waits for the segments it belongs to.
 	rep.Hits = min(hits-r.sentHits, rep.Segs)
+	rep.Lat = histDelta(lat, &r.sentLat)
+	rep.Skew = histDelta(skew, &r.sentSkew)
+	return rep
+}
+
+// histDelta is what a histogram gained since sent, within the edge's bound
+// on one report (the rest waits for the next); nil when nothing.
+func histDelta(now, sent *[wire.LatencyBuckets]int64) []int64 {
+	var out []int64
 	budget := int64(wire.MaxReportLatencies)
-	for i := range lat {
-		n := min(lat[i]-r.sentLat[i], budget)
-		if n > 0 && rep.Lat == nil {
-			rep.Lat = make([]int64, wire.LatencyBuckets)
+	for i := range now {
+		n := min(now[i]-sent[i], budget)
+		if n > 0 && out == nil {
+			out = make([]int64, wire.LatencyBuckets)
 		}
 		if n > 0 {
-			rep.Lat[i] = n
+			out[i] = n
 			budget -= n
 		}
 	}
-	return rep
+	return out
 }
 
 // empty reports whether rep carries nothing.
 func (rep *counterReport) empty() bool {
-	return rep.Drops == 0 && rep.Held == 0 && rep.Segs == 0 && rep.Hits == 0 && rep.Lat == nil
+	return rep.Drops == 0 && rep.Held == 0 && rep.Segs == 0 && rep.Hits == 0 && rep.Lat == nil && rep.Skew == nil
 }
 
 // sent records rep as written.
@@ -84,6 +98,9 @@ func (r *reporter) sent(rep *counterReport) {
 	r.sentHits += rep.Hits
 	for i, n := range rep.Lat {
 		r.sentLat[i] += n
+	}
+	for i, n := range rep.Skew {
+		r.sentSkew[i] += n
 	}
 }
 
@@ -102,12 +119,15 @@ func (c *Client) report(conn *websocket.Conn) error {
 	for i := range lat {
 		lat[i] = c.stats.latency[i].Load()
 	}
+	c.holdMu.Lock()
+	skew := c.hold.reported
+	c.holdMu.Unlock()
 	r := &c.reporter
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	// The edge refuses a report above its bounds; the rest goes out with
 	// the next report.
-	rep := r.next(drops, held, segs, hits, &lat)
+	rep := r.next(drops, held, segs, hits, &lat, &skew)
 	if rep.empty() {
 		return nil
 	}

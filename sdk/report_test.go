@@ -118,19 +118,21 @@ func TestReportsCarryPollsAndLatency(t *testing.T) {
 // whose segment is not in this report waits for it.
 func TestReportBounds(t *testing.T) {
 	var r reporter
-	var lat [wire.LatencyBuckets]int64
+	var lat, skew [wire.LatencyBuckets]int64
 	lat[0], lat[3] = wire.MaxReportLatencies-5, 10
-	rep := r.next(0, 0, wire.MaxReportSegments+7, wire.MaxReportSegments+7, &lat)
-	if rep.Segs != wire.MaxReportSegments || rep.Hits != wire.MaxReportSegments || rep.Lat[0] != wire.MaxReportLatencies-5 || rep.Lat[3] != 5 {
+	skew[1], skew[2] = wire.MaxReportLatencies, 3 // the display skew is bounded alike
+	rep := r.next(0, 0, wire.MaxReportSegments+7, wire.MaxReportSegments+7, &lat, &skew)
+	if rep.Segs != wire.MaxReportSegments || rep.Hits != wire.MaxReportSegments || rep.Lat[0] != wire.MaxReportLatencies-5 || rep.Lat[3] != 5 ||
+		rep.Skew[1] != wire.MaxReportLatencies || rep.Skew[2] != 0 {
 		t.Fatalf("first report %+v", rep)
 	}
 	r.sent(&rep)
-	rep = r.next(0, 0, wire.MaxReportSegments+7, wire.MaxReportSegments+7, &lat)
-	if rep.Segs != 7 || rep.Hits != 7 || rep.Lat[0] != 0 || rep.Lat[3] != 5 {
+	rep = r.next(0, 0, wire.MaxReportSegments+7, wire.MaxReportSegments+7, &lat, &skew)
+	if rep.Segs != 7 || rep.Hits != 7 || rep.Lat[0] != 0 || rep.Lat[3] != 5 || rep.Skew[2] != 3 {
 		t.Fatalf("second report %+v", rep)
 	}
 	r.sent(&rep)
-	if rep = r.next(0, 0, wire.MaxReportSegments+7, wire.MaxReportSegments+7, &lat); !rep.empty() {
+	if rep = r.next(0, 0, wire.MaxReportSegments+7, wire.MaxReportSegments+7, &lat, &skew); !rep.empty() {
 		t.Fatalf("third report %+v, want empty", rep)
 	}
 	// Hits read before segments can still outrun the segments of a report
@@ -138,10 +140,10 @@ func TestReportBounds(t *testing.T) {
 	var r2 reporter
 	r2.sentSegs = 5
 	r2.sentHits = 4
-	if rep = r2.next(0, 0, 5, 5, &[wire.LatencyBuckets]int64{}); rep.Hits != 0 || !rep.empty() {
+	if rep = r2.next(0, 0, 5, 5, &[wire.LatencyBuckets]int64{}, &[wire.LatencyBuckets]int64{}); rep.Hits != 0 || !rep.empty() {
 		t.Fatalf("hit without its segment: %+v", rep)
 	}
-	if rep = r2.next(0, 0, 6, 6, &[wire.LatencyBuckets]int64{}); rep.Segs != 1 || rep.Hits != 1 {
+	if rep = r2.next(0, 0, 6, 6, &[wire.LatencyBuckets]int64{}, &[wire.LatencyBuckets]int64{}); rep.Segs != 1 || rep.Hits != 1 {
 		t.Fatalf("after the next segment: %+v", rep)
 	}
 }

@@ -63,7 +63,8 @@ func TestParseReportSLO(t *testing.T) {
 // A report marshalled (as the edge's tests send one) reads back the same,
 // with or without latencies.
 func TestReportRoundTrip(t *testing.T) {
-	for _, r := range []report{{Token: "t"}, {Segs: 2, Hits: 1, Lat: latencyCounts{n: [wire.LatencyBuckets]uint32{3, 0, 1}, set: true}}} {
+	for _, r := range []report{{Token: "t"}, {Segs: 2, Hits: 1, Lat: latencyCounts{n: [wire.LatencyBuckets]uint32{3, 0, 1}, set: true}},
+		{Skew: latencyCounts{n: [wire.LatencyBuckets]uint32{0, 4}, set: true}}} {
 		b, err := json.Marshal(r)
 		if err != nil {
 			t.Fatal(err)
@@ -87,7 +88,7 @@ func TestClientSLOReports(t *testing.T) {
 	for i := range lat {
 		lat[i] = strconv.Itoa(i) // bucket i holds i latencies
 	}
-	good := `{"segs":10,"hits":8,"lat":[` + strings.Join(lat, ",") + `]}`
+	good := `{"segs":10,"hits":8,"lat":[` + strings.Join(lat, ",") + `],"skew":[` + strings.Join(lat, ",") + `]}`
 	bad := `{"segs":10,"hits":11,"lat":[` + strings.Join(lat, ",") + `]}`
 	for i, step := range []struct {
 		frame      string
@@ -122,6 +123,10 @@ func TestClientSLOReports(t *testing.T) {
 	}
 	if len(h.GetBucket()) != len(wire.LatencyBoundsMs) {
 		t.Errorf("%d buckets, want %d", len(h.GetBucket()), len(wire.LatencyBoundsMs))
+	}
+	// The display skew, from a client synchronised to its video, the same.
+	if sk := gatherHistogram(t, reg, "danmaku_client_display_skew_seconds"); float64(sk.GetSampleCount()) != want {
+		t.Errorf("skew count %d, want %v", sk.GetSampleCount(), want)
 	}
 	// Still open: a report out of range is not a protocol error.
 	if err := ws.WriteMessage(websocket.TextMessage, []byte(`{"segs":1}`)); err != nil {

@@ -73,6 +73,10 @@ type NodeSample struct {
 // hundred KiB of them.
 const maxNodeSamples = 1800
 
+// nodeReadTimeout bounds one read of a node's /metrics (at least the
+// interval between reads).
+const nodeReadTimeout = 5 * time.Second
+
 // The families a node sample reads, and the role each tells of.
 const (
 	famCPU        = "process_cpu_seconds_total"
@@ -122,7 +126,10 @@ func (g *Generator) scrapeNodes(ctx context.Context, start time.Time, done <-cha
 		var wg sync.WaitGroup
 		for i, ep := range eps {
 			wg.Go(func() {
-				rctx, cancel := context.WithTimeout(ctx, max(every, time.Second))
+				// A loaded node answers /metrics slowly: a read may take
+				// longer than the interval (the ticker then skips a beat)
+				// rather than fail.
+				rctx, cancel := context.WithTimeout(ctx, max(every, nodeReadTimeout))
 				defer cancel()
 				raw, err := readNode(rctx, g.hc, ep)
 				if err != nil {
@@ -163,8 +170,12 @@ func (g *Generator) scrapeNodes(ctx context.Context, start time.Time, done <-cha
 					rep.EverySeconds *= 2
 				}
 			}
+			// A failed read leaves the last good one as the next
+			// interval's start: its rates then span the gap.
+			if c != nil {
+				prev[i] = c
+			}
 		}
-		prev = cur
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"io"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"danmaku/internal/loadgen"
 )
@@ -87,11 +88,25 @@ type nodeRow struct {
 	Error                               string
 }
 
+// maxErrorText bounds an error's text in a table cell.
+const maxErrorText = 80
+
+// shorten cuts s to at most n bytes, on a rune boundary, marking the cut.
+func shorten(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}
+
 func nodeRows(nr loadgen.NodesReport) []nodeRow {
 	rows := make([]nodeRow, 0, len(nr.Nodes))
 	for i := range nr.Nodes {
 		n := &nr.Nodes[i]
-		row := nodeRow{Endpoint: n.Endpoint, Roles: n.RolesString(), Errors: n.ScrapeErrors, Error: n.Error}
+		row := nodeRow{Endpoint: n.Endpoint, Roles: n.RolesString(), Errors: n.ScrapeErrors, Error: shorten(n.Error, maxErrorText)}
 		var k float64
 		for _, s := range n.Samples {
 			if !s.OK {

@@ -979,12 +979,11 @@ func (s *seqStore) decoded(seq int64) {
 	s.chunk(seq, true).decodedBy[seq&(1<<chunkBits-1)].Add(1)
 }
 
-// shownBySecond adds to each second of line the comments up to n that
-// were due in it, answered 200 and decoded by at least one poller; start
-// is when the offer began. A second's entry ends at its T.
-func (s *seqStore) shownBySecond(n int64, start time.Time, line []Second) {
+// each calls f with every comment number up to n that was answered 200:
+// when it was due (UnixNano) and how many pollers decoded it.
+func (s *seqStore) each(n int64, f func(acceptedNs int64, decodedBy int32)) {
 	p := s.chunks.Load()
-	if p == nil || len(line) == 0 {
+	if p == nil {
 		return
 	}
 	for seq := int64(0); seq < n; seq++ {
@@ -994,9 +993,22 @@ func (s *seqStore) shownBySecond(n int64, start time.Time, line []Second) {
 		}
 		c := (*p)[i]
 		k := seq & (1<<chunkBits - 1)
-		acc := c.acceptedNs[k].Load()
-		if acc == 0 || c.decodedBy[k].Load() == 0 {
-			continue
+		if acc := c.acceptedNs[k].Load(); acc != 0 {
+			f(acc, c.decodedBy[k].Load())
+		}
+	}
+}
+
+// shownBySecond adds to each second of line the comments up to n that
+// were due in it, answered 200 and decoded by at least one poller; start
+// is when the offer began. A second's entry ends at its T.
+func (s *seqStore) shownBySecond(n int64, start time.Time, line []Second) {
+	if len(line) == 0 {
+		return
+	}
+	s.each(n, func(acc int64, decodedBy int32) {
+		if decodedBy == 0 {
+			return
 		}
 		at := time.Duration(acc - start.UnixNano()).Seconds()
 		j, _ := slices.BinarySearchFunc(line, at, func(s Second, t float64) int {
@@ -1006,34 +1018,20 @@ func (s *seqStore) shownBySecond(n int64, start time.Time, line []Second) {
 			return 1
 		})
 		line[min(j, len(line)-1)].Shown++
-	}
+	})
 }
 
 // tally counts, over the comments answered 200 up to n, those decoded by
 // at least one poller and by at least all (pollers) of them.
 func (s *seqStore) tally(n int64, pollers int) (accepted, shown, shownAll int64) {
-	p := s.chunks.Load()
-	if p == nil {
-		return 0, 0, 0
-	}
-	for seq := int64(0); seq < n; seq++ {
-		i := int(seq >> chunkBits)
-		if i >= len(*p) {
-			break
-		}
-		c := (*p)[i]
-		k := seq & (1<<chunkBits - 1)
-		if c.acceptedNs[k].Load() == 0 {
-			continue
-		}
+	s.each(n, func(_ int64, d int32) {
 		accepted++
-		d := c.decodedBy[k].Load()
 		if d > 0 {
 			shown++
 		}
 		if pollers > 0 && int(d) >= pollers {
 			shownAll++
 		}
-	}
+	})
 	return accepted, shown, shownAll
 }

@@ -250,33 +250,19 @@ func parseNode(r io.Reader, at time.Time) (*nodeRaw, error) {
 	}
 	raw := &nodeRaw{at: at, roles: []string{}}
 	seen := map[string]bool{}
+	// Each family adds up into one figure, but the accepted comments and
+	// gifts, which are one family told apart by kind.
+	into := map[string]*float64{famCPU: &raw.cpu, famRSS: &raw.rss, famGoroutines: &raw.goroutines, famRejected: &raw.rejected,
+		famEntries: &raw.entries, famEdgeConns: &raw.conns, famEdgeFrames: &raw.frames, famSegments: &raw.segs}
+	byKind := map[string]*float64{"barrage": &raw.admitted, "gift": &raw.gifts}
 	for k, v := range got {
 		seen[k.Family] = true
-		s := series{k.Family, k.Labels}
-		switch k.Family {
-		case famCPU:
-			raw.cpu += v
-		case famRSS:
-			raw.rss += v
-		case famGoroutines:
-			raw.goroutines += v
-		case famAccepted:
-			switch s.label("kind") {
-			case "barrage":
-				raw.admitted += v
-			case "gift":
-				raw.gifts += v
-			}
-		case famRejected:
-			raw.rejected += v
-		case famEntries:
-			raw.entries += v
-		case famEdgeConns:
-			raw.conns += v
-		case famEdgeFrames:
-			raw.frames += v
-		case famSegments:
-			raw.segs += v
+		f := into[k.Family]
+		if k.Family == famAccepted {
+			f = byKind[series{k.Family, k.Labels}.label("kind")]
+		}
+		if f != nil {
+			*f += v
 		}
 	}
 	for _, r := range []struct {

@@ -42,22 +42,26 @@ var page = template.Must(template.New("report").Funcs(template.FuncMap{
 	"utc": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") },
 }).Parse(pageTmpl))
 
+// inlined are the files the page inlines.
+type inlined struct{ lib, js, css string }
+
 // Write writes r, judged against slo, as one HTML page to w.
 func Write(w io.Writer, r *loadgen.Report, slo SLO) error {
-	return write(w, r, slo, chartJS)
+	return write(w, r, slo, inlined{chartJS, reportJS, reportCSS})
 }
 
-// write is Write with the charting library given: the golden test renders
-// the page around a stand-in, so that its golden file is the page's own.
-func write(w io.Writer, r *loadgen.Report, slo SLO, lib string) error {
+// write is Write with the inlined files given: the golden test renders the
+// page around stand-ins, so that its golden file is the template's output
+// alone.
+func write(w io.Writer, r *loadgen.Report, slo SLO, in inlined) error {
 	if r == nil {
 		return errors.New("htmlreport: no report")
 	}
 	// The inlined scripts are the binary's own; one holding a closing tag
 	// would end its element early.
-	for _, s := range []string{lib, reportJS} {
-		if strings.Contains(strings.ToLower(s), "</script") {
-			return errors.New("htmlreport: an inlined script holds </script")
+	for _, s := range []string{in.lib, in.js, in.css} {
+		if l := strings.ToLower(s); strings.Contains(l, "</script") || strings.Contains(l, "</style") {
+			return errors.New("htmlreport: an inlined file holds a closing </script or </style")
 		}
 	}
 	data := struct {
@@ -68,7 +72,7 @@ func write(w io.Writer, r *loadgen.Report, slo SLO, lib string) error {
 		Lib     template.JS
 		JS      template.JS
 		CSS     template.CSS
-	}{r, slo, Judge(r, slo), nodeRows(r.Nodes), template.JS(lib), template.JS(reportJS), template.CSS(reportCSS)}
+	}{r, slo, Judge(r, slo), nodeRows(r.Nodes), template.JS(in.lib), template.JS(in.js), template.CSS(in.css)}
 	var b bytes.Buffer
 	if err := page.Execute(&b, data); err != nil {
 		return fmt.Errorf("htmlreport: %w", err)

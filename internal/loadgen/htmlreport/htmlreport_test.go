@@ -75,15 +75,15 @@ func fixtureSLO() SLO {
 	return s
 }
 
-// libStandIn replaces Chart.js in the golden page, which is then the
-// page's own text.
-const libStandIn = "/* Chart.js (vendor/chart.js) */"
+// standIns replace the inlined files in the golden page, which is then
+// the template's output alone.
+var standIns = inlined{"/* vendor/chart.js */", "/* report.js */", "/* report.css */"}
 
 // TestGolden renders the fixture and compares it with the golden page
 // (go test -run TestGolden -update rewrites it).
 func TestGolden(t *testing.T) {
 	var b bytes.Buffer
-	if err := write(&b, fixture(), fixtureSLO(), libStandIn); err != nil {
+	if err := write(&b, fixture(), fixtureSLO(), standIns); err != nil {
 		t.Fatal(err)
 	}
 	golden := filepath.Join("testdata", "report.golden.html")
@@ -156,7 +156,7 @@ func FuzzWrite(f *testing.F) {
 			return
 		}
 		var b bytes.Buffer
-		if err := write(&b, &r, DefaultSLO(r.Run.SegmentMs, r.Delivery.Edge), libStandIn); err != nil {
+		if err := write(&b, &r, DefaultSLO(r.Run.SegmentMs, r.Delivery.Edge), standIns); err != nil {
 			t.Fatal(err)
 		}
 		checkPage(t, b.String(), &r)

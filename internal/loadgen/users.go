@@ -257,7 +257,11 @@ func (g *Generator) probeEntries(ctx context.Context) {
 			defer func() { <-slots }()
 			g.entryProbes.Add(1)
 			probe := &user{id: u.id, nick: u.nick, ticket: u.ticket}
-			_, _ = g.fetchEntry(ctx, probe) // timed and counted by fetchEntry
+			// The end of the offer stops the probes, not a probe under
+			// way: cancelled, it would count as an entry error.
+			pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.HTTPTimeout)
+			defer cancel()
+			_, _ = g.fetchEntry(pctx, probe) // timed and counted by fetchEntry
 		})
 	}
 }

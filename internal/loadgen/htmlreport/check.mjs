@@ -27,7 +27,7 @@ try {
   });
   b.page.on('request', (req) => { if (req.url() !== url && !requests.includes(req.url())) requests.push(req.url()); });
   await b.page.goto(url, { waitUntil: 'load' });
-  await b.page.waitForFunction(() => document.body.dataset.charts !== undefined, null, { timeout: 30_000 });
+  await b.page.waitForFunction(() => document.body.dataset.charts !== undefined, null, { timeout: 90_000 });
   const res = await b.page.evaluate(() => {
     const canvases = [...document.querySelectorAll('canvas')];
     const drawn = canvases.filter((c) => {

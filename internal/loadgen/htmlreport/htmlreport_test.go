@@ -180,7 +180,7 @@ func TestBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := browsertest.Run(t, node, "", nil, 2*time.Minute, script, file)
+	out := browsertest.Run(t, node, "", nil, 4*time.Minute, script, file)
 	var res struct {
 		Canvases, Drawn, Charts int
 		Verdict                 string

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"danmaku/internal/loadgen"
+	"danmaku/internal/loadgen/htmlreport"
 	"danmaku/internal/stack"
 )
 
@@ -46,8 +48,12 @@ func off(v float64) float64 {
 // loadgenOpts are the flags that are not the generator's Config.
 type loadgenOpts struct {
 	jsonPath string
-	quiet    bool
-	logLevel string
+	// htmlPath: also write the report as one HTML page (htmlreport),
+	// judged against the service levels of sloPath (default:
+	// htmlreport.DefaultSLO).
+	htmlPath, sloPath string
+	quiet             bool
+	logLevel          string
 	// procs > 1 runs the load in that many child processes (-shard i/procs
 	// each) and merges their reports; childArgs are the flags they get.
 	procs     int
@@ -60,6 +66,8 @@ type loadgenOpts struct {
 	entryPulse   bool
 	pulseSources string
 	pulseWorkers int
+	// slo is the content of sloPath, nil without one.
+	slo *htmlreport.SLO
 }
 
 // parseLoadgen reads the flags and the environment (getenv) into a
@@ -90,6 +98,12 @@ service key (default: dev-service-key).
 	}
 	if err := parse(fs, args); err != nil {
 		return cfg, o, err
+	}
+	if o.sloPath != "" && o.htmlPath == "" {
+		return cfg, o, usageError{errors.New("-slo judges the -html report: give -html too")}
+	}
+	if o.htmlPath != "" && o.entryPulse {
+		return cfg, o, usageError{errors.New("-html writes an audience's report, not -entry-pulse's")}
 	}
 	if o.merge {
 		if fs.NArg() == 0 {
@@ -137,6 +151,9 @@ service key (default: dev-service-key).
 	if raw.ingm != "" {
 		cfg.IngestMetrics = strings.Split(raw.ingm, ",")
 	}
+	if raw.nodem != "" {
+		cfg.NodeMetrics = strings.Split(raw.nodem, ",")
+	}
 	if k := getenv("DANMAKU_TICKET_KEY"); k != "" {
 		if cfg.DevTickets {
 			return cfg, o, usageError{errors.New("-dev-tickets and DANMAKU_TICKET_KEY exclude each other")}
@@ -152,6 +169,7 @@ service key (default: dev-service-key).
 type loadgenRaw struct {
 	rate, peak, gifts rateFlag
 	shard, slcr, ingm string
+	nodem             string
 	kwShr             float64
 }
 
@@ -178,6 +196,7 @@ func declareLoadgenFlags(fs *flag.FlagSet, cfg *loadgen.Config, o *loadgenOpts, 
 	fs.BoolVar(&cfg.PollerEdge, "poller-edge", false, "pollers also hold the edge WebSocket, as apps do")
 	fs.BoolVar(&cfg.DevTickets, "dev-tickets", false, "fetch tickets from danmaku dev's GET /v1/dev/ticket (default: mint them, with DANMAKU_TICKET_KEY or the dev key)")
 	fs.StringVar(&raw.ingm, "ingest-metrics", "", "comma-separated base URLs of the ingests' metrics listeners (-metrics-addr) to read drop counters from (default: the ingests the entries name, at their public URLs, as dev serves them)")
+	fs.StringVar(&raw.nodem, "node-metrics", "", "comma-separated base URLs of more nodes (gslbs, edges, slicers) whose /metrics give the -html report's per-node figures (default: the ingest and slicer metrics endpoints only)")
 	fs.StringVar(&raw.slcr, "slicer-metrics", "", "comma-separated slicer base URLs to read segment counters from (default: the ingests', which in dev hold them)")
 	fs.IntVar(&cfg.Concurrency, "concurrency", 0, "comment POSTs in flight at most (workers and pooled connections; default: the peak rate × 250 ms, 256 to 8192)")
 	fs.IntVar(&cfg.EntryConcurrency, "entry-concurrency", 64, "entry fetches in flight at most while users join")
@@ -191,6 +210,8 @@ func declareLoadgenFlags(fs *flag.FlagSet, cfg *loadgen.Config, o *loadgenOpts, 
 	fs.StringVar(&o.pulseSources, "pulse-sources", "", "-entry-pulse: comma-separated local addresses to send from in turn, so that per-IP limits see several clients (e.g. 127.0.0.2,127.0.0.3)")
 	fs.IntVar(&o.pulseWorkers, "pulse-workers", 256, "-entry-pulse: requests in flight at the peak")
 	fs.StringVar(&o.jsonPath, "json", "", "write the report as JSON to this file (-: stdout, and the summary to stderr)")
+	fs.StringVar(&o.htmlPath, "html", "", "also write the report as one self-contained HTML page (charts, per-node figures, a verdict against -slo) to this file")
+	fs.StringVar(&o.sloPath, "slo", "", "service levels the -html report judges the run against: a JSON file as danmaku plan -slo-out writes it (default: segment + 250 ms barrage p99, 100 ms gift p99 over the edge, 500 ms entry p99, every gift delivered, 99 % of comments shown; docs/loadgen.md)")
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress line")
 	fs.StringVar(&o.logLevel, "log-level", "error", "level of the pollers' SDK logs on stderr")
 }
@@ -210,7 +231,7 @@ func (o *loadgenOpts) splitRun(fs *flag.FlagSet, cfg *loadgen.Config) error {
 	}
 	fs.Visit(func(f *flag.Flag) {
 		switch f.Name {
-		case "procs", "json", "quiet", "run-id":
+		case "procs", "json", "quiet", "run-id", "html", "slo":
 			return
 		}
 		o.childArgs = append(o.childArgs, "-"+f.Name+"="+f.Value.String())
@@ -224,6 +245,13 @@ func runLoadgen(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
+	// The service levels are read before the run: a bad file fails now,
+	// not after a minute of load.
+	slo, err := readSLO(o.sloPath)
+	if err != nil {
+		return err
+	}
+	o.slo = slo
 	if o.merge {
 		return mergeReports(o, stdout, stderr)
 	}
@@ -235,7 +263,7 @@ func runLoadgen(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if err != nil {
 			return err
 		}
-		return writeReport(rep, o, stdout, stderr)
+		return writeAudienceReport(rep, o, stdout, stderr)
 	}
 	log, err := newLogger(stderr, o.logLevel, false)
 	if err != nil {
@@ -257,7 +285,7 @@ func runLoadgen(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	return writeReport(rep, o, stdout, stderr)
+	return writeAudienceReport(rep, o, stdout, stderr)
 }
 
 // runEntryPulse runs -entry-pulse and writes its report.
@@ -298,6 +326,52 @@ func writeReport(rep interface{ WriteText(io.Writer) error }, o loadgenOpts, std
 	return os.WriteFile(o.jsonPath, b, 0o644)
 }
 
+// writeAudienceReport writes an audience's report as writeReport does,
+// and as an HTML page when -html asks.
+func writeAudienceReport(rep *loadgen.Report, o loadgenOpts, stdout, stderr io.Writer) error {
+	if err := writeReport(rep, o, stdout, stderr); err != nil {
+		return err
+	}
+	if o.htmlPath == "" {
+		return nil
+	}
+	slo := htmlreport.DefaultSLO(rep.Run.SegmentMs, rep.Delivery.Edge)
+	if o.slo != nil {
+		slo = *o.slo
+	}
+	var b bytes.Buffer
+	if err := htmlreport.Write(&b, rep, slo); err != nil {
+		return err
+	}
+	if err := os.WriteFile(o.htmlPath, b.Bytes(), 0o644); err != nil {
+		return fmt.Errorf("-html: %w", err)
+	}
+	v := htmlreport.Judge(rep, slo)
+	verdict := "pass"
+	if !v.Pass {
+		verdict = "FAIL"
+	}
+	fmt.Fprintf(stderr, "html report: %s (service levels: %s)\n", o.htmlPath, verdict)
+	return nil
+}
+
+// readSLO reads -slo's file; nil without one.
+func readSLO(path string) (*htmlreport.SLO, error) {
+	if path == "" {
+		return nil, nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("-slo: %w", err)}
+	}
+	defer f.Close()
+	s, err := htmlreport.ReadSLO(f)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("-slo %s: %w", path, err)}
+	}
+	return &s, nil
+}
+
 // openFileLimit is the process's descriptor limit, 0 if unknown.
 func openFileLimit() int {
 	var r syscall.Rlimit
@@ -330,7 +404,7 @@ func mergeReports(o loadgenOpts, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return writeReport(rep, o, stdout, stderr)
+	return writeAudienceReport(rep, o, stdout, stderr)
 }
 
 func readReport(path string) (*loadgen.Report, error) {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"os"
 	"os/exec"
@@ -59,10 +60,21 @@ func TestLoadgenFlags(t *testing.T) {
 	for _, bad := range [][]string{
 		{"-procs", "2", "-shard", "0/2"}, {"-procs", "0"}, {"-shard", "2/2"}, {"-rate", "fast"}, {"-users", "0"},
 		{"-pattern", "pulse", "-pulse-peak", "0"}, {"-merge"}, {"extra"},
+		{"-slo", "slo.json"}, {"-html", "r.html", "-entry-pulse"},
 	} {
 		if _, _, err := parseLoadgen(bad, func(string) string { return "" }, io.Discard); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
+	}
+	// A bad service-level file fails before any load, naming the field.
+	slo := filepath.Join(t.TempDir(), "slo.json")
+	if err := os.WriteFile(slo, []byte(`{"v":1,"barrage_latency_p99_ms":-5}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err = runLoadgen(context.Background(), []string{"-gslb", "http://127.0.0.1:9", "-html", "r.html", "-slo", slo}, io.Discard, io.Discard)
+	var ue usageError
+	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "barrage_latency_p99_ms") {
+		t.Errorf("bad -slo: %v", err)
 	}
 }
 
@@ -77,11 +89,12 @@ func TestLoadgenProcs(t *testing.T) {
 	bin := binary(t)
 	st := stacktest.Start(t, stack.Config{Events: []event.Event{stacktest.LiveEvent("lg", "lg-room")}})
 	out := filepath.Join(t.TempDir(), "report.json")
+	page := filepath.Join(t.TempDir(), "report.html")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, "loadgen", "-gslb", st.URLs[stack.RoleGSLB], "-room", "lg-room",
 		"-users", "20", "-rate", "8/s", "-duration", "2s", "-gifts", "2/s", "-pollers", "2", "-drain", "1m",
-		"-concurrency", "8", "-entry-concurrency", "8", "-procs", "2", "-json", out)
+		"-concurrency", "8", "-entry-concurrency", "8", "-procs", "2", "-json", out, "-html", page)
 	text, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("loadgen -procs 2: %v\n%s", err, text)
@@ -118,5 +131,24 @@ func TestLoadgenProcs(t *testing.T) {
 	}
 	if d := rep.Delivery; d.Joined != 2 || d.CommentsShown != br.OK {
 		t.Errorf("delivery: %+v", d)
+	}
+	// The per-second figures the HTML report charts add up, and the nodes
+	// were read while the load ran (the first shard's reads).
+	var shown int64
+	for _, s := range rep.Timeline {
+		shown += s.Shown
+	}
+	if shown != rep.Delivery.CommentsShown {
+		t.Errorf("timeline shows %d comments, delivery %d", shown, rep.Delivery.CommentsShown)
+	}
+	if n := rep.Nodes.Nodes; len(n) == 0 || len(n[0].Samples) == 0 || !slices.Contains(n[0].Roles, "ingest") {
+		t.Errorf("nodes: %+v", rep.Nodes)
+	}
+	html, err := os.ReadFile(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(html), `<script id="report-data" type="application/json">`) || !strings.Contains(string(text), "html report: "+page) {
+		t.Errorf("no HTML report written (%d bytes)", len(html))
 	}
 }

@@ -167,6 +167,19 @@ type Config struct {
 	// are told from anyone else's. Zero: random.
 	RunID string
 
+	// NodeMetrics are base URLs of more nodes (gslbs, edges, slicers)
+	// whose /metrics are read for the per-node figures of the report
+	// (Report.Nodes), besides the ingest and slicer metrics endpoints.
+	// Zero: those endpoints only.
+	NodeMetrics []string
+	// NodeScrapeEvery is how often the nodes' /metrics are read during the
+	// offer and the drain for Report.Nodes. Zero: 1 s; negative: never.
+	NodeScrapeEvery time.Duration
+	// EntryProbeEvery is how often, during the offer, one user fetches a
+	// fresh entry to time the entry endpoint over the run (the joins are
+	// over before the offer begins). Zero: 200 ms; negative: never.
+	EntryProbeEvery time.Duration
+
 	// Progress receives a line a second while the run goes (nil: none).
 	Progress io.Writer
 	// ProgressInPlace rewrites one line (a terminal) instead of writing a
@@ -195,6 +208,8 @@ const (
 	defaultHTTPTimeout      = 10 * time.Second
 	defaultJoinTimeout      = 2 * time.Minute
 	defaultUserPrefix       = "lg"
+	defaultNodeScrapeEvery  = time.Second
+	defaultEntryProbeEvery  = 200 * time.Millisecond
 	// maxKeywordRunes is the ingest's limit on a comment's length.
 	maxKeywordRunes = 60
 	// paceTick is how often the pacers issue what is due: fine enough that
@@ -269,6 +284,9 @@ func (c *Config) applyDefaults() error {
 	for i, u := range c.IngestMetrics {
 		c.IngestMetrics[i] = strings.TrimRight(u, "/")
 	}
+	for i, u := range c.NodeMetrics {
+		c.NodeMetrics[i] = strings.TrimRight(u, "/")
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -328,6 +346,8 @@ func (c *Config) loadDefaults() error {
 	defD(&c.SendInterval, defaultSendInterval)
 	defD(&c.HTTPTimeout, defaultHTTPTimeout)
 	defD(&c.JoinTimeout, defaultJoinTimeout)
+	defD(&c.NodeScrapeEvery, defaultNodeScrapeEvery)
+	defD(&c.EntryProbeEvery, defaultEntryProbeEvery)
 	for name, d := range map[string]time.Duration{"PulseRamp": c.PulseRamp, "PulseHold": c.PulseHold, "Duration": c.Duration,
 		"SendInterval": c.SendInterval, "HTTPTimeout": c.HTTPTimeout, "JoinTimeout": c.JoinTimeout, "Drain": c.Drain} {
 		if d < 0 {
@@ -408,8 +428,11 @@ type Generator struct {
 	lat struct {
 		entry, post, gift, e2e, giftE2E, sendDelay Histogram
 	}
-	// window is the comment POST latency of the current progress second.
-	window atomic.Pointer[Histogram]
+	// window holds the latencies of the current progress second.
+	window atomic.Pointer[secondWindow]
+	// loadStart is when the offer began (set before it does).
+	loadStart   time.Time
+	entryProbes atomic.Int64
 
 	pollers     []*pollerState
 	pc          pollerCounters
@@ -461,7 +484,7 @@ func New(cfg Config) (*Generator, error) {
 		ptr.MaxIdleConns, ptr.MaxIdleConnsPerHost, ptr.MaxConnsPerHost = 2*n+8, n+4, n+4
 		g.pollHC = &http.Client{Timeout: cfg.HTTPTimeout, Transport: ptr}
 	}
-	g.window.Store(new(Histogram))
+	g.window.Store(new(secondWindow))
 	return g, nil
 }
 
@@ -510,6 +533,10 @@ func (g *Generator) Run(ctx context.Context) (*Report, error) {
 	// an interrupted run still reports what it sent.
 	rctx := context.WithoutCancel(ctx)
 	loadStart := time.Now()
+	g.loadStart = loadStart
+	nodesDone := make(chan struct{})
+	var nodes sync.WaitGroup
+	nodes.Go(func() { rep.Nodes = g.scrapeNodes(rctx, loadStart, nodesDone) })
 	jobs := make(chan barrageJob, g.cfg.Concurrency)
 	giftJobs := make(chan giftJob, g.cfg.GiftConcurrency)
 	var workers sync.WaitGroup
@@ -529,7 +556,12 @@ func (g *Generator) Run(ctx context.Context) (*Report, error) {
 	if g.gifts.base > 0 {
 		pacers.Go(func() { g.paceGifts(ctx, loadStart, giftJobs) })
 	}
+	probeCtx, stopProbes := context.WithCancel(ctx)
+	var probes sync.WaitGroup
+	probes.Go(func() { g.probeEntries(probeCtx) })
 	pacers.Wait()
+	stopProbes()
+	probes.Wait()
 	rep.Run.LoadSeconds = time.Since(loadStart).Seconds()
 	rep.Run.Interrupted = ctx.Err() != nil
 	close(jobs)
@@ -544,6 +576,8 @@ func (g *Generator) Run(ctx context.Context) (*Report, error) {
 	mctx, mcancel = context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	after := scrape(mctx, g.hc, ingests, g.cfg.SlicerMetrics)
 	mcancel()
+	close(nodesDone)
+	nodes.Wait()
 	statsAfter := g.pollerStats()
 	stopPollers()
 	g.waitPollers()
@@ -781,7 +815,29 @@ func (g *Generator) barrageWorker(ctx context.Context, jobs <-chan barrageJob) {
 
 func (g *Generator) observePost(d time.Duration) {
 	g.lat.post.Observe(d)
-	g.window.Load().Observe(d)
+	g.window.Load().post.Observe(d)
+}
+
+// secondWindow holds one progress second's latencies by kind, for the
+// report's timeline: swapped for a fresh one every second, so its memory
+// is a few histograms whatever the run's length.
+type secondWindow struct {
+	post, barrageE2E, giftE2E, entry Histogram
+}
+
+func (g *Generator) observeBarrageE2E(d time.Duration) {
+	g.lat.e2e.Observe(d)
+	g.window.Load().barrageE2E.Observe(d)
+}
+
+func (g *Generator) observeGiftE2E(d time.Duration) {
+	g.lat.giftE2E.Observe(d)
+	g.window.Load().giftE2E.Observe(d)
+}
+
+func (g *Generator) observeEntry(d time.Duration) {
+	g.lat.entry.Observe(d)
+	g.window.Load().entry.Observe(d)
 }
 
 // phrases are typical comments (10-20 characters, mostly Chinese), so that
@@ -923,12 +979,12 @@ func (s *seqStore) decoded(seq int64) {
 	s.chunk(seq, true).decodedBy[seq&(1<<chunkBits-1)].Add(1)
 }
 
-// tally counts, over the comments answered 200 up to n, those decoded by
-// at least one poller and by at least all (pollers) of them.
-func (s *seqStore) tally(n int64, pollers int) (accepted, shown, shownAll int64) {
+// each calls f with every comment number up to n that was answered 200:
+// when it was due (UnixNano) and how many pollers decoded it.
+func (s *seqStore) each(n int64, f func(acceptedNs int64, decodedBy int32)) {
 	p := s.chunks.Load()
 	if p == nil {
-		return 0, 0, 0
+		return
 	}
 	for seq := int64(0); seq < n; seq++ {
 		i := int(seq >> chunkBits)
@@ -937,17 +993,45 @@ func (s *seqStore) tally(n int64, pollers int) (accepted, shown, shownAll int64)
 		}
 		c := (*p)[i]
 		k := seq & (1<<chunkBits - 1)
-		if c.acceptedNs[k].Load() == 0 {
-			continue
+		if acc := c.acceptedNs[k].Load(); acc != 0 {
+			f(acc, c.decodedBy[k].Load())
 		}
+	}
+}
+
+// shownBySecond adds to each second of line the comments up to n that
+// were due in it, answered 200 and decoded by at least one poller; start
+// is when the offer began. A second's entry ends at its T.
+func (s *seqStore) shownBySecond(n int64, start time.Time, line []Second) {
+	if len(line) == 0 {
+		return
+	}
+	s.each(n, func(acc int64, decodedBy int32) {
+		if decodedBy == 0 {
+			return
+		}
+		at := time.Duration(acc - start.UnixNano()).Seconds()
+		j, _ := slices.BinarySearchFunc(line, at, func(s Second, t float64) int {
+			if s.T < t {
+				return -1
+			}
+			return 1
+		})
+		line[min(j, len(line)-1)].Shown++
+	})
+}
+
+// tally counts, over the comments answered 200 up to n, those decoded by
+// at least one poller and by at least all (pollers) of them.
+func (s *seqStore) tally(n int64, pollers int) (accepted, shown, shownAll int64) {
+	s.each(n, func(_ int64, d int32) {
 		accepted++
-		d := c.decodedBy[k].Load()
 		if d > 0 {
 			shown++
 		}
 		if pollers > 0 && int(d) >= pollers {
 			shownAll++
 		}
-	}
+	})
 	return accepted, shown, shownAll
 }

@@ -97,7 +97,7 @@ func (g *Generator) barrageDecoded(seq int64, at time.Time) {
 	g.seqs.decoded(seq)
 	g.pc.pairs.Add(1)
 	if acc := g.seqs.acceptedAt(seq); acc != 0 {
-		g.lat.e2e.Observe(at.Sub(time.Unix(0, acc)))
+		g.observeBarrageE2E(at.Sub(time.Unix(0, acc)))
 		return
 	}
 	g.addPending(decodeEvent{seq: seq, at: at})
@@ -115,7 +115,7 @@ func (g *Generator) giftDecoded(id string, at time.Time) {
 		return
 	}
 	g.pc.giftPairs.Add(1)
-	g.lat.giftE2E.Observe(at.Sub(time.Unix(0, s.sentNs)))
+	g.observeGiftE2E(at.Sub(time.Unix(0, s.sentNs)))
 }
 
 func (g *Generator) addPending(e decodeEvent) {
@@ -137,7 +137,7 @@ func (g *Generator) resolvePending() {
 	for _, e := range pending {
 		if !e.gift {
 			if acc := g.seqs.acceptedAt(e.seq); acc != 0 {
-				g.lat.e2e.Observe(e.at.Sub(time.Unix(0, acc)))
+				g.observeBarrageE2E(e.at.Sub(time.Unix(0, acc)))
 			} else {
 				g.decodeUnacc.Add(1)
 			}
@@ -151,7 +151,7 @@ func (g *Generator) resolvePending() {
 		g.giftMu.Unlock()
 		if s != nil {
 			g.pc.giftPairs.Add(1)
-			g.lat.giftE2E.Observe(e.at.Sub(time.Unix(0, s.sentNs)))
+			g.observeGiftE2E(e.at.Sub(time.Unix(0, s.sentNs)))
 		}
 	}
 }

@@ -31,6 +31,10 @@ type Report struct {
 	Drops    DropsReport    `json:"drops" merge:"first"`
 	// Timeline has one entry per second of the offer.
 	Timeline []Second `json:"timeline"`
+	// Nodes are the per-node figures read from the nodes' /metrics during
+	// the offer and the drain. Every shard reads the same nodes: merged,
+	// the first report's.
+	Nodes NodesReport `json:"nodes" merge:"first"`
 	// Histograms are the latency distributions behind Latency, bucket by
 	// bucket, so that Merge combines processes into exact percentiles.
 	Histograms Histograms `json:"histograms"`
@@ -98,6 +102,10 @@ type UsersReport struct {
 	// EntryErrors are the failed entry requests, by "status code" or
 	// "network: kind".
 	EntryErrors map[string]int64 `json:"entry_errors,omitempty"`
+	// EntryProbes are the entries fetched during the offer only to time
+	// the entry endpoint (Config.EntryProbeEvery); their answers are
+	// discarded.
+	EntryProbes int64 `json:"entry_probes,omitempty"`
 }
 
 // BarrageReport counts the comments. Due = HeldBack + NotOffered + NoEntry
@@ -285,6 +293,19 @@ type Second struct {
 	// without their histograms, and the worst is the honest bound.
 	PostP50Ms float64 `json:"post_p50_ms" merge:"max"`
 	PostP99Ms float64 `json:"post_p99_ms" merge:"max"`
+	// Shown are the comments due in this second (answered 200) that at
+	// least one poller decoded, counted after the drain: set against Due
+	// and OK, the second's share that reached the viewers.
+	Shown int64 `json:"shown"`
+	// The end-to-end latencies of the comments (through the CDN) and
+	// gifts (the edge, if held) decoded in this second, and of the entries
+	// answered in it; merged, the worst shard's, as for PostP99Ms.
+	BarrageE2EP50Ms float64 `json:"barrage_e2e_p50_ms,omitempty" merge:"max"`
+	BarrageE2EP99Ms float64 `json:"barrage_e2e_p99_ms,omitempty" merge:"max"`
+	GiftE2EP50Ms    float64 `json:"gift_e2e_p50_ms,omitempty" merge:"max"`
+	GiftE2EP99Ms    float64 `json:"gift_e2e_p99_ms,omitempty" merge:"max"`
+	EntryP50Ms      float64 `json:"entry_p50_ms,omitempty" merge:"max"`
+	EntryP99Ms      float64 `json:"entry_p99_ms,omitempty" merge:"max"`
 }
 
 func (g *Generator) fillRun(r *Report) {
@@ -316,7 +337,7 @@ func (g *Generator) fillReport(r *Report, before, after sample, sb, sa sdk.Stats
 		r.Run.ThrottleCapPerSec = float64(g.usersJoined) / c.SendInterval.Seconds()
 	}
 	r.Users = UsersReport{Users: g.usersTotal, Joined: g.usersJoined, JoinSeconds: r.Users.JoinSeconds,
-		Refreshes: g.refreshes.Load(), EntryErrors: nonEmptyMap(g.entryErrs.snapshot())}
+		Refreshes: g.refreshes.Load(), EntryErrors: nonEmptyMap(g.entryErrs.snapshot()), EntryProbes: g.entryProbes.Load()}
 
 	b := &r.Barrage
 	b.Due, b.HeldBack, b.NotOffered, b.NoEntry = g.due.Load(), g.held.Load(), g.overrun.Load(), g.noEntry.Load()
@@ -340,6 +361,7 @@ func (g *Generator) fillReport(r *Report, before, after sample, sb, sa sdk.Stats
 	r.Latency = r.Histograms.latencies()
 
 	g.fillDelivery(&r.Delivery, sb, sa)
+	g.seqs.shownBySecond(g.nextSeq, g.loadStart, r.Timeline)
 
 	dr := &r.Drops
 	dr.Endpoints, dr.SlicerEndpoints = endpoints, c.SlicerMetrics
@@ -476,7 +498,7 @@ func (g *Generator) progressLoop(start time.Time, done <-chan struct{}) []Second
 		last = start
 	)
 	take := func(now time.Time, show bool) {
-		w := g.window.Swap(new(Histogram))
+		w := g.window.Swap(new(secondWindow))
 		cur := Second{
 			T:   now.Sub(start).Seconds(),
 			Due: g.due.Load(), Attempted: g.attempted.Load(), OK: g.answeredOK.Load(), Errors: g.errs.total(),
@@ -486,7 +508,10 @@ func (g *Generator) progressLoop(start time.Time, done <-chan struct{}) []Second
 			T: float64(now.Sub(start).Round(time.Millisecond)) / float64(time.Second), Due: cur.Due - prev.Due, Attempted: cur.Attempted - prev.Attempted,
 			OK: cur.OK - prev.OK, Errors: cur.Errors - prev.Errors, HeldBack: cur.HeldBack - prev.HeldBack,
 			NotOffered: cur.NotOffered - prev.NotOffered, GiftsOK: cur.GiftsOK - prev.GiftsOK,
-			PostP50Ms: ms(w.Quantile(0.5)), PostP99Ms: ms(w.Quantile(0.99)),
+			PostP50Ms: ms(w.post.Quantile(0.5)), PostP99Ms: ms(w.post.Quantile(0.99)),
+			BarrageE2EP50Ms: ms(w.barrageE2E.Quantile(0.5)), BarrageE2EP99Ms: ms(w.barrageE2E.Quantile(0.99)),
+			GiftE2EP50Ms: ms(w.giftE2E.Quantile(0.5)), GiftE2EP99Ms: ms(w.giftE2E.Quantile(0.99)),
+			EntryP50Ms: ms(w.entry.Quantile(0.5)), EntryP99Ms: ms(w.entry.Quantile(0.99)),
 		}
 		prev = cur
 		line = append(line, s)

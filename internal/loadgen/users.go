@@ -201,7 +201,7 @@ func (g *Generator) fetchEntry(ctx context.Context, u *user) (*session, error) {
 		err := g.getJSON(ctx, endpoint, u.ticket, &e)
 		var ae *apiError
 		if err == nil || (errors.As(err, &ae) && ae.status != 0) {
-			g.lat.entry.Observe(time.Since(start))
+			g.observeEntry(time.Since(start))
 		}
 		if err == nil && len(e.Ingest) == 0 {
 			err = &apiError{status: http.StatusOK, code: "no_ingest"}
@@ -226,6 +226,48 @@ func (g *Generator) fetchEntry(ctx context.Context, u *user) (*session, error) {
 		}
 	}
 }
+
+// probeEntries fetches, every EntryProbeEvery until ctx ends, a fresh
+// entry for the next user in turn, as a viewer re-entering would, so that
+// the entry endpoint is timed over the whole offer (Report.Timeline); the
+// answer is discarded. At most a few probes are in flight: a slow gslb
+// skips probes rather than pile them up.
+func (g *Generator) probeEntries(ctx context.Context) {
+	if g.cfg.EntryProbeEvery < 0 || len(g.users) == 0 {
+		return
+	}
+	t := time.NewTicker(g.cfg.EntryProbeEvery)
+	defer t.Stop()
+	slots := make(chan struct{}, maxEntryProbes)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for next := 0; ; next = (next + 1) % len(g.users) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		select {
+		case slots <- struct{}{}:
+		default:
+			continue
+		}
+		u := g.users[next]
+		wg.Go(func() {
+			defer func() { <-slots }()
+			g.entryProbes.Add(1)
+			probe := &user{id: u.id, nick: u.nick, ticket: u.ticket}
+			// The end of the offer stops the probes, not a probe under
+			// way: cancelled, it would count as an entry error.
+			pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.HTTPTimeout)
+			defer cancel()
+			_, _ = g.fetchEntry(pctx, probe) // timed and counted by fetchEntry
+		})
+	}
+}
+
+// maxEntryProbes bounds the entry probes in flight.
+const maxEntryProbes = 4
 
 // sessionOf returns u's session, re-fetching the entry when the token is
 // near its end or was refused.

@@ -1,14 +1,11 @@
 package sdkweb_test
 
 import (
-	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -18,6 +15,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"danmaku/internal/browsertest"
 	"danmaku/internal/sdkweb"
 	"danmaku/internal/stack"
 	"danmaku/internal/stack/stacktest"
@@ -85,47 +83,10 @@ func TestServe(t *testing.T) {
 	}
 }
 
-// webDir is sdk/web, where the browser SDK, its tests and its npm packages
-// are: node runs there.
-var webDir = filepath.Join("..", "..", "sdk", "web")
-
-// tools finds node, chromium and sdk/web's node_modules; a test that needs
-// them skips when they are missing, or fails under CI/DANMAKU_REQUIRE_SERVERS.
-func tools(tb testing.TB, browser bool) string {
-	tb.Helper()
-	var missing []string
-	node, err := exec.LookPath("node")
-	if err != nil {
-		missing = append(missing, "node")
-	}
-	need := []string{"node_modules/@msgpack/msgpack/package.json"}
-	if browser {
-		need = append(need, "node_modules/playwright-core/package.json")
-		if _, err := os.Stat(chromium()); err != nil {
-			missing = append(missing, "chromium ("+chromium()+")")
-		}
-	}
-	for _, f := range need {
-		if _, err := os.Stat(filepath.Join(webDir, f)); err != nil {
-			missing = append(missing, "sdk/web/"+filepath.Dir(f))
-		}
-	}
-	if len(missing) > 0 {
-		msg := fmt.Sprintf("missing %s: run `bash sdk/web/deps.sh` (Debian's chromium and nodejs/npm with apt-get, then npm ci in sdk/web; no browser is downloaded)", strings.Join(missing, ", "))
-		if os.Getenv("CI") != "" || os.Getenv("DANMAKU_REQUIRE_SERVERS") != "" {
-			tb.Fatal(msg)
-		}
-		tb.Skip(msg)
-	}
-	return node
-}
-
-func chromium() string {
-	if p := os.Getenv("DANMAKU_CHROMIUM"); p != "" {
-		return p
-	}
-	return "/usr/bin/chromium"
-}
+// tools finds node, chromium and sdk/web's node_modules (browsertest.Node):
+// a test that needs them skips when they are missing, or fails under
+// CI/DANMAKU_REQUIRE_SERVERS.
+func tools(tb testing.TB, browser bool) string { return browsertest.Node(tb, browser) }
 
 // TestUnitJS runs the SDK's unit tests (no browser).
 func TestUnitJS(t *testing.T) {
@@ -190,19 +151,7 @@ func BenchmarkBrowserFPS(b *testing.B) {
 // returns what it printed.
 func runNode(tb testing.TB, node string, env []string, timeout time.Duration, args ...string) string {
 	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, node, args...)
-	cmd.Dir = webDir
-	cmd.Env = append(append(os.Environ(), "DANMAKU_SERVICE_KEY="+stack.DevServiceKey, "DANMAKU_CHROMIUM="+chromium()), env...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	tb.Logf("node %s:\n%s", strings.Join(args, " "), out.String())
-	if err != nil {
-		tb.Fatalf("node %s: %v", strings.Join(args, " "), err)
-	}
-	return out.String()
+	return browsertest.Run(tb, node, "", append([]string{"DANMAKU_SERVICE_KEY=" + stack.DevServiceKey}, env...), timeout, args...)
 }
 
 // startStack runs every role with the demo page on free loopback ports

@@ -1,0 +1,108 @@
+package htmlreport
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"danmaku/internal/loadgen"
+)
+
+func TestReadSLO(t *testing.T) {
+	const good = `{"v":1,"barrage_latency_p99_ms":1250,"gift_latency_p99_ms":100,"entry_latency_p99_ms":500,"gift_delivered_ratio":1,"barrage_shown_ratio":0.99,"admitted_per_s":160,"binding_role":"edge"}`
+	s, err := ReadSLO(strings.NewReader(good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (SLO{V: 1, BarrageLatencyP99Ms: 1250, GiftLatencyP99Ms: 100, EntryLatencyP99Ms: 500, GiftDeliveredRatio: 1, BarrageShownRatio: 0.99, AdmittedPerSec: 160, BindingRole: "edge"}); s != want {
+		t.Errorf("got %+v, want %+v", s, want)
+	}
+	for _, tc := range []struct{ name, in, says string }{
+		{"not JSON", `{"v":1,`, "unexpected EOF"},
+		{"unknown field", strings.Replace(good, `"v":1`, `"v":1,"barrage_p99":3`, 1), "barrage_p99"},
+		{"no version", strings.Replace(good, `"v":1,`, ``, 1), "v is missing"},
+		{"other version", strings.Replace(good, `"v":1`, `"v":2`, 1), "v 2"},
+		{"missing figure", strings.Replace(good, `"entry_latency_p99_ms":500,`, ``, 1), "entry_latency_p99_ms is missing"},
+		{"negative", strings.Replace(good, `"admitted_per_s":160`, `"admitted_per_s":-1`, 1), "admitted_per_s"},
+		{"ratio above 1", strings.Replace(good, `"barrage_shown_ratio":0.99`, `"barrage_shown_ratio":99`, 1), "barrage_shown_ratio 99"},
+		{"a string", strings.Replace(good, `1250`, `"1250"`, 1), "barrage_latency_p99_ms"},
+		{"two values", good + good, "more than one"},
+		{"too long", good[:len(good)-1] + `,"x":"` + strings.Repeat("a", maxSLOBytes) + `"}`, "larger than"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ReadSLO(strings.NewReader(tc.in))
+			if !errors.Is(err, ErrBadSLO) || !strings.Contains(err.Error(), tc.says) {
+				t.Errorf("error %v: want ErrBadSLO saying %q", err, tc.says)
+			}
+		})
+	}
+}
+
+// FuzzReadSLO: any input is read or refused with ErrBadSLO, and what is
+// read is in range.
+func FuzzReadSLO(f *testing.F) {
+	f.Add(`{"v":1,"barrage_latency_p99_ms":1250,"gift_latency_p99_ms":100,"entry_latency_p99_ms":500,"gift_delivered_ratio":1,"barrage_shown_ratio":0.99,"admitted_per_s":160}`)
+	f.Add(`{"v":1,"gift_delivered_ratio":1e400}`)
+	f.Fuzz(func(t *testing.T, in string) {
+		s, err := ReadSLO(strings.NewReader(in))
+		if err != nil {
+			if !errors.Is(err, ErrBadSLO) {
+				t.Fatalf("uncoded error %v", err)
+			}
+			return
+		}
+		if s.V != SLOVersion || s.GiftDeliveredRatio > 1 || s.BarrageShownRatio > 1 || s.BarrageLatencyP99Ms < 0 || s.AdmittedPerSec < 0 {
+			t.Fatalf("read out of range: %+v", s)
+		}
+	})
+}
+
+// TestJudge: each line passes, fails or says it has no data by its own
+// figure; one failing line fails the verdict.
+func TestJudge(t *testing.T) {
+	slo := fixtureSLO()
+	v := Judge(fixture(), slo)
+	if !v.Pass {
+		t.Fatalf("the fixture fails: %+v", v.Lines)
+	}
+	want := []Status{Pass, Pass, Pass, Pass, Pass, Pass, Info}
+	for i, l := range v.Lines {
+		if l.Status != want[i] {
+			t.Errorf("line %d %q: %s, want %s", i, l.Name, l.Status, want[i])
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(*fixtureRun)
+		line   int
+		want   Status
+	}{
+		{"barrage slow", func(f *fixtureRun) { f.r.Latency.BarrageE2E.P99Ms = 1300 }, 0, Fail},
+		{"no barrage timed", func(f *fixtureRun) { f.r.Latency.BarrageE2E.Count = 0 }, 0, NoData},
+		{"gift slow", func(f *fixtureRun) { f.r.Latency.GiftE2E.P99Ms = 101 }, 1, Fail},
+		{"entry slow", func(f *fixtureRun) { f.r.Latency.Entry.P99Ms = 501 }, 2, Fail},
+		{"a gift missed by one poller", func(f *fixtureRun) { f.r.Delivery.GiftsShownByAll = 99 }, 3, Fail},
+		{"a gift order failed", func(f *fixtureRun) { f.r.Gifts.Failed = 1 }, 3, Fail},
+		{"no pollers", func(f *fixtureRun) { f.r.Delivery.Joined = 0 }, 3, NoData},
+		{"comments not shown", func(f *fixtureRun) { f.r.Delivery.CommentsShown = 1400 }, 4, Fail},
+		{"admitted too few", func(f *fixtureRun) { f.r.Drops.Accepted["barrage"] = 1300 }, 5, Fail},
+		{"no admitted floor", func(f *fixtureRun) { f.slo.AdmittedPerSec = 0 }, 5, Info},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &fixtureRun{fixture(), slo}
+			tc.change(f)
+			v := Judge(f.r, f.slo)
+			if got := v.Lines[tc.line]; got.Status != tc.want {
+				t.Errorf("line %q: %s (%s), want %s", got.Name, got.Status, got.Measured, tc.want)
+			}
+			if v.Pass == (tc.want == Fail) {
+				t.Errorf("verdict pass=%v with a line %s", v.Pass, tc.want)
+			}
+		})
+	}
+}
+
+type fixtureRun struct {
+	r   *loadgen.Report
+	slo SLO
+}

@@ -36,7 +36,7 @@ help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@echo "Local stack ports: Redis 6390, S3 7070, CDN 7080, Prometheus 9090 (see docs/operations-local.md)."
 
-deps: ## install what is missing: redis-server, varnish, gcc, a JDK, prometheus (promtool), chromium, node (apt-get), versitygw (go install), sdk/web's npm packages
+deps: ## install what is missing: redis-server, varnish, gcc, a JDK, prometheus (promtool), ffmpeg, chromium, node (apt-get), versitygw (go install), sdk/web's npm packages
 	@bash infra/local/deps.sh
 	@bash sdk/web/deps.sh
 

@@ -37,6 +37,7 @@ type serveFlags struct {
 	// devUnsafe is dev's -dev-unsafe-backends: real backends or production
 	// keys, and then nothing public (checkDevSafe).
 	devUnsafe bool
+	noVideo   bool
 
 	redisURL, redisUser string
 	redisCluster        bool
@@ -173,7 +174,7 @@ func (f *serveFlags) stackConfig(roles []string) (stack.Config, stack.BackendCon
 		GSLBAddr: f.gslb, IngestAddr: f.ingest, EdgeAddr: f.edge, OriginAddr: f.origin, SlicerAddr: f.slicer,
 		PublicCDN: f.cdn, DataDir: f.data, Budget: f.budget, SegmentMs: f.segmentMs, Retention: f.retention, MinGiftValue: f.minGift, BroadcastGiftValue: f.broadcastGift,
 		IngestURL: f.ingestURL, EdgeURL: f.edgeURL, NodeID: f.nodeID,
-		Dev: f.dev, DevUnsafeBackends: f.devUnsafe,
+		Dev: f.dev, DevUnsafeBackends: f.devUnsafe, DevVideo: f.dev && !f.noVideo,
 		EdgeCapacity: f.maxConns, IngestCapacity: f.ingestCap, Line: f.line, Region: f.region, Lines: f.lines,
 		GSLBMaxInFlight: f.gslbInFlight, GSLBMaxTableAge: f.gslbTableAge,
 		MinProtocol: f.minProtocol, SyncMinProtocol: f.syncMinProtocol,
@@ -342,6 +343,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 // running dev on real backends.
 func (f *serveFlags) registerDev(fs *flag.FlagSet) {
 	f.register(fs)
+	boolVar(&f.settings, &f.noVideo, "no-video", "", "serve no demo video: by default dev runs ffmpeg (when installed) for a live HLS test stream with program date times at the gslb's /hls/live.m3u8, which the demo page plays under the barrage")
 	boolVar(&f.settings, &f.devUnsafe, "dev-unsafe-backends", "", "run dev on real backends (-redis, -s3-bucket, -audit-s3-bucket) or with production keys (DANMAKU_TICKET_KEY, DANMAKU_MASTER_KEY, DANMAKU_*_KEYS) from the environment: then every key is required as for the roles, and no public dev key, dev ticket (GET /v1/dev/ticket) or demo page is served")
 }
 

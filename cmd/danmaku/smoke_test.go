@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"danmaku/internal/testwait"
 )
 
 // TestNewcomerCommands is the scripted check of the README: it builds the
@@ -33,6 +37,17 @@ func TestNewcomerCommands(t *testing.T) {
 	dev := exec.CommandContext(ctx, bin, "dev", "-gslb", addr(0), "-ingest", addr(1), "-edge", addr(2), "-origin", addr(3), "-slicer", addr(4))
 	devOut := startLines(t, dev)
 	devOut.waitFor(t, ctx, "press Ctrl-C to stop")
+	// The demo video: dev runs ffmpeg (make deps installs it) and serves
+	// its live playlist, with program date times, beside the demo page.
+	testwait.For(t, "dev's demo video playlist", func() bool {
+		resp, err := http.Get(entry + "/hls/live.m3u8")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode == 200 && strings.Contains(string(b), "#EXT-X-PROGRAM-DATE-TIME")
+	})
 
 	watch := exec.CommandContext(ctx, bin, "watch", "-entry", entry, "-room", "demo", "-n", "1")
 	watchOut := startLines(t, watch)

@@ -13,6 +13,8 @@
 #   promtool,     Debian package prometheus   (the alert and recording rules
 #   prometheus                                  are checked and unit-tested with
 #                 promtool; the local stack and its alert test run the server)
+#   ffmpeg        Debian package ffmpeg (the demo's live HLS test stream with
+#                 program date times, internal/hlsdemo; dev runs without it)
 #   versitygw     go install github.com/versity/versitygw/cmd/versitygw@v1.8.0
 # apt-get needs root (or sudo). The distribution's own redis and varnish
 # services are not started: the tests and infra/local run their own servers.
@@ -34,6 +36,7 @@ have varnishd || packages+=(varnish)
 have gcc || packages+=(gcc libc6-dev)
 have javac || packages+=(default-jdk-headless)
 { have promtool && have prometheus; } || packages+=(prometheus)
+have ffmpeg || packages+=(ffmpeg)
 
 if ((${#packages[@]} > 0)); then
 	sudo=()
@@ -54,7 +57,7 @@ if ((${#packages[@]} > 0)); then
 	"${sudo[@]}" apt-get update -q
 	"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${packages[@]}"
 else
-	echo "deps: redis-server, varnishd, gcc, javac and prometheus already installed"
+	echo "deps: redis-server, varnishd, gcc, javac, prometheus and ffmpeg already installed"
 fi
 
 if have versitygw; then

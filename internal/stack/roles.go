@@ -22,6 +22,7 @@ import (
 	"danmaku/internal/audit"
 	"danmaku/internal/clock"
 	"danmaku/internal/event"
+	"danmaku/internal/hlsdemo"
 	"danmaku/internal/httpx"
 	"danmaku/internal/loadtable"
 	"danmaku/internal/objstore"
@@ -364,6 +365,9 @@ func (s *Stack) newGSLB(rs *roleServer) error {
 			gslb.RegisterDevTickets(e, cfg.TicketKey)
 		}
 		sdkweb.Register(e)
+		if cfg.DevVideo {
+			hlsdemo.RegisterFunc(e, s.video.Load)
+		}
 	}
 	rs.srv = httpx.NewServer(e, 10*time.Second)
 	return nil

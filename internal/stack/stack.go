@@ -25,6 +25,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -38,6 +39,7 @@ import (
 	"danmaku/internal/clock"
 	"danmaku/internal/devmode"
 	"danmaku/internal/event"
+	"danmaku/internal/hlsdemo"
 	"danmaku/internal/httpx"
 	"danmaku/internal/loadtable"
 	"danmaku/internal/objstore"
@@ -238,6 +240,11 @@ type Config struct {
 	// demo page nor GET /v1/dev/ticket is served (404 not_found). False:
 	// Dev alone says.
 	DevUnsafeBackends bool
+	// DevVideo makes dev serve a live HLS test stream with program date
+	// times at the gslb's /hls/live.m3u8 (internal/hlsdemo: ffmpeg's
+	// pattern with the clock on it), the video the demo page plays under
+	// the barrage. Without ffmpeg dev says so and serves none.
+	DevVideo bool
 	// TicketKey verifies business tickets (DANMAKU_TICKET_KEY). Required by
 	// the gslb; at least auth.MinTicketKeyBytes.
 	TicketKey []byte
@@ -345,6 +352,8 @@ type Stack struct {
 	registry *prometheus.Registry
 
 	URLs map[string]string // role → base URL clients use
+
+	video atomic.Pointer[hlsdemo.Stream] // dev's demo video, while it runs
 
 	center    *auth.Center
 	keyring   *auth.Keyring
@@ -586,6 +595,9 @@ func (s *Stack) refreshBans(ctx context.Context) {
 func (s *Stack) Run(ctx context.Context) error {
 	if err := s.warmUp(ctx); err != nil {
 		return err
+	}
+	if s.cfg.devPublic() && s.cfg.DevVideo {
+		defer s.runVideo(ctx)()
 	}
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
@@ -914,4 +926,20 @@ func (s *Stack) newLimiter() (*ratelimit.Limiter, error) {
 		return nil, fmt.Errorf("stack: rate limits: %w", err)
 	}
 	return lim, nil
+}
+
+// runVideo starts dev's demo video and returns what stops it. Without
+// ffmpeg it logs how to get one: the page then runs without video.
+func (s *Stack) runVideo(ctx context.Context) (stop func()) {
+	v, err := hlsdemo.Start(context.WithoutCancel(ctx), s.cfg.DataDir, s.log)
+	if err != nil {
+		s.log.Info("stack: no demo video", "err", err)
+		return func() {}
+	}
+	s.video.Store(v)
+	s.log.Info("stack: demo video (HLS with program date times)", "url", s.URLs[RoleGSLB]+"/hls/"+hlsdemo.Playlist)
+	return func() {
+		s.video.Store(nil)
+		v.Stop()
+	}
 }

@@ -135,7 +135,8 @@ func TestUnitJS(t *testing.T) {
 
 // TestBrowser runs the demo page in chromium against the whole pipeline in
 // this process: join, send through the send box, a flood, hidden, a gift;
-// in a room of 1 s segments and in one of 250 ms (version 2, keys in ms).
+// in a room of 1 s segments and in one of 250 ms (version 2, keys in ms);
+// then takedowns and reports.
 func TestBrowser(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the browser test runs half a minute of real segments")
@@ -157,6 +158,16 @@ func TestBrowser(t *testing.T) {
 			}
 		})
 	}
+	// Takedowns and reports on the demo page (test/takedown.mjs): a comment
+	// taken down leaves the stage, the render queue and a late joiner's
+	// screen; a viewer reports one, a host takes one down. The stack does
+	// not publish takedowns yet, so the page's CDN and ingest requests for
+	// them go through a fake in the browser (playwright routing) in front
+	// of this real stack.
+	t.Run("takedown", func(t *testing.T) {
+		st := startStack(t, stack.Config{})
+		runNode(t, node, []string{"DANMAKU_GSLB=" + st.URLs[stack.RoleGSLB]}, 4*time.Minute, "test/takedown.mjs")
+	})
 }
 
 // BenchmarkBrowserFPS reports the demo page's frames per second with the

@@ -28,7 +28,7 @@ export const DEFAULTS = Object.freeze({
 export const REPORT_REASONS = Object.freeze(['spam', 'abuse', 'illegal', 'other']);
 
 const MAX_SEGMENT_BYTES = 4 << 20, MAX_FRAME_BYTES = 1 << 20, MAX_MANIFEST_BYTES = 64 << 10;
-const MAX_TAKEDOWN_LIST_BYTES = 4 << 20;
+const MAX_TAKEDOWN_LIST_BYTES = 2 << 20; // wire.MaxTakedownListBytes
 const MAX_REASON_CHARS = 200; // a takedown's reason, as the moderator typed it
 const MANIFEST_EVERY_MS = 1000; // a far-behind poller asks at most this often
 const MISMATCH_RETRIES = 3;
@@ -196,8 +196,9 @@ export function toTakedowns(td, what = 'takedown') {
 export function decodeTakedownList(o, room) {
   if (!o || typeof o !== 'object' || Array.isArray(o) || !isInt(o.v) || o.v < 1) throw bad('takedown list');
   if (o.v > 1) throw new DanmakuError('version', `danmaku: takedown list v=${o.v} is newer than this SDK`);
-  if (o.room !== room || !isInt(o.n) || o.n < 0) throw bad('takedown list');
-  return { n: o.n, ids: toTakedowns(o.ids ?? [], 'takedown list') };
+  const ids = toTakedowns(o.ids ?? [], 'takedown list');
+  if (o.room !== room || !isInt(o.n) || o.n < ids.length) throw bad('takedown list');
+  return { n: o.n, ids };
 }
 
 /** Decodes a segment: {v, room, t, seq, dur, ms?, messages, takedowns}. Throws DanmakuError. */

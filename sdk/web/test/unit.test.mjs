@@ -602,6 +602,7 @@ test('takedowns: td decodes in segments, frames (m may be nil) and the list; the
   assert.deepEqual(decodeTakedownList({ v: 1, room: 'demo', n: 0, ids: null }, 'demo'), { n: 0, ids: [] });
   assert.throws(() => decodeTakedownList({ v: 1, room: 'other', n: 1, ids: [] }, 'demo'), { code: 'decode' });
   assert.throws(() => decodeTakedownList({ v: 1, room: 'demo', n: -1, ids: [] }, 'demo'), { code: 'decode' });
+  assert.throws(() => decodeTakedownList({ v: 1, room: 'demo', n: 1, ids: [{ id: '1-0', k: 1 }, { id: '2-0', k: 1 }] }, 'demo'), { code: 'decode' }, 'more ids than n');
   assert.throws(() => decodeTakedownList({ v: 2, room: 'demo', n: 1, ids: [] }, 'demo'), { code: 'version' });
   assert.throws(() => decodeTakedownList({ v: 1, room: 'demo', n: 1, ids: [{ id: '1-0', k: 0 }] }, 'demo'), { code: 'decode' });
   assert.equal(manifestTakedowns({ v: 2, room: 'demo', td: 4 }), 4);

@@ -909,10 +909,24 @@ export class DanmakuClient extends EventTarget {
     }
   }
 
+  // m less what was taken down: null when it was, and a merged gift without
+  // the ids that were (its count cut to match when it is one gift per id,
+  // as admit does).
+  _withoutTakenDown(m) {
+    if (m.site) return m;
+    const down = (id) => this._takedowns.has(identityOf(m.kind, id));
+    if (m.ids.length === 0) return down(m.id) ? null : m;
+    const keep = m.ids.filter((id) => !down(id));
+    if (keep.length === 0) return null;
+    if (keep.length === m.ids.length && !down(m.id)) return m;
+    return { ...m, ids: keep, count: m.count === m.ids.length ? keep.length : m.count, id: down(m.id) ? keep[0] : m.id };
+  }
+
   _deliver(messages) {
     const now = this.serverNow();
-    for (const m of messages) {
-      if (!m.site && this._takedowns.has(identityOf(m.kind, m.id))) {
+    for (const w of messages) {
+      const m = this._withoutTakenDown(w);
+      if (!m) {
         // A later copy (a segment after the edge, a carried gift) of a
         // message taken down: never shown.
         this._stats.takedownsSuppressed++;

@@ -10,7 +10,7 @@
 // check passes.
 import assert from 'node:assert/strict';
 import { decode, encode } from '@msgpack/msgpack';
-import { launch, env, viewer, until, sleep, provision } from './lib.mjs';
+import { launch, env, viewer, until, sleep, provision, failed } from './lib.mjs';
 
 const guard = setTimeout(() => { console.error('takedown test: hung; giving up'); process.exit(2); }, 240e3);
 const room = `td-${Math.random().toString(36).slice(2, 8)}`;
@@ -213,12 +213,7 @@ try {
   console.log(`segments served through the fake: ${fake.segments}`);
   console.log('takedown test: all checks passed');
 } catch (err) {
-  console.error(`not ok - ${err.stack ?? err}`);
-  if (b.errors.length) console.error('page errors:', b.errors);
-  try {
-    console.error('page stats:', JSON.stringify(await stats()));
-  } catch { /* the page is gone */ }
-  process.exitCode = 1;
+  await failed(b, err, stats);
 } finally {
   await b.close();
   clearTimeout(guard);

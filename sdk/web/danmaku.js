@@ -21,7 +21,7 @@ export const DEFAULTS = Object.freeze({
   firstJoinJitterMs: 3000, // a room's viewers open the page together: spread the entry calls
   rejoinJitterMs: 3000, pollBackoffMaxMs: 5000, farBehindMs: 10000, seenIds: 100000, seenWindowMs: 120000,
   sendQueue: 5, sendIntervalMs: 1200, sendDedupMs: 10000, maxTextChars: 60, reportIntervalMs: 10000, httpTimeoutMs: 10000,
-  takedownIds: 10000, // taken-down messages remembered (oldest forgotten first)
+  takedownIds: 10000, // taken-down messages remembered (oldest forgotten first): a room's most (ingest.MaxTakedownsPerRoom)
 });
 
 // Why a viewer reports a comment (POST /v1/rooms/ROOM/reports).
@@ -29,7 +29,7 @@ export const REPORT_REASONS = Object.freeze(['spam', 'abuse', 'illegal', 'other'
 
 const MAX_SEGMENT_BYTES = 4 << 20, MAX_FRAME_BYTES = 1 << 20, MAX_MANIFEST_BYTES = 64 << 10;
 const MAX_TAKEDOWN_LIST_BYTES = 2 << 20; // wire.MaxTakedownListBytes
-const MAX_REASON_CHARS = 200; // a takedown's reason, as the moderator typed it
+const MAX_REASON_CHARS = 200; // a takedown's reason, normalised (the ingest's bound)
 const MANIFEST_EVERY_MS = 1000; // a far-behind poller asks at most this often
 const MISMATCH_RETRIES = 3;
 const JOIN_BACKOFF = [500, 30000], EDGE_BACKOFF = [1000, 30000];
@@ -1213,7 +1213,8 @@ export class DanmakuClient extends EventTarget {
    */
   async takedown(id, kind = KIND_BARRAGE, reason = '') {
     if (this._stopped) throw new DanmakuError('closed', 'danmaku: client stopped');
-    if (!parseID(id) || !isInt(kind) || kind < KIND_BARRAGE || kind > KIND_SYSTEM || typeof reason !== 'string' || [...reason].length > MAX_REASON_CHARS) {
+    // The ingest normalises the reason as it does a comment, then counts it.
+    if (!parseID(id) || !isInt(kind) || kind < KIND_BARRAGE || kind > KIND_SYSTEM || typeof reason !== 'string' || [...normalizeText(reason)].length > MAX_REASON_CHARS) {
       throw new DanmakuError('bad_takedown', `danmaku: a takedown names a message id, its kind (1-3) and a reason of at most ${MAX_REASON_CHARS} characters`);
     }
     if (!this._session) throw new DanmakuError('not_joined', 'danmaku: not joined yet');

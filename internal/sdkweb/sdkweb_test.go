@@ -18,6 +18,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"danmaku/auth"
 	"danmaku/internal/sdkweb"
 	"danmaku/internal/stack"
 	"danmaku/internal/stack/stacktest"
@@ -164,9 +165,17 @@ func TestBrowser(t *testing.T) {
 	// not publish takedowns yet, so the page's CDN and ingest requests for
 	// them go through a fake in the browser (playwright routing) in front
 	// of this real stack.
+	// The host is a real one: a ticket scoped to the test's room, which the
+	// page takes from its fragment.
 	t.Run("takedown", func(t *testing.T) {
 		st := startStack(t, stack.Config{})
-		runNode(t, node, []string{"DANMAKU_GSLB=" + st.URLs[stack.RoleGSLB]}, 4*time.Minute, "test/takedown.mjs")
+		room := fmt.Sprintf("td-%d", time.Now().UnixNano()%1e9)
+		host, err := auth.MintTicket(auth.DevTicketKey, "hana", auth.Ticket{Nick: "hana", Role: auth.RoleHost, Rooms: []string{room}}, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		env := []string{"DANMAKU_GSLB=" + st.URLs[stack.RoleGSLB], "DANMAKU_ROOM=" + room, "DANMAKU_HOST_TICKET=" + host}
+		runNode(t, node, env, 4*time.Minute, "test/takedown.mjs")
 	})
 }
 

@@ -35,7 +35,7 @@ await page.route((u) => u.href.startsWith(`${cdn}rooms/${room}/`), async (route)
   const url = route.request().url();
   if (url.endsWith('/takedowns.json')) {
     fake.listFetches++;
-    if (!fake.list) return route.fulfill({ status: 404, headers: { 'Access-Control-Allow-Origin': '*' }, body: '' });
+    if (!fake.list) return route.continue(); // the stack's own
     return route.fulfill({ status: 200, contentType: 'application/json', headers: { 'Access-Control-Allow-Origin': '*', 'Cache-Control': 'public, max-age=1' }, body: JSON.stringify(fake.list) });
   }
   const resp = await route.fetch();
@@ -218,6 +218,41 @@ try {
   const htoken = await page.evaluate(() => window.danmakuDemo.client.entry.token);
   assert.deepEqual(fake.posts[0], { url: `${ingest}/v1/admin/rooms/${room}/takedowns`, auth: `Bearer ${htoken}`, body: { id: id6, k: 1, reason: 'abuse' } });
   ok(`host (${hostTicket ? 'a scoped host ticket' : 'the fake\'s entry role'}): took ${id6} down through the admin API; gone from the stage`);
+
+  // 7. The server's own takedowns (DANMAKU_REAL_TAKEDOWNS: "edge" when the
+  //    stack relays them to connected viewers, "all" when it also writes
+  //    the list and the manifest's td): a host takes a comment down through
+  //    the ingest's admin API (from node: no fake in between), and it
+  //    leaves the stage of a viewer who holds the edge; a viewer who joins
+  //    afterwards fetches the list and holds it.
+  const real = process.env.DANMAKU_REAL_TAKEDOWNS;
+  if (real && hostTicket) {
+    Object.assign(fake, { list: null, manifestTd: 0, role: null });
+    await open('user=dora');
+    const host = await (await fetch(`${env.gslb}/v1/entry?room=${room}`, { headers: { Authorization: `Bearer ${hostTicket}` } })).json();
+    const t7 = `the server takes this down ${Math.floor(Math.random() * 1e6)}`;
+    await bob.comment(t7);
+    const id7 = await until('the comment on the stage', () => page.evaluate((t) =>
+      [...document.querySelectorAll('#comments .comment[data-on]')].find((e) => e.textContent === t)?.dataset.id, t7));
+    const down = page.evaluate((i) => new Promise((resolve) => window.danmakuDemo.client.addEventListener('takedown',
+      (e) => { if (e.detail.id === i) resolve(e.detail.via); })), id7);
+    const t0 = Date.now();
+    const resp = await fetch(`${host.ingest[0].replace(/\/+$/, '')}/v1/admin/rooms/${room}/takedowns`, {
+      method: 'POST', body: JSON.stringify({ id: id7, k: 1, reason: 'test' }),
+      headers: { Authorization: `Bearer ${host.token}`, 'Content-Type': 'application/json' },
+    });
+    assert.equal(resp.status, 201, await resp.text());
+    const via = await down;
+    await until('the comment to leave the stage', async () => !(await onStage(id7)));
+    ok(`server takedown of ${id7}: via ${via}, off the stage ${Date.now() - t0} ms after the POST`);
+    if (real === 'all') {
+      await open('user=erin');
+      await until('the late joiner to hold the server\'s list', () => page.evaluate((i) => window.danmakuDemo.client.takenDown(i), id7), 10e3);
+      const st = await stats();
+      assert.ok(st.takedownListFetches >= 1, JSON.stringify(st));
+      ok(`late joiner: the server's takedowns.json (${st.takedownsApplied} ids) holds ${id7}`);
+    }
+  }
 
   assert.deepEqual(b.errors, [], 'no errors in the page');
   console.log(`segments served through the fake: ${fake.segments}`);

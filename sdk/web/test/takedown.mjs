@@ -234,15 +234,15 @@ try {
     await bob.comment(t7);
     const id7 = await until('the comment on the stage', () => page.evaluate((t) =>
       [...document.querySelectorAll('#comments .comment[data-on]')].find((e) => e.textContent === t)?.dataset.id, t7));
-    const down = page.evaluate((i) => new Promise((resolve) => window.danmakuDemo.client.addEventListener('takedown',
-      (e) => { if (e.detail.id === i) resolve(e.detail.via); })), id7);
+    await page.evaluate((i) => window.danmakuDemo.client.addEventListener('takedown',
+      (e) => { if (e.detail.id === i) window.__via = e.detail.via; }), id7);
     const t0 = Date.now();
     const resp = await fetch(`${host.ingest[0].replace(/\/+$/, '')}/v1/admin/rooms/${room}/takedowns`, {
       method: 'POST', body: JSON.stringify({ id: id7, k: 1, reason: 'test' }),
       headers: { Authorization: `Bearer ${host.token}`, 'Content-Type': 'application/json' },
     });
     assert.equal(resp.status, 201, await resp.text());
-    const via = await down;
+    const via = await until('the takedown to reach the page', () => page.evaluate(() => window.__via), 10e3);
     await until('the comment to leave the stage', async () => !(await onStage(id7)));
     ok(`server takedown of ${id7}: via ${via}, off the stage ${Date.now() - t0} ms after the POST`);
     if (real === 'all') {

@@ -177,15 +177,15 @@ func TestBrowser(t *testing.T) {
 		env := []string{"DANMAKU_GSLB=" + st.URLs[stack.RoleGSLB], "DANMAKU_ROOM=" + room, "DANMAKU_HOST_TICKET=" + host}
 		// Once the stack serves the takedown API (anything but 404 without
 		// a key), the page also sees a takedown made through it, relayed
-		// by the edge ("edge"); the segments' td, the list and the
-		// manifest's td stay the fake's until the slicer writes them.
+		// by the edge, and a page that joins afterwards holds it from the
+		// list the slicer writes and the manifest's td names ("all").
 		resp, err := http.Post(st.URLs[stack.RoleIngest]+"/v1/admin/rooms/"+room+"/takedowns", "application/json", strings.NewReader("{}"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusNotFound {
-			env = append(env, "DANMAKU_REAL_TAKEDOWNS=edge")
+			env = append(env, "DANMAKU_REAL_TAKEDOWNS=all")
 		} else {
 			t.Log("the stack serves no takedown API yet: the page's takedowns all come from the fake")
 		}

@@ -1,9 +1,9 @@
 // Browser test of takedowns and reports on the demo page, against a running
 // stack (`danmaku dev`, or the one internal/sdkweb's TestBrowser starts):
 //   node sdk/web/test/takedown.mjs
-// The stack publishes no takedowns yet (the server half is its own branch),
-// so the page's requests to the CDN pass through a fake in front of it
-// (playwright's routing): the real segments, with a `td` list and messages
+// Steps 1-6 need takedowns of ids the test chooses, at the moment it
+// chooses, so the page's requests to the CDN pass through a fake in front of
+// the stack (playwright's routing): the real segments, with a `td` list and messages
 // added where a step says so, the real manifest with its `td` count, and a
 // takedown list. The report and takedown posts are answered by the fake as
 // docs/api.md says the ingest does. Env as browser.mjs, and DANMAKU_ROOM

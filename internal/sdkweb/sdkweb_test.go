@@ -15,6 +15,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"danmaku/auth"
 	"danmaku/internal/browsertest"
 	"danmaku/internal/sdkweb"
 	"danmaku/internal/stack"
@@ -96,7 +97,8 @@ func TestUnitJS(t *testing.T) {
 
 // TestBrowser runs the demo page in chromium against the whole pipeline in
 // this process: join, send through the send box, a flood, hidden, a gift;
-// in a room of 1 s segments and in one of 250 ms (version 2, keys in ms).
+// in a room of 1 s segments and in one of 250 ms (version 2, keys in ms);
+// then takedowns and reports.
 func TestBrowser(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the browser test runs half a minute of real segments")
@@ -118,6 +120,38 @@ func TestBrowser(t *testing.T) {
 			}
 		})
 	}
+	// Takedowns and reports on the demo page (test/takedown.mjs): a comment
+	// taken down leaves the stage, the render queue and a late joiner's
+	// screen; a viewer reports one, a host takes one down. The stack does
+	// not publish takedowns yet, so the page's CDN and ingest requests for
+	// them go through a fake in the browser (playwright routing) in front
+	// of this real stack.
+	// The host is a real one: a ticket scoped to the test's room, which the
+	// page takes from its fragment.
+	t.Run("takedown", func(t *testing.T) {
+		st := startStack(t, stack.Config{})
+		room := fmt.Sprintf("td-%d", time.Now().UnixNano()%1e9)
+		host, err := auth.MintTicket(auth.DevTicketKey, "hana", auth.Ticket{Nick: "hana", Role: auth.RoleHost, Rooms: []string{room}}, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		env := []string{"DANMAKU_GSLB=" + st.URLs[stack.RoleGSLB], "DANMAKU_ROOM=" + room, "DANMAKU_HOST_TICKET=" + host}
+		// Once the stack serves the takedown API (anything but 404 without
+		// a key), the page also sees a takedown made through it, relayed
+		// by the edge, and a page that joins afterwards holds it from the
+		// list the slicer writes and the manifest's td names ("all").
+		resp, err := http.Post(st.URLs[stack.RoleIngest]+"/v1/admin/rooms/"+room+"/takedowns", "application/json", strings.NewReader("{}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound {
+			env = append(env, "DANMAKU_REAL_TAKEDOWNS=all")
+		} else {
+			t.Log("the stack serves no takedown API yet: the page's takedowns all come from the fake")
+		}
+		runNode(t, node, env, 4*time.Minute, "test/takedown.mjs")
+	})
 }
 
 // BenchmarkBrowserFPS reports the demo page's frames per second with the

@@ -22,9 +22,15 @@ export const DEFAULTS = Object.freeze({
   firstJoinJitterMs: 3000, // a room's viewers open the page together: spread the entry calls
   rejoinJitterMs: 3000, pollBackoffMaxMs: 5000, farBehindMs: 10000, seenIds: 100000, seenWindowMs: 120000,
   sendQueue: 5, sendIntervalMs: 1200, sendDedupMs: 10000, maxTextChars: 60, reportIntervalMs: 10000, httpTimeoutMs: 10000,
+  takedownIds: 10000, // taken-down messages remembered (oldest forgotten first): a room's most (ingest.MaxTakedownsPerRoom)
 });
 
+// Why a viewer reports a comment (POST /v1/rooms/ROOM/reports).
+export const REPORT_REASONS = Object.freeze(['spam', 'abuse', 'illegal', 'other']);
+
 const MAX_SEGMENT_BYTES = 4 << 20, MAX_FRAME_BYTES = 1 << 20, MAX_MANIFEST_BYTES = 64 << 10;
+const MAX_TAKEDOWN_LIST_BYTES = 2 << 20; // wire.MaxTakedownListBytes
+const MAX_REASON_CHARS = 200; // a takedown's reason, normalised (the ingest's bound)
 const MANIFEST_EVERY_MS = 1000; // a far-behind poller asks at most this often
 const MISMATCH_RETRIES = 3;
 const JOIN_BACKOFF = [500, 30000], EDGE_BACKOFF = [1000, 30000];
@@ -91,6 +97,8 @@ export const identityOf = (kind, id, site = false) => (site ? 's/' : kind === KI
 export const segmentKey = (room, slot, segmentMs) => segmentMs === 1000
   ? `rooms/${room}/s/${slot}.msgpack` : `rooms/${room}/ms/${slot * segmentMs}.msgpack`;
 export const manifestKey = (room) => `rooms/${room}/live.json`;
+// The room's takedown list (wire.TakedownListKey): every message taken down, oldest first.
+export const takedownListKey = (room) => `rooms/${room}/takedowns.json`;
 
 // Server time (ms) at which slot may be fetched, never earlier (a CDN may
 // cache the 404): its end, the publish delay and the clock's margin.
@@ -159,22 +167,59 @@ function decodeMap(bytes, limit, what) {
   }
   if (!o || typeof o !== 'object' || Array.isArray(o) || !isInt(o.v) || o.v < 1) throw bad(what);
   if (o.v > MAX_VERSION) throw new DanmakuError('version', `danmaku: ${what} v=${o.v} is newer than this SDK`);
+  // m is never omitted, but a Go writer's empty list is nil: a frame that
+  // carries only takedowns may have "m": null.
+  if (o.m === null) o.m = [];
   if (typeof o.room !== 'string' || !ROOM_RE.test(o.room) || !Array.isArray(o.m)) throw bad(what);
   return o;
 }
 
-/** Decodes a segment: {v, room, t, seq, dur, ms?, messages}. Throws DanmakuError. */
+/**
+ * Decodes a "td" list (segment, frame or takedowns.json; docs/segment-format.md):
+ * [{id, kind}]. Absent or null is none; anything else malformed throws, like
+ * a malformed message.
+ */
+export function toTakedowns(td, what = 'takedown') {
+  if (td === undefined || td === null) return [];
+  if (!Array.isArray(td)) throw bad(what);
+  return td.map((t) => {
+    if (!t || typeof t !== 'object' || Array.isArray(t) || !parseID(t.id) || !isInt(t.k) || t.k < KIND_BARRAGE || t.k > KIND_SYSTEM) {
+      throw bad(what);
+    }
+    return { id: t.id, kind: t.k };
+  });
+}
+
+/**
+ * Checks a room's takedown list (rooms/ROOM/takedowns.json, wire.TakedownList):
+ * {n, ids: [{id, kind}]}. Throws DanmakuError decode (or version).
+ */
+export function decodeTakedownList(o, room) {
+  if (!o || typeof o !== 'object' || Array.isArray(o) || !isInt(o.v) || o.v < 1) throw bad('takedown list');
+  if (o.v > 1) throw new DanmakuError('version', `danmaku: takedown list v=${o.v} is newer than this SDK`);
+  const ids = toTakedowns(o.ids ?? [], 'takedown list');
+  if (o.room !== room || !isInt(o.n) || o.n < ids.length) throw bad('takedown list');
+  return { n: o.n, ids };
+}
+
+/** Decodes a segment: {v, room, t, seq, dur, ms?, messages, takedowns}. Throws DanmakuError. */
 export function decodeSegment(bytes) {
   const o = decodeMap(bytes, MAX_SEGMENT_BYTES, 'segment');
   if (!isInt(o.t) || o.t < 0 || !isInt(o.seq) || !optInt(o.dur) || !optInt(o.ms)) throw bad('segment');
-  return { v: o.v, room: o.room, t: o.t, seq: o.seq, dur: o.dur ?? 0, ms: o.ms, messages: o.m.map((w) => toMessage(w, 'segment')) };
+  return {
+    v: o.v, room: o.room, t: o.t, seq: o.seq, dur: o.dur ?? 0, ms: o.ms,
+    messages: o.m.map((w) => toMessage(w, 'segment')), takedowns: toTakedowns(o.td, 'segment'),
+  };
 }
 
-/** Decodes an edge frame: {v, room, messages}. Throws DanmakuError. */
+/** Decodes an edge frame: {v, room, messages, takedowns}. Throws DanmakuError. */
 export function decodeFrame(bytes) {
   const o = decodeMap(bytes, MAX_FRAME_BYTES, 'frame');
-  return { v: o.v, room: o.room, messages: o.m.map((w) => toMessage(w, 'edge')) };
+  return { v: o.v, room: o.room, messages: o.m.map((w) => toMessage(w, 'edge')), takedowns: toTakedowns(o.td, 'frame') };
 }
+
+/** How many takedowns a live manifest says the room's list holds ("td"; absent or unusable: 0). */
+export const manifestTakedowns = (m) => (isInt(m?.td) && m.td > 0 ? m.td : 0);
 
 // Where a segment or manifest starts, in unix ms: `ms` from version 2 on.
 const startMs = (o) => (o.v >= 2 ? o.ms : o.t * 1000);
@@ -206,6 +251,26 @@ export class SeenSet {
       if (this.ids.size <= this.max && at >= now - this.windowMs) break;
       this.ids.delete(k);
     }
+  }
+}
+
+/**
+ * Remembers taken-down identities (identityOf), bounded by count: the
+ * oldest is forgotten first (a Set iterates in insertion order).
+ */
+export class TakedownSet {
+  constructor(max = DEFAULTS.takedownIds) { Object.assign(this, { max, ids: new Set() }); }
+  has(key) { return this.ids.has(key); }
+  get size() { return this.ids.size; }
+  /** Adds key; false when it was already there. */
+  add(key) {
+    if (this.ids.has(key)) return false;
+    this.ids.add(key);
+    for (const k of this.ids) {
+      if (this.ids.size <= this.max) break;
+      this.ids.delete(k);
+    }
+    return true;
   }
 }
 
@@ -317,7 +382,7 @@ export class RenderQueue {
     Object.assign(this, { visible, buffer, displayMs, now });
     // Plain arrays: shift() is O(n), but n is the buffer (120) or the slots (32).
     Object.assign(this, { barrage: [], priority: [], slots: [], _hidden: false, _newCount: 0 });
-    this._stats = { pushed: 0, shown: 0, droppedOverflow: 0, droppedHidden: 0, beyondBuffer: 0, collapsedGifts: 0 };
+    this._stats = { pushed: 0, shown: 0, droppedOverflow: 0, droppedHidden: 0, beyondBuffer: 0, collapsedGifts: 0, takenDown: 0 };
   }
 
   push(m) {
@@ -355,6 +420,27 @@ export class RenderQueue {
   }
 
   _drop() { this._stats[this._hidden ? 'droppedHidden' : 'droppedOverflow']++; }
+
+  /**
+   * Drops the waiting message a takedown names (kind and id; a merged gift
+   * whose ids hold it, too): how many entries were removed (0 or 1,
+   * counted as takenDown). One already shown is the stage's to remove (the
+   * client's 'takedown' event).
+   */
+  remove(kind, id) {
+    const key = identityOf(kind, id);
+    const hit = (m) => !m.site && (identityOf(m.kind, m.id) === key || (m.kind !== KIND_BARRAGE && kind !== KIND_BARRAGE && m.ids.includes(id)));
+    const list = kind === KIND_BARRAGE ? this.barrage : this.priority;
+    let n = 0;
+    for (let i = list.length - 1; i >= 0; i--) {
+      if (hit(list[i])) {
+        list.splice(i, 1);
+        n++;
+      }
+    }
+    this._stats.takenDown += n;
+    return n;
+  }
 
   _expire(now) { while (this.slots.length > 0 && now >= this.slots[0]) this.slots.shift(); }
 
@@ -441,6 +527,10 @@ export class DanmakuClient extends EventTarget {
     this._WebSocket = cfg.WebSocket ?? globalThis.WebSocket;
     this._abort = new AbortController();
     this._seen = new SeenSet(this.cfg.seenIds, this.cfg.seenWindowMs);
+    this._takedowns = new TakedownSet(this.cfg.takedownIds);
+    // What the client holds of the room's takedown list: the n of the last
+    // list fetched, at least; a manifest's td above it fetches the list.
+    Object.assign(this, { _takedownN: 0, _listFetch: null });
     this._sendQ = new SendQueue(this.cfg.sendQueue, this.cfg.sendIntervalMs, this.cfg.sendDedupMs);
     Object.assign(this, { _session: null, _joining: null, _wakeSend: null, _everConnected: false });
     // What each report sent adds up to, and the delivered barrage by latency.
@@ -453,6 +543,8 @@ export class DanmakuClient extends EventTarget {
       jumpsToLive: 0, skippedSlots: 0, edgeConnects: 0, edgeReconnects: 0, edgeDialErrors: 0,
       edgeFrames: 0, edgeDecodeErrors: 0, edgeTokenAsks: 0, reportsSent: 0, delivered: 0, duplicates: 0,
       sendsPosted: 0, sendsDeduped: 0, sendsDropped: 0, sendsHeldBack: 0, sendsFailed: 0,
+      takedownsApplied: 0, takedownsDequeued: 0, takedownsSuppressed: 0, takedownListFetches: 0, takedownListErrors: 0,
+      reportsFiled: 0, reportsDuplicate: 0, reportsFailed: 0,
       lastSegment: null, segmentMs: 0, edgeState: 'idle', edgeCloseCode: 0,
     };
   }
@@ -636,6 +728,12 @@ export class DanmakuClient extends EventTarget {
       seq: 0, haveSeq: false, backoff: 0, manifestAt: -Infinity, attempts: 0, mismatches: 0,
     };
     this._stats.segmentMs = p.D;
+    // A joiner learns from the manifest's td whether the room has taken
+    // anything down (then fetches the list): a segment written before a
+    // takedown may still be fetched, or an edge replay carry the message.
+    // The due-time walk asks for the manifest again only when it has to.
+    await this._manifest(p);
+    p.manifestAt = -Infinity;
     while (!this._stopped) {
       try {
         await this._pollStep(p);
@@ -698,6 +796,7 @@ export class DanmakuClient extends EventTarget {
     if (!seg) return;
     const latencyMs = Math.round(this.serverNow() - (slot + 1) * p.D);
     this._stats.lastSegment = { slot, seq: seg.seq, latencyMs, count: seg.messages.length };
+    this._applyTakedowns(seg.takedowns, 'segment');
     this._deliver(seg.messages);
     this._emit('segment', this._stats.lastSegment);
   }
@@ -711,7 +810,9 @@ export class DanmakuClient extends EventTarget {
     try {
       const r = await this._get(this._session.entry.cdn + manifestKey(this.cfg.room), MAX_MANIFEST_BYTES);
       const m = r.status === 200 ? JSON.parse(new TextDecoder().decode(r.body)) : null;
-      return manifestSlot(m, this.cfg.room, p.D) !== null && SEGMENT_DURATIONS.includes(m.dur) ? m : null;
+      if (manifestSlot(m, this.cfg.room, p.D) === null || !SEGMENT_DURATIONS.includes(m.dur)) return null;
+      this._noteTakedownCount(manifestTakedowns(m));
+      return m;
     } catch {
       return null;
     }
@@ -766,9 +867,72 @@ export class DanmakuClient extends EventTarget {
     return true;
   }
 
+  // ---- takedowns
+
+  /** Whether the message kind/id was taken down (as far as this client remembers: cfg.takedownIds). */
+  takenDown(id, kind = KIND_BARRAGE) { return this._takedowns.has(identityOf(kind, id)); }
+
+  // Applies takedowns from any source (edge, segment, list, local): each new
+  // one is remembered, dropped from the render queue if waiting, and
+  // announced with a 'takedown' event, on which the app removes it from the
+  // stage if shown.
+  _applyTakedowns(list, via) {
+    for (const t of list) {
+      if (!this._takedowns.add(identityOf(t.kind, t.id))) continue;
+      this._stats.takedownsApplied++;
+      const dequeued = this.cfg.render?.remove(t.kind, t.id) ?? 0;
+      this._stats.takedownsDequeued += dequeued;
+      this._emit('takedown', { id: t.id, kind: t.kind, via, dequeued: dequeued > 0 });
+    }
+  }
+
+  // A manifest says the room's list holds n takedowns: fetch the list when
+  // that is more than this client holds (one fetch at a time).
+  _noteTakedownCount(n) {
+    if (n <= this._takedownN || this._listFetch) return;
+    this._listFetch = this._fetchTakedownList().finally(() => { this._listFetch = null; });
+  }
+
+  async _fetchTakedownList() {
+    this._stats.takedownListFetches++;
+    try {
+      const r = await this._get(this._session.entry.cdn + takedownListKey(this.cfg.room), MAX_TAKEDOWN_LIST_BYTES);
+      if (r.status !== 200) throw new DanmakuError(`http_${r.status}`, 'danmaku: takedown list unavailable');
+      if (r.body.byteLength > MAX_TAKEDOWN_LIST_BYTES) throw bad('takedown list (too large)');
+      let o;
+      try { o = JSON.parse(new TextDecoder().decode(r.body)); } catch { throw bad('takedown list'); }
+      const list = decodeTakedownList(o, this.cfg.room);
+      this._applyTakedowns(list.ids, 'list');
+      this._takedownN = Math.max(this._takedownN, list.n);
+    } catch {
+      // The next manifest that names more asks again.
+      if (!this._stopped) this._stats.takedownListErrors++;
+    }
+  }
+
+  // m less what was taken down: null when it was, and a merged gift without
+  // the ids that were (its count cut to match when it is one gift per id,
+  // as admit does).
+  _withoutTakenDown(m) {
+    if (m.site) return m;
+    const down = (id) => this._takedowns.has(identityOf(m.kind, id));
+    if (m.ids.length === 0) return down(m.id) ? null : m;
+    const keep = m.ids.filter((id) => !down(id));
+    if (keep.length === 0) return null;
+    if (keep.length === m.ids.length && !down(m.id)) return m;
+    return { ...m, ids: keep, count: m.count === m.ids.length ? keep.length : m.count, id: down(m.id) ? keep[0] : m.id };
+  }
+
   _deliver(messages) {
     const now = this.serverNow();
-    for (const m of messages) {
+    for (const w of messages) {
+      const m = this._withoutTakenDown(w);
+      if (!m) {
+        // A later copy (a segment after the edge, a carried gift) of a
+        // message taken down: never shown.
+        this._stats.takedownsSuppressed++;
+        continue;
+      }
       const out = admit(this._seen, m, now);
       if (!out) {
         this._stats.duplicates++;
@@ -940,6 +1104,7 @@ export class DanmakuClient extends EventTarget {
         // A site-wide broadcast's id is the site stream's: it must not move
         // the room's resume point.
         for (const m of f.messages) if (!m.site && compareIDs(m.id, last) > 0) last = m.id;
+        this._applyTakedowns(f.takedowns, 'edge');
         this._deliver(f.messages);
       };
       ws.onclose = (ev) => {
@@ -1003,7 +1168,7 @@ export class DanmakuClient extends EventTarget {
         await sleep(n.until - this._now(), this._abort.signal);
       } else {
         try {
-          await this._post('barrage', n.text);
+          await this._post(`/v1/rooms/${this.cfg.room}/barrage`, { text: n.text });
           this._stats.sendsPosted++;
           this._emit('sent', { text: n.text, ok: true });
         } catch (error) {
@@ -1015,19 +1180,66 @@ export class DanmakuClient extends EventTarget {
     }
   }
 
-  // Posts {"text"} to the room's ingest path: the next address on network and
-  // server errors and on wrong_node; back to the first address (the user's
-  // own node) after Retry-After when a fallback answers 421 not_primary, at
-  // most NOT_PRIMARY_MAX times a post; one re-join when the token is refused.
-  async _post(path, text) {
-    const body = JSON.stringify({ text });
+  /**
+   * Reports message kind/id of this room to its moderators (POST
+   * /v1/rooms/ROOM/reports with the viewer's token). Resolves
+   * {ok, duplicate} (duplicate: this user reported it before); rejects with
+   * a DanmakuError: bad_report (checked here first), report_rate (429,
+   * retryAfterMs), closed, or the server's code. Emits 'reported'.
+   */
+  async report(id, kind = KIND_BARRAGE, reason = 'other') {
+    if (this._stopped) throw new DanmakuError('closed', 'danmaku: client stopped');
+    if (!parseID(id) || !isInt(kind) || kind < KIND_BARRAGE || kind > KIND_SYSTEM || !REPORT_REASONS.includes(reason)) {
+      throw new DanmakuError('bad_report', `danmaku: a report names a message id, its kind (1-3) and a reason (${REPORT_REASONS.join('|')})`);
+    }
+    if (!this._session) throw new DanmakuError('not_joined', 'danmaku: not joined yet');
+    try {
+      const r = await this._post(`/v1/rooms/${this.cfg.room}/reports`, { id, k: kind, reason }, { rateFinal: true });
+      const duplicate = r?.duplicate === true;
+      this._stats[duplicate ? 'reportsDuplicate' : 'reportsFiled']++;
+      this._emit('reported', { id, kind, reason, ok: true, duplicate });
+      return { ok: true, duplicate };
+    } catch (error) {
+      this._stats.reportsFailed++;
+      this._emit('reported', { id, kind, reason, ok: false, error });
+      throw error;
+    }
+  }
+
+  /**
+   * Takes message kind/id down (POST /v1/admin/rooms/ROOM/takedowns with
+   * this client's token: a host or admin ticket scoped to the room). Applied
+   * here at once; every viewer gets it from the edge or the next segment.
+   * Resolves the server's {takedown}; rejects with a DanmakuError
+   * (bad_takedown checked here, else the server's code: forbidden, ...).
+   */
+  async takedown(id, kind = KIND_BARRAGE, reason = '') {
+    if (this._stopped) throw new DanmakuError('closed', 'danmaku: client stopped');
+    // The ingest normalises the reason as it does a comment, then counts it.
+    if (!parseID(id) || !isInt(kind) || kind < KIND_BARRAGE || kind > KIND_SYSTEM || typeof reason !== 'string' || [...normalizeText(reason)].length > MAX_REASON_CHARS) {
+      throw new DanmakuError('bad_takedown', `danmaku: a takedown names a message id, its kind (1-3) and a reason of at most ${MAX_REASON_CHARS} characters`);
+    }
+    if (!this._session) throw new DanmakuError('not_joined', 'danmaku: not joined yet');
+    const r = await this._post(`/v1/admin/rooms/${this.cfg.room}/takedowns`, { id, k: kind, reason }, { rateFinal: true });
+    this._applyTakedowns([{ id, kind }], 'local');
+    return r;
+  }
+
+  // Posts payload (JSON) to path of the room's ingest: the next address on
+  // network and server errors and on wrong_node (and on 429, unless
+  // rateFinal: a per-user rate is the same on every node); back to the first
+  // address (the user's own node) after Retry-After when a fallback answers
+  // 421 not_primary, at most NOT_PRIMARY_MAX times a post; one re-join when
+  // the token is refused.
+  async _post(path, payload, { rateFinal = false } = {}) {
+    const body = JSON.stringify(payload);
     let s = this._session, rejoined = false, notPrimary = 0;
     for (;;) {
       const ingest = s.entry.ingest ?? [];
       if (ingest.length === 0) throw new DanmakuError('no_ingest', 'danmaku: the entry named no ingest address');
       let lastErr;
       for (let i = 0; i < ingest.length; i++) {
-        const url = `${ingest[i].replace(/\/+$/, '')}/v1/rooms/${this.cfg.room}/${path}`;
+        const url = ingest[i].replace(/\/+$/, '') + path;
         try {
           const resp = await this._fetch(url, {
             method: 'POST', body, signal: this._signal(),
@@ -1038,7 +1250,7 @@ export class DanmakuClient extends EventTarget {
         } catch (err) {
           if (this._stopped) throw err;
           lastErr = err instanceof DanmakuError ? err : new DanmakuError('network', String(err?.message ?? err));
-          if (lastErr.temporary) continue;
+          if (lastErr.temporary && !(rateFinal && lastErr.status === 429)) continue;
           if (lastErr.code === 'not_primary' && i > 0 && notPrimary < NOT_PRIMARY_MAX) {
             // The first address failed for this client, yet the fallback
             // sees it live: back to it, after the pause the fallback asks for.

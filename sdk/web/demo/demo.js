@@ -1,10 +1,14 @@
 // The demo page of `danmaku dev` (served at the gslb's "/"): one viewer in
 // ?room= (default "demo") as ?user= (default a random guest), with a dev
-// ticket from /v1/dev/ticket. window.danmakuDemo exposes the client, the
-// render queue and the stage's counters for tests.
-import { DanmakuClient, RenderQueue, watchVisibility, KIND_BARRAGE, KIND_GIFT } from '../danmaku.js';
+// ticket from /v1/dev/ticket (?role= asks for another role), or the ticket
+// in the fragment (#ticket=…: never sent to a server, so never in a log).
+// Click a comment to report it; a host or admin of the room may take it
+// down. window.danmakuDemo exposes the client, the render queue and the
+// stage's counters for tests.
+import { DanmakuClient, RenderQueue, watchVisibility, KIND_BARRAGE, KIND_GIFT, KIND_SYSTEM } from '../danmaku.js';
 
 const DISPLAY_MS = 8000; // one crossing of the stage = how long a comment holds its render slot
+const FADE_MS = 250; // a comment taken down fades out this fast
 const VISIBLE = 32;
 const GAP_PX = 24; // least distance between two comments on a track
 const MAX_GIFTS = 4; // toasts shown at once
@@ -22,6 +26,9 @@ $('room').textContent = room;
 $('user').textContent = user;
 
 const queue = new RenderQueue({ visible: VISIBLE, displayMs: DISPLAY_MS });
+// The comment clicked last: {id, kind, text, el}. A click on a comment picks
+// it; the report form then reports it (or, for a host, takes it down).
+let selected = null;
 watchVisibility(queue);
 
 // ---------------------------------------------------------------- stage
@@ -32,7 +39,7 @@ watchVisibility(queue);
 const stage = {
   el: $('stage'), layer: $('comments'),
   W: 0, H: 0, lineH: 32, tracks: [], // per track: the last comment {start, speed, width}
-  pool: [], active: new Set(), waiting: [], maxOnStage: 0,
+  pool: [], active: new Set(), waiting: [], maxOnStage: 0, removed: 0,
 
   resize(w, h) {
     this.W = w;
@@ -82,7 +89,26 @@ const stage = {
     return true;
   },
 
+  // A takedown: the comment leaves the stage (a short fade) or the line of
+  // those waiting for a track.
+  takeDown(id) {
+    for (const el of this.active) {
+      if (el.dataset.id !== id || el.fading) continue;
+      this.removed++;
+      el.fading = el.animate([{ opacity: 1 }, { opacity: 0 }], { duration: FADE_MS, fill: 'forwards' });
+      el.fading.onfinish = () => this.recycle(el);
+    }
+    const i = this.waiting.findIndex((it) => it.m.id === id);
+    if (i >= 0) {
+      this.removed++;
+      this.pool.push(this.waiting.splice(i, 1)[0].el);
+    }
+  },
+
   recycle(el) {
+    el.fading?.cancel();
+    el.fading = null;
+    if (selected?.el === el) selected.el = null;
     el.anim?.cancel();
     el.anim = null;
     delete el.dataset.on;
@@ -119,6 +145,7 @@ const gifts = { el: $('gifts'), pool: [], shown: [] };
 
 function showGift(m) {
   const li = gifts.pool.pop() ?? Object.assign(document.createElement('li'), { className: 'gift' });
+  li.dataset.id = m.id;
   li.replaceChildren(`🎁 ${m.nick || m.user || 'several viewers'} sent ${m.gift}`,
     Object.assign(document.createElement('span'), { className: 'count', textContent: `×${m.count}` }),
     Object.assign(document.createElement('span'), { className: 'via', textContent: m.collapsed ? `${m.collapsed} gifts while away` : `via ${m.via}` }));
@@ -133,6 +160,7 @@ function showGift(m) {
 
 function showSystem(m) {
   const el = $('system');
+  el.dataset.id = m.id;
   el.textContent = `📢 ${m.text}`;
   el.dataset.on = '';
   clearTimeout(showSystem.timer);
@@ -176,6 +204,7 @@ function frame(t) {
   }
   for (const it of fresh) {
     it.el.textContent = it.m.text;
+    it.el.dataset.id = it.m.id;
     it.el.classList.toggle('mine', it.m.user === user);
   }
   for (const it of fresh) it.w = it.el.offsetWidth; // one layout for the batch
@@ -189,7 +218,9 @@ let client = null, stopped = false;
 const rate = { second: 0, n: 0, last: 0 }; // messages delivered per second
 
 async function devTicket() {
-  const q = new URLSearchParams({ user, nick: user.slice(0, 6) });
+  const fragment = new URLSearchParams(location.hash.slice(1));
+  if (fragment.get('ticket')) return fragment.get('ticket');
+  const q = new URLSearchParams({ user, nick: user.slice(0, 6), ...(params.get('role') ? { role: params.get('role') } : {}) });
   const r = await fetch(`/v1/dev/ticket?${q}`);
   if (!r.ok) throw new Error(`dev ticket: HTTP ${r.status} (is this \`danmaku dev\`?)`);
   return (await r.json()).ticket;
@@ -208,6 +239,15 @@ async function main() {
     rate.n++;
   });
   client.addEventListener('entry', () => { $('text').disabled = $('send').disabled = false; }, { once: true });
+  // Only a host or admin of this room may take a comment down (the entry's role).
+  client.addEventListener('entry', (e) => { $('takedown').hidden = !['host', 'admin'].includes(e.detail.role); });
+  client.addEventListener('takedown', (e) => {
+    const { id, kind } = e.detail;
+    if (kind === KIND_BARRAGE) stage.takeDown(id);
+    else if (kind === KIND_GIFT) for (const li of gifts.el.querySelectorAll('.gift')) if (li.dataset.id === id) li.remove();
+    else if (kind === KIND_SYSTEM && $('system').dataset.id === id) delete $('system').dataset.on;
+    if (selected?.id === id) $('reportresult').textContent = 'taken down';
+  });
   client.addEventListener('sent', (e) => {
     $('sendresult').textContent = e.detail.ok ? `sent “${e.detail.text}”` : `not sent: ${e.detail.error.code}`;
   });
@@ -232,6 +272,38 @@ $('sendform').addEventListener('submit', (ev) => {
   }
 });
 
+// ---------------------------------------------------------------- report and take down
+
+$('comments').addEventListener('click', (ev) => {
+  const el = ev.target.closest('.comment[data-on]');
+  if (!el) return;
+  selected = { id: el.dataset.id, kind: KIND_BARRAGE, text: el.textContent, el };
+  $('reporttext').textContent = `“${selected.text}”`;
+  $('reportresult').textContent = '';
+  $('reportform').hidden = false;
+});
+
+$('reportform').addEventListener('submit', async (ev) => {
+  ev.preventDefault();
+  if (!selected) return;
+  const { id, kind } = selected, out = $('reportresult');
+  try {
+    if (ev.submitter?.id === 'takedown') {
+      await client.takedown(id, kind, $('reason').value);
+      out.textContent = 'taken down';
+    } else {
+      const r = await client.report(id, kind, $('reason').value);
+      out.textContent = r.duplicate ? 'already reported' : 'reported, thank you';
+    }
+  } catch (err) {
+    out.textContent = err.code === 'report_rate'
+      ? `too many reports: try again in ${Math.ceil(err.retryAfterMs / 1000) || 'a few'} s`
+      : `not done: ${err.code}`;
+  }
+});
+
+$('reportclose').addEventListener('click', () => { $('reportform').hidden = true; selected = null; });
+
 function status() {
   if (stopped) return;
   const s = client.stats();
@@ -245,12 +317,12 @@ function status() {
   $('status').textContent = `latency ${lat} · segment ${s.segmentMs} ms · drops ${r.drops} ` +
     `(overflow ${r.droppedOverflow}, hidden ${r.droppedHidden}) · first-poll hits ${hit} · ` +
     `edge ${s.edgeState}${s.edgeCloseCode ? ` (last close ${s.edgeCloseCode})` : ''} · ` +
-    `${perSecond} msg/s · online: n/a (not in the entry yet) · dup ${s.duplicates}`;
+    `${perSecond} msg/s · online: n/a (not in the entry yet) · dup ${s.duplicates} · takedowns ${s.takedownsApplied}`;
 }
 
 window.danmakuDemo = {
   client, queue, room, user, gifts: gifts.shown,
-  stats: () => ({ ...client?.stats(), onStage: stage.active.size, maxOnStage: stage.maxOnStage, newCount: queue.newCount, waiting: queue.length }),
+  stats: () => ({ ...client?.stats(), onStage: stage.active.size, maxOnStage: stage.maxOnStage, newCount: queue.newCount, waiting: queue.length, removedFromStage: stage.removed }),
 };
 
 main().catch((err) => {

@@ -3,7 +3,7 @@
 // Env: DANMAKU_GSLB (default http://127.0.0.1:7700), DANMAKU_SERVICE_KEY,
 // DANMAKU_CHROMIUM. Exits 0 when every check passes.
 import assert from 'node:assert/strict';
-import { launch, env, viewer, sendGift, until, sleep, provision } from './lib.mjs';
+import { launch, env, viewer, sendGift, until, sleep, provision, failed } from './lib.mjs';
 
 const guard = setTimeout(() => { console.error('browser test: hung; giving up'); process.exit(2); }, 240e3);
 const room = `web-${Math.random().toString(36).slice(2, 8)}`;
@@ -122,12 +122,7 @@ try {
     `latency ${s.lastSegment.latencyMs} ms, drops ${JSON.stringify({ overflow: s.render.droppedOverflow, hidden: s.render.droppedHidden })}, duplicates ${s.duplicates}`);
   console.log('browser test: all checks passed');
 } catch (err) {
-  console.error(`not ok - ${err.stack ?? err}`);
-  if (b.errors.length) console.error('page errors:', b.errors);
-  try {
-    console.error('page stats:', JSON.stringify(await stats()));
-  } catch { /* the page is gone */ }
-  process.exitCode = 1;
+  await failed(b, err, stats);
 } finally {
   await b.close();
   clearTimeout(guard);

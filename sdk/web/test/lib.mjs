@@ -98,3 +98,13 @@ export async function until(what, fn, timeoutMs = 30000) {
     await sleep(100);
   }
 }
+
+/** Says why a browser test failed: the error, the page's errors and its stats() (when the page is still there); exit code 1. */
+export async function failed(b, err, stats) {
+  console.error(`not ok - ${err.stack ?? err}`);
+  if (b.errors.length) console.error('page errors:', b.errors);
+  try {
+    console.error('page stats:', JSON.stringify(await stats()));
+  } catch { /* the page is gone */ }
+  process.exitCode = 1;
+}

@@ -9,6 +9,7 @@ import {
   parseID, compareIDs, identityOf, normalizeText, checkText, SendQueue, SeenSet, admit, RenderQueue,
   decodeSegment, decodeFrame, segmentMatches, manifestSlot, toMessage, DanmakuClient, watchVisibility,
   KIND_BARRAGE, KIND_GIFT, KIND_SYSTEM, CLOSE, LATENCY_BOUNDS_MS, latencyBucket,
+  TakedownSet, toTakedowns, decodeTakedownList, manifestTakedowns, takedownListKey, REPORT_REASONS,
 } from '../danmaku.js';
 
 const msg = (id, kind = KIND_BARRAGE, extra = {}) => ({ ...toMessage({ id, k: kind }, 'segment'), ...extra });
@@ -581,4 +582,225 @@ test('client report: segments, first-poll hits and barrage latency since the las
   now += 10000;
   c._report(ws);
   assert.deepEqual(sent[3], { drops: 0, held: 0, segs: 1, hits: 1 });
+});
+
+// ---------------------------------------------------------------- takedowns and reports
+
+test('takedowns: td decodes in segments, frames (m may be nil) and the list; the manifest\'s td is a count', () => {
+  const s = decodeSegment(segBytes({ m: [{ id: '5120-0', k: 1, x: 'hi' }], td: [{ id: '4000-3', k: 1 }, { id: '4000-1', k: 2 }] }));
+  assert.deepEqual(s.takedowns, [{ id: '4000-3', kind: 1 }, { id: '4000-1', kind: 2 }]);
+  assert.deepEqual(decodeSegment(segBytes({})).takedowns, [], 'no td: none (segments before takedowns)');
+  const f = decodeFrame(encode({ v: 1, room: 'demo', m: null, td: [{ id: '9-0', k: 1 }] }));
+  assert.deepEqual([f.messages, f.takedowns], [[], [{ id: '9-0', kind: 1 }]], 'a frame of takedowns only');
+  for (const td of [{ id: '1-0', k: 1 }, [{ id: 'x', k: 1 }], [{ id: '1-0', k: 4 }], [{ id: '1-0' }], ['1-0']]) {
+    assert.throws(() => decodeSegment(segBytes({ td })), { code: 'decode' }, JSON.stringify(td));
+    assert.throws(() => decodeFrame(encode({ v: 1, room: 'demo', m: [], td })), { code: 'decode' }, JSON.stringify(td));
+  }
+  assert.deepEqual(toTakedowns(null), []);
+  assert.equal(takedownListKey('demo'), 'rooms/demo/takedowns.json');
+  assert.deepEqual(decodeTakedownList({ v: 1, room: 'demo', n: 3, ids: [{ id: '1-0', k: 1 }] }, 'demo'), { n: 3, ids: [{ id: '1-0', kind: 1 }] });
+  assert.deepEqual(decodeTakedownList({ v: 1, room: 'demo', n: 0, ids: null }, 'demo'), { n: 0, ids: [] });
+  assert.throws(() => decodeTakedownList({ v: 1, room: 'other', n: 1, ids: [] }, 'demo'), { code: 'decode' });
+  assert.throws(() => decodeTakedownList({ v: 1, room: 'demo', n: -1, ids: [] }, 'demo'), { code: 'decode' });
+  assert.throws(() => decodeTakedownList({ v: 1, room: 'demo', n: 1, ids: [{ id: '1-0', k: 1 }, { id: '2-0', k: 1 }] }, 'demo'), { code: 'decode' }, 'more ids than n');
+  assert.throws(() => decodeTakedownList({ v: 2, room: 'demo', n: 1, ids: [] }, 'demo'), { code: 'version' });
+  assert.throws(() => decodeTakedownList({ v: 1, room: 'demo', n: 1, ids: [{ id: '1-0', k: 0 }] }, 'demo'), { code: 'decode' });
+  assert.equal(manifestTakedowns({ v: 2, room: 'demo', td: 4 }), 4);
+  assert.equal(manifestTakedowns({ v: 2, room: 'demo' }), 0, 'absent: none');
+  assert.equal(manifestTakedowns({ td: 'x' }), 0);
+});
+
+test('takedowns: the set forgets the oldest beyond its bound', () => {
+  const t = new TakedownSet(2);
+  assert.equal(t.add('b/1-0'), true);
+  assert.equal(t.add('b/1-0'), false, 'already held');
+  t.add('b/2-0');
+  t.add('l/3-0');
+  assert.deepEqual([t.has('b/1-0'), t.has('b/2-0'), t.has('l/3-0'), t.size], [false, true, true, 2]);
+});
+
+test('takedowns: the render queue drops a waiting message by lane and id, a merged gift by any of its ids', () => {
+  const q = new RenderQueue({ now: () => 0 });
+  q.push(msg('1-0'));
+  q.push(msg('2-0'));
+  q.push(msg('1-0', KIND_SYSTEM, { text: 'same id, the live lane' }));
+  q.push({ ...gift('5-0', 'bob', 'rose', 2), ids: ['4-0', '5-0'] });
+  q.push(msg('6-0', KIND_SYSTEM, { site: true }));
+  assert.equal(q.remove(KIND_BARRAGE, '1-0'), 1);
+  assert.equal(q.remove(KIND_BARRAGE, '1-0'), 0, 'gone already');
+  assert.equal(q.remove(KIND_GIFT, '4-0'), 1, 'a merged gift holding the id');
+  assert.equal(q.remove(KIND_SYSTEM, '6-0'), 0, 'a site-wide broadcast is not the room\'s');
+  assert.equal(q.stats().takenDown, 2);
+  const left = [];
+  for (let m; (m = q.next());) left.push(`${m.kind}/${m.id}`);
+  assert.deepEqual(left, ['3/1-0', '3/6-0', '1/2-0']);
+});
+
+test('client: a takedown from the edge drops the queued copy, tells the stage of the shown one, and suppresses later copies', async () => {
+  const fs = fakeStack();
+  const render = new RenderQueue();
+  const c = new DanmakuClient({ entryURL: 'http://gslb.test/', room: 'demo', ticket: 't', firstJoinJitterMs: 0, fetch: fs.fetch, WebSocket: fs.FakeWS, render });
+  const got = [], downs = [];
+  c.addEventListener('message', (e) => got.push(e.detail.id));
+  c.addEventListener('takedown', (e) => downs.push(e.detail));
+  const run = c.start();
+  while (fs.log.sockets.length === 0 || fs.log.sockets[0].sent.length === 0) await new Promise((r) => setTimeout(r, 10));
+  const ws = fs.log.sockets[0];
+  ws.frame({ v: 1, room: 'demo', m: [{ id: '2000-0', k: 1, x: 'shown' }, { id: '2000-1', k: 1, x: 'waiting' }, { id: '2000-2', k: 1, x: 'kept' }] });
+  assert.equal(render.next().id, '2000-0', 'on the stage');
+  assert.equal(render.length, 2);
+  ws.frame({ v: 1, room: 'demo', m: null, td: [{ id: '2000-0', k: 1 }, { id: '2000-1', k: 1 }, { id: '2000-1', k: 1 }] });
+  assert.deepEqual(downs, [
+    { id: '2000-0', kind: 1, via: 'edge', dequeued: false },
+    { id: '2000-1', kind: 1, via: 'edge', dequeued: true },
+  ], 'one event per takedown: the shown one is the stage\'s to remove');
+  assert.deepEqual([render.length, render.next().id], [1, '2000-2']);
+  // Later copies (a segment after the edge; another edge connection's
+  // replay): never delivered. Their seen-set entry may be gone by then.
+  c._seen = new (c._seen.constructor)();
+  ws.frame({ v: 1, room: 'demo', m: [{ id: '2000-0', k: 1, x: 'shown' }, { id: '2000-1', k: 1, x: 'waiting' }, { id: '2000-3', k: 1 }] });
+  assert.deepEqual(got.slice(0, 4), ['2000-0', '2000-1', '2000-2', '2000-3']);
+  assert.ok(c.takenDown('2000-1') && !c.takenDown('2000-1', KIND_GIFT) && !c.takenDown('2000-2'));
+  // A merged gift: delivered without the ids taken down, its count cut.
+  ws.frame({ v: 1, room: 'demo', td: [{ id: '3000-0', k: 2 }], m: [{ id: '3000-0', k: 2, u: 'bob', g: 'rose', c: 3, ids: ['3000-0', '3000-1', '3000-2'] }] });
+  const g = render.next();
+  assert.deepEqual([g.id, g.count, g.ids], ['3000-1', 2, ['3000-1', '3000-2']]);
+  ws.frame({ v: 1, room: 'demo', td: [{ id: '3000-1', k: 2 }, { id: '3000-2', k: 2 }], m: [{ id: '3000-0', k: 2, u: 'bob', g: 'rose', c: 3, ids: ['3000-0', '3000-1', '3000-2'] }] });
+  assert.equal(render.priority.length, 0, 'every id of the merged gift taken down: not delivered');
+  const st = c.stats();
+  assert.deepEqual([st.takedownsApplied, st.takedownsDequeued, st.takedownsSuppressed, st.render.takenDown], [5, 1, 3, 1]);
+  c.stop();
+  await run;
+});
+
+test('client: the manifest\'s td above what it holds fetches takedowns.json; listed and segment-td messages are never shown', async () => {
+  const fs = fakeStack();
+  const asked = { list: 0, manifest: 0 };
+  let segN = 0;
+  const fetch = async (url, init) => {
+    if (url.endsWith('/live.json')) {
+      asked.manifest++;
+      return new Response(JSON.stringify({ v: 2, room: 'demo', t: 1, seq: 1, dur: 250, ms: 1000, td: 2 }));
+    }
+    if (url === 'http://cdn.test/rooms/demo/takedowns.json') {
+      asked.list++;
+      return new Response(JSON.stringify({ v: 1, room: 'demo', n: 2, ids: [{ id: '1000-0', k: 2 }, { id: '900-0', k: 1 }] }));
+    }
+    const r = await fs.fetch(url, init);
+    if (r.status !== 200 || !url.endsWith('.msgpack')) return r;
+    const seg = decodeSegment(new Uint8Array(await r.arrayBuffer()));
+    // Segment 1: the listed gift 1000-0 and barrage 900-0 (written before
+    // their takedowns) and
+    // 901-0, which segment 2's td takes down after it was delivered; then
+    // 902-0 again (a copy), taken down in the same segment that carries it.
+    const m = [[{ id: '1000-0', k: 2, u: 'bob', g: 'rose' }, { id: '900-0', k: 1 }, { id: '901-0', k: 1 }], [{ id: '902-0', k: 1 }], []][Math.min(segN, 2)];
+    const td = [[], [{ id: '901-0', k: 1 }, { id: '902-0', k: 1 }], []][Math.min(segN, 2)];
+    segN++;
+    return new Response(encode({ v: 2, room: 'demo', t: seg.t, seq: seg.seq, dur: 250, ms: seg.ms, m: [...m], td }));
+  };
+  const render = new RenderQueue();
+  const c = new DanmakuClient({ entryURL: 'http://gslb.test/', room: 'demo', ticket: 't', firstJoinJitterMs: 0, fetch, noEdge: true, render });
+  const got = [], downs = [];
+  c.addEventListener('message', (e) => got.push(e.detail.id));
+  c.addEventListener('takedown', (e) => downs.push(`${e.detail.via}:${e.detail.id}`));
+  const segs = [];
+  c.addEventListener('segment', (e) => segs.push(e.detail.slot));
+  const run = c.start();
+  while (asked.list === 0) await new Promise((r) => setTimeout(r, 10));
+  fs.log.ready = true;
+  while (segs.length < 3) await new Promise((r) => setTimeout(r, 20));
+  c.stop();
+  await run;
+  assert.equal(asked.list, 1, 'the list once: the next manifest names no more than it holds');
+  assert.deepEqual(got, ['901-0'], 'the listed gift and barrage and the segment-td copy never delivered');
+  assert.deepEqual(downs, ['list:1000-0', 'list:900-0', 'segment:901-0', 'segment:902-0']);
+  assert.equal(render.length, 0, '901-0 left the queue');
+  const st = c.stats();
+  assert.deepEqual([st.takedownsApplied, st.takedownsSuppressed, st.takedownListFetches, st.takedownListErrors], [4, 3, 1, 0]);
+});
+
+test('client: a takedown list that is missing or malformed is counted and asked for again by the next manifest', async () => {
+  const c = new DanmakuClient({ entryURL: 'http://gslb.test/', room: 'demo', ticket: 't', fetch: async (url) => {
+    if (url.endsWith('takedowns.json')) return answers.shift();
+    return new Response(null, { status: 404 });
+  } });
+  const answers = [new Response(null, { status: 404 }), new Response('{"v":1,"room":"demo","n":1,"ids":[{"id":"x","k":1}]}'),
+    new Response('{"v":1,"room":"demo","n":1,"ids":[{"id":"7-0","k":1}]}')];
+  c._session = { entry: { cdn: 'http://cdn.test/' } };
+  for (let i = 0; i < 3; i++) {
+    c._noteTakedownCount(1);
+    await c._listFetch;
+  }
+  c._noteTakedownCount(1);
+  assert.equal(c._listFetch, null, 'holding n=1: no fetch');
+  const st = c.stats();
+  assert.deepEqual([st.takedownListFetches, st.takedownListErrors, st.takedownsApplied, c.takenDown('7-0')], [3, 2, 1, true]);
+});
+
+test('report: posts {id, k, reason} with the viewer\'s token; duplicate, report_rate and bad_report are coded', async () => {
+  const answers = [
+    [202, { ok: true }], [200, { ok: true, duplicate: true }],
+    [429, { error: { code: 'report_rate', message: 'slow down' } }, { 'Retry-After': '3' }],
+    [400, { error: { code: 'bad_report', message: 'reason' } }],
+  ];
+  const posts = [];
+  const fetch = async (url, init = {}) => {
+    const now = Date.now();
+    if (url.includes('/v1/entry')) {
+      return new Response(JSON.stringify({ room: 'demo', role: 'viewer', token: 'tok', cdn: 'http://cdn.test/', server_time_ms: now, token_expires_ms: now + 600e3, segment_ms: 1000, publish_delay_ms: 50, edge: [], ingest: NODES }));
+    }
+    if (!init.method) return new Response(null, { status: 404 });
+    posts.push({ url, auth: init.headers.Authorization, body: JSON.parse(init.body) });
+    const [status, body, headers] = answers.shift();
+    return new Response(JSON.stringify(body), { status, headers });
+  };
+  const c = new DanmakuClient({ entryURL: 'http://gslb.test', room: 'demo', ticket: 't', firstJoinJitterMs: 0, fetch, noEdge: true });
+  await assert.rejects(c.report('1-0', 1, 'spam'), { code: 'not_joined' });
+  const events = [];
+  c.addEventListener('reported', (e) => events.push(e.detail));
+  const run = c.start();
+  await new Promise((r) => c.addEventListener('entry', r, { once: true }));
+  assert.deepEqual(await c.report('1700000000000-4', KIND_BARRAGE, 'spam'), { ok: true, duplicate: false });
+  assert.deepEqual(await c.report('1700000000000-4', KIND_BARRAGE, 'spam'), { ok: true, duplicate: true });
+  await assert.rejects(c.report('1700000000000-5', KIND_BARRAGE, 'abuse'), { code: 'report_rate', status: 429, retryAfterMs: 3000 });
+  await assert.rejects(c.report('1700000000000-5', KIND_GIFT, 'other'), { code: 'bad_report', status: 400 });
+  for (const [id, kind, reason] of [['x', 1, 'spam'], ['1-0', 4, 'spam'], ['1-0', 1, 'boring']]) {
+    await assert.rejects(c.report(id, kind, reason), { code: 'bad_report' }, `${id} ${kind} ${reason}`);
+  }
+  assert.equal(posts.length, 4, 'refused here before any request; a 429 is not tried on another node');
+  assert.deepEqual(posts[0], { url: 'http://primary.test/v1/rooms/demo/reports', auth: 'Bearer tok', body: { id: '1700000000000-4', k: 1, reason: 'spam' } });
+  assert.deepEqual(REPORT_REASONS, ['spam', 'abuse', 'illegal', 'other']);
+  assert.deepEqual(events.map((e) => e.ok && (e.duplicate ? 'dup' : 'ok') || e.error.code), ['ok', 'dup', 'report_rate', 'bad_report']);
+  const st = c.stats();
+  assert.deepEqual([st.reportsFiled, st.reportsDuplicate, st.reportsFailed], [1, 1, 2]);
+  c.stop();
+  await run;
+});
+
+test('takedown: a host posts it to the admin API with its token and it applies here at once', async () => {
+  const posts = [];
+  const fetch = async (url, init = {}) => {
+    const now = Date.now();
+    if (url.includes('/v1/entry')) {
+      return new Response(JSON.stringify({ room: 'demo', role: 'host', token: 'htok', cdn: 'http://cdn.test/', server_time_ms: now, token_expires_ms: now + 600e3, segment_ms: 1000, publish_delay_ms: 50, edge: [], ingest: ['http://ingest.test/'] }));
+    }
+    if (!init.method) return new Response(null, { status: 404 });
+    posts.push({ url, auth: init.headers.Authorization, body: JSON.parse(init.body) });
+    if (posts.length === 2) return new Response(JSON.stringify({ error: { code: 'forbidden', message: 'not a host of this room' } }), { status: 403 });
+    return new Response(JSON.stringify({ takedown: { id: '1-0', k: 1, by: 'h', reason: 'r', at_ms: 5 } }), { status: 201 });
+  };
+  const render = new RenderQueue();
+  render.push(msg('1-0'));
+  const c = new DanmakuClient({ entryURL: 'http://gslb.test', room: 'demo', ticket: 't', firstJoinJitterMs: 0, fetch, noEdge: true, render });
+  const run = c.start();
+  await new Promise((r) => c.addEventListener('entry', r, { once: true }));
+  assert.equal((await c.takedown('1-0', KIND_BARRAGE, 'r')).takedown.by, 'h');
+  assert.deepEqual(posts[0], { url: 'http://ingest.test/v1/admin/rooms/demo/takedowns', auth: 'Bearer htok', body: { id: '1-0', k: 1, reason: 'r' } });
+  assert.equal(render.length, 0);
+  await assert.rejects(c.takedown('2-0', KIND_BARRAGE, ''), { code: 'forbidden', status: 403 });
+  assert.equal(c.takenDown('2-0'), false, 'a refused takedown is not applied');
+  await assert.rejects(c.takedown('nope'), { code: 'bad_takedown' });
+  assert.equal(posts.length, 2);
+  c.stop();
+  await run;
 });

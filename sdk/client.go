@@ -32,10 +32,14 @@ type Client struct {
 	// tick bounds a single sleep; zero with the system clock.
 	tick time.Duration
 
-	msgs     chan Message
-	merge    *merger
-	send     *sendQueue
-	stats    counters
+	msgs  chan Message
+	merge *merger
+	send  *sendQueue
+	stats counters
+	// wantList asks takedownLoop for the room's takedown list; tdListN is
+	// the n of the newest list read.
+	wantList chan struct{}
+	tdListN  atomic.Uint64
 	reporter reporter
 
 	sess atomic.Pointer[session]
@@ -67,12 +71,14 @@ func New(cfg Config) (*Client, error) {
 		msgs:      make(chan Message, cfg.MessageBuffer),
 		joined:    make(chan struct{}),
 		tokenNews: make(chan struct{}, 1),
+		wantList:  make(chan struct{}, 1),
 		done:      make(chan struct{}),
 	}
 	if _, ok := cfg.Clock.(systemClock); !ok {
 		c.tick = fakeTick
 	}
-	c.merge = newMerger(c.msgs, newSeenSet(cfg.SeenIDs, cfg.SeenWindow), &c.stats)
+	c.merge = newMerger(c.msgs, newSeenSet(cfg.SeenIDs, cfg.SeenWindow),
+		newSeenSet(cfg.TakedownIDs, takedownForever), &c.stats)
 	c.send = newSendQueue(cfg.SendQueue, cfg.SendInterval, cfg.SendDedupWindow)
 	return c, nil
 }
@@ -128,7 +134,19 @@ func (c *Client) Run(ctx context.Context) error {
 	c.log.Debug("sdk: joined", "room", c.cfg.Room, "ms", start, "segment_ms", c.sess.Load().entry.SegmentMs)
 
 	var wg sync.WaitGroup
-	wg.Go(func() { c.pollLoop(ctx, start) })
+	// The room's takedown list is read before the first segment is
+	// delivered: a late joiner's first segments may hold a message taken
+	// down before it joined.
+	listed := make(chan struct{})
+	wg.Go(func() { c.takedownLoop(ctx, listed) })
+	wg.Go(func() {
+		select {
+		case <-listed:
+		case <-ctx.Done():
+			return
+		}
+		c.pollLoop(ctx, start)
+	})
 	wg.Go(func() { c.sendLoop(ctx) })
 	wg.Go(func() { c.refreshLoop(ctx) })
 	wg.Go(func() { c.refineLoop(ctx) })

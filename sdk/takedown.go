@@ -61,6 +61,11 @@ const (
 	// takedownListEvery bounds how often the list is asked for again when a
 	// manifest or segment says there is more than the client holds.
 	takedownListEvery = time.Second
+	// takedownListBackoffMax bounds the back-off between failed reads of
+	// the list (doubling from takedownListEvery): a CDN that refuses it
+	// (403 from an origin that hides missing keys) must not cost a request
+	// a second per viewer.
+	takedownListBackoffMax = 30 * time.Second
 )
 
 // decodeTakedownList decodes room's takedowns.json (wire.DecodeTakedownList)
@@ -115,10 +120,15 @@ func (c *Client) takedownLoop(ctx context.Context, first chan<- struct{}) {
 		return err == nil
 	}
 	// pending: a fetch is scheduled at next (the second list, or a retry
-	// after a failure).
+	// after a failure, backoff after the last).
+	var backoff time.Duration
+	retry := func() time.Time {
+		backoff = min(max(2*backoff, takedownListEvery), takedownListBackoffMax)
+		return c.clk.Now().Add(backoff)
+	}
 	pending, next := true, c.clk.Now().Add(takedownListRefetch)
 	if !fetch() {
-		next = c.clk.Now().Add(takedownListEvery)
+		next = retry()
 	}
 	close(first)
 	for ctx.Err() == nil {
@@ -128,9 +138,9 @@ func (c *Client) takedownLoop(ctx context.Context, first chan<- struct{}) {
 				return
 			}
 			if fetch() {
-				pending = false
+				pending, backoff = false, 0
 			} else {
-				next = c.clk.Now().Add(takedownListEvery)
+				next = retry()
 			}
 			continue
 		}
@@ -140,7 +150,7 @@ func (c *Client) takedownLoop(ctx context.Context, first chan<- struct{}) {
 		case <-c.wantList:
 		}
 		if !fetch() {
-			pending, next = true, c.clk.Now().Add(takedownListEvery)
+			pending, next = true, retry()
 			continue
 		}
 		// At most one list a takedownListEvery.

@@ -31,6 +31,24 @@ func tdFrame(t testing.TB, tds []TakenDown, msgs ...Message) []byte {
 	return b
 }
 
+// edgeFirst makes the edge run send on its first connection, then read
+// until the client goes; the channel is closed once send has returned.
+func (w *world) edgeFirst(send func(conn *websocket.Conn)) <-chan struct{} {
+	sent := make(chan struct{})
+	w.edgeHandler = func(conn *websocket.Conn, n int) {
+		if n == 0 {
+			send(conn)
+			close(sent)
+		}
+		for {
+			if _, _, err := conn.ReadMessage(); err != nil {
+				return
+			}
+		}
+	}
+	return sent
+}
+
 func (w *world) putTDSegment(second int64, tds []TakenDown, msgs ...Message) {
 	b := encodeSeg(w.t, &wire.Segment{V: 1, Room: testRoom, Second: second, Seq: w.seqOf(second), Dur: 1000, Messages: msgs, TakenDown: tds})
 	w.lock(func() { w.segments[second] = b })
@@ -136,18 +154,9 @@ func TestTakedownFromSegment(t *testing.T) {
 	s0 := w.serverSecond()
 	b1 := msgAt(s0, 100, 0, KindBarrage, "bad")
 	g1 := msgAt(s0, 150, 0, KindGift, "")
-	edgeSent := make(chan struct{})
-	w.edgeHandler = func(conn *websocket.Conn, n int) {
-		if n == 0 {
-			_ = conn.WriteMessage(websocket.BinaryMessage, frameBytes(t, b1, g1))
-			close(edgeSent)
-		}
-		for {
-			if _, _, err := conn.ReadMessage(); err != nil {
-				return
-			}
-		}
-	}
+	edgeSent := w.edgeFirst(func(conn *websocket.Conn) {
+		_ = conn.WriteMessage(websocket.BinaryMessage, frameBytes(t, b1, g1))
+	})
 	// The segment holding the copy names the takedown; the next holds a
 	// copy again (a slicer that wrote it before it knew) and the takedown
 	// again.

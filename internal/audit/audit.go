@@ -60,12 +60,15 @@ const (
 	Rejected Decision = "rejected"
 	// Sampled: stored, then left out of its segment by the slicer's budget.
 	Sampled Decision = "sampled"
+	// TakenDown: shown, then taken down by a moderator: User is the
+	// moderator, Text the reason, Reason the message's kind, ID its id.
+	TakenDown Decision = "taken_down"
 )
 
 // Valid reports whether d is one of the decisions above.
 func (d Decision) Valid() bool {
 	switch d {
-	case Stored, Masked, Dropped, Rejected, Sampled:
+	case Stored, Masked, Dropped, Rejected, Sampled, TakenDown:
 		return true
 	}
 	return false

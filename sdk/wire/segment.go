@@ -323,6 +323,11 @@ func validMessages(ms []Message) error {
 		if ms[i].Offset >= SegmentDuration {
 			return fmt.Errorf("%w: message %d offset %d", ErrInvalid, i, ms[i].Offset)
 		}
+		if ms[i].IsTakedown() {
+			return fmt.Errorf("%w: message %d is a takedown entry", ErrInvalid, i)
+		}
+		ms[i].TakenDown = nil // "td":[] reads as absent
+
 	}
 	return nil
 }

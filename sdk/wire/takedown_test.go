@@ -121,6 +121,18 @@ func TestTakenDownRejects(t *testing.T) {
 			}
 		})
 	}
+	t.Run("takedown entry among messages", func(t *testing.T) {
+		// A live lane's takedown entry never reaches a segment's or
+		// frame's m.
+		_, err := wire.DecodeSegment(mustEncodeSegment(t, segWith(func(s *wire.Segment) { s.Messages[1].TakenDown = sampleTakenDown() })))
+		if !errors.Is(err, wire.ErrInvalid) {
+			t.Fatalf("segment: err = %v, want ErrInvalid", err)
+		}
+		_, err = wire.DecodeFrame(mustEncodeFrame(t, frameWith(func(f *wire.Frame) { f.Messages[0].TakenDown = sampleTakenDown() })))
+		if !errors.Is(err, wire.ErrInvalid) {
+			t.Fatalf("frame: err = %v, want ErrInvalid", err)
+		}
+	})
 	t.Run("td not a list", func(t *testing.T) {
 		b, err := msgpack.Marshal(map[string]any{"v": 1, "room": "r", "t": 1, "seq": 1, "dur": 1000, "m": []any{}, "td": "x"})
 		if err != nil {

@@ -22,6 +22,9 @@ type slotInput struct {
 	Shares Shares
 	// HighGiftValue is the value × count from which a gift is high-value.
 	HighGiftValue int64
+	// TakenDown holds the identities of the messages taken down: they are
+	// left out (settled, never shown).
+	TakenDown map[string]bool
 }
 
 // slotPlan is a slot's decision. Every message of Inputs is in exactly one
@@ -45,6 +48,11 @@ type slotPlan struct {
 	// Got is how many messages each queue shows (a merged gift counts
 	// once).
 	Got [numQueues]int
+	// TakenDown is the segment's td: the takedowns of the slot's takedown
+	// entries, in order. Removed is the messages left out because they
+	// were taken down. Both are in Settled.
+	TakenDown []wire.TakenDown
+	Removed   []wire.Message
 }
 
 // queueOf is the queue m belongs to.
@@ -80,9 +88,16 @@ func planSlot(in slotInput, rng *rand.Rand) slotPlan {
 		gifts  []wire.Message
 		site   []wire.Message // site broadcasts, oldest first
 		byID   = map[string]wire.Message{}
+		p      = slotPlan{Inputs: inputs}
 	)
 	for _, m := range inputs {
 		switch {
+		case m.IsTakedown():
+			p.TakenDown = append(p.TakenDown, m.TakenDown...)
+			p.Settled = append(p.Settled, m)
+		case !m.Site && in.TakenDown[m.Identity()]:
+			p.Removed = append(p.Removed, m)
+			p.Settled = append(p.Settled, m)
 		case m.Site:
 			site = append(site, m)
 		case m.Kind == wire.KindGift:
@@ -108,7 +123,7 @@ func planSlot(in slotInput, rng *rand.Rand) slotPlan {
 	for q := range numQueues {
 		need[q] = len(queues[q])
 	}
-	p := slotPlan{Inputs: inputs, Got: allocate(in.Budget, in.Shares, need)}
+	p.Got = allocate(in.Budget, in.Shares, need)
 	for q := range numQueues {
 		p.take(q, queues[q], byID, rng)
 	}
@@ -158,11 +173,13 @@ func appendOriginals(dst []wire.Message, m wire.Message, byID map[string]wire.Me
 // reconcileSlot re-plans a slot that a predecessor already wrote: its
 // segment (the identities has holds) is the truth. What it holds is settled;
 // barrage it lacks is settled too (superseded: that slot's sampling
-// stands); any other message it lacks is carried, in order.
-func reconcileSlot(inputs []wire.Message, has map[string]bool) (carry, settled []wire.Message, superseded int) {
+// stands), and so are takedown entries (the room's list carries them) and
+// messages taken down (in takenDown); any other message it lacks is
+// carried, in order.
+func reconcileSlot(inputs []wire.Message, has, takenDown map[string]bool) (carry, settled []wire.Message, superseded int) {
 	for _, m := range inputs {
 		switch {
-		case has[m.Identity()]:
+		case has[m.Identity()], m.IsTakedown(), !m.Site && takenDown[m.Identity()]:
 			settled = append(settled, m)
 		case m.Kind == wire.KindBarrage:
 			superseded++

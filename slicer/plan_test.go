@@ -39,6 +39,10 @@ func run(n int, first uint64, mk func(seq uint64) wire.Message) []wire.Message {
 	return out
 }
 
+func takedownAt(ms int64, seq uint64, of string, k wire.Kind) wire.Message {
+	return wire.Message{ID: wire.FormatID(ms, seq), Kind: wire.KindSystem, TakenDown: []wire.TakenDown{{ID: of, Kind: k}}}
+}
+
 func cat(parts ...[]wire.Message) []wire.Message { return slices.Concat(parts...) }
 
 func ids(msgs []wire.Message) []string {
@@ -208,10 +212,48 @@ func TestPlanSlotDeterministic(t *testing.T) {
 	}
 }
 
+// TestPlanSlotTakedowns: a slot's takedown entries become its segment's td
+// (in order, settled, never shown nor counted against the budget), and the
+// messages taken down are left out of it, settled — gifts and carried ones
+// too — whichever slot their takedown is in.
+func TestPlanSlotTakedowns(t *testing.T) {
+	carried := giftAt(500, 0, "a", 5000)
+	fresh := []wire.Message{
+		barrageAt(1000, 0), barrageAt(1000, 1), giftAt(1100, 2, "b", 10), systemAt(1200, 3),
+		takedownAt(1300, 4, "1000-0", wire.KindBarrage), takedownAt(1400, 5, "900-9", wire.KindBarrage),
+		siteAt(1500, 6),
+	}
+	in := slotInput{Carry: []wire.Message{carried}, Fresh: fresh, Budget: 60, Shares: DefaultShares, HighGiftValue: 1000,
+		TakenDown: map[string]bool{"b/1000-0": true, "l/500-0": true, "l/1100-2": true, "b/900-9": true, "l/1000-1": true}}
+	p := planSlot(in, rand.New(rand.NewPCG(1, 2)))
+	checkPlan(t, in, p)
+	if got, want := ids(p.Messages), []string{"b/1000-1", "l/1200-3", "s/1500-6"}; !slices.Equal(got, want) {
+		t.Fatalf("segment %v, want %v", got, want)
+	}
+	if want := []wire.TakenDown{{ID: "1000-0", Kind: wire.KindBarrage}, {ID: "900-9", Kind: wire.KindBarrage}}; !slices.Equal(p.TakenDown, want) {
+		t.Fatalf("td %v, want %v", p.TakenDown, want)
+	}
+	if got, want := ids(p.Removed), []string{"l/500-0", "b/1000-0", "l/1100-2"}; !slices.Equal(got, want) {
+		t.Fatalf("removed %v, want %v", got, want)
+	}
+	if len(p.Carry) != 0 {
+		t.Fatalf("carried %v", ids(p.Carry))
+	}
+	// Reconciled against a segment a predecessor wrote without them: the
+	// takedown entries and the taken-down gift are settled, not carried.
+	carry, settled, _ := reconcileSlot(p.Inputs, map[string]bool{"b/1000-1": true}, in.TakenDown)
+	if got, want := ids(carry), []string{"l/1200-3", "s/1500-6"}; !slices.Equal(got, want) {
+		t.Fatalf("reconciled carry %v, want %v", got, want)
+	}
+	if len(settled) != len(p.Inputs)-2 {
+		t.Fatalf("reconciled settled %v", ids(settled))
+	}
+}
+
 func TestReconcileSlot(t *testing.T) {
 	inputs := []wire.Message{giftAt(500, 0, "a", 10), systemAt(1000, 0), barrageAt(1000, 1), barrageAt(1000, 2), giftAt(1000, 3, "b", 10), siteAt(1000, 4)}
 	has := map[string]bool{"l/500-0": true, "b/1000-1": true}
-	carry, settled, superseded := reconcileSlot(inputs, has)
+	carry, settled, superseded := reconcileSlot(inputs, has, nil)
 	if got, want := ids(carry), []string{"l/1000-0", "l/1000-3", "s/1000-4"}; !slices.Equal(got, want) {
 		t.Fatalf("carry %v, want %v", got, want)
 	}
@@ -252,13 +294,23 @@ func checkPlan(t *testing.T, in slotInput, p slotPlan) {
 	}
 	put("carried", p.Carry)
 	put("left", p.Left)
-	var settledShown []wire.Message
+	put("removed", p.Removed)
+	var entries, settledShown []wire.Message
+	var td []wire.TakenDown
 	for _, m := range p.Settled {
-		if place[m.Identity()] != "left" {
+		switch {
+		case m.IsTakedown():
+			entries = append(entries, m)
+			td = append(td, m.TakenDown...)
+		case place[m.Identity()] != "left" && place[m.Identity()] != "removed":
 			settledShown = append(settledShown, m)
 		}
 	}
+	put("takedown", entries)
 	put("shown", settledShown)
+	if !slices.Equal(td, p.TakenDown) {
+		t.Fatalf("segment td %v, want the entries' %v", p.TakenDown, td)
+	}
 	if len(place) != len(offered) {
 		t.Fatalf("%d of %d offered messages placed", len(place), len(offered))
 	}
@@ -273,6 +325,8 @@ func checkPlan(t *testing.T, in slotInput, p slotPlan) {
 			t.Fatalf("%s in the segment and %s", id, where)
 		case where == "left" && (m.Kind != wire.KindBarrage || m.Site):
 			t.Fatalf("%s (kind %v) was sampled away: only barrage may be", id, m.Kind)
+		case (where == "removed") != (!m.Site && !m.IsTakedown() && in.TakenDown[id]):
+			t.Fatalf("%s is %s; taken down: %v", id, where, in.TakenDown[id])
 		}
 	}
 	sum, barrage := 0, 0
@@ -322,7 +376,7 @@ func FuzzPlanSlot(f *testing.F) {
 	f.Add([]byte("a mixed slot of gifts, barrage and broadcasts"), uint16(3), uint8(1), uint8(1), uint8(1), uint8(1), uint64(2))
 	f.Add(make([]byte, 200), uint16(1), uint8(0), uint8(0), uint8(0), uint8(1), uint64(3))
 	f.Fuzz(func(t *testing.T, data []byte, budget uint16, s0, s1, s2, s3 uint8, seed uint64) {
-		in := slotInput{Budget: int(budget) + 1, HighGiftValue: 1000}
+		in := slotInput{Budget: int(budget) + 1, HighGiftValue: 1000, TakenDown: map[string]bool{}}
 		if sum := float64(s0) + float64(s1) + float64(s2) + float64(s3); sum > 0 {
 			in.Shares = Shares{float64(s0) / sum, float64(s1) / sum, float64(s2) / sum, float64(s3) / sum}
 		} else {
@@ -344,6 +398,13 @@ func FuzzPlanSlot(f *testing.F) {
 				m = systemAt(ms, seq)
 			case 4:
 				m = siteAt(ms, seq)
+				if b&0x40 != 0 {
+					// A takedown entry, of the message before.
+					m = takedownAt(ms, seq, wire.FormatID(ms, max(seq, 1)-1), wire.Kind(b%3+1))
+				}
+			}
+			if b&0x20 != 0 {
+				in.TakenDown[m.Identity()] = true
 			}
 			if b&0x80 != 0 && m.Kind != wire.KindBarrage {
 				m.ID = wire.FormatID(500, seq) // carried from the slot before

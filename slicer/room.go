@@ -93,6 +93,9 @@ type roomState struct {
 	// siteFailing is set while reads of the site stream fail (logged
 	// once, and once recovered).
 	siteFailing bool
+
+	// td is the room's takedowns (takedown.go).
+	td takedowns
 }
 
 // heldKey is a message's identity (lane and id) without building a string:
@@ -130,6 +133,9 @@ func (st *roomState) hold(m wire.Message) (lateStart int64, late, skip bool) {
 	if err != nil {
 		return 0, false, true
 	}
+	// A takedown counts from the moment it is read: every segment written
+	// from now on leaves its message out, whichever slot it falls in.
+	st.td.note(m.TakenDown)
 	k := keyOf(&m)
 	if _, dup := st.held[k]; dup {
 		return 0, false, true
@@ -290,6 +296,9 @@ func (s *Slicer) resume(ctx context.Context, room string, opened time.Time) (*ro
 		if m.Ended {
 			st.ended = true
 			return st, nil
+		}
+		if err := s.loadTakedowns(ctx, st); err != nil {
+			return nil, err
 		}
 		// Carry on with the duration the room was written with; a change
 		// applies at the next whole second (maybeSwitch).

@@ -27,10 +27,12 @@ func (s *Slicer) writeSlot(ctx context.Context, st *roomState, storeNow, localNo
 	p := planSlot(slotInput{
 		Carry: st.carry, Fresh: fresh,
 		Budget: slotBudget(b.budget, st.dur), Shares: b.shares, HighGiftValue: s.cfg.HighGiftValue,
+		TakenDown: st.td.set,
 	}, st.rng)
 
 	seg := wire.NewSegment(st.room, st.dur, slot, st.seq)
 	seg.Messages = p.Messages
+	seg.TakenDown = p.TakenDown
 	body, err := wire.EncodeSegment(seg)
 	if err != nil {
 		return err
@@ -50,7 +52,7 @@ func (s *Slicer) writeSlot(ctx context.Context, st *roomState, storeNow, localNo
 		}
 		s.m.written.WithLabelValues("existed").Inc()
 		var superseded int
-		carry, settled, superseded = reconcileSlot(p.Inputs, identities(existing))
+		carry, settled, superseded = reconcileSlot(p.Inputs, identities(existing), st.td.set)
 		if superseded > 0 {
 			s.m.drops.WithLabelValues("superseded").Add(float64(superseded))
 		}
@@ -92,6 +94,9 @@ func (s *Slicer) noteWritten(st *roomState, slot int64, p *slotPlan, size int, s
 	}
 	if len(p.Left) > 0 {
 		s.m.drops.WithLabelValues("sampled").Add(float64(len(p.Left)))
+	}
+	if len(p.Removed) > 0 {
+		s.m.drops.WithLabelValues("taken_down").Add(float64(len(p.Removed)))
 	}
 	s.auditSampled(st.room, p.Left, done)
 }
@@ -206,8 +211,11 @@ func (s *Slicer) trim(ctx context.Context, st *roomState) {
 
 // publishManifest moves the manifest forward to m, never back: a manifest
 // already at m's segment or later is left alone, unless m marks the room
-// ended and it does not yet.
+// ended and it does not yet. The room's takedown list goes first when it
+// grew, and the manifest counts what the list object holds (td).
 func (s *Slicer) publishManifest(ctx context.Context, st *roomState, m *wire.Manifest) error {
+	s.publishTakedowns(ctx, st)
+	m.Takedowns = uint64(st.td.published)
 	body, err := wire.EncodeManifest(m)
 	if err != nil {
 		return err

@@ -29,7 +29,7 @@ GOBIN_DIR := $(firstword $(subst :, ,$(shell $(GO) env GOPATH)))/bin
 endif
 export PATH := $(GOBIN_DIR):$(PATH):/usr/sbin:/usr/local/sbin
 
-.PHONY: help deps fmt-check vet lint test fuzz bench bench-latency bench-web bench-rooms bench-ingest bench-limits bench-roundtrips local-up local-down
+.PHONY: help deps fmt-check vet lint test fuzz bench bench-latency bench-web bench-rooms bench-ingest bench-limits bench-roundtrips bench-takedown local-up local-down
 
 help: ## list the targets
 	@echo "Targets:"
@@ -90,6 +90,12 @@ fuzz: ## every fuzz target for FUZZTIME each (default 30s; FUZZ=regexp picks tar
 		done; \
 	done < <(grep -rl --include='*_test.go' '^func Fuzz' . | sort); \
 	exit $$failed
+
+bench-takedown: deps ## takedown latency through Varnish: 100 takedowns under 1,200 comments/s, to a viewer's notice and to the CDN's takedowns.json (3 runs; docs/benchmarks.md)
+	for run in 1 2 3; do \
+		DANMAKU_REQUIRE_SERVERS=1 DANMAKU_TAKEDOWN_RATE=1200 DANMAKU_TAKEDOWNS=100 \
+		$(GO) test -run '^$$' -bench TakedownLatency -benchtime 1x -timeout 10m ./internal/stack; \
+	done
 
 bench-roundtrips: deps ## whole stack (gslb, ingest, edge processes, one Redis): Redis round trips per 1,000 comments at 1,200/s over 3 rooms, idle subtracted; load reports per node (3 runs; docs/benchmarks.md)
 	for run in 1 2 3; do \

@@ -36,11 +36,15 @@ type Client struct {
 	merge *merger
 	// held carries the merger's output to holdLoop when the app gave a
 	// playhead clock (nil otherwise: the merger writes msgs itself).
-	held     chan Message
-	hold     holdQueue
-	holdMu   sync.Mutex // guards hold between holdLoop and Playhead()
-	send     *sendQueue
-	stats    counters
+	held   chan Message
+	hold   holdQueue
+	holdMu sync.Mutex // guards hold between holdLoop and Playhead()
+	send   *sendQueue
+	stats  counters
+	// wantList asks takedownLoop for the room's takedown list; tdListN is
+	// the n of the newest list read.
+	wantList chan struct{}
+	tdListN  atomic.Uint64
 	reporter reporter
 
 	sess atomic.Pointer[session]
@@ -72,6 +76,7 @@ func New(cfg Config) (*Client, error) {
 		msgs:      make(chan Message, cfg.MessageBuffer),
 		joined:    make(chan struct{}),
 		tokenNews: make(chan struct{}, 1),
+		wantList:  make(chan struct{}, 1),
 		done:      make(chan struct{}),
 	}
 	if _, ok := cfg.Clock.(systemClock); !ok {
@@ -82,7 +87,8 @@ func New(cfg Config) (*Client, error) {
 		c.held = make(chan Message, cfg.MessageBuffer)
 		out = c.held
 	}
-	c.merge = newMerger(out, newSeenSet(cfg.SeenIDs, cfg.SeenWindow), &c.stats)
+	c.merge = newMerger(out, newSeenSet(cfg.SeenIDs, cfg.SeenWindow),
+		newSeenSet(cfg.TakedownIDs, takedownForever), &c.stats)
 	c.send = newSendQueue(cfg.SendQueue, cfg.SendInterval, cfg.SendDedupWindow)
 	return c, nil
 }
@@ -140,7 +146,19 @@ func (c *Client) Run(ctx context.Context) error {
 	c.log.Debug("sdk: joined", "room", c.cfg.Room, "ms", start, "segment_ms", c.sess.Load().entry.SegmentMs)
 
 	var wg sync.WaitGroup
-	wg.Go(func() { c.pollLoop(ctx, start, live) })
+	// The room's takedown list is read before the first segment is
+	// delivered: a late joiner's first segments may hold a message taken
+	// down before it joined.
+	listed := make(chan struct{})
+	wg.Go(func() { c.takedownLoop(ctx, listed) })
+	wg.Go(func() {
+		select {
+		case <-listed:
+		case <-ctx.Done():
+			return
+		}
+		c.pollLoop(ctx, start, live)
+	})
 	if c.held != nil {
 		wg.Go(func() { c.holdLoop(ctx, c.held) })
 	}

@@ -113,6 +113,10 @@ type Config struct {
 	SeenIDs int
 	// SeenWindow is how long a delivered id is remembered. Zero: 2 minutes.
 	SeenWindow time.Duration
+	// TakedownIDs bounds how many taken-down ids are remembered, so that a
+	// later copy of a taken-down message is never delivered; the oldest are
+	// forgotten first (there is no age bound). Zero: 10,000.
+	TakedownIDs int
 
 	// FirstJoinJitter is the longest random wait before the first join:
 	// at show start a push notification opens millions of apps within a
@@ -195,6 +199,7 @@ func (cfg *Config) applyDefaults() error {
 		{"SendQueue", &cfg.SendQueue, defaultSendQueue},
 		{"MaxTextRunes", &cfg.MaxTextRunes, defaultMaxTextRunes},
 		{"SeenIDs", &cfg.SeenIDs, defaultSeenIDs},
+		{"TakedownIDs", &cfg.TakedownIDs, defaultTakedownIDs},
 	} {
 		if *f.v < 0 {
 			return fmt.Errorf("%w: %s is negative", ErrConfig, f.name)

@@ -255,7 +255,11 @@ func (c *Client) readEdge(ctx context.Context, conn *websocket.Conn, last *strin
 				*last = f.Messages[i].ID
 			}
 		}
-		if err := c.merge.deliver(ctx, f.Messages, c.serverNow().UnixMilli()); err != nil {
+		now := c.serverNow().UnixMilli()
+		if _, err := c.merge.takedown(ctx, f.TakenDown, now); err != nil {
+			return 0, err
+		}
+		if err := c.merge.deliver(ctx, f.Messages, now); err != nil {
 			return 0, err
 		}
 	}

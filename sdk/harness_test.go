@@ -49,6 +49,11 @@ type world struct {
 	// (a slicer behind live); nil: the manifest follows live.
 	manifestAt func(live int64) int64
 	early      []string // requests made before their second was due
+	// tdList is the room's takedowns.json (nil: 404, none yet); listHits
+	// counts its requests. manifestTD is the manifest's td.
+	tdList     *wire.TakedownList
+	listHits   int
+	manifestTD uint64
 
 	role        string
 	tokenTTL    time.Duration
@@ -216,11 +221,20 @@ func (w *world) serveCDN(rw http.ResponseWriter, r *http.Request) {
 		if w.manifestAt != nil {
 			live = w.manifestAt(live)
 		}
-		m := wire.Manifest{V: 1, Room: testRoom, Second: live, Seq: uint64(live - w.seqBase), Dur: 1000}
+		m := wire.Manifest{V: 1, Room: testRoom, Second: live, Seq: uint64(live - w.seqBase), Dur: 1000, Takedowns: w.manifestTD}
 		w.manifests = append(w.manifests, m)
 		w.requests = append(w.requests, cdnRequest{-1, now, 200})
 		b, _ := wire.EncodeManifest(&m)
 		_, _ = rw.Write(b)
+		return
+	}
+	if r.URL.Path == "/"+wire.TakedownListKey(testRoom) {
+		w.listHits++
+		if w.tdList == nil {
+			rw.WriteHeader(http.StatusNotFound)
+			return
+		}
+		_ = json.NewEncoder(rw).Encode(w.tdList)
 		return
 	}
 	rest, ok := strings.CutPrefix(r.URL.Path, "/rooms/"+testRoom+"/s/")

@@ -59,15 +59,67 @@ func (s *seenSet) add(id string, now int64) {
 // merger is the one door to the Messages channel: it de-duplicates the edge
 // and segment streams against each other and delivers in the order it is
 // called, one batch at a time.
+//
+// It also holds the taken-down set: no message named in it is delivered,
+// and a takedown of a message it delivered is itself delivered, as a
+// KindTakedown notice, after it.
 type merger struct {
 	mu    sync.Mutex
 	out   chan<- Message
 	seen  *seenSet
+	td    *seenSet // taken-down identities, bounded by count only
 	stats *counters
 }
 
-func newMerger(out chan<- Message, seen *seenSet, stats *counters) *merger {
-	return &merger{out: out, seen: seen, stats: stats}
+func newMerger(out chan<- Message, seen, td *seenSet, stats *counters) *merger {
+	return &merger{out: out, seen: seen, td: td, stats: stats}
+}
+
+// takedown remembers the takedowns of tds (before the messages of the same
+// frame or segment are delivered, so that a copy beside its takedown is not
+// shown) and delivers a KindTakedown notice for each new one whose message
+// was delivered. Notices are never dropped: like gifts they wait for room
+// on the channel; takedown returns early only when ctx is done. With no
+// channel (Replay) the notices are returned instead.
+func (m *merger) takedown(ctx context.Context, tds []TakenDown, now int64) ([]Message, error) {
+	if len(tds) == 0 {
+		return nil, nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var notices []Message
+	for _, t := range tds {
+		// Every source's decoder (wire) has checked t.
+		key := t.Identity()
+		if m.td.has(key) {
+			continue
+		}
+		m.td.add(key, now)
+		m.stats.takedowns.Add(1)
+		if !m.seen.has(key) {
+			continue
+		}
+		if m.out == nil {
+			notices = append(notices, takedownNotice(t))
+			m.stats.takedownNotices.Add(1)
+			continue
+		}
+		select {
+		case m.out <- takedownNotice(t):
+			m.stats.takedownNotices.Add(1)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return notices, nil
+}
+
+// takenDown reports whether msg was taken down. m.mu is held.
+func (m *merger) takenDown(msg *Message) bool {
+	if msg.Site || m.td.len() == 0 {
+		return false
+	}
+	return m.td.has(msg.Identity())
 }
 
 // deliver puts the new messages of batch on the channel, in batch order. now
@@ -77,6 +129,10 @@ func (m *merger) deliver(ctx context.Context, batch []Message, now int64) error 
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, msg := range batch {
+		if m.takenDown(&msg) {
+			m.stats.takedownSuppressed.Add(1)
+			continue
+		}
 		msg, ok := m.admit(msg, now)
 		if !ok {
 			m.stats.duplicates.Add(1)

@@ -30,9 +30,13 @@ type Player struct {
 	playhead  PlayheadClock
 	now       func() time.Time // the local clock, to tell a seek from play
 
-	idx            []heldMsg // sorted by (at, seq)
-	seq            uint64
-	seen           *seenSet
+	idx []heldMsg // sorted by (at, seq)
+	seq uint64
+	// r reads the room's takedown list, and r.m holds the taken-down set
+	// (for the player's life) and the seen set (per seek).
+	r              *replayer
+	listed         uint64 // the manifest's takedown count at the start
+	listOK         bool
 	loadTo         int64 // the slot times read end here (ms)
 	cursor         int64 // playhead time up to which messages were handed over
 	lastPh, lastAt int64
@@ -80,11 +84,14 @@ func NewPlayer(ctx context.Context, cdnURL, room string, playhead PlayheadClock,
 	if !strings.HasSuffix(cdnURL, "/") {
 		cdnURL += "/"
 	}
-	dur := replayDuration(ctx, rc, cdnURL, room)
+	dur, listed := replayDuration(ctx, rc, cdnURL, room)
 	if !wire.ValidSegmentMs(dur) {
 		return nil, fmt.Errorf("%w: segment duration %d ms: %w", ErrReplay, dur, ErrUnsupported)
 	}
-	return &Player{cdn: cdnURL, room: room, dur: dur, hc: rc.hc, playhead: playhead, now: time.Now}, nil
+	r := &replayer{room: room, dur: dur, hc: rc.hc, cdn: cdnURL,
+		m: newMerger(nil, newSeenSet(defaultSeenIDs, defaultSeenWindow),
+			newSeenSet(defaultTakedownIDs, takedownForever), &counters{})}
+	return &Player{cdn: cdnURL, room: room, dur: dur, hc: rc.hc, playhead: playhead, now: time.Now, r: r, listed: listed}, nil
 }
 
 // Stats returns the player's counters. Call it from fn or after Run.
@@ -113,6 +120,14 @@ func (p *Player) Run(ctx context.Context, fn func(Message) error) error {
 // step reads the playhead once: follows a seek, reads ahead, plays what is
 // due.
 func (p *Player) step(ctx context.Context, fn func(Message) error) error {
+	if !p.listOK {
+		// Never a message a moderator took down: the room's list first,
+		// as Replay reads it (and fails the same way without it).
+		if err := p.r.readList(ctx, p.listed); err != nil {
+			return err
+		}
+		p.listOK = true
+	}
 	ph, ok := p.playhead()
 	if !ok {
 		return nil
@@ -144,7 +159,8 @@ func (p *Player) jumped(ph, local int64) bool {
 func (p *Player) seek(ph int64) {
 	p.started = true
 	p.cursor = ph - 1 // a message at exactly ph is played
-	p.idx, p.seen = nil, newSeenSet(defaultSeenIDs, defaultSeenWindow)
+	p.idx = nil
+	p.r.m.seen = newSeenSet(defaultSeenIDs, defaultSeenWindow)
 	start := ph - ph%p.dur
 	p.loadTo = start
 }
@@ -189,9 +205,16 @@ func (p *Player) readAhead(ctx context.Context, ph int64) error {
 		}
 		p.stats.Segments++
 		at := (r.slot + 1) * p.dur
-		m := merger{seen: p.seen, stats: &counters{}}
+		// A recorded room's segments may name takedowns the list did not
+		// hold yet (a replay trailing the live show): they apply at once.
+		if _, err := p.r.m.takedown(ctx, seg.TakenDown, at); err != nil {
+			return err
+		}
 		for _, msg := range seg.Messages {
-			msg, ok := m.admit(msg, at)
+			if p.r.m.takenDown(&msg) {
+				continue
+			}
+			msg, ok := p.r.m.admit(msg, at)
 			if !ok {
 				continue
 			}
@@ -217,7 +240,7 @@ func (p *Player) readAhead(ctx context.Context, ph int64) error {
 func (p *Player) play(ph int64, fn func(Message) error) error {
 	n := 0
 	for n < len(p.idx) && p.idx[n].at <= ph {
-		if p.idx[n].at > p.cursor {
+		if p.idx[n].at > p.cursor && !p.r.m.takenDown(&p.idx[n].m) {
 			if err := fn(p.idx[n].m); err != nil {
 				p.idx = p.idx[n+1:]
 				return err

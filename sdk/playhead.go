@@ -105,6 +105,21 @@ func (h *holdHeap) Pop() any {
 // earliest moment is returned to be shown now (early rather than lost: the
 // app's render queue still applies its own rules).
 func (q *holdQueue) push(m Message) (early []Message) {
+	if t, ok := TakedownOf(m); ok {
+		// A takedown of a message still held: it goes, and the app, which
+		// never saw it, hears nothing. Of one already shown: the notice
+		// goes to the app at once.
+		for i := range q.items {
+			if x := &q.items[i].m; x.Kind == t.Kind && x.ID == t.ID {
+				if x.Kind == KindBarrage {
+					q.barrage--
+				}
+				heap.Remove(&q.items, i)
+				return nil
+			}
+		}
+		return []Message{m}
+	}
 	q.seq++
 	heap.Push(&q.items, heldMsg{at: wire.PlayheadOf(&m), seq: q.seq, m: m})
 	q.held++

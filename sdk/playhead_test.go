@@ -253,3 +253,23 @@ func TestClientPlayheadSyncOff(t *testing.T) {
 	}
 	_ = time.Second
 }
+
+// A takedown of a message still held removes it unseen; of one already
+// shown, its notice goes to the app at once.
+func TestHoldTakedown(t *testing.T) {
+	var q holdQueue
+	const P = 1_700_000_000_000
+	held1, held2 := held(P+1000, 1, KindBarrage), held(P+2000, 2, KindBarrage)
+	q.push(held1)
+	q.push(held2)
+	if out := q.push(takedownNotice(TakenDown{ID: held1.ID, Kind: KindBarrage})); len(out) != 0 {
+		t.Fatalf("the takedown of a held message reached the app: %+v", out)
+	}
+	if out := q.release(P+5000, true, true, 0); len(out) != 1 || out[0].ID != held2.ID {
+		t.Fatalf("released %+v, want only the message not taken down", out)
+	}
+	notice := takedownNotice(TakenDown{ID: held2.ID, Kind: KindBarrage})
+	if out := q.push(notice); len(out) != 1 || out[0].Kind != KindTakedown {
+		t.Fatalf("the takedown of a shown message: %+v, want its notice at once", out)
+	}
+}

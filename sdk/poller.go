@@ -260,6 +260,9 @@ func (p *poller) handle(ctx context.Context, body []byte) bool {
 	p.seq, p.haveSeq = seg.Seq+1, true
 	now := c.serverNow().UnixMilli()
 	c.stats.lastSegmentLagMs.Store(now - (seg.StartMs() + int64(seg.Dur)))
+	if _, err := c.merge.takedown(ctx, seg.TakenDown, now); err != nil {
+		return true
+	}
 	_ = c.merge.deliver(ctx, seg.Messages, now)
 	return true
 }
@@ -280,6 +283,7 @@ func (c *Client) fetchManifest(ctx context.Context) (*wire.Manifest, error) {
 	if m.Room != c.cfg.Room {
 		return nil, fmt.Errorf("sdk: manifest: %w", errMismatch)
 	}
+	c.noteManifestTakedowns(m.Takedowns)
 	return m, nil
 }
 

@@ -61,6 +61,12 @@ type RenderStats struct {
 	// and value; else same gift and value, sender cleared): the waiting
 	// gift's Count grew by theirs, so no gift is lost from the totals.
 	CollapsedGifts int64
+	// RemovedWaiting counts messages taken down by a moderator while they
+	// waited for a slot: removed before the UI saw them.
+	RemovedWaiting int64
+	// RemovedShown counts messages taken down while on screen: their slot
+	// was freed and Next handed the UI a KindTakedown notice naming them.
+	RemovedShown int64
 }
 
 // Drops is the sum of the drop counters: what the client reports to the edge
@@ -105,9 +111,12 @@ type RenderQueue struct {
 	clk     Clock
 
 	mu       sync.Mutex
-	barrage  renderRing[Message] // oldest first; never more than buffer
-	priority renderRing[Message] // gifts and system messages, oldest first
-	slots    renderRing[time.Time]
+	barrage  renderRing[Message]    // oldest first; never more than buffer
+	priority renderRing[Message]    // gifts and system messages, oldest first
+	slots    renderRing[renderSlot] // by expiry, oldest first
+	// removals are KindTakedown notices for messages on screen, served by
+	// Next before anything else.
+	removals renderRing[Message]
 	hidden   bool
 	newCount int
 	stats    RenderStats
@@ -133,11 +142,42 @@ func NewRenderQueue(cfg RenderConfig) (*RenderQueue, error) {
 	return q, nil
 }
 
-// Push queues m for display. When the buffer is full it drops the oldest
+// renderSlot is one taken slot: until when, and by which message (its id
+// and lane, so that a takedown can free it; no string is built per slot).
+type renderSlot struct {
+	until time.Time
+	id    string
+	lane  byte
+}
+
+// laneOf is the first byte of m's identity (wire.Message.Identity): 'b'
+// barrage, 'l' the live lane, 's' a site-wide broadcast.
+func laneOf(m *Message) byte {
+	switch {
+	case m.Site:
+		return 's'
+	case m.Kind == KindBarrage:
+		return 'b'
+	}
+	return 'l'
+}
+
+// Push queues m for display. A KindTakedown notice (TakedownOf) is not
+// queued: it removes its target (Remove) and, if the target is on screen,
+// is handed to the UI by the next call of Next so that it removes the
+// element. When the buffer is full it drops the oldest
 // barrage to make room; with no barrage in it, a new barrage message is
 // dropped itself and a gift or system message is queued beyond the buffer.
 // Kinds this version does not know are treated as barrage.
 func (q *RenderQueue) Push(m Message) {
+	if t, ok := TakedownOf(m); ok {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		if _, shown := q.removeLocked(t); shown {
+			q.removals.push(m)
+		}
+		return
+	}
 	keep := m.Kind == KindGift || m.Kind == KindSystem
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -208,6 +248,11 @@ func (q *RenderQueue) Next() (Message, bool) {
 	defer q.mu.Unlock()
 	now := q.clk.Now()
 	q.expire(now)
+	if q.removals.len() > 0 {
+		m := q.removals.pop()
+		q.removals.shrink(q.visible)
+		return m, true
+	}
 	if q.hidden || q.slots.len() >= q.visible {
 		return Message{}, false
 	}
@@ -223,7 +268,7 @@ func (q *RenderQueue) Next() (Message, bool) {
 	default:
 		return Message{}, false
 	}
-	q.slots.push(now.Add(q.display))
+	q.slots.push(renderSlot{now.Add(q.display), m.ID, laneOf(&m)})
 	q.stats.Shown++
 	return m, true
 }
@@ -232,7 +277,7 @@ func (q *RenderQueue) Next() (Message, bool) {
 // is held for the same time and taken under the lock with the clock read
 // under it, so they free in the order they were taken.
 func (q *RenderQueue) expire(now time.Time) {
-	for q.slots.len() > 0 && !now.Before(q.slots.peek()) {
+	for q.slots.len() > 0 && !now.Before(q.slots.peek().until) {
 		q.slots.pop()
 	}
 }
@@ -252,7 +297,41 @@ func (q *RenderQueue) SetHidden(hidden bool) {
 	q.newCount = 0
 	if hidden {
 		q.slots.reset()
+		q.removals.reset()
 	}
+}
+
+// Remove takes a message down: the waiting copy of the message of kind
+// kind with id id is dropped, and if Next handed it to the UI and its
+// display time has not passed, its slot is freed. It reports which it
+// found; the caller removes an element that was shown. Push of a
+// KindTakedown notice does the same and hands the notice back through Next
+// when the message was shown, for apps that draw only from Next.
+func (q *RenderQueue) Remove(id string, kind Kind) (waiting, shown bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.removeLocked(TakenDown{ID: id, Kind: kind})
+}
+
+func (q *RenderQueue) removeLocked(t TakenDown) (waiting, shown bool) {
+	lane := laneOf(&Message{Kind: t.Kind})
+	same := func(m *Message) bool { return m.ID == t.ID && laneOf(m) == lane }
+	for _, r := range []*renderRing[Message]{&q.barrage, &q.priority} {
+		if i := r.find(same); i >= 0 {
+			r.removeAt(i)
+			waiting = true
+		}
+	}
+	if waiting {
+		q.stats.RemovedWaiting++
+	}
+	q.expire(q.clk.Now())
+	if i := q.slots.find(func(s *renderSlot) bool { return s.id == t.ID && s.lane == lane }); i >= 0 {
+		q.slots.removeAt(i)
+		q.stats.RemovedShown++
+		shown = true
+	}
+	return waiting, shown
 }
 
 // Hidden reports whether the queue is hidden.
@@ -335,6 +414,16 @@ func (r *renderRing[T]) find(f func(*T) bool) int {
 
 // at returns a pointer to the i-th oldest element.
 func (r *renderRing[T]) at(i int) *T { return &r.buf[(r.head+i)%len(r.buf)] }
+
+// removeAt removes the i-th oldest element, keeping the others' order.
+func (r *renderRing[T]) removeAt(i int) {
+	for ; i < r.n-1; i++ {
+		*r.at(i) = *r.at(i + 1)
+	}
+	var zero T
+	*r.at(r.n - 1) = zero
+	r.n--
+}
 
 // peek returns the oldest element; the ring must not be empty.
 func (r *renderRing[T]) peek() T { return r.buf[r.head] }

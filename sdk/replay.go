@@ -54,6 +54,15 @@ func ReplaySegmentMs(ms int64) ReplayOption {
 // is skipped and reported: Replay then returns, after the last slot, the
 // skipped slots' errors joined (each wrapping ErrReplay). An error from fn
 // or the end of ctx stops Replay at once and is returned.
+//
+// Replay never passes a message a moderator took down: it reads the room's
+// takedown list before the first segment (and fails, wrapping ErrReplay,
+// when the list cannot be had while the manifest counts takedowns: better
+// no replay than one showing what was taken down), again when the manifest counts more takedowns than the list
+// held (a cached copy) and whenever a segment names a takedown the list did
+// not hold (the room is live). A takedown learned only after its message
+// was passed (a replay trailing a live show) is passed to fn as a
+// KindTakedown notice (TakedownOf), as Client delivers it.
 func Replay(ctx context.Context, cdnURL, room string, from, to int64, fn func(Message) error, opts ...ReplayOption) error {
 	rc := replayConfig{}
 	for _, o := range opts {
@@ -75,27 +84,88 @@ func Replay(ctx context.Context, cdnURL, room string, from, to int64, fn func(Me
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	dur := replayDuration(ctx, rc, cdnURL, room)
+	dur, listed := replayDuration(ctx, rc, cdnURL, room)
 	if !wire.ValidSegmentMs(dur) {
 		return fmt.Errorf("%w: segment duration %d ms: %w", ErrReplay, dur, ErrUnsupported)
 	}
-	p := replayer{room: room, dur: dur, fn: fn,
-		m: newMerger(nil, newSeenSet(defaultSeenIDs, defaultSeenWindow), &counters{})}
+	p := replayer{room: room, dur: dur, fn: fn, hc: rc.hc, cdn: cdnURL,
+		m: newMerger(nil, newSeenSet(defaultSeenIDs, defaultSeenWindow),
+			newSeenSet(defaultTakedownIDs, takedownForever), &counters{})}
+	if err := p.readList(ctx, listed); err != nil {
+		return err
+	}
 	return p.play(ctx, prefetchSlots(ctx, rc.hc, cdnURL, room, dur, from, to))
 }
 
-// replayDuration is the segment duration to replay at: the option's, else
-// the room's manifest's, else the default.
-func replayDuration(ctx context.Context, rc replayConfig, cdnURL, room string) int64 {
-	if rc.segmentMs != 0 {
-		return rc.segmentMs
-	}
+// replayDuration is the segment duration to replay at (the option's, else
+// the room's manifest's, else the default) and how many takedowns the
+// manifest counts (0 without one).
+func replayDuration(ctx context.Context, rc replayConfig, cdnURL, room string) (int64, uint64) {
+	dur, listed := rc.segmentMs, uint64(0)
 	if status, body, err := replayGet(ctx, rc.hc, cdnURL+wire.ManifestKey(room)); err == nil && status == http.StatusOK {
-		if m, err := wire.DecodeManifest(body); err == nil {
-			return int64(m.Dur)
+		if m, err := wire.DecodeManifest(body); err == nil && m.Room == room {
+			listed = m.Takedowns
+			if dur == 0 {
+				dur = int64(m.Dur)
+			}
 		}
 	}
-	return wire.SegmentDuration
+	if dur == 0 {
+		dur = wire.SegmentDuration
+	}
+	return dur, listed
+}
+
+// replayListAttempts bounds the reads of a list older than the manifest
+// that names it (a cached copy: its max-age is 1 s).
+const replayListAttempts = 4
+
+// readList reads the room's takedown list into the taken-down set, until
+// it holds at least want takedowns (the manifest's count) or
+// replayListAttempts reads, replayBackoff·2ⁿ apart, have not reached it.
+func (p *replayer) readList(ctx context.Context, want uint64) error {
+	wait := replayBackoff
+	for attempt := 1; ; attempt++ {
+		p.listAt = time.Now()
+		status, body, err := replayGet(ctx, p.hc, p.cdn+wire.TakedownListKey(p.room))
+		l := &wire.TakedownList{V: 1, Room: p.room}
+		switch {
+		case err != nil:
+		case status == http.StatusOK:
+			l, err = decodeTakedownList(body, p.room)
+		case status != http.StatusNotFound:
+			err = fmt.Errorf("status %d", status)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if want == 0 && p.listN == 0 {
+				// The manifest counts no takedowns (or there is none):
+				// an origin that hides missing keys answers 403 for the
+				// list a room without takedowns never had.
+				return nil
+			}
+			return fmt.Errorf("%w: takedown list: %w", ErrReplay, err)
+		}
+		p.listN = max(p.listN, l.N)
+		notices, err := p.m.takedown(ctx, l.IDs, 0)
+		if err != nil {
+			return err
+		}
+		p.notices = append(p.notices, notices...)
+		if p.listN >= want || attempt == replayListAttempts {
+			return nil
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		wait *= 2
+	}
 }
 
 // slotResult is one slot's fetch.
@@ -135,6 +205,13 @@ type replayer struct {
 	fn      func(Message) error
 	m       *merger
 	skipped []error
+	// The takedown list: where, when it was last read, and its count.
+	hc     *http.Client
+	cdn    string
+	listAt time.Time
+	listN  uint64
+	// notices are takedowns of passed messages, for fn.
+	notices []Message
 }
 
 func (p *replayer) skip(slot int64, err error) {
@@ -167,7 +244,7 @@ func (p *replayer) play(ctx context.Context, futures <-chan chan slotResult) err
 			p.skip(r.slot, fmt.Errorf("status %d", r.status))
 			continue
 		}
-		if err := p.segment(r); err != nil {
+		if err := p.segment(ctx, r); err != nil {
 			return err
 		}
 	}
@@ -179,7 +256,7 @@ func (p *replayer) play(ctx context.Context, futures <-chan chan slotResult) err
 
 // segment decodes one fetched segment and hands its new messages to fn;
 // only fn's error is returned (a bad segment is skipped).
-func (p *replayer) segment(r slotResult) error {
+func (p *replayer) segment(ctx context.Context, r slotResult) error {
 	seg, err := wire.DecodeSegment(r.body)
 	if err == nil && (seg.Room != p.room || int64(seg.Dur) != p.dur || seg.Slot() != r.slot) {
 		err = errMismatch
@@ -191,12 +268,49 @@ func (p *replayer) segment(r slotResult) error {
 	// Remembered as of the segment's own time, so the window slides
 	// with the replay rather than with the wall clock.
 	at := (r.slot + 1) * p.dur
+	if err := p.takedowns(ctx, seg.TakenDown, at); err != nil {
+		return err
+	}
 	for _, msg := range seg.Messages {
+		if p.m.takenDown(&msg) {
+			p.m.stats.takedownSuppressed.Add(1)
+			continue
+		}
 		msg, ok := p.m.admit(msg, at)
 		if !ok {
 			continue
 		}
 		if err := p.fn(msg); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// takedowns applies a segment's td, passes fn a notice for each message it
+// had passed, and reads the list again (at most once a takedownListEvery)
+// when the segment named a takedown the set did not hold: the room is live
+// and the list has grown since it was read.
+func (p *replayer) takedowns(ctx context.Context, tds []TakenDown, at int64) error {
+	if len(tds) == 0 {
+		return nil
+	}
+	before := p.m.stats.takedowns.Load()
+	notices, err := p.m.takedown(ctx, tds, at)
+	if err != nil {
+		return err
+	}
+	p.notices = append(p.notices, notices...)
+	if p.m.stats.takedowns.Load() > before && time.Since(p.listAt) >= takedownListEvery {
+		// A failure here is not fatal: the list read at the start holds
+		// every takedown made before the replay began.
+		if err := p.readList(ctx, 0); err != nil && ctx.Err() != nil {
+			return err
+		}
+	}
+	notices, p.notices = p.notices, nil
+	for _, n := range notices {
+		if err := p.fn(n); err != nil {
 			return err
 		}
 	}

@@ -37,6 +37,12 @@ type counterReport struct {
 	// long after its playhead time each message was shown, in the same
 	// buckets (absent when none was).
 	Skew []int64 `json:"skew,omitempty"`
+	// TD counts takedowns the client applied, TDRm the taken-down
+	// messages it removed from the screen (the render queue's RemovedShown;
+	// without one, the notices delivered to the app). Edges that predate
+	// them ignore both.
+	TD   int64 `json:"td,omitempty"`
+	TDRm int64 `json:"tdrm,omitempty"`
 }
 
 // reporter remembers what was reported, so that each report carries the
@@ -47,6 +53,7 @@ type reporter struct {
 	sentSegs, sentHits  int64
 	sentLat             [wire.LatencyBuckets]int64
 	sentSkew            [wire.LatencyBuckets]int64
+	sentTD, sentTDRm    int64
 }
 
 // next is the report of what changed since the last one sent, within the
@@ -87,7 +94,8 @@ func histDelta(now, sent *[wire.LatencyBuckets]int64) []int64 {
 
 // empty reports whether rep carries nothing.
 func (rep *counterReport) empty() bool {
-	return rep.Drops == 0 && rep.Held == 0 && rep.Segs == 0 && rep.Hits == 0 && rep.Lat == nil && rep.Skew == nil
+	return rep.Drops == 0 && rep.Held == 0 && rep.Segs == 0 && rep.Hits == 0 && rep.Lat == nil && rep.Skew == nil &&
+		rep.TD == 0 && rep.TDRm == 0
 }
 
 // sent records rep as written.
@@ -96,6 +104,8 @@ func (r *reporter) sent(rep *counterReport) {
 	r.sentHeld += rep.Held
 	r.sentSegs += rep.Segs
 	r.sentHits += rep.Hits
+	r.sentTD += rep.TD
+	r.sentTDRm += rep.TDRm
 	for i, n := range rep.Lat {
 		r.sentLat[i] += n
 	}
@@ -108,9 +118,12 @@ func (r *reporter) sent(rep *counterReport) {
 // not counted as sent: its change goes out with the next report.
 func (c *Client) report(conn *websocket.Conn) error {
 	var drops int64
+	removed := c.stats.takedownNotices.Load()
 	if c.cfg.Render != nil {
-		drops = c.cfg.Render.Drops()
+		rs := c.cfg.Render.Stats()
+		drops, removed = rs.Drops(), rs.RemovedShown
 	}
+	td := c.stats.takedowns.Load()
 	held := c.stats.sendsHeldBack.Load()
 	// Hits before segments: every hit read then has its segment counted.
 	hits := c.stats.firstPollHits.Load()
@@ -128,6 +141,8 @@ func (c *Client) report(conn *websocket.Conn) error {
 	// The edge refuses a report above its bounds; the rest goes out with
 	// the next report.
 	rep := r.next(drops, held, segs, hits, &lat, &skew)
+	rep.TD = min(td-r.sentTD, maxReportDelta)
+	rep.TDRm = min(removed-r.sentTDRm, maxReportDelta)
 	if rep.empty() {
 		return nil
 	}

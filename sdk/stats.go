@@ -73,6 +73,22 @@ type Stats struct {
 	// full.
 	DroppedBarrage int64
 
+	// TakedownsApplied counts takedowns this client learned (from edge
+	// frames, segments and the room's takedown list), each once.
+	TakedownsApplied int64
+	// TakedownNotices counts KindTakedown notices delivered: takedowns of
+	// messages this client had delivered, which the app removes from the
+	// screen.
+	TakedownNotices int64
+	// TakedownsSuppressed counts copies of taken-down messages not
+	// delivered (a segment's copy after the edge's takedown, a late
+	// joiner's old segment).
+	TakedownsSuppressed int64
+	// TakedownLists counts requests for the room's takedown list;
+	// TakedownListErrors those that failed (each retried after a second).
+	TakedownLists      int64
+	TakedownListErrors int64
+
 	// SendsPosted counts comments posted to the ingest with a success answer.
 	SendsPosted int64
 	// SendsDeduped counts comments answered with success without being sent
@@ -112,6 +128,12 @@ type counters struct {
 	delivered      atomic.Int64
 	duplicates     atomic.Int64
 	droppedBarrage atomic.Int64
+
+	takedowns          atomic.Int64
+	takedownNotices    atomic.Int64
+	takedownSuppressed atomic.Int64
+	takedownLists      atomic.Int64
+	takedownListErrors atomic.Int64
 	// latency counts the barrage delivered to the app by end-to-end
 	// latency (wire.LatencyBoundsMs): what the report's "lat" carries. Not
 	// in Stats, whose fields must bind to mobile languages.
@@ -151,10 +173,16 @@ func (c *Client) Stats() Stats {
 		Delivered:        s.delivered.Load(),
 		Duplicates:       s.duplicates.Load(),
 		DroppedBarrage:   s.droppedBarrage.Load(),
-		SendsPosted:      s.sendsPosted.Load(),
-		SendsDeduped:     s.sendsDeduped.Load(),
-		SendsDropped:     s.sendsDropped.Load(),
-		SendsHeldBack:    s.sendsHeldBack.Load(),
-		SendsFailed:      s.sendsFailed.Load(),
+
+		TakedownsApplied:    s.takedowns.Load(),
+		TakedownNotices:     s.takedownNotices.Load(),
+		TakedownsSuppressed: s.takedownSuppressed.Load(),
+		TakedownLists:       s.takedownLists.Load(),
+		TakedownListErrors:  s.takedownListErrors.Load(),
+		SendsPosted:         s.sendsPosted.Load(),
+		SendsDeduped:        s.sendsDeduped.Load(),
+		SendsDropped:        s.sendsDropped.Load(),
+		SendsHeldBack:       s.sendsHeldBack.Load(),
+		SendsFailed:         s.sendsFailed.Load(),
 	}
 }

@@ -52,6 +52,17 @@
 // including those the queue later drops: use one or the other for a given
 // view, not both.
 //
+// # Takedowns
+//
+// A message a moderator takes down is never delivered once the client knows
+// of it; one already delivered comes back as a notice of kind KindTakedown
+// naming it (ID, TargetKind): OnMessage gets it after the message itself,
+// the render queue drops the message if it still waits, and Next returns the
+// notice when the message is on screen, so that the frame loop removes the
+// element. gobind adds no method to Listener for it: apps that implemented
+// Listener keep compiling, and a frame loop already switching on Kind gets
+// one more case.
+//
 // # Errors
 //
 // Errors returned by the methods and passed to OnError carry a stable code:

@@ -20,6 +20,12 @@ const (
 	KindGift = int(sdk.KindGift)
 	// KindSystem is a host/admin announcement or a site-wide broadcast.
 	KindSystem = int(sdk.KindSystem)
+	// KindTakedown is not a message to show but a notice: a moderator took
+	// down the message whose id is ID and kind TargetKind, which this
+	// client delivered. Remove it from the screen if it is still there.
+	// Next returns one only for a message on screen; OnMessage gets one
+	// for every delivered message taken down, after that message.
+	KindTakedown = int(sdk.KindTakedown)
 )
 
 // Client states (Listener.OnState). Typed int, like the parameter, so that
@@ -95,9 +101,13 @@ type Message struct {
 	// ID identifies the message within its kind's lane: barrage ids and
 	// gift/system ids are separate sequences.
 	ID string
-	// Kind is KindBarrage, KindGift or KindSystem (others: treat as
-	// barrage).
+	// Kind is KindBarrage, KindGift or KindSystem, or KindTakedown for a
+	// takedown notice (never shown: it removes the message it names). Treat
+	// other kinds as barrage.
 	Kind int
+	// TargetKind is, in a KindTakedown notice, the kind of the message to
+	// remove (its ID is ID); 0 otherwise.
+	TargetKind int
 	// User is the sender's user id; empty for operator broadcasts.
 	User string
 	// Nick is the sender's display name.
@@ -123,6 +133,9 @@ type Message struct {
 }
 
 func newMessage(m sdk.Message) *Message {
+	if t, ok := sdk.TakedownOf(m); ok {
+		return &Message{ID: t.ID, Kind: KindTakedown, TargetKind: int(t.Kind), Count: 1}
+	}
 	return &Message{
 		ID:          m.ID,
 		Kind:        int(m.Kind),
@@ -171,6 +184,12 @@ type Stats struct {
 	SendsHeldBack    int64
 	SendsFailed      int64
 
+	TakedownsApplied    int64
+	TakedownNotices     int64
+	TakedownsSuppressed int64
+	TakedownLists       int64
+	TakedownListErrors  int64
+
 	// RenderPushed counts messages given to the render queue.
 	RenderPushed int64
 	// RenderShown counts messages handed out by Next.
@@ -185,6 +204,12 @@ type Stats struct {
 	// RenderCollapsedGifts counts gifts folded into a waiting gift while
 	// hidden (their counts added: no gift is lost from the totals).
 	RenderCollapsedGifts int64
+	// RenderRemovedWaiting counts messages taken down while waiting for
+	// Next (never shown).
+	RenderRemovedWaiting int64
+	// RenderRemovedShown counts messages taken down while on screen: Next
+	// handed out a KindTakedown notice for each.
+	RenderRemovedShown int64
 	// RenderWaiting is the number of messages waiting for Next now.
 	RenderWaiting int64
 }
@@ -411,7 +436,10 @@ func (c *Client) Role() string { return c.c.Entry().Role }
 
 // Next returns the next message to put on screen, or nil when there is none
 // to show now (nothing waits, every place on screen is taken, or the queue
-// is hidden). Call it on every frame until it returns nil.
+// is hidden). Call it on every frame until it returns nil. A message of kind
+// KindTakedown is not to be shown: remove the element showing the message
+// with its ID and TargetKind (a moderator took it down; its place on screen
+// is free again).
 func (c *Client) Next() *Message {
 	m, ok := c.q.Next()
 	if !ok {
@@ -472,12 +500,20 @@ func (c *Client) Stats() *Stats {
 		SendsHeldBack:    s.SendsHeldBack,
 		SendsFailed:      s.SendsFailed,
 
+		TakedownsApplied:    s.TakedownsApplied,
+		TakedownNotices:     s.TakedownNotices,
+		TakedownsSuppressed: s.TakedownsSuppressed,
+		TakedownLists:       s.TakedownLists,
+		TakedownListErrors:  s.TakedownListErrors,
+
 		RenderPushed:          r.Pushed,
 		RenderShown:           r.Shown,
 		RenderDroppedOverflow: r.DroppedOverflow,
 		RenderDroppedHidden:   r.DroppedHidden,
 		RenderBeyondBuffer:    r.BeyondBuffer,
 		RenderCollapsedGifts:  r.CollapsedGifts,
+		RenderRemovedWaiting:  r.RemovedWaiting,
+		RenderRemovedShown:    r.RemovedShown,
 		RenderWaiting:         int64(c.q.Len()),
 	}
 }

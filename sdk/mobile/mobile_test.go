@@ -98,3 +98,34 @@ func TestNewMessage(t *testing.T) {
 		t.Fatalf("single message = %+v", m)
 	}
 }
+
+// A takedown notice reaches the app as KindTakedown naming its target, from
+// Next when the target is on screen, and drops the target while it waits.
+func TestTakedownNotice(t *testing.T) {
+	if m := newMessage(sdk.Message{ID: "5-0", Kind: sdk.KindTakedown, Value: int64(sdk.KindBarrage)}); *m != (Message{ID: "5-0", Kind: KindTakedown, TargetKind: KindBarrage, Count: 1}) {
+		t.Fatalf("notice = %+v", m)
+	}
+	c, err := NewClient(&Config{EntryURL: "http://127.0.0.1:1", Room: "r", Ticket: "t", RenderVisible: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	shown, waiting := sdk.Message{ID: "1-0", Kind: sdk.KindBarrage}, sdk.Message{ID: "2-0", Kind: sdk.KindBarrage}
+	c.q.Push(shown)
+	c.q.Push(waiting)
+	if m := c.Next(); m == nil || m.ID != shown.ID {
+		t.Fatalf("Next = %+v, want the first comment", m)
+	}
+	for _, m := range []sdk.Message{shown, waiting} {
+		c.q.Push(sdk.Message{ID: m.ID, Kind: sdk.KindTakedown, Value: int64(m.Kind)})
+	}
+	if m := c.Next(); m == nil || m.Kind != KindTakedown || m.ID != shown.ID || m.TargetKind != KindBarrage {
+		t.Fatalf("Next = %+v, want the shown comment's notice", m)
+	}
+	if m := c.Next(); m != nil {
+		t.Fatalf("Next = %+v, want nothing: the waiting comment was taken down", m)
+	}
+	if st := c.Stats(); st.RenderRemovedShown != 1 || st.RenderRemovedWaiting != 1 {
+		t.Errorf("stats = %+v", st)
+	}
+}

@@ -48,20 +48,17 @@ func NewProxy(backends ...string) (*Proxy, error) {
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
 // Cut closes every open connection and holds new ones until Restore.
-func (p *Proxy) Cut() {
-	p.mu.Lock()
-	p.cut = true
-	for c := range p.conns {
-		_ = c.Close()
-	}
-	p.mu.Unlock()
-}
+func (p *Proxy) Cut() { p.setCut(true) }
 
 // Restore lets connections through again; the held ones are closed, so
 // that their clients dial again.
-func (p *Proxy) Restore() {
+func (p *Proxy) Restore() { p.setCut(false) }
+
+// setCut sets the cut and closes every open connection: through ones on
+// Cut, held ones on Restore.
+func (p *Proxy) setCut(cut bool) {
 	p.mu.Lock()
-	p.cut = false
+	p.cut = cut
 	for c := range p.conns {
 		_ = c.Close()
 	}

@@ -141,14 +141,7 @@ func runRow(t *testing.T, f fault, l load, warm time.Duration) Row {
 	defer cancel()
 	cn := s.startCanary(ctx, &wg)
 	lr := s.startLoad(l)
-	var offerStart time.Time
-	select {
-	case offerStart = <-lr.offerStart:
-	case err := <-lr.done:
-		t.Fatalf("loadgen ended before its offer: %v\n%s", err, tail(lr.output(), 30))
-	case <-time.After(3 * time.Minute):
-		t.Fatalf("loadgen's offer never began\n%s", tail(lr.output(), 30))
-	}
+	offerStart := lr.awaitOffer(t)
 	time.Sleep(time.Until(offerStart.Add(warm)))
 	faultAt := time.Now()
 	f.apply(t, s)

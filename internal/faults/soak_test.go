@@ -3,7 +3,6 @@ package faults
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"slices"
 	"sort"
@@ -16,7 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"danmaku/internal/metrictext"
+	"danmaku/internal/testenv"
 )
 
 // soakInterval is how often the soak samples every series.
@@ -61,14 +60,7 @@ func TestSoak(t *testing.T) {
 	defer wg.Wait()
 	defer cancel()
 	lr := s.startLoad(l)
-	var start time.Time
-	select {
-	case start = <-lr.offerStart:
-	case err := <-lr.done:
-		t.Fatalf("loadgen ended before its offer: %v\n%s", err, tail(lr.output(), 30))
-	case <-time.After(3 * time.Minute):
-		t.Fatalf("loadgen's offer never began\n%s", tail(lr.output(), 30))
-	}
+	start := lr.awaitOffer(t)
 	all := map[string]*series{}
 	add := func(name string, at time.Time, v float64) {
 		sr := all[name]
@@ -152,13 +144,10 @@ func mapsKeysInt(m map[int][2]float64) func(func(int) bool) {
 func (s *stack) sample(ctx context.Context, now time.Time, add func(string, time.Time, float64)) {
 	for _, n := range s.order {
 		p := s.procs[n]
-		got, err := scrape(ctx, "http://"+p.metrics)
-		if err != nil {
-			continue
-		}
 		for fam, label := range processFamilies {
-			v, ok := got[fam]
-			if !ok {
+			got, err := testenv.MetricSeries(ctx, "http://"+p.metrics, fam)
+			v, ok := got[""]
+			if err != nil || !ok {
 				continue
 			}
 			if strings.HasSuffix(label, "MiB") {
@@ -179,28 +168,6 @@ func (s *stack) sample(ctx context.Context, now time.Time, add func(string, time
 	if n, err := s.rdb.DBSize(ctx).Result(); err == nil {
 		add("Redis keys", now, float64(n))
 	}
-}
-
-// scrape reads the process families of base's /metrics.
-func scrape(ctx context.Context, base string) (map[string]float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	got, err := metrictext.Parse(resp.Body, func(f string) bool { _, ok := processFamilies[f]; return ok })
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]float64{}
-	for k, v := range got {
-		out[k.Family] = v
-	}
-	return out, nil
 }
 
 // objectCount counts the room's objects in S3.

@@ -580,6 +580,20 @@ func (s *stack) startLoad(l load) *loadRun {
 	return lr
 }
 
+// awaitOffer waits for the load's offer to begin and returns when it did.
+func (lr *loadRun) awaitOffer(t *testing.T) time.Time {
+	t.Helper()
+	select {
+	case at := <-lr.offerStart:
+		return at
+	case err := <-lr.done:
+		t.Fatalf("loadgen ended before its offer: %v\n%s", err, tail(lr.output(), 30))
+	case <-time.After(3 * time.Minute):
+		t.Fatalf("loadgen's offer never began\n%s", tail(lr.output(), 30))
+	}
+	return time.Time{}
+}
+
 func (lr *loadRun) output() string {
 	lr.mu.Lock()
 	defer lr.mu.Unlock()

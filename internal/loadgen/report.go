@@ -1,6 +1,8 @@
 package loadgen
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -182,9 +184,12 @@ type Latencies struct {
 // DeliveryReport is what the pollers decoded of the generator's own
 // traffic, and their SDK counters over the offer and the drain.
 type DeliveryReport struct {
-	Pollers    int              `json:"pollers"`
-	Joined     int              `json:"joined"`
-	Edge       bool             `json:"edge"`
+	Pollers int  `json:"pollers"`
+	Joined  int  `json:"joined"`
+	Edge    bool `json:"edge"`
+	// JoinErrors are the pollers that are not joined at the report: the
+	// SDK refused to start one (its error), one stopped ("stopped: " and
+	// its error), or one is still fetching its entry ("not joined yet").
 	JoinErrors map[string]int64 `json:"join_errors,omitempty"`
 	// CommentsAccepted are the own comments answered 200; CommentsShown
 	// those at least one poller decoded, CommentsShownByAll those every
@@ -419,10 +424,34 @@ func (g *Generator) fillDelivery(d *DeliveryReport, sb, sa sdk.Stats) {
 	c := &g.cfg
 	d.Pollers, d.Edge, d.JoinErrors = c.share(c.Pollers), c.PollerEdge, nonEmptyMap(g.pc.joinErrors.snapshot())
 	joined := make([]bool, len(g.pollers))
+	unjoined := map[string]int64{}
 	for i, p := range g.pollers {
+		select {
+		case <-p.done:
+			// A poller whose Run ended before the report gave up: say why.
+			if p.runErr != nil && !errors.Is(p.runErr, context.Canceled) {
+				msg := p.runErr.Error()
+				if len(msg) > 80 {
+					msg = msg[:80]
+				}
+				unjoined["stopped: "+msg]++
+				continue
+			}
+		default:
+		}
 		if p.c.Entry().Token != "" {
 			d.Joined++
 			joined[i] = true
+		} else {
+			unjoined["not joined yet"]++
+		}
+	}
+	if len(unjoined) > 0 {
+		if d.JoinErrors == nil {
+			d.JoinErrors = map[string]int64{}
+		}
+		for k, v := range unjoined {
+			d.JoinErrors[k] += v
 		}
 	}
 	d.CommentsAccepted, d.CommentsShown, d.CommentsShownByAll = g.seqs.tally(g.nextSeq, d.Joined)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -166,9 +167,24 @@ func runRow(t *testing.T, f fault, l load, warm time.Duration) Row {
 	if err != nil {
 		t.Errorf("segments: %v", err)
 	}
-	row.Alerts, err = s.alerts(offerStart.Add(-5*time.Second), end)
+	before, err := s.alerts(offerStart.Add(-5*time.Second), faultAt.Add(-time.Second))
 	if err != nil {
 		t.Errorf("alerts: %v", err)
+	}
+	after, err := s.alerts(faultAt, end)
+	if err != nil {
+		t.Errorf("alerts: %v", err)
+	}
+	for _, a := range after {
+		if slices.Contains(before, a) {
+			a += " also before the fault"
+		}
+		row.Alerts = append(row.Alerts, a)
+	}
+	for _, e := range rep.Drops.ScrapeErrors {
+		if strings.Contains(e, s.procs["ingest-1"].metrics) || strings.Contains(e, s.procs["ingest-2"].metrics) {
+			row.Note = "admitted counts the surviving ingest only (the killed one's counters are gone)"
+		}
 	}
 	row.Recovery, row.Unwell = recovery(faultAt, offerStart, rep.Timeline, cn.unwell(), l.gifts > 0)
 	return row

@@ -152,6 +152,7 @@ type stack struct {
 	cluster   *testenv.Cluster
 	rdb       redis.UniversalClient
 	lb        *Proxy // in front of the gslbs
+	giftLB    *Proxy // in front of the ingests: the business server's way in
 	edgeRedis *Proxy // edge-2's way to Redis (partitionEdge)
 	procs     map[string]*proc
 	order     []string
@@ -218,9 +219,16 @@ func newStack(t *testing.T, o stackOpts) *stack {
 	if o.cluster {
 		ingestExtra = []string{"-gift-wait-replicas", "1"}
 	}
+	var ingests []string
 	for i := 1; i <= 2; i++ {
-		s.start("ingest", i, nil, append([]string{"-audit-dir", t.TempDir()}, ingestExtra...)...)
+		p := s.start("ingest", i, nil, append([]string{"-audit-dir", t.TempDir()}, ingestExtra...)...)
+		ingests = append(ingests, p.addr)
 	}
+	// A business server posts gifts through a balancer, not to one ingest.
+	if s.giftLB, err = NewProxy(ingests...); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.giftLB.Close() })
 	for i := 1; i <= 2; i++ {
 		var env []string
 		if i == 2 && s.edgeRedis != nil {
@@ -232,6 +240,7 @@ func newStack(t *testing.T, o stackOpts) *stack {
 		s.start("slicer", i, nil, "-audit-dir", t.TempDir())
 	}
 	s.createEvent()
+	s.awaitRoom()
 	s.startPrometheus()
 	return s
 }
@@ -308,6 +317,38 @@ func (s *stack) createEvent() {
 	cmd.Env = append(slices.Clone(s.env), "DANMAKU_OPERATOR_KEY="+opKey)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("event create: %v\n%s", err, out)
+	}
+}
+
+// awaitRoom waits until every gslb hands out entries for the room: each
+// learns of a new event on its own schedule, and a viewer sent to one
+// that has not yet is answered 404 no_such_room, which the SDK takes as
+// final.
+func (s *stack) awaitRoom() {
+	t := s.t
+	t.Helper()
+	ticket, err := auth.MintTicket([]byte(ticketKey), "probe", auth.Ticket{Nick: "probe"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for _, n := range []string{"gslb-1", "gslb-2"} {
+		for {
+			req, _ := http.NewRequest(http.MethodGet, "http://"+s.procs[n].addr+"/v1/entry?room="+room, nil)
+			req.Header.Set("Authorization", "Bearer "+ticket)
+			resp, err := http.DefaultClient.Do(req)
+			if err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s never handed out an entry for room %s (last: %v)", n, room, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
 	}
 }
 
@@ -544,6 +585,7 @@ func (s *stack) startLoad(l load) *loadRun {
 	lr.cmd = exec.Command(s.bin, "loadgen", "-gslb", "http://"+s.lb.Addr(), "-room", room,
 		"-users", strconv.Itoa(l.senders), "-rate", strconv.FormatFloat(rate, 'f', 1, 64)+"/s",
 		"-gifts", strconv.FormatFloat(l.gifts, 'f', 1, 64)+"/s",
+		"-gift-ingest", "http://"+s.giftLB.Addr(),
 		"-pollers", strconv.Itoa(l.viewers), "-poller-edge",
 		"-duration", l.offer.String(), "-drain", l.drain.String(),
 		"-ingest-metrics", strings.Join(ingm, ","), "-slicer-metrics", strings.Join(slm, ","),

@@ -211,6 +211,10 @@ func rowOf(name string, rep *loadgen.Report) Row {
 			r.Errors["gift "+k] += v
 		}
 	}
+	if rep.Gifts.NotOffered > 0 {
+		// Not an answer: every gift worker was waiting on earlier orders.
+		r.Errors["gift orders not sent (workers busy)"] += rep.Gifts.NotOffered
+	}
 	if rep.Gifts.Failed > 0 {
 		r.Errors["gift orders given up"] += rep.Gifts.Failed
 	}

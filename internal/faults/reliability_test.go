@@ -65,6 +65,9 @@ var faultRows = []fault{
 	{name: "Redis Cluster master SIGKILL (gift-wait-replicas 1)", opts: stackOpts{cluster: true}, apply: func(t *testing.T, s *stack) {
 		s.cluster.MasterOf(t, redisx.RoomKey(room, "live")).Kill()
 	}},
+	{name: "Redis Cluster master SIGKILL, 2 replicas a master (gift-wait-replicas 1)", opts: stackOpts{cluster: true, replicas: 2}, apply: func(t *testing.T, s *stack) {
+		s.cluster.MasterOf(t, redisx.RoomKey(room, "live")).Kill()
+	}},
 	{name: "edge-2 partitioned from Redis 10 s", opts: stackOpts{partitionEdge: true}, apply: func(t *testing.T, s *stack) {
 		s.edgeRedis.Cut()
 		time.Sleep(10 * time.Second) // the partition itself

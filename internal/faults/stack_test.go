@@ -135,6 +135,8 @@ type stackOpts struct {
 	// cluster: a Redis Cluster (three masters, three replicas) instead
 	// of one server, and gifts answered once a replica holds them.
 	cluster bool
+	// replicas per Cluster master (zero: 1).
+	replicas int
 	// partitionEdge: edge-2 reaches Redis through a proxy the row cuts.
 	partitionEdge bool
 }
@@ -176,7 +178,7 @@ func newStack(t *testing.T, o stackOpts) *stack {
 	s.s3, s.s3srv = testenv.S3Restartable(t)
 	s.cdn, s.varnish = testenv.VarnishRestartable(t, s.s3.BucketURL())
 	if o.cluster {
-		s.cluster = testenv.RedisCluster(t)
+		s.cluster = testenv.RedisClusterWith(t, testenv.ClusterConfig{Replicas: o.replicas})
 		s.redisURL = s.cluster.URL()
 		s.rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: s.cluster.Addrs()})
 	} else {

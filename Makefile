@@ -29,7 +29,7 @@ GOBIN_DIR := $(firstword $(subst :, ,$(shell $(GO) env GOPATH)))/bin
 endif
 export PATH := $(GOBIN_DIR):$(PATH):/usr/sbin:/usr/local/sbin
 
-.PHONY: help deps fmt-check vet lint test fuzz bench bench-latency bench-web bench-rooms bench-ingest bench-limits bench-roundtrips bench-takedown local-up local-down
+.PHONY: help deps fmt-check vet lint test fuzz reliability soak bench bench-latency bench-web bench-rooms bench-ingest bench-limits bench-roundtrips bench-takedown local-up local-down
 
 help: ## list the targets
 	@echo "Targets:"
@@ -58,6 +58,22 @@ lint: ## staticcheck over both modules at the version pinned in go.mod's tool bl
 test: deps fmt-check vet lint ## deps + fmt-check + vet + lint + race tests against real servers + every benchmark once
 	DANMAKU_REQUIRE_SERVERS=1 $(GO) test -race -count=1 -timeout 20m $(PKGS)
 	DANMAKU_REQUIRE_SERVERS=1 $(GO) test -run '^$$' -bench . -benchtime=1x -timeout 10m $(PKGS)
+
+# The show's load for `make reliability` and `make soak`; scale it down on a
+# machine that cannot hold it (docs/reliability.md says what was run).
+VIEWERS ?= 1000
+SENDERS ?= 200
+GIFTS ?= 20
+# ROWS picks fault rows by regexp; SOAK is the soak's length (30m for the long one).
+ROWS ?= .
+SOAK ?= 10m
+FAULTS_ENV = DANMAKU_REQUIRE_SERVERS=1 DANMAKU_FAULTS_WRITE=1 DANMAKU_FAULTS_VIEWERS=$(VIEWERS) DANMAKU_FAULTS_SENDERS=$(SENDERS) DANMAKU_FAULTS_GIFTS=$(GIFTS)
+
+reliability: deps ## the fault table under load: every role its own process (two of each), loadgen at VIEWERS/SENDERS/GIFTS, one fault per row (ROWS=regexp), ~1 min a row; writes the table into docs/reliability.md
+	$(FAULTS_ENV) DANMAKU_RELIABILITY=1 DANMAKU_FAULTS_ROWS='$(ROWS)' $(GO) test -count=1 -run '^TestReliability$$' -v -timeout 60m ./internal/faults
+
+soak: deps ## the same load for SOAK (default 10m; SOAK=30m), every role, Redis and S3 sampled each 10 s; a slope and a verdict per series, written into docs/reliability.md
+	$(FAULTS_ENV) DANMAKU_SOAK=$(SOAK) $(GO) test -count=1 -run '^TestSoak$$' -v -timeout 90m ./internal/faults
 
 bench: deps ## benchmarks, 5 runs each, for docs/benchmarks.md (pipe to a file, compare with benchstat)
 	DANMAKU_REQUIRE_SERVERS=1 $(GO) test -run '^$$' -bench . -benchmem -count=5 -timeout 60m $(PKGS)

@@ -16,10 +16,27 @@ import (
 const giftAttempts = 4
 
 // giftSample is one gift the API accepted: when it was due to be sent,
-// and how many pollers have decoded it.
+// how many decodes the pollers made of it, and how many each poller made
+// (by its index in Generator.pollers; saturating at 255), so that a gift
+// one viewer got twice and another never is not read as delivered.
 type giftSample struct {
-	sentNs int64
-	seenBy int
+	sentNs    int64
+	seenBy    int
+	perPoller []uint8
+}
+
+// seen counts one decode of the gift by poller i.
+func (s *giftSample) seen(i, pollers int) {
+	s.seenBy++
+	if i < 0 {
+		return
+	}
+	if s.perPoller == nil {
+		s.perPoller = make([]uint8, pollers)
+	}
+	if i < len(s.perPoller) && s.perPoller[i] < 255 {
+		s.perPoller[i]++
+	}
 }
 
 type giftRequest struct {

@@ -23,10 +23,11 @@ type pollerState struct {
 // decodeEvent is a decode whose send was not yet answered when it was
 // decoded (the POST's answer and the segment raced): it is timed at the end.
 type decodeEvent struct {
-	gift bool
-	seq  int64
-	id   string
-	at   time.Time
+	gift   bool
+	poller int // index in Generator.pollers
+	seq    int64
+	id     string
+	at     time.Time
 }
 
 // maxPending bounds the decodes kept for later: gifts of other senders in
@@ -63,18 +64,19 @@ func (g *Generator) startPollers(ctx context.Context) {
 			continue
 		}
 		p := &pollerState{id: id, c: c, done: make(chan struct{})}
+		pi := len(g.pollers)
 		g.pollers = append(g.pollers, p)
 		g.pc.wg.Go(func() {
 			p.runErr = c.Run(ctx)
 			close(p.done)
 		})
-		g.pc.wg.Go(func() { g.consume(c) })
+		g.pc.wg.Go(func() { g.consume(pi, c) })
 	}
 }
 
-// consume reads a poller's merged stream (it must be read, or the SDK drops
-// barrage) and times the generator's own comments and gifts.
-func (g *Generator) consume(c *sdk.Client) {
+// consume reads poller pi's merged stream (it must be read, or the SDK
+// drops barrage) and times the generator's own comments and gifts.
+func (g *Generator) consume(pi int, c *sdk.Client) {
 	for m := range c.Messages() {
 		now := time.Now()
 		switch m.Kind {
@@ -84,10 +86,10 @@ func (g *Generator) consume(c *sdk.Client) {
 			}
 		case sdk.KindGift:
 			if len(m.Merged) == 0 {
-				g.giftDecoded(m.ID, now)
+				g.giftDecoded(pi, m.ID, now)
 			}
 			for _, id := range m.Merged {
-				g.giftDecoded(id, now)
+				g.giftDecoded(pi, id, now)
 			}
 		}
 	}
@@ -103,15 +105,15 @@ func (g *Generator) barrageDecoded(seq int64, at time.Time) {
 	g.addPending(decodeEvent{seq: seq, at: at})
 }
 
-func (g *Generator) giftDecoded(id string, at time.Time) {
+func (g *Generator) giftDecoded(pi int, id string, at time.Time) {
 	g.giftMu.Lock()
 	s := g.giftIDs[id]
 	if s != nil {
-		s.seenBy++
+		s.seen(pi, g.cfg.share(g.cfg.Pollers))
 	}
 	g.giftMu.Unlock()
 	if s == nil {
-		g.addPending(decodeEvent{gift: true, id: id, at: at})
+		g.addPending(decodeEvent{gift: true, poller: pi, id: id, at: at})
 		return
 	}
 	g.pc.giftPairs.Add(1)
@@ -146,7 +148,7 @@ func (g *Generator) resolvePending() {
 		g.giftMu.Lock()
 		s := g.giftIDs[e.id]
 		if s != nil {
-			s.seenBy++
+			s.seen(e.poller, g.cfg.share(g.cfg.Pollers))
 		}
 		g.giftMu.Unlock()
 		if s != nil {

@@ -1,6 +1,8 @@
 package loadgen
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -190,9 +192,12 @@ type Latencies struct {
 // DeliveryReport is what the pollers decoded of the generator's own
 // traffic, and their SDK counters over the offer and the drain.
 type DeliveryReport struct {
-	Pollers    int              `json:"pollers"`
-	Joined     int              `json:"joined"`
-	Edge       bool             `json:"edge"`
+	Pollers int  `json:"pollers"`
+	Joined  int  `json:"joined"`
+	Edge    bool `json:"edge"`
+	// JoinErrors are the pollers that are not joined at the report: the
+	// SDK refused to start one (its error), one stopped ("stopped: " and
+	// its error), or one is still fetching its entry ("not joined yet").
 	JoinErrors map[string]int64 `json:"join_errors,omitempty"`
 	// CommentsAccepted are the own comments answered 200; CommentsShown
 	// those at least one poller decoded, CommentsShownByAll those every
@@ -210,6 +215,12 @@ type DeliveryReport struct {
 	GiftsAccepted     int64 `json:"gifts_accepted"`
 	GiftsShown        int64 `json:"gifts_shown"`
 	GiftsShownByAll   int64 `json:"gifts_shown_by_all"`
+	// GiftPairsMissing are (poller, accepted gift) pairs where a poller
+	// that is joined at the end of the drain never decoded the gift;
+	// GiftPairsDoubled those where it decoded it more than once. Both are
+	// 0 when every gift reached every viewer exactly once.
+	GiftPairsMissing int64 `json:"gift_pairs_missing"`
+	GiftPairsDoubled int64 `json:"gift_pairs_doubled"`
 	// FirstPollHitRatio is FirstPollHits / SegmentsFetched: segments found
 	// by their first request (the poll schedule's aim).
 	SegmentsFetched   int64   `json:"segments_fetched"`
@@ -434,9 +445,35 @@ func (g *Generator) fillReport(r *Report, before, after sample, sb, sa sdk.Stats
 func (g *Generator) fillDelivery(d *DeliveryReport, sb, sa sdk.Stats) {
 	c := &g.cfg
 	d.Pollers, d.Edge, d.JoinErrors = c.share(c.Pollers), c.PollerEdge, nonEmptyMap(g.pc.joinErrors.snapshot())
-	for _, p := range g.pollers {
+	joined := make([]bool, len(g.pollers))
+	unjoined := map[string]int64{}
+	for i, p := range g.pollers {
+		select {
+		case <-p.done:
+			// A poller whose Run ended before the report gave up: say why.
+			if p.runErr != nil && !errors.Is(p.runErr, context.Canceled) {
+				msg := p.runErr.Error()
+				if len(msg) > 80 {
+					msg = msg[:80]
+				}
+				unjoined["stopped: "+msg]++
+				continue
+			}
+		default:
+		}
 		if p.c.Entry().Token != "" {
 			d.Joined++
+			joined[i] = true
+		} else {
+			unjoined["not joined yet"]++
+		}
+	}
+	if len(unjoined) > 0 {
+		if d.JoinErrors == nil {
+			d.JoinErrors = map[string]int64{}
+		}
+		for k, v := range unjoined {
+			d.JoinErrors[k] += v
 		}
 	}
 	d.CommentsAccepted, d.CommentsShown, d.CommentsShownByAll = g.seqs.tally(g.nextSeq, d.Joined)
@@ -449,6 +486,18 @@ func (g *Generator) fillDelivery(d *DeliveryReport, sb, sa sdk.Stats) {
 		}
 		if d.Joined > 0 && s.seenBy >= d.Joined {
 			d.GiftsShownByAll++
+		}
+		for i, ok := range joined {
+			n := uint8(0)
+			if i < len(s.perPoller) {
+				n = s.perPoller[i]
+			}
+			switch {
+			case ok && n == 0:
+				d.GiftPairsMissing++
+			case n > 1:
+				d.GiftPairsDoubled++
+			}
 		}
 	}
 	g.giftMu.Unlock()
@@ -660,7 +709,7 @@ func (r *Report) WriteText(w io.Writer) error {
 		p("\ndelivery  %d/%d pollers (%s)%s\n", d.Joined, d.Pollers, mode, countsSuffix("join errors", d.JoinErrors))
 		p("  own comments: %d answered ok, %d shown (%.1f%%), %d shown to every poller, %d decodes\n",
 			d.CommentsAccepted, d.CommentsShown, pct(d.CommentsShown, d.CommentsAccepted), d.CommentsShownByAll, d.CommentDecodes)
-		p("  own gifts:    %d accepted, %d shown, %d shown to every poller\n", d.GiftsAccepted, d.GiftsShown, d.GiftsShownByAll)
+		p("  own gifts:    %d accepted, %d shown, %d shown to every poller; (poller, gift) pairs missing %d, doubled %d\n", d.GiftsAccepted, d.GiftsShown, d.GiftsShownByAll, d.GiftPairsMissing, d.GiftPairsDoubled)
 		p("  first-poll hits %.1f%% (%d/%d), 404 retries %d, fetch errors %d, decode errors %d, seq gaps %d, duplicates %d, dropped by the SDK %d\n",
 			100*d.FirstPollHitRatio, d.FirstPollHits, d.SegmentsFetched, d.NotFoundRetries, d.FetchErrors, d.DecodeErrors, d.SeqGaps, d.Duplicates, d.DroppedBarrage)
 		if d.DecodedUnanswered > 0 {

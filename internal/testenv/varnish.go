@@ -29,6 +29,36 @@ const cdnHealthPath = "/_cdn/health"
 func Varnish(t testing.TB, backendURL string) (cdnURL string) {
 	t.Helper()
 	bin := varnishdBinary.require(t)
+	vcl := varnishVCL(t, backendURL)
+	listen := serve(t, "varnishd", bin, t.TempDir(),
+		func(port int, dir string) ([]string, error) { return varnishArgs(vcl, port, dir) },
+		func(port int) error { return httpOK(fmt.Sprintf("http://127.0.0.1:%d%s", port, cdnHealthPath)) })
+	return fmt.Sprintf("http://127.0.0.1:%d", listen)
+}
+
+// VarnishRestartable is Varnish, plus a handle that stops and starts it
+// again on the same port (its cache emptied, as a restarted CDN node's
+// is), for fault tests.
+func VarnishRestartable(t testing.TB, backendURL string) (cdnURL string, srv *Server) {
+	t.Helper()
+	bin := varnishdBinary.require(t)
+	vcl := varnishVCL(t, backendURL)
+	dir := t.TempDir()
+	port := freePort(t)
+	args, err := varnishArgs(vcl, port, dir)
+	if err != nil {
+		t.Fatalf("testenv: varnish: %v", err)
+	}
+	srv = &Server{t: t, name: "varnishd", bin: bin, args: args, dir: dir,
+		ready: func() error { return httpOK(fmt.Sprintf("http://127.0.0.1:%d%s", port, cdnHealthPath)) }}
+	srv.Start()
+	t.Cleanup(srv.Stop)
+	return fmt.Sprintf("http://127.0.0.1:%d", port), srv
+}
+
+// varnishVCL renders infra/local/varnish.vcl for backendURL.
+func varnishVCL(t testing.TB, backendURL string) string {
+	t.Helper()
 	host, port, prefix, err := splitBackend(backendURL)
 	if err != nil {
 		t.Fatalf("testenv: varnish backend: %v", err)
@@ -41,34 +71,32 @@ func Varnish(t testing.TB, backendURL string) (cdnURL string) {
 	if err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
-	vcl := strings.NewReplacer(
+	return strings.NewReplacer(
 		"@BACKEND_HOST@", host,
 		"@BACKEND_PORT@", port,
 		"@BACKEND_PREFIX@", prefix,
 	).Replace(string(src))
-
-	listen := serve(t, "varnishd", bin, t.TempDir(),
-		func(port int, dir string) ([]string, error) {
-			vclPath := filepath.Join(dir, "varnish.vcl")
-			if err := os.WriteFile(vclPath, []byte(vcl), 0o644); err != nil {
-				return nil, err
-			}
-			return []string{
-				"-F",         // foreground, so the test owns the process
-				"-j", "none", // no privilege drop: the work dir is the test's
-				"-T", "none", // no management listener to collide with
-				"-n", filepath.Join(dir, "work"),
-				"-a", "127.0.0.1:" + strconv.Itoa(port),
-				"-f", vclPath,
-				"-s", "malloc,64m",
-				"-l", "16m", // shared-memory log; the 80M default is wasted here
-			}, nil
-		},
-		func(port int) error { return httpOK(fmt.Sprintf("http://127.0.0.1:%d%s", port, cdnHealthPath)) })
-	return fmt.Sprintf("http://127.0.0.1:%d", listen)
 }
 
-// splitBackend turns "http://host:port/prefix" into its VCL parts.
+// varnishArgs writes vcl into dir and returns varnishd's arguments to
+// listen on port.
+func varnishArgs(vcl string, port int, dir string) ([]string, error) {
+	vclPath := filepath.Join(dir, "varnish.vcl")
+	if err := os.WriteFile(vclPath, []byte(vcl), 0o644); err != nil {
+		return nil, err
+	}
+	return []string{
+		"-F",         // foreground, so the test owns the process
+		"-j", "none", // no privilege drop: the work dir is the test's
+		"-T", "none", // no management listener to collide with
+		"-n", filepath.Join(dir, "work"),
+		"-a", "127.0.0.1:" + strconv.Itoa(port),
+		"-f", vclPath,
+		"-s", "malloc,64m",
+		"-l", "16m", // shared-memory log; the 80M default is wasted here
+	}, nil
+}
+
 func splitBackend(backendURL string) (host, port, prefix string, err error) {
 	u, err := url.Parse(backendURL)
 	if err != nil {

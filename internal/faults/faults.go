@@ -1,0 +1,218 @@
+// Package faults is the fault table and the soak of docs/reliability.md:
+// the whole stack under a show's load (`danmaku loadgen`), every role its
+// own process, while one thing breaks at a time (`make reliability`), or
+// for minutes while nothing does (`make soak`). The drivers are the
+// package's tests TestReliability and TestSoak, which run only when their
+// environment variables ask (the Makefile targets set them); what is here
+// is what they share and what is cheap to test: the table's rows, its
+// markdown, writing it between markers, a cuttable TCP proxy, and slopes.
+//
+// Nothing in the package keeps state between calls; a Proxy is safe for
+// concurrent use.
+package faults
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Row is one fault's line of the table.
+type Row struct {
+	// Fault says what was done ("slicer leader SIGKILL").
+	Fault string
+	// GiftsAccepted were answered stored by the gift API (a retry's
+	// duplicate answer included: stored once, its first answer lost).
+	GiftsAccepted int64
+	// GiftsInSegments are the distinct gift ids the room's segments hold;
+	// GiftsSegmentDoubled the ids found in more than one segment slot.
+	GiftsInSegments     int64
+	GiftsSegmentDoubled int64
+	// GiftsToAll are the accepted gifts every joined viewer decoded.
+	GiftsToAll int64
+	// Lost and Doubled are (viewer, gift) pairs: a joined viewer never
+	// decoded an accepted gift, or decoded it twice.
+	Lost, Doubled int64
+	// Viewers joined at the end, of those asked for.
+	Viewers, ViewersAsked int
+	// BarrageAdmitted were answered 200 and stored (the ingest's count);
+	// BarrageShown the comments of the run at least one viewer decoded.
+	BarrageOK, BarrageAdmitted, BarrageShown int64
+	// Recovery is the time from the fault to the end of the last moment
+	// the stack was seen unwell (Unwell says by what); 0: never.
+	Recovery time.Duration
+	Unwell   string
+	// Errors are what clients were answered other than success, by
+	// "kind code" ("barrage 503 backend_unavailable").
+	Errors map[string]int64
+	// Alerts are the alert rules that fired (or were pending) during the
+	// row, from a real Prometheus evaluating the repository's rules.
+	Alerts []string
+	// JumpsToLive and SeqGaps are the viewers' SDK counters: segments a
+	// lagging viewer skipped to catch up, and gaps in the segment
+	// sequence it saw (the edge still carries the gifts of both).
+	JumpsToLive, SeqGaps int64
+	// Note is anything the row needs said (a scaled load, a blocked row).
+	Note string
+	// Incomplete: the row did not run to its end; it does not pass.
+	Incomplete bool
+}
+
+// Pass reports whether the row kept every gift exactly once.
+func (r Row) Pass() bool {
+	return !r.Incomplete && r.Lost == 0 && r.Doubled == 0 && r.GiftsSegmentDoubled == 0 &&
+		r.GiftsInSegments == r.GiftsAccepted && r.GiftsToAll == r.GiftsAccepted
+}
+
+// Markdown renders rows as the table docs/reliability.md shows.
+func Markdown(rows []Row) string {
+	var b strings.Builder
+	b.WriteString("| fault | gifts accepted / in segments / to every viewer | lost | doubled | viewers | barrage ok / admitted / shown | recovery | client-visible errors | alerts | |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range rows {
+		verdict := "pass"
+		if !r.Pass() {
+			verdict = "**FAIL**"
+		}
+		rec := "none seen"
+		if r.Recovery > 0 {
+			rec = fmt.Sprintf("%.1f s", r.Recovery.Seconds())
+			if r.Unwell != "" {
+				rec += " (" + r.Unwell + ")"
+			}
+		}
+		if r.JumpsToLive > 0 || r.SeqGaps > 0 {
+			rec += fmt.Sprintf("; viewers jumped to live %d, sequence gaps %d", r.JumpsToLive, r.SeqGaps)
+		}
+		alerts := "none"
+		if len(r.Alerts) > 0 {
+			alerts = strings.Join(r.Alerts, ", ")
+		}
+		fault := r.Fault
+		if r.Note != "" {
+			fault += " — " + r.Note
+		}
+		doubled := fmt.Sprint(r.Doubled)
+		if r.GiftsSegmentDoubled > 0 {
+			doubled += fmt.Sprintf(" (+%d in segments)", r.GiftsSegmentDoubled)
+		}
+		fmt.Fprintf(&b, "| %s | %d / %d / %d | %d | %s | %d/%d | %d / %d / %d | %s | %s | %s | %s |\n",
+			fault, r.GiftsAccepted, r.GiftsInSegments, r.GiftsToAll, r.Lost, doubled,
+			r.Viewers, r.ViewersAsked, r.BarrageOK, r.BarrageAdmitted, r.BarrageShown,
+			rec, FormatCounts(r.Errors), alerts, verdict)
+	}
+	return b.String()
+}
+
+// FormatCounts writes counts as "k n; k n" in key order, or "none".
+func FormatCounts(m map[string]int64) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		if m[k] != 0 {
+			parts = append(parts, fmt.Sprintf("%s: %d", k, m[k]))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, "; ")
+}
+
+// ErrNoMarkers is returned by ReplaceBetween when the document lacks the
+// begin or end marker (or has them out of order).
+var ErrNoMarkers = errors.New("faults: markers not found")
+
+// Marker returns the begin and end markers of the generated block name.
+func Marker(name string) (begin, end string) {
+	return "<!-- " + name + ": begin (generated; do not edit) -->",
+		"<!-- " + name + ": end -->"
+}
+
+// ReplaceBetween returns doc with the text between the markers of name
+// replaced by body (the markers kept).
+func ReplaceBetween(doc, name, body string) (string, error) {
+	begin, end := Marker(name)
+	i := strings.Index(doc, begin)
+	j := strings.Index(doc, end)
+	if i < 0 || j < i {
+		return "", fmt.Errorf("%w: %q … %q", ErrNoMarkers, begin, end)
+	}
+	if !strings.HasSuffix(body, "\n") {
+		body += "\n"
+	}
+	return doc[:i+len(begin)] + "\n" + body + doc[j:], nil
+}
+
+// Slope is a least-squares line through one soak series.
+type Slope struct {
+	// PerMin is the fitted growth per minute; StdErr its standard error.
+	PerMin, StdErr float64
+	// Mean is the series' mean level.
+	Mean float64
+	N    int
+}
+
+// showLength is what a soak's slope is projected over: a long show.
+const showLength = 4 * time.Hour
+
+// maxShowGrowth is the growth over showLength, as a fraction of the
+// level, that a real but slow slope may reach and still pass: a process
+// at 150 % of its size at the end of a long show is sized for; a leak
+// that matters grows faster.
+const maxShowGrowth = 0.5
+
+// Fit fits ys against ts (minutes since the start). It needs three
+// points; with fewer, N says so and the rest is zero.
+func Fit(ts, ys []float64) Slope {
+	n := len(ts)
+	if n < 3 || len(ys) != n {
+		return Slope{N: n}
+	}
+	var mt, my float64
+	for i := range n {
+		mt += ts[i]
+		my += ys[i]
+	}
+	mt /= float64(n)
+	my /= float64(n)
+	var sxx, sxy float64
+	for i := range n {
+		sxx += (ts[i] - mt) * (ts[i] - mt)
+		sxy += (ts[i] - mt) * (ys[i] - my)
+	}
+	if sxx == 0 {
+		return Slope{N: n, Mean: my}
+	}
+	b := sxy / sxx
+	var rss float64
+	for i := range n {
+		r := ys[i] - (my + b*(ts[i]-mt))
+		rss += r * r
+	}
+	return Slope{PerMin: b, StdErr: math.Sqrt(rss / float64(n-2) / sxx), Mean: my, N: n}
+}
+
+// Flat is a slope's verdict, with the reason: flat within noise (the
+// fitted slope is within two standard errors of zero: no trend the
+// samples can tell from their scatter), or a trend too slow to matter
+// (projected over a 4-hour show it adds less than half the level), or a
+// real growth (a leak candidate). A shrinking series passes.
+func (s Slope) Flat() (bool, string) {
+	switch {
+	case s.N < 3:
+		return false, "too few samples"
+	case s.PerMin <= 2*s.StdErr:
+		return true, "flat within noise (slope ≤ 2 standard errors)"
+	case s.Mean != 0 && s.PerMin*showLength.Minutes() <= maxShowGrowth*math.Abs(s.Mean):
+		return true, fmt.Sprintf("a trend, but +%.0f %% over a 4-hour show (≤ %.0f %%)", 100*s.PerMin*showLength.Minutes()/math.Abs(s.Mean), 100*maxShowGrowth)
+	default:
+		return false, "grows: a leak candidate"
+	}
+}

@@ -1,0 +1,145 @@
+package faults
+
+import (
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestReplaceBetween(t *testing.T) {
+	begin, end := Marker("fault-table")
+	doc := "intro\n" + begin + "\nold\n" + end + "\nafter\n"
+	got, err := ReplaceBetween(doc, "fault-table", "new")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "intro\n" + begin + "\nnew\n" + end + "\nafter\n"; got != want {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+	for _, bad := range []string{"no markers", end + "\n" + begin} {
+		if _, err := ReplaceBetween(bad, "fault-table", "x"); !errors.Is(err, ErrNoMarkers) {
+			t.Errorf("%q: err %v, want ErrNoMarkers", bad, err)
+		}
+	}
+}
+
+func TestRowPass(t *testing.T) {
+	ok := Row{GiftsAccepted: 10, GiftsInSegments: 10, GiftsToAll: 10}
+	for _, tc := range []struct {
+		name string
+		row  Row
+		want bool
+	}{
+		{"exactly once", ok, true},
+		{"lost pair", func() Row { r := ok; r.Lost = 1; return r }(), false},
+		{"doubled pair", func() Row { r := ok; r.Doubled = 1; return r }(), false},
+		{"doubled in segments", func() Row { r := ok; r.GiftsSegmentDoubled = 1; return r }(), false},
+		{"missing from segments", func() Row { r := ok; r.GiftsInSegments = 9; return r }(), false},
+		{"not to every viewer", func() Row { r := ok; r.GiftsToAll = 9; return r }(), false},
+		{"incomplete", func() Row { r := ok; r.Incomplete = true; return r }(), false},
+	} {
+		if got := tc.row.Pass(); got != tc.want {
+			t.Errorf("%s: Pass() = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	md := Markdown([]Row{ok, {Fault: "x", Lost: 1}})
+	if strings.Count(md, "\n") != 4 || !strings.Contains(md, "**FAIL**") {
+		t.Errorf("markdown:\n%s", md)
+	}
+}
+
+// echoServer answers every connection by echoing it back.
+func echoServer(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { _, _ = io.Copy(c, c); c.Close() }()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+func roundTrip(addr string) error {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	// A bound on a held connection: the proxy under Cut passes nothing.
+	_ = c.SetDeadline(time.Now().Add(500 * time.Millisecond))
+	if _, err := c.Write([]byte("ping")); err != nil {
+		return err
+	}
+	b := make([]byte, 4)
+	_, err = io.ReadFull(c, b)
+	return err
+}
+
+func TestProxyCutRestoreAndFailover(t *testing.T) {
+	dead := func() string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := ln.Addr().String()
+		ln.Close()
+		return a
+	}()
+	p, err := NewProxy(dead, echoServer(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for i := range 3 { // a refusing backend is skipped, whichever comes first
+		if err := roundTrip(p.Addr()); err != nil {
+			t.Fatalf("round trip %d: %v", i, err)
+		}
+	}
+	p.Cut()
+	if err := roundTrip(p.Addr()); err == nil {
+		t.Fatal("a round trip passed a cut proxy")
+	}
+	p.Restore()
+	if err := roundTrip(p.Addr()); err != nil {
+		t.Fatalf("after Restore: %v", err)
+	}
+}
+
+func TestFitAndFlat(t *testing.T) {
+	ts := []float64{1, 2, 3, 4, 5, 6, 7, 8}
+	noisy := []float64{100, 101, 99, 100, 102, 98, 100, 101}
+	leak := []float64{100, 110, 120, 130, 140, 150, 160, 170}
+	slow := []float64{100, 100.1, 100.2, 100.3, 100.4, 100.5, 100.6, 100.7}
+	for _, tc := range []struct {
+		name string
+		ys   []float64
+		want bool
+	}{
+		{"noise", noisy, true},
+		{"leak", leak, false},
+		{"slow trend", slow, true}, // +24 % over a 4-hour show
+	} {
+		f := Fit(ts, tc.ys)
+		if ok, why := f.Flat(); ok != tc.want {
+			t.Errorf("%s: Flat() = %v (%s), fit %+v", tc.name, ok, why, f)
+		}
+	}
+	if f := Fit(ts, leak); f.PerMin < 9.99 || f.PerMin > 10.01 || f.StdErr > 1e-9 {
+		t.Errorf("leak fit %+v, want slope 10 and no error", f)
+	}
+	if ok, _ := Fit(ts[:2], leak[:2]).Flat(); ok {
+		t.Error("two points passed")
+	}
+}

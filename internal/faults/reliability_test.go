@@ -1,0 +1,299 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"danmaku/internal/loadgen"
+	"danmaku/internal/redisx"
+)
+
+// fault is one row of the table: what it needs of the stack and what it
+// does. apply runs at the fault's moment on the test's goroutine and
+// returns once the fault has been applied (and, for an outage, lifted).
+type fault struct {
+	name  string
+	opts  stackOpts
+	apply func(t *testing.T, s *stack)
+}
+
+func kill(name string, sig syscall.Signal) func(t *testing.T, s *stack) {
+	return func(t *testing.T, s *stack) { s.procs[name].signal(sig) }
+}
+
+var faultRows = []fault{
+	{name: "slicer leader SIGKILL", apply: func(t *testing.T, s *stack) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		id, err := s.leader(ctx)
+		if err != nil {
+			t.Fatalf("room leader: %v", err)
+		}
+		node, _, _ := strings.Cut(id, "#") // the lease holds "node#token"
+		p, ok := s.procs[node]
+		if !ok {
+			t.Fatalf("room leader %q is none of the slicers", id)
+		}
+		p.signal(syscall.SIGKILL)
+	}},
+	{name: "edge SIGKILL (edge-1 and its viewers)", apply: kill("edge-1", syscall.SIGKILL)},
+	{name: "edge SIGTERM (edge-1 drains over " + edgeDrain + ")", apply: kill("edge-1", syscall.SIGTERM)},
+	{name: "ingest SIGKILL", apply: kill("ingest-1", syscall.SIGKILL)},
+	{name: "gslb SIGKILL", apply: kill("gslb-1", syscall.SIGKILL)},
+	{name: "S3 stopped 10 s", apply: func(t *testing.T, s *stack) {
+		s.s3srv.Stop()
+		time.Sleep(10 * time.Second) // the outage itself
+		s.s3srv.Start()
+	}},
+	{name: "Varnish restarted (cache emptied)", apply: func(t *testing.T, s *stack) {
+		s.varnish.Stop()
+		s.varnish.Start()
+	}},
+	{name: "Redis Cluster master failover, graceful (gift-wait-replicas 1)", opts: stackOpts{cluster: true}, apply: func(t *testing.T, s *stack) {
+		m := s.cluster.MasterOf(t, redisx.RoomKey(room, "live"))
+		s.cluster.ReplicaOf(t, m).Failover(t)
+	}},
+	{name: "Redis Cluster master SIGKILL (gift-wait-replicas 1)", opts: stackOpts{cluster: true}, apply: func(t *testing.T, s *stack) {
+		s.cluster.MasterOf(t, redisx.RoomKey(room, "live")).Kill()
+	}},
+	{name: "Redis Cluster master SIGKILL, 2 replicas a master (gift-wait-replicas 1)", opts: stackOpts{cluster: true, replicas: 2}, apply: func(t *testing.T, s *stack) {
+		s.cluster.MasterOf(t, redisx.RoomKey(room, "live")).Kill()
+	}},
+	{name: "edge-2 partitioned from Redis 10 s", opts: stackOpts{partitionEdge: true}, apply: func(t *testing.T, s *stack) {
+		s.edgeRedis.Cut()
+		time.Sleep(10 * time.Second) // the partition itself
+		s.edgeRedis.Restore()
+	}},
+}
+
+// envInt reads a positive integer setting, or def.
+func envInt(t *testing.T, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		t.Fatalf("%s=%q: want a positive integer", name, v)
+	}
+	return n
+}
+
+// showLoad is the load of the issue, scaled by the environment the
+// Makefile sets (VIEWERS, SENDERS, GIFTS).
+func showLoad(t *testing.T, offer time.Duration) load {
+	return load{
+		viewers: envInt(t, "DANMAKU_FAULTS_VIEWERS", 1000),
+		senders: envInt(t, "DANMAKU_FAULTS_SENDERS", 200),
+		gifts:   float64(envInt(t, "DANMAKU_FAULTS_GIFTS", 20)),
+		offer:   offer,
+		drain:   20 * time.Second,
+	}
+}
+
+// TestReliability is `make reliability`: each fault row on its own fresh
+// stack under load, the table written into docs/reliability.md. Heavy
+// (about a minute a row, both cores): it runs only with
+// DANMAKU_RELIABILITY=1. DANMAKU_FAULTS_ROWS (a regexp) picks rows.
+func TestReliability(t *testing.T) {
+	if os.Getenv("DANMAKU_RELIABILITY") == "" {
+		t.Skip("the fault table under load takes minutes; set DANMAKU_RELIABILITY=1 (make reliability)")
+	}
+	pick := regexp.MustCompile(os.Getenv("DANMAKU_FAULTS_ROWS"))
+	warm := time.Duration(envInt(t, "DANMAKU_FAULTS_WARM_SECONDS", 10)) * time.Second
+	offer := time.Duration(envInt(t, "DANMAKU_FAULTS_SECONDS", 40)) * time.Second
+	l := showLoad(t, offer)
+	var rows []Row
+	for _, f := range faultRows {
+		if !pick.MatchString(f.name) {
+			continue
+		}
+		var row Row
+		ok := t.Run(f.name, func(t *testing.T) { row = runRow(t, f, l, warm) })
+		if !ok && row.Fault == "" {
+			row = Row{Fault: f.name, Incomplete: true, Note: "the row did not complete (see the test log)"}
+		}
+		rows = append(rows, row)
+		t.Logf("\n%s", Markdown([]Row{row}))
+	}
+	table := fmt.Sprintf("Load: %d viewers polling the CDN and holding the edge, %d senders at the SDK's send throttle (%.0f comments/s), %.0f gifts/s; %v of offer, the fault at %v; one run, %s.\n\n%s",
+		l.viewers, l.senders, float64(l.senders)/1.2, l.gifts, offer, warm, time.Now().UTC().Format("2006-01-02"), Markdown(rows))
+	writeTable(t, "fault-table", table)
+	fmt.Println(table)
+	for _, r := range rows {
+		if !r.Pass() {
+			t.Errorf("%s: gifts not exactly once: %+v", r.Fault, r)
+		}
+	}
+}
+
+// runRow runs one fault on a fresh stack and measures it.
+func runRow(t *testing.T, f fault, l load, warm time.Duration) Row {
+	s := newStack(t, f.opts)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	cn := s.startCanary(ctx, &wg)
+	lr := s.startLoad(l)
+	offerStart := lr.awaitOffer(t)
+	time.Sleep(time.Until(offerStart.Add(warm)))
+	faultAt := time.Now()
+	f.apply(t, s)
+	var err error
+	select {
+	case err = <-lr.done:
+	case <-time.After(l.offer + l.drain + 3*time.Minute):
+		t.Fatalf("loadgen did not end\n%s", tail(lr.output(), 30))
+	}
+	end := time.Now()
+	if err != nil {
+		t.Fatalf("loadgen: %v\n%s", err, tail(lr.output(), 30))
+	}
+	rep, err := lr.report()
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := rowOf(f.name, rep)
+	sctx, scancel := context.WithTimeout(context.Background(), time.Minute)
+	defer scancel()
+	row.GiftsInSegments, row.GiftsSegmentDoubled, err = s.segmentGifts(sctx)
+	if err != nil {
+		t.Errorf("segments: %v", err)
+	}
+	before, err := s.alerts(offerStart.Add(-5*time.Second), faultAt.Add(-time.Second))
+	if err != nil {
+		t.Errorf("alerts: %v", err)
+	}
+	after, err := s.alerts(faultAt, end)
+	if err != nil {
+		t.Errorf("alerts: %v", err)
+	}
+	for _, a := range after {
+		if slices.Contains(before, a) {
+			a += " also before the fault"
+		}
+		row.Alerts = append(row.Alerts, a)
+	}
+	for _, e := range rep.Drops.ScrapeErrors {
+		if strings.Contains(e, s.procs["ingest-1"].metrics) || strings.Contains(e, s.procs["ingest-2"].metrics) {
+			row.Note = "admitted counts the surviving ingest only (the killed one's counters are gone)"
+		}
+	}
+	row.Recovery, row.Unwell = recovery(faultAt, offerStart, rep.Timeline, cn.unwell(), l.gifts > 0)
+	return row
+}
+
+// rowOf reads the load's report into a row.
+func rowOf(name string, rep *loadgen.Report) Row {
+	d := rep.Delivery
+	r := Row{
+		Fault:         name,
+		GiftsAccepted: rep.Gifts.Accepted + rep.Gifts.DuplicateAfterRetry,
+		GiftsToAll:    d.GiftsShownByAll,
+		Lost:          d.GiftPairsMissing, Doubled: d.GiftPairsDoubled,
+		Viewers: d.Joined, ViewersAsked: d.Pollers,
+		BarrageOK: rep.Barrage.OK, BarrageAdmitted: rep.Drops.Accepted["barrage"], BarrageShown: d.CommentsShown,
+		JumpsToLive: d.JumpsToLive, SeqGaps: d.SeqGaps,
+		Errors: map[string]int64{},
+	}
+	for k, v := range rep.Barrage.Errors {
+		r.Errors["barrage "+k] += v
+	}
+	for k, v := range rep.Gifts.Answers {
+		if k != "200" {
+			r.Errors["gift "+k] += v
+		}
+	}
+	if rep.Gifts.NotOffered > 0 {
+		// Not an answer: every gift worker was waiting on earlier orders.
+		r.Errors["gift orders not sent (workers busy)"] += rep.Gifts.NotOffered
+	}
+	if rep.Gifts.Failed > 0 {
+		r.Errors["gift orders given up"] += rep.Gifts.Failed
+	}
+	for k, v := range rep.Users.EntryErrors {
+		r.Errors["entry "+k] += v
+	}
+	for k, v := range d.JoinErrors {
+		r.Errors["viewer join "+k] += v
+	}
+	if d.FetchErrors > 0 {
+		r.Errors["segment fetch errors"] += d.FetchErrors
+	}
+	return r
+}
+
+// recovery is the time from the fault to the end of the last moment the
+// stack was unwell after it: a second of the load's timeline with comment
+// errors, or with no gift accepted (when gifts are offered), or a moment
+// the canary viewer had no new segment for 2 s or one over 2 s late.
+func recovery(faultAt, offerStart time.Time, timeline []loadgen.Second, canary []time.Time, gifts bool) (time.Duration, string) {
+	var last time.Time
+	why := ""
+	if len(timeline) > 0 {
+		timeline = timeline[:len(timeline)-1] // the offer's last second may be partial
+	}
+	for _, sec := range timeline {
+		at := offerStart.Add(time.Duration(sec.T * float64(time.Second)))
+		if at.Before(faultAt) {
+			continue
+		}
+		switch {
+		case sec.Errors > 0:
+			if at.After(last) {
+				last, why = at, "comment errors"
+			}
+		case gifts && sec.GiftsOK == 0:
+			if at.After(last) {
+				last, why = at, "no gift accepted"
+			}
+		}
+	}
+	for _, at := range canary {
+		if at.After(faultAt) && at.After(last) {
+			last, why = at, "segments stalled"
+		}
+	}
+	if last.IsZero() {
+		return 0, ""
+	}
+	return last.Sub(faultAt), why
+}
+
+// writeTable puts table between name's markers in docs/reliability.md
+// when DANMAKU_FAULTS_WRITE is 1, or writes it alone to the file that
+// variable names otherwise.
+func writeTable(t *testing.T, name, table string) {
+	dest := os.Getenv("DANMAKU_FAULTS_WRITE")
+	switch dest {
+	case "":
+		return
+	case "1":
+		const doc = "../../docs/reliability.md"
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := ReplaceBetween(string(b), name, table)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(doc, []byte(out), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	default:
+		if err := os.WriteFile(dest, []byte(table), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,337 @@
+// Package calibrate measures on the machine it runs on the per-node figures
+// a plan needs (internal/plan's Profile), by running the repository's own
+// benchmarks — the harnesses docs/benchmarks.md reports — at a bounded size
+// and reading their metrics. It needs the module's source and a Go
+// toolchain (the benchmarks are test code), and redis-server on PATH (the
+// ingest and slicer figures are taken on Redis, as production runs them).
+// Everything runs on loopback.
+//
+// A Run is sequential (one benchmark at a time, so that each has the
+// machine to itself); Run is safe to call from one goroutine at a time.
+package calibrate
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"danmaku/internal/plan"
+)
+
+// Bench is one benchmark run: a package, a -bench pattern, its settings.
+type Bench struct {
+	Pkg       string
+	Pattern   string
+	Benchtime string
+	CPU       string // -cpu, empty for the default
+	Env       []string
+}
+
+// Args are the go test arguments of b.
+func (b Bench) Args() []string {
+	a := []string{"test", "-run", "^$", "-bench", b.Pattern, "-benchtime", b.Benchtime, "-count", "1", "-timeout", "15m"}
+	if b.CPU != "" {
+		a = append(a, "-cpu", b.CPU)
+	}
+	return append(a, b.Pkg)
+}
+
+func (b Bench) String() string {
+	env := strings.Join(b.Env, " ")
+	if env != "" {
+		env += " "
+	}
+	return env + "go " + strings.Join(b.Args(), " ")
+}
+
+// Runner runs a benchmark and returns go test's standard output.
+type Runner func(ctx context.Context, b Bench) ([]byte, error)
+
+// Config configures Run.
+type Config struct {
+	// Dir is the module's root (the directory of danmaku's go.mod).
+	// Empty: the working directory.
+	Dir string
+	// Quick: smaller runs (about half the time), for a first look.
+	Quick bool
+	// Progress receives a line per benchmark. Nil: discarded.
+	Progress io.Writer
+	// Run runs a benchmark. Nil: `go test` in Dir.
+	Run Runner
+	// Now is the clock of Profile.Taken. Nil: time.Now.
+	Now func() time.Time
+	// Command is recorded in the profile.
+	Command string
+}
+
+// ErrNotModule: Dir is not the root of the danmaku module.
+var ErrNotModule = errors.New("calibrate: not the root of the danmaku module (run from a checkout, or give -src)")
+
+// Metrics are one benchmark line's metrics by unit, under its name.
+type Metrics map[string]map[string]float64
+
+// Parse reads go test -bench output: each "BenchmarkX/sub-N  n  v unit  v
+// unit ..." line becomes Metrics["BenchmarkX/sub"][unit] = v.
+func Parse(out []byte) Metrics {
+	m := Metrics{}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(make([]byte, 1<<16), 1<<20)
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		if len(fs) < 4 || !strings.HasPrefix(fs[0], "Benchmark") {
+			continue
+		}
+		if _, err := strconv.Atoi(fs[1]); err != nil {
+			continue
+		}
+		name := fs[0]
+		if i := strings.LastIndexByte(name, '-'); i > 0 {
+			if _, err := strconv.Atoi(name[i+1:]); err == nil {
+				name = name[:i]
+			}
+		}
+		units := map[string]float64{}
+		for i := 2; i+1 < len(fs); i += 2 {
+			v, err := strconv.ParseFloat(fs[i], 64)
+			if err != nil {
+				break
+			}
+			units[fs[i+1]] = v
+		}
+		m[name] = units
+	}
+	return m
+}
+
+// get returns the metric or an error naming the benchmark and the unit.
+func (m Metrics) get(name, unit string) (float64, error) {
+	u, ok := m[name]
+	if !ok {
+		return 0, fmt.Errorf("calibrate: no result line for %s", name)
+	}
+	v, ok := u[unit]
+	if !ok || !(v > 0) {
+		return 0, fmt.Errorf("calibrate: %s reported no %s", name, unit)
+	}
+	return v, nil
+}
+
+// step is one benchmark and the figures read from its metrics.
+type step struct {
+	bench Bench
+	take  func(m Metrics, cores float64, how string, set func(name string, f plan.Figure)) error
+}
+
+func measured(v float64, unit, how string) plan.Figure {
+	return plan.Figure{Value: v, Unit: unit, Source: plan.SourceMeasured, How: how, Runs: []float64{v}}
+}
+
+// steps are the benchmarks a calibration runs, smaller when quick.
+func steps(quick bool) []step {
+	conns, gifts, entries, posts, window := "2000", "30", "20000x", "20000x", "5s"
+	if quick {
+		conns, gifts, entries, posts, window = "1000", "20", "8000x", "8000x", "3s"
+	}
+	return []step{
+		{
+			bench: Bench{Pkg: "./edge", Pattern: "EdgeScale$", Benchtime: "1x",
+				Env: []string{"EDGE_SCALE_TLS=1", "EDGE_SCALE_CONNS=" + conns, "EDGE_SCALE_GIFTS=" + gifts, "EDGE_SCALE_SLOW_GIFTS=2"}},
+			take: func(m Metrics, cores float64, how string, set func(string, plan.Figure)) error {
+				for _, side := range []struct{ sub, suffix, what string }{{"ws", "", "plain WebSocket"}, {"wss", "_tls", "the edge terminating TLS"}} {
+					name := "BenchmarkEdgeScale/" + side.sub
+					frame, err := m.get(name, "cpu-µs/frame")
+					if err != nil {
+						return err
+					}
+					rss, err := m.get(name, "rss-B/conn")
+					if err != nil {
+						return err
+					}
+					connect, err := m.get(name, "cpu-µs/connect")
+					if err != nil {
+						return err
+					}
+					h := how + " (" + side.what + "; " + conns + " connections, the load client in a child process)"
+					set("edge_cpu_us_per_frame"+side.suffix, measured(frame, "µs/frame", "cpu-µs/frame of "+h))
+					set("edge_bytes_per_conn"+side.suffix, measured(rss, "bytes/connection", "rss-B/conn (RSS growth per idle connection) of "+h))
+					set("edge_connects_per_s_per_core"+side.suffix, measured(1e6/connect, "connects/(s·core)", "1e6 / cpu-µs/connect (server CPU per accept, handshake, upgrade, token) of "+h))
+				}
+				return nil
+			},
+		},
+		{
+			bench: Bench{Pkg: "./gslb", Pattern: "EntryHTTP", Benchtime: entries},
+			take: func(m Metrics, cores float64, how string, set func(string, plan.Figure)) error {
+				v, err := m.get("BenchmarkEntryHTTP/entry", "req/s")
+				if err != nil {
+					return err
+				}
+				set("entry_answers_per_s_per_core", measured(v/cores, "entries/(s·core)", fmt.Sprintf("req/s of %s (entry: ticket, allocation, Ed25519 token, over loopback HTTP, 64 in flight, the client on the same cores) / %g cores", how, cores)))
+				return nil
+			},
+		},
+		{
+			bench: Bench{Pkg: "./ingest", Pattern: "IngestHTTP/redis", Benchtime: posts},
+			take: func(m Metrics, cores float64, how string, set func(string, plan.Figure)) error {
+				v, err := m.get("BenchmarkIngestHTTP/redis", "req/s")
+				if err != nil {
+					return err
+				}
+				set("ingest_admitted_per_s_per_core", measured(v/cores, "comments/(s·core)", fmt.Sprintf("req/s of %s (every comment through token, bans, buckets, words, duplicates, audit, room gate, XADD on Redis; the client and Redis on the same cores) / %g cores", how, cores)))
+				return nil
+			},
+		},
+		{
+			bench: Bench{Pkg: "./slicer", Pattern: "IdleRooms", Benchtime: "1x",
+				Env: []string{"DANMAKU_ROOMS=100", "DANMAKU_ROOMS_WINDOW=" + window}},
+			take: func(m Metrics, cores float64, how string, set func(string, plan.Figure)) error {
+				name := "BenchmarkIdleRooms/rooms=100"
+				calls, err := m.get(name, "redis-calls/room/s")
+				if err != nil {
+					return err
+				}
+				cmds, err := m.get(name, "redis-cmds/room/s")
+				if err != nil {
+					return err
+				}
+				cpu, err := m.get(name, "cpu-ms/room/s")
+				if err != nil {
+					return err
+				}
+				h := how + " (100 live rooms, a leader and a standby, over " + window + ")"
+				set("slicer_redis_calls_per_room_s", measured(calls, "calls/(room·s)", "redis-calls/room/s of "+h))
+				set("slicer_redis_cmds_per_room_s", measured(cmds, "commands/(room·s)", "redis-cmds/room/s of "+h))
+				set("slicer_cpu_ms_per_room_s", measured(cpu, "ms/(room·s)", "cpu-ms/room/s of "+h))
+				return nil
+			},
+		},
+		{
+			bench: Bench{Pkg: "./slicer", Pattern: "StreamToSegment/redis", Benchtime: "5x", CPU: "1"},
+			take: func(m Metrics, cores float64, how string, set func(string, plan.Figure)) error {
+				v, err := m.get("BenchmarkStreamToSegment/redis/perSecond=12000", "msgs/s")
+				if err != nil {
+					return err
+				}
+				set("slicer_msgs_per_s_per_core", measured(v, "messages/(s·core)", "msgs/s of "+how+" (one core: read, queue, sample, encode, PUT, ack; Redis on loopback)"))
+				return nil
+			},
+		},
+	}
+}
+
+// Run measures the figures and returns the profile.
+func Run(ctx context.Context, cfg Config) (*plan.Profile, error) {
+	if cfg.Dir == "" {
+		cfg.Dir = "."
+	}
+	if cfg.Progress == nil {
+		cfg.Progress = io.Discard
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Run == nil {
+		if err := checkModule(cfg.Dir); err != nil {
+			return nil, err
+		}
+		cfg.Run = goTest(cfg.Dir)
+	}
+	m := Describe()
+	p := &plan.Profile{V: plan.ProfileVersion, Taken: cfg.Now().UTC().Format(time.RFC3339), Command: cfg.Command, Machine: m}
+	design := plan.DesignFigures()
+	names := make([]string, 0, len(design))
+	for n := range design {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		p.Figures.Set(n, design[n])
+	}
+	var setErr error
+	set := func(name string, f plan.Figure) {
+		if !p.Figures.Set(name, f) && setErr == nil {
+			setErr = fmt.Errorf("calibrate: no profile field %q", name)
+		}
+	}
+	for _, s := range steps(cfg.Quick) {
+		start := time.Now()
+		fmt.Fprintf(cfg.Progress, "calibrate: %s\n", s.bench)
+		out, err := cfg.Run(ctx, s.bench)
+		if err != nil {
+			return nil, fmt.Errorf("calibrate: %s: %w", s.bench, err)
+		}
+		if err := s.take(Parse(out), float64(m.Cores), "`"+s.bench.String()+"`", set); err != nil {
+			return nil, err
+		}
+		if setErr != nil {
+			return nil, setErr
+		}
+		fmt.Fprintf(cfg.Progress, "calibrate:   done in %v\n", time.Since(start).Round(time.Second))
+	}
+	if err := p.Check(); err != nil {
+		return nil, fmt.Errorf("calibrate: the profile measured is incomplete: %w", err)
+	}
+	return p, nil
+}
+
+func checkModule(dir string) error {
+	b, err := os.ReadFile(dir + "/go.mod")
+	if err != nil || !bytes.HasPrefix(bytes.TrimSpace(b), []byte("module danmaku\n")) {
+		return ErrNotModule
+	}
+	return nil
+}
+
+// goTest runs benchmarks with the go command in dir.
+func goTest(dir string) Runner {
+	return func(ctx context.Context, b Bench) ([]byte, error) {
+		cmd := exec.CommandContext(ctx, "go", b.Args()...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), b.Env...)
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		if err := cmd.Run(); err != nil {
+			return nil, fmt.Errorf("%v\n%s%s", err, tail(out.String()), tail(errb.String()))
+		}
+		return out.Bytes(), nil
+	}
+}
+
+func tail(s string) string {
+	if len(s) > 4000 {
+		return "…" + s[len(s)-4000:]
+	}
+	return s
+}
+
+// Describe describes this machine: cores, CPU model, kernel, Go.
+func Describe() plan.Machine {
+	m := plan.Machine{Cores: runtime.NumCPU(), Go: runtime.Version(), OSArch: runtime.GOOS + "/" + runtime.GOARCH, Model: "unknown", Kernel: "unknown"}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.Model = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = "Linux " + strings.TrimSpace(string(b))
+	}
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			m.LoadAvg1m, _ = strconv.ParseFloat(f[0], 64)
+		}
+	}
+	return m
+}

@@ -166,6 +166,9 @@ func New(e *Event, p *Profile) (*Plan, error) {
 		g := &e.Rooms[i]
 		share := g.ViewerShare / float64(g.Count)
 		r := room{group: g, viewers: e.Viewers * share, offered: e.CommentsPerS * share, gifts: e.GiftsPerS * share}
+		if r.gifts > e.Budget {
+			return nil, fieldErr(CodeInfeasible, "gifts_per_s", "%.1f gifts a second in each room of %q, above the budget of %g messages a second: gifts are never dropped, so the backlog would grow until the rooms refuse gifts (more rooms or a higher budget)", r.gifts, g.Name, e.Budget)
+		}
 		r.admitted = math.Min(r.offered, e.RoomRefillPerS)
 		r.pushed = r.gifts * e.GiftPushShare
 		r.frames = math.Min(r.pushed, 1000/giftMergeMs)

@@ -187,7 +187,12 @@ func TestPlanInfeasible(t *testing.T) {
 		t.Fatalf("err = %v, want infeasible join_per_s", err)
 	}
 	e = testEvent()
-	e.GiftsPerS, e.RoomRefillPerS = 20000, 60000 // one room past a shard
+	e.GiftsPerS = 61 // above the budget of 60
+	if _, err := New(e, p); !errors.As(err, &pe) || pe.Code != CodeInfeasible || pe.Field != "gifts_per_s" {
+		t.Fatalf("err = %v, want infeasible gifts_per_s", err)
+	}
+	e = testEvent()
+	e.Budget, e.GiftsPerS, e.RoomRefillPerS = 30000, 20000, 60000 // one room past a shard
 	if _, err := New(e, p); !errors.As(err, &pe) || pe.Code != CodeInfeasible || pe.Field != "rooms" {
 		t.Fatalf("err = %v, want infeasible rooms", err)
 	}

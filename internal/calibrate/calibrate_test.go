@@ -1,0 +1,91 @@
+package calibrate
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"danmaku/internal/plan"
+)
+
+// output is what each benchmark prints, shaped as go test prints it.
+var output = map[string]string{
+	"./edge": `goos: linux
+BenchmarkEdgeScale/ws-2         	       1	25000000000 ns/op	        10.0 cpu-µs/frame	       600.0 rss-B/conn	       400.0 cpu-µs/connect
+BenchmarkEdgeScale/wss-2        	       1	29000000000 ns/op	        20.0 cpu-µs/frame	     20000 rss-B/conn	      1600 cpu-µs/connect
+PASS`,
+	"./gslb":                         "BenchmarkEntryHTTP/bare-2 \t 20000 \t 40000 ns/op \t 25000 req/s\nBenchmarkEntryHTTP/entry-2 \t 20000 \t 50000 ns/op \t 20000 req/s\n",
+	"./ingest":                       "BenchmarkIngestHTTP/redis-2 \t 20000 \t 70000 ns/op \t 13000 req/s\n",
+	"./slicer IdleRooms":             "BenchmarkIdleRooms/rooms=100-2 1 5000000000 ns/op 3.6 redis-calls/room/s 9.0 redis-cmds/room/s 0.15 cpu-ms/room/s 80 heap-KiB/room\n",
+	"./slicer StreamToSegment/redis": "BenchmarkStreamToSegment/redis/perSecond=12000 5 200000000 ns/op 60000 msgs/s\n",
+}
+
+func fake(_ context.Context, b Bench) ([]byte, error) {
+	if o, ok := output[b.Pkg]; ok {
+		return []byte(o), nil
+	}
+	if o, ok := output[b.Pkg+" "+b.Pattern]; ok {
+		return []byte(o), nil
+	}
+	return nil, errors.New("no such benchmark")
+}
+
+func TestParse(t *testing.T) {
+	m := Parse([]byte(output["./edge"]))
+	if v := m["BenchmarkEdgeScale/wss"]["cpu-µs/connect"]; v != 1600 {
+		t.Fatalf("wss cpu-µs/connect = %v, metrics %v", v, m)
+	}
+	if _, err := m.get("BenchmarkEdgeScale/ws", "p99-ms"); err == nil {
+		t.Fatal("a missing metric is an error")
+	}
+}
+
+func TestRunAssemblesAProfile(t *testing.T) {
+	now := time.Date(2026, 12, 5, 21, 0, 0, 0, time.UTC)
+	var progress bytes.Buffer
+	p, err := Run(context.Background(), Config{Run: fake, Now: func() time.Time { return now }, Progress: &progress, Command: "danmaku calibrate"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cores := float64(p.Machine.Cores)
+	f := p.Figures
+	for _, c := range []struct {
+		name string
+		got  plan.Figure
+		want float64
+	}{
+		{"edge frame tls", f.EdgeCPUUsPerFrameTLS, 20},
+		{"edge bytes", f.EdgeBytesPerConn, 600},
+		{"connects tls", f.EdgeConnectsPerSCoreTLS, 1e6 / 1600},
+		{"entry", f.EntryAnswersPerSCore, 20000 / cores},
+		{"ingest", f.IngestAdmittedPerSCore, 13000 / cores},
+		{"slicer cpu", f.SlicerCPUMsPerRoomS, 0.15},
+		{"slicer msgs", f.SlicerMsgsPerSCore, 60000},
+	} {
+		if c.got.Value != c.want || c.got.Source != plan.SourceMeasured {
+			t.Errorf("%s = %+v, want %v measured", c.name, c.got, c.want)
+		}
+	}
+	if f.S3PutsPerRoomSegment.Source != plan.SourceDesign || p.Taken != "2026-12-05T21:00:00Z" {
+		t.Errorf("design figures or time: %+v %s", f.S3PutsPerRoomSegment, p.Taken)
+	}
+	if !strings.Contains(progress.String(), "EDGE_SCALE_TLS=1") {
+		t.Errorf("progress names no command:\n%s", progress.String())
+	}
+}
+
+func TestRunRefusesAMissingMetric(t *testing.T) {
+	broken := func(ctx context.Context, b Bench) ([]byte, error) {
+		if b.Pkg == "./gslb" {
+			return []byte("BenchmarkEntryHTTP/entry-2 20000 50000 ns/op\n"), nil
+		}
+		return fake(ctx, b)
+	}
+	_, err := Run(context.Background(), Config{Run: broken})
+	if err == nil || !strings.Contains(err.Error(), "req/s") {
+		t.Fatalf("err = %v, want one naming req/s", err)
+	}
+}

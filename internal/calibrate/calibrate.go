@@ -19,6 +19,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -46,6 +47,15 @@ func (b Bench) Args() []string {
 	return append(a, b.Pkg)
 }
 
+// binaryArgs are the arguments of the package's test binary for b.
+func (b Bench) binaryArgs() []string {
+	a := []string{"-test.run", "^$", "-test.bench", b.Pattern, "-test.benchtime", b.Benchtime, "-test.count", "1", "-test.timeout", "15m"}
+	if b.CPU != "" {
+		a = append(a, "-test.cpu", b.CPU)
+	}
+	return a
+}
+
 func (b Bench) String() string {
 	env := strings.Join(b.Env, " ")
 	if env != "" {
@@ -54,8 +64,16 @@ func (b Bench) String() string {
 	return env + "go " + strings.Join(b.Args(), " ")
 }
 
-// Runner runs a benchmark and returns go test's standard output.
-type Runner func(ctx context.Context, b Bench) ([]byte, error)
+// Result is one benchmark run: go test's standard output and the CPU time
+// (user and system) of the test process and the children it waited for
+// (a load client, redis-server).
+type Result struct {
+	Out []byte
+	CPU time.Duration
+}
+
+// Runner runs a benchmark.
+type Runner func(ctx context.Context, b Bench) (Result, error)
 
 // Config configures Run.
 type Config struct {
@@ -126,10 +144,18 @@ func (m Metrics) get(name, unit string) (float64, error) {
 	return v, nil
 }
 
-// step is one benchmark and the figures read from its metrics.
+// step is one benchmark and the figures read from its metrics. A step
+// with a marginal function runs its benchmark twice, at small and at
+// bench's benchtime (both "Nx"), and hands it the requests and the CPU
+// time between the two: the CPU one more request costs, setup (tickets,
+// tokens, servers) and the machine's other load left out.
 type step struct {
-	bench Bench
-	take  func(m Metrics, cores float64, how string, set func(name string, f plan.Figure)) error
+	bench    Bench
+	small    string
+	take     func(m Metrics, cores float64, how string, set func(name string, f plan.Figure)) error
+	marginal func(perCPUSecond float64, how string, set func(name string, f plan.Figure))
+	// perOp: what one benchmark iteration counts for marginal (0: 1).
+	perOp float64
 }
 
 func measured(v float64, unit, how string) plan.Figure {
@@ -138,9 +164,11 @@ func measured(v float64, unit, how string) plan.Figure {
 
 // steps are the benchmarks a calibration runs, smaller when quick.
 func steps(quick bool) []step {
-	conns, gifts, entries, posts, window := "2000", "30", "20000x", "20000x", "5s"
+	conns, gifts, window := "2000", "30", "5s"
+	entries, entriesSmall, posts, postsSmall := "20000x", "5000x", "16000x", "4000x"
 	if quick {
-		conns, gifts, entries, posts, window = "1000", "20", "8000x", "8000x", "3s"
+		conns, gifts, window = "1000", "20", "3s"
+		entries, entriesSmall, posts, postsSmall = "8000x", "2000x", "8000x", "2000x"
 	}
 	return []step{
 		{
@@ -170,25 +198,15 @@ func steps(quick bool) []step {
 			},
 		},
 		{
-			bench: Bench{Pkg: "./gslb", Pattern: "EntryHTTP", Benchtime: entries},
-			take: func(m Metrics, cores float64, how string, set func(string, plan.Figure)) error {
-				v, err := m.get("BenchmarkEntryHTTP/entry", "req/s")
-				if err != nil {
-					return err
-				}
-				set("entry_answers_per_s_per_core", measured(v/cores, "entries/(s·core)", fmt.Sprintf("req/s of %s (entry: ticket, allocation, Ed25519 token, over loopback HTTP, 64 in flight, the client on the same cores) / %g cores", how, cores)))
-				return nil
+			bench: Bench{Pkg: "./gslb", Pattern: "EntryHTTP/entry", Benchtime: entries}, small: entriesSmall,
+			marginal: func(v float64, how string, set func(string, plan.Figure)) {
+				set("entry_answers_per_s_per_core", measured(v, "entries/(s·core)", "requests per CPU second between "+how+" (entry: ticket, allocation, Ed25519 token, over loopback HTTP, 64 in flight; the client's CPU included)"))
 			},
 		},
 		{
-			bench: Bench{Pkg: "./ingest", Pattern: "IngestHTTP/redis", Benchtime: posts},
-			take: func(m Metrics, cores float64, how string, set func(string, plan.Figure)) error {
-				v, err := m.get("BenchmarkIngestHTTP/redis", "req/s")
-				if err != nil {
-					return err
-				}
-				set("ingest_admitted_per_s_per_core", measured(v/cores, "comments/(s·core)", fmt.Sprintf("req/s of %s (every comment through token, bans, buckets, words, duplicates, audit, room gate, XADD on Redis; the client and Redis on the same cores) / %g cores", how, cores)))
-				return nil
+			bench: Bench{Pkg: "./ingest", Pattern: "IngestHTTP/redis", Benchtime: posts}, small: postsSmall,
+			marginal: func(v float64, how string, set func(string, plan.Figure)) {
+				set("ingest_admitted_per_s_per_core", measured(v, "comments/(s·core)", "requests per CPU second between "+how+" (every comment through token, bans, buckets, words, duplicates, audit, room gate, XADD on Redis; the client's and Redis's CPU included)"))
 			},
 		},
 		{
@@ -216,14 +234,9 @@ func steps(quick bool) []step {
 			},
 		},
 		{
-			bench: Bench{Pkg: "./slicer", Pattern: "StreamToSegment/redis", Benchtime: "5x", CPU: "1"},
-			take: func(m Metrics, cores float64, how string, set func(string, plan.Figure)) error {
-				v, err := m.get("BenchmarkStreamToSegment/redis/perSecond=12000", "msgs/s")
-				if err != nil {
-					return err
-				}
-				set("slicer_msgs_per_s_per_core", measured(v, "messages/(s·core)", "msgs/s of "+how+" (one core: read, queue, sample, encode, PUT, ack; Redis on loopback)"))
-				return nil
+			bench: Bench{Pkg: "./slicer", Pattern: "StreamToSegment/redis", Benchtime: "6x", CPU: "1"}, small: "2x", perOp: 12000,
+			marginal: func(v float64, how string, set func(string, plan.Figure)) {
+				set("slicer_msgs_per_s_per_core", measured(v, "messages/(s·core)", "messages per CPU second between "+how+" (12,000 messages a slot: read, queue, sample, encode, PUT, ack; the appends' and Redis's CPU included)"))
 			},
 		},
 	}
@@ -244,7 +257,9 @@ func Run(ctx context.Context, cfg Config) (*plan.Profile, error) {
 		if err := checkModule(cfg.Dir); err != nil {
 			return nil, err
 		}
-		cfg.Run = goTest(cfg.Dir)
+		run, cleanup := goTest(cfg.Dir)
+		defer cleanup()
+		cfg.Run = run
 	}
 	m := Describe()
 	p := &plan.Profile{V: plan.ProfileVersion, Taken: cfg.Now().UTC().Format(time.RFC3339), Command: cfg.Command, Machine: m}
@@ -265,13 +280,37 @@ func Run(ctx context.Context, cfg Config) (*plan.Profile, error) {
 	}
 	for _, s := range steps(cfg.Quick) {
 		start := time.Now()
-		fmt.Fprintf(cfg.Progress, "calibrate: %s\n", s.bench)
-		out, err := cfg.Run(ctx, s.bench)
-		if err != nil {
-			return nil, fmt.Errorf("calibrate: %s: %w", s.bench, err)
-		}
-		if err := s.take(Parse(out), float64(m.Cores), "`"+s.bench.String()+"`", set); err != nil {
-			return nil, err
+		how := "`" + s.bench.String() + "`"
+		if s.marginal != nil {
+			small := s.bench
+			small.Benchtime = s.small
+			fmt.Fprintf(cfg.Progress, "calibrate: %s, then -benchtime %s\n", small, s.bench.Benchtime)
+			var rs [2]Result
+			for i, b := range []Bench{small, s.bench} {
+				r, err := runChecked(ctx, cfg.Run, b)
+				if err != nil {
+					return nil, err
+				}
+				rs[i] = r
+			}
+			n := float64(times(s.bench.Benchtime) - times(small.Benchtime))
+			if s.perOp > 0 {
+				n *= s.perOp
+			}
+			cpu := (rs[1].CPU - rs[0].CPU).Seconds()
+			if !(n > 0) || !(cpu > 0) {
+				return nil, fmt.Errorf("calibrate: %s: %v more requests took %v more CPU: nothing to measure (run again on a quieter machine)", s.bench, n, rs[1].CPU-rs[0].CPU)
+			}
+			s.marginal(n/cpu, how+" and -benchtime "+s.small, set)
+		} else {
+			fmt.Fprintf(cfg.Progress, "calibrate: %s\n", s.bench)
+			r, err := runChecked(ctx, cfg.Run, s.bench)
+			if err != nil {
+				return nil, err
+			}
+			if err := s.take(Parse(r.Out), float64(m.Cores), how, set); err != nil {
+				return nil, err
+			}
 		}
 		if setErr != nil {
 			return nil, setErr
@@ -292,19 +331,62 @@ func checkModule(dir string) error {
 	return nil
 }
 
-// goTest runs benchmarks with the go command in dir.
-func goTest(dir string) Runner {
-	return func(ctx context.Context, b Bench) ([]byte, error) {
-		cmd := exec.CommandContext(ctx, "go", b.Args()...)
-		cmd.Dir = dir
+// runChecked runs b and checks that its benchmark reported (a benchmark
+// that skips prints no result line).
+func runChecked(ctx context.Context, run Runner, b Bench) (Result, error) {
+	r, err := run(ctx, b)
+	if err != nil {
+		return Result{}, fmt.Errorf("calibrate: %s: %w", b, err)
+	}
+	want := "Benchmark" + strings.TrimSuffix(b.Pattern, "$")
+	for name := range Parse(r.Out) {
+		if strings.HasPrefix(name, want) {
+			return r, nil
+		}
+	}
+	return Result{}, fmt.Errorf("calibrate: %s reported no result (skipped? redis-server must be on PATH):\n%s", b, tail(string(r.Out)))
+}
+
+// times is N of a benchtime "Nx"; 0 for any other.
+func times(benchtime string) int {
+	n, err := strconv.Atoi(strings.TrimSuffix(benchtime, "x"))
+	if err != nil || !strings.HasSuffix(benchtime, "x") {
+		return 0
+	}
+	return n
+}
+
+// goTest builds each package's test binary once (go test -c) and runs it
+// in the package's directory, as go test would, timing its CPU.
+func goTest(dir string) (Runner, func()) {
+	tmp, err := os.MkdirTemp("", "danmaku-calibrate-")
+	built := map[string]string{}
+	run := func(ctx context.Context, b Bench) (Result, error) {
+		if err != nil {
+			return Result{}, err
+		}
+		bin, ok := built[b.Pkg]
+		if !ok {
+			bin = filepath.Join(tmp, strings.ReplaceAll(strings.Trim(b.Pkg, "./"), "/", "_")+".test")
+			cmd := exec.CommandContext(ctx, "go", "test", "-c", "-o", bin, b.Pkg)
+			cmd.Dir = dir
+			if out, err := cmd.CombinedOutput(); err != nil {
+				return Result{}, fmt.Errorf("go test -c %s: %v\n%s", b.Pkg, err, tail(string(out)))
+			}
+			built[b.Pkg] = bin
+		}
+		cmd := exec.CommandContext(ctx, bin, b.binaryArgs()...)
+		cmd.Dir = filepath.Join(dir, b.Pkg)
 		cmd.Env = append(os.Environ(), b.Env...)
 		var out, errb bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &errb
 		if err := cmd.Run(); err != nil {
-			return nil, fmt.Errorf("%v\n%s%s", err, tail(out.String()), tail(errb.String()))
+			return Result{}, fmt.Errorf("%v\n%s%s", err, tail(out.String()), tail(errb.String()))
 		}
-		return out.Bytes(), nil
+		st := cmd.ProcessState
+		return Result{Out: out.Bytes(), CPU: st.UserTime() + st.SystemTime()}, nil
 	}
+	return run, func() { os.RemoveAll(tmp) }
 }
 
 func tail(s string) string {

@@ -23,14 +23,19 @@ PASS`,
 	"./slicer StreamToSegment/redis": "BenchmarkStreamToSegment/redis/perSecond=12000 5 200000000 ns/op 60000 msgs/s\n",
 }
 
-func fake(_ context.Context, b Bench) ([]byte, error) {
+// cpuPerOp is what a request costs in the fake runs: the marginal CPU.
+var cpuPerOp = map[string]time.Duration{"./gslb": 50 * time.Microsecond, "./ingest": 125 * time.Microsecond, "./slicer StreamToSegment/redis": 240 * time.Millisecond}
+
+func fake(_ context.Context, b Bench) (Result, error) {
+	// A second of setup, then each request's CPU.
+	cpu := time.Second + time.Duration(times(b.Benchtime))*(cpuPerOp[b.Pkg]+cpuPerOp[b.Pkg+" "+b.Pattern])
 	if o, ok := output[b.Pkg]; ok {
-		return []byte(o), nil
+		return Result{Out: []byte(o), CPU: cpu}, nil
 	}
 	if o, ok := output[b.Pkg+" "+b.Pattern]; ok {
-		return []byte(o), nil
+		return Result{Out: []byte(o), CPU: cpu}, nil
 	}
-	return nil, errors.New("no such benchmark")
+	return Result{}, errors.New("no such benchmark")
 }
 
 func TestParse(t *testing.T) {
@@ -50,7 +55,6 @@ func TestRunAssemblesAProfile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cores := float64(p.Machine.Cores)
 	f := p.Figures
 	for _, c := range []struct {
 		name string
@@ -60,10 +64,10 @@ func TestRunAssemblesAProfile(t *testing.T) {
 		{"edge frame tls", f.EdgeCPUUsPerFrameTLS, 20},
 		{"edge bytes", f.EdgeBytesPerConn, 600},
 		{"connects tls", f.EdgeConnectsPerSCoreTLS, 1e6 / 1600},
-		{"entry", f.EntryAnswersPerSCore, 20000 / cores},
-		{"ingest", f.IngestAdmittedPerSCore, 13000 / cores},
+		{"entry", f.EntryAnswersPerSCore, 20000},
+		{"ingest", f.IngestAdmittedPerSCore, 8000},
 		{"slicer cpu", f.SlicerCPUMsPerRoomS, 0.15},
-		{"slicer msgs", f.SlicerMsgsPerSCore, 60000},
+		{"slicer msgs", f.SlicerMsgsPerSCore, 50000}, // 12,000 messages for 240 ms
 	} {
 		if c.got.Value != c.want || c.got.Source != plan.SourceMeasured {
 			t.Errorf("%s = %+v, want %v measured", c.name, c.got, c.want)
@@ -78,14 +82,23 @@ func TestRunAssemblesAProfile(t *testing.T) {
 }
 
 func TestRunRefusesAMissingMetric(t *testing.T) {
-	broken := func(ctx context.Context, b Bench) ([]byte, error) {
-		if b.Pkg == "./gslb" {
-			return []byte("BenchmarkEntryHTTP/entry-2 20000 50000 ns/op\n"), nil
+	broken := func(ctx context.Context, b Bench) (Result, error) {
+		if b.Pkg == "./slicer" && b.Pattern == "IdleRooms" {
+			return Result{Out: []byte("BenchmarkIdleRooms/rooms=100-2 1 5000000000 ns/op 3.6 redis-calls/room/s\n")}, nil
 		}
 		return fake(ctx, b)
 	}
 	_, err := Run(context.Background(), Config{Run: broken})
-	if err == nil || !strings.Contains(err.Error(), "req/s") {
-		t.Fatalf("err = %v, want one naming req/s", err)
+	if err == nil || !strings.Contains(err.Error(), "redis-cmds/room/s") {
+		t.Fatalf("err = %v, want one naming redis-cmds/room/s", err)
+	}
+	skipped := func(ctx context.Context, b Bench) (Result, error) {
+		if b.Pkg == "./ingest" {
+			return Result{Out: []byte("--- SKIP: BenchmarkIngestHTTP/redis\nPASS\n"), CPU: time.Second}, nil
+		}
+		return fake(ctx, b)
+	}
+	if _, err := Run(context.Background(), Config{Run: skipped}); err == nil || !strings.Contains(err.Error(), "reported no result") {
+		t.Fatalf("err = %v, want one saying the benchmark reported nothing", err)
 	}
 }

@@ -34,11 +34,11 @@ func num(v float64) string {
 func (p *Plan) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "plan for %s: %s viewers in %s rooms, profile of %s (taken %s)\n\n", p.Event.Name, num(p.Event.Viewers), num(float64(p.roomCount())), p.Profile.Machine, p.Profile.Taken)
-	fmt.Fprintln(tw, "role\tinstance\tcount\tmax_count\tbinds\tutilization at peak")
+	fmt.Fprintln(tw, "role\tinstance\tcount\tmax_count\tcount set by\truns out first\tutilization at peak")
 	for _, f := range p.Fleets {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%.0f %%\n", f.Role, f.Instance.Type, f.Count, f.MaxCount, f.Binding, 100*f.Utilization)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%.0f %%\n", f.Role, f.Instance.Type, f.Count, f.MaxCount, f.Binding, f.Limit, 100*f.Utilization)
 	}
-	fmt.Fprintf(tw, "redis\t%s\t%d shards x %d\t\tcommands per shard\t%.0f %%\n", p.Event.Redis.NodeType, p.RedisShards, 1+p.Event.Redis.ReplicasPerShard, 100*p.RedisUtilization)
+	fmt.Fprintf(tw, "redis\t%s\t%d shards x %d\t\tcommands per shard\tcommands per shard\t%.0f %%\n", p.Event.Redis.NodeType, p.RedisShards, 1+p.Event.Redis.ReplicasPerShard, 100*p.RedisUtilization)
 	fmt.Fprintf(tw, "\nbinds first as the load grows: %s\n\n", p.SLO.BindingRole)
 	fmt.Fprintln(tw, "section\tfigure\tvalue\tunit\tformula\tfields")
 	for _, l := range p.Lines {
@@ -70,7 +70,7 @@ func (p *Plan) WriteTfvars(w io.Writer, eventFile, profileFile string) error {
 		for i, a := range f.Instance.Alternates {
 			alts[i] = strconv.Quote(a)
 		}
-		fmt.Fprintf(&b, "# %s: %s binds (%.0f %% at the peak).\n", f.Role, f.Binding, 100*f.Utilization)
+		fmt.Fprintf(&b, "# %s: count set by %s; %s runs out first (%.0f %% at the peak).\n", f.Role, f.Binding, f.Limit, 100*f.Utilization)
 		fmt.Fprintf(&b, "%s_fleet = { instance_type = %q, count = %d, max_count = %d, alternate_instance_types = [%s] }\n", f.Role, f.Instance.Type, f.Count, f.MaxCount, strings.Join(alts, ", "))
 	}
 	fmt.Fprintf(&b, "\nedge_max_conns      = %d\n", p.EdgeMaxConns)

@@ -64,10 +64,13 @@ type Fleet struct {
 	Instance Instance
 	Count    int
 	MaxCount int
-	Binding  string
-	// Utilization is the binding constraint's load at the peak over the
-	// planned capacity (at Event.Headroom), all zones up: the role whose
-	// utilization is highest binds first when the load grows.
+	// Binding is the constraint that set Count.
+	Binding string
+	// Limit is the constraint that runs out first as the load grows, and
+	// Utilization its load at the peak over the planned capacity (at
+	// Event.Headroom), all zones up: the role whose utilization is highest
+	// binds first.
+	Limit       string
 	Utilization float64
 }
 
@@ -229,7 +232,10 @@ func New(e *Event, p *Profile) (*Plan, error) {
 	if nJoin > nConns {
 		edgeN, edgeBind = nJoin, "connects per second (join surge)"
 	}
-	edgeUtil := math.Max(e.Viewers/(float64(edgeN)*usable), e.JoinPerS/(float64(edgeN)*joinCap))
+	edgeUtil, edgeLimit := e.Viewers/(float64(edgeN)*usable), "connections (edge_max_conns)"
+	if u := e.JoinPerS / (float64(edgeN) * joinCap); u > edgeUtil {
+		edgeUtil, edgeLimit = u, "connects per second"
+	}
 	pl.add("edge", "CPU of writes at the peak", float64(int(e.Viewers/float64(edgeN)+0.5))*framesMean*frameUs/1e6, "vCPU per edge", "viewers / edges x frames per viewer x "+frameField, frameField)
 
 	// Ingest.
@@ -341,10 +347,10 @@ func New(e *Event, p *Profile) (*Plan, error) {
 	// Fleets and quotas.
 	margin := func(n int) int { return int(math.Ceil(float64(n) * (1 + e.ScaleOutMargin))) }
 	pl.Fleets = []Fleet{
-		{Role: "edge", Instance: ed, Count: edgeN, MaxCount: margin(edgeN), Binding: edgeBind, Utilization: edgeUtil},
-		{Role: "ingest", Instance: in, Count: ingN, MaxCount: margin(ingN), Binding: "CPU per post", Utilization: ingUtil},
-		{Role: "gslb", Instance: gs, Count: gsN, MaxCount: margin(gsN), Binding: "CPU per entry (join surge)", Utilization: gsUtil},
-		{Role: "slicer", Instance: sl, Count: slN, MaxCount: slN, Binding: slBind, Utilization: slUtil},
+		{Role: "edge", Instance: ed, Count: edgeN, MaxCount: margin(edgeN), Binding: edgeBind, Limit: edgeLimit, Utilization: edgeUtil},
+		{Role: "ingest", Instance: in, Count: ingN, MaxCount: margin(ingN), Binding: "CPU per post", Limit: "CPU per post", Utilization: ingUtil},
+		{Role: "gslb", Instance: gs, Count: gsN, MaxCount: margin(gsN), Binding: "CPU per entry (join surge)", Limit: "CPU per entry", Utilization: gsUtil},
+		{Role: "slicer", Instance: sl, Count: slN, MaxCount: slN, Binding: slBind, Limit: "CPU of the rooms led", Utilization: slUtil},
 	}
 	for _, fl := range pl.Fleets {
 		pl.VCPU += fl.Count * fl.Instance.VCPU

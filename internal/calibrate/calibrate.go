@@ -287,7 +287,7 @@ func Run(ctx context.Context, cfg Config) (*plan.Profile, error) {
 			fmt.Fprintf(cfg.Progress, "calibrate: %s, then -benchtime %s\n", small, s.bench.Benchtime)
 			var rs [2]Result
 			for i, b := range []Bench{small, s.bench} {
-				r, err := runChecked(ctx, cfg.Run, b)
+				r, err := runChecked(ctx, cfg.Run, b, cfg.Progress)
 				if err != nil {
 					return nil, err
 				}
@@ -304,7 +304,7 @@ func Run(ctx context.Context, cfg Config) (*plan.Profile, error) {
 			s.marginal(n/cpu, how+" and -benchtime "+s.small, set)
 		} else {
 			fmt.Fprintf(cfg.Progress, "calibrate: %s\n", s.bench)
-			r, err := runChecked(ctx, cfg.Run, s.bench)
+			r, err := runChecked(ctx, cfg.Run, s.bench, cfg.Progress)
 			if err != nil {
 				return nil, err
 			}
@@ -332,9 +332,16 @@ func checkModule(dir string) error {
 }
 
 // runChecked runs b and checks that its benchmark reported (a benchmark
-// that skips prints no result line).
-func runChecked(ctx context.Context, run Runner, b Bench) (Result, error) {
+// that skips prints no result line). A run that fails is run once more:
+// on a loaded machine a benchmark's own servers time out now and then
+// (the ingest's Redis dial at a load average of 25), which says nothing
+// about the figures.
+func runChecked(ctx context.Context, run Runner, b Bench, progress io.Writer) (Result, error) {
 	r, err := run(ctx, b)
+	if err != nil && ctx.Err() == nil {
+		fmt.Fprintf(progress, "calibrate:   failed, once more: %s\n", firstLine(err.Error()))
+		r, err = run(ctx, b)
+	}
 	if err != nil {
 		return Result{}, fmt.Errorf("calibrate: %s: %w", b, err)
 	}
@@ -387,6 +394,11 @@ func goTest(dir string) (Runner, func()) {
 		return Result{Out: out.Bytes(), CPU: st.UserTime() + st.SystemTime()}, nil
 	}
 	return run, func() { os.RemoveAll(tmp) }
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
 }
 
 func tail(s string) string {

@@ -81,6 +81,28 @@ func TestRunAssemblesAProfile(t *testing.T) {
 	}
 }
 
+func TestRunRetriesAFailedBenchmarkOnce(t *testing.T) {
+	failures := 1
+	flaky := func(ctx context.Context, b Bench) (Result, error) {
+		if b.Pkg == "./ingest" && failures > 0 {
+			failures--
+			return Result{}, errors.New("exit status 1\n1800 of 16000 requests failed")
+		}
+		return fake(ctx, b)
+	}
+	var progress bytes.Buffer
+	if _, err := Run(context.Background(), Config{Run: flaky, Progress: &progress}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(progress.String(), "failed, once more: exit status 1") {
+		t.Errorf("progress:\n%s", progress.String())
+	}
+	failures = 2
+	if _, err := Run(context.Background(), Config{Run: flaky}); err == nil || !strings.Contains(err.Error(), "requests failed") {
+		t.Fatalf("err = %v after two failures", err)
+	}
+}
+
 func TestRunRefusesAMissingMetric(t *testing.T) {
 	broken := func(ctx context.Context, b Bench) (Result, error) {
 		if b.Pkg == "./slicer" && b.Pattern == "IdleRooms" {

@@ -371,7 +371,7 @@ func New(e *Event, p *Profile) (*Plan, error) {
 		GiftLatencyP99Ms:    math.Ceil(giftMergeMs + fanoutMs + giftNetMs),
 		EntryLatencyP99Ms:   entryP99Ms,
 		GiftDeliveredRatio:  1,
-		BarrageShownRatio:   math.Round(shown/offered*1e4) / 1e4,
+		BarrageShownRatio:   math.Round(shown/offered*1e6) / 1e6,
 		AdmittedPerS:        math.Round(admitted),
 	}
 	pl.add("slo", "barrage p99", pl.SLO.BarrageLatencyP99Ms, "ms", fmt.Sprintf("longest segment_ms + %g (publish delay, poll burst, clock margin)", sloMarginMs), "rooms[].segment_ms")

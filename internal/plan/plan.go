@@ -40,8 +40,6 @@ const (
 	// entryP99Ms: an entry's p99 at the planned headroom (its own work is
 	// ~22 µs; the rest is queueing and the network).
 	entryP99Ms = 250.0
-	// loadTableShards: the load table's keys spread over this many slots.
-	loadTableShards = 16
 )
 
 // Roles planned, in the order a plan prints them.

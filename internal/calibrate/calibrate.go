@@ -144,6 +144,19 @@ func (m Metrics) get(name, unit string) (float64, error) {
 	return v, nil
 }
 
+// getAll returns the metrics of name in the order of units.
+func (m Metrics) getAll(name string, units ...string) ([]float64, error) {
+	vs := make([]float64, len(units))
+	for i, u := range units {
+		v, err := m.get(name, u)
+		if err != nil {
+			return nil, err
+		}
+		vs[i] = v
+	}
+	return vs, nil
+}
+
 // step is one benchmark and the figures read from its metrics. A step
 // with a marginal function runs its benchmark twice, at small and at
 // bench's benchtime (both "Nx"), and hands it the requests and the CPU
@@ -177,18 +190,11 @@ func steps(quick bool) []step {
 			take: func(m Metrics, cores float64, how string, set func(string, plan.Figure)) error {
 				for _, side := range []struct{ sub, suffix, what string }{{"ws", "", "plain WebSocket"}, {"wss", "_tls", "the edge terminating TLS"}} {
 					name := "BenchmarkEdgeScale/" + side.sub
-					frame, err := m.get(name, "cpu-µs/frame")
+					v, err := m.getAll(name, "cpu-µs/frame", "rss-B/conn", "cpu-µs/connect")
 					if err != nil {
 						return err
 					}
-					rss, err := m.get(name, "rss-B/conn")
-					if err != nil {
-						return err
-					}
-					connect, err := m.get(name, "cpu-µs/connect")
-					if err != nil {
-						return err
-					}
+					frame, rss, connect := v[0], v[1], v[2]
 					h := how + " (" + side.what + "; " + conns + " connections, the load client in a child process)"
 					set("edge_cpu_us_per_frame"+side.suffix, measured(frame, "µs/frame", "cpu-µs/frame of "+h))
 					set("edge_bytes_per_conn"+side.suffix, measured(rss, "bytes/connection", "rss-B/conn (RSS growth per idle connection) of "+h))
@@ -214,18 +220,11 @@ func steps(quick bool) []step {
 				Env: []string{"DANMAKU_ROOMS=100", "DANMAKU_ROOMS_WINDOW=" + window}},
 			take: func(m Metrics, cores float64, how string, set func(string, plan.Figure)) error {
 				name := "BenchmarkIdleRooms/rooms=100"
-				calls, err := m.get(name, "redis-calls/room/s")
+				v, err := m.getAll(name, "redis-calls/room/s", "redis-cmds/room/s", "cpu-ms/room/s")
 				if err != nil {
 					return err
 				}
-				cmds, err := m.get(name, "redis-cmds/room/s")
-				if err != nil {
-					return err
-				}
-				cpu, err := m.get(name, "cpu-ms/room/s")
-				if err != nil {
-					return err
-				}
+				calls, cmds, cpu := v[0], v[1], v[2]
 				h := how + " (100 live rooms, a leader and a standby, over " + window + ")"
 				set("slicer_redis_calls_per_room_s", measured(calls, "calls/(room·s)", "redis-calls/room/s of "+h))
 				set("slicer_redis_cmds_per_room_s", measured(cmds, "commands/(room·s)", "redis-cmds/room/s of "+h))

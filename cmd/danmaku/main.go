@@ -37,8 +37,12 @@ var commands = map[string]command{
 	"audit":    {"print a room's audit trail: every comment with its user and decision", runAudit},
 	"event":    {"create, list, change and end events (the operator API)", runEvent},
 	"loadgen":  {"load a deployment: commenters, gifts and CDN pollers; rates, latencies, drops", runLoadgen},
-	"words":    {"push, show, roll back the fleet's sensitive-word list (versions; every ingest within 1 s)", rulesCmd("words")},
-	"limits":   {"push, show, roll back the fleet's rate-limit rules (versions; every node within 1 s)", rulesCmd("limits")},
+
+	// Sizing a show.
+	"calibrate": {"measure this machine's per-node figures (runs the repository's benchmarks) into a profile", runCalibrate},
+	"plan":      {"size a show from an event description and a profile: nodes, CDN, Redis, quotas, .tfvars", runPlan},
+	"words":     {"push, show, roll back the fleet's sensitive-word list (versions; every ingest within 1 s)", rulesCmd("words")},
+	"limits":    {"push, show, roll back the fleet's rate-limit rules (versions; every node within 1 s)", rulesCmd("limits")},
 
 	// Setting up a deployment's own services.
 	"redis-acl": {"print the roles' Redis ACL users (ACL SETUSER lines or an ACL file)", runRedisACL},

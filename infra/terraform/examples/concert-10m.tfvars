@@ -8,6 +8,12 @@
 # on the same cores: conservative); compute.tf's local.capacity_figures says
 # which, by section. The quotas and reservations this needs, and when to ask for them:
 # docs/operations.md, "Pre-show checklist".
+#
+# This is the hand-written, worst-case sizing. `danmaku plan` sizes the same
+# show from a calibrated profile: examples/plan/concert-10m.event.json gives
+# examples/plan/concert-10m.tfvars (sizing variables only, applied after this
+# file: -var-file=examples/concert-10m.tfvars -var-file=examples/plan/concert-10m.tfvars);
+# docs/operations.md, "Sizing a show", compares the two figure by figure.
 
 event              = "concert-10m"
 region             = "ap-northeast-1"
@@ -37,8 +43,9 @@ cors_origins = ["https://live.example.com", "https://m.live.example.com"]
 #   normal load 22,124 each: 7.1 vCPU of writes at 10 frames/s; the join
 #   surge (1,000,000 connects/s over 452 edges) at 1.6 ms of server CPU per
 #   TLS connect takes ~3.5 vCPU more for ~10 s.
-# A rehearsal that measures less CPU per frame on c6in.4xlarge lowers the
-# count (edge_max_conns): at 20 us, 56,000 per edge and 282 edges.
+# Measuring less CPU per frame lowers the count (edge_max_conns): `danmaku
+# calibrate` on the 2-vCPU benchmark machine measured 17.4 us per TLS frame,
+# and `danmaku plan` gives 64,400 per edge and 246 edges (examples/plan/).
 edge_fleet = { instance_type = "c6in.4xlarge", count = 452, max_count = 520, alternate_instance_types = ["c6i.4xlarge", "c7i.4xlarge"] }
 
 # Ingest: a surge of 1,000,000 comment posts a second (one viewer in ten in
@@ -57,6 +64,9 @@ ingest_fleet = { instance_type = "c6in.4xlarge", count = 21, max_count = 27, alt
 #   Ed25519)                                 -> 10,000 entries/s per vCPU
 #   1,000,000 / (10,000 x 70 %)                     = 143 vCPU = 9 machines
 #   one zone lost: 9 x 3/2                          -> 14 -> 15 (5 per zone)
+#   (`danmaku calibrate` measured 5,318 entries per CPU-second per core,
+#   the load client included, on a loaded machine: `danmaku plan` gives 26;
+#   calibrate on the target type to settle it)
 gslb_fleet = { instance_type = "c7i.4xlarge", count = 15, max_count = 21, alternate_instance_types = ["c6i.4xlarge"] }
 
 # The load balancers in front of the gslb: 1,000,000 new TLS connections a
@@ -74,7 +84,9 @@ slicer_fleet = { instance_type = "c7i.xlarge", count = 3, alternate_instance_typ
 # second under load and at most 20 ("Load reports"), ~127 bytes a row; 15
 # gslb, each syncing every 5 ms, read every report once: ~3.6 MB/s, 18 MB/s
 # at worst. A room's keys share a shard: its live stream is read by up to
-# 452 edges and a slicer.
+# 452 edges and a slicer. `danmaku plan` counts ~19,400 commands/s in all
+# (load reports most of it; the room ~4,700), 28 % of one shard planned at
+# 100,000 commands/s: the 4 shards below are headroom, not need.
 redis_node_type          = "cache.r7g.xlarge"
 redis_shards             = 4
 redis_replicas_per_shard = 2

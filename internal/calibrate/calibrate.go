@@ -1,0 +1,430 @@
+// Package calibrate measures on the machine it runs on the per-node figures
+// a plan needs (internal/plan's Profile), by running the repository's own
+// benchmarks — the harnesses docs/benchmarks.md reports — at a bounded size
+// and reading their metrics. It needs the module's source and a Go
+// toolchain (the benchmarks are test code), and redis-server on PATH (the
+// ingest and slicer figures are taken on Redis, as production runs them).
+// Everything runs on loopback.
+//
+// A Run is sequential (one benchmark at a time, so that each has the
+// machine to itself); Run is safe to call from one goroutine at a time.
+package calibrate
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"danmaku/internal/plan"
+)
+
+// Bench is one benchmark run: a package, a -bench pattern, its settings.
+type Bench struct {
+	Pkg       string
+	Pattern   string
+	Benchtime string
+	CPU       string // -cpu, empty for the default
+	Env       []string
+}
+
+// Args are the go test arguments of b.
+func (b Bench) Args() []string {
+	a := []string{"test", "-run", "^$", "-bench", b.Pattern, "-benchtime", b.Benchtime, "-count", "1", "-timeout", "15m"}
+	if b.CPU != "" {
+		a = append(a, "-cpu", b.CPU)
+	}
+	return append(a, b.Pkg)
+}
+
+// binaryArgs are the arguments of the package's test binary for b.
+func (b Bench) binaryArgs() []string {
+	a := []string{"-test.run", "^$", "-test.bench", b.Pattern, "-test.benchtime", b.Benchtime, "-test.count", "1", "-test.timeout", "15m"}
+	if b.CPU != "" {
+		a = append(a, "-test.cpu", b.CPU)
+	}
+	return a
+}
+
+func (b Bench) String() string {
+	env := strings.Join(b.Env, " ")
+	if env != "" {
+		env += " "
+	}
+	return env + "go " + strings.Join(b.Args(), " ")
+}
+
+// Result is one benchmark run: go test's standard output and the CPU time
+// (user and system) of the test process and the children it waited for
+// (a load client, redis-server).
+type Result struct {
+	Out []byte
+	CPU time.Duration
+}
+
+// Runner runs a benchmark.
+type Runner func(ctx context.Context, b Bench) (Result, error)
+
+// Config configures Run.
+type Config struct {
+	// Dir is the module's root (the directory of danmaku's go.mod).
+	// Empty: the working directory.
+	Dir string
+	// Quick: smaller runs (about half the time), for a first look.
+	Quick bool
+	// Progress receives a line per benchmark. Nil: discarded.
+	Progress io.Writer
+	// Run runs a benchmark. Nil: `go test` in Dir.
+	Run Runner
+	// Now is the clock of Profile.Taken. Nil: time.Now.
+	Now func() time.Time
+	// Command is recorded in the profile.
+	Command string
+}
+
+// ErrNotModule: Dir is not the root of the danmaku module.
+var ErrNotModule = errors.New("calibrate: not the root of the danmaku module (run from a checkout, or give -src)")
+
+// Metrics are one benchmark line's metrics by unit, under its name.
+type Metrics map[string]map[string]float64
+
+// Parse reads go test -bench output: each "BenchmarkX/sub-N  n  v unit  v
+// unit ..." line becomes Metrics["BenchmarkX/sub"][unit] = v.
+func Parse(out []byte) Metrics {
+	m := Metrics{}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(make([]byte, 1<<16), 1<<20)
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		if len(fs) < 4 || !strings.HasPrefix(fs[0], "Benchmark") {
+			continue
+		}
+		if _, err := strconv.Atoi(fs[1]); err != nil {
+			continue
+		}
+		name := fs[0]
+		if i := strings.LastIndexByte(name, '-'); i > 0 {
+			if _, err := strconv.Atoi(name[i+1:]); err == nil {
+				name = name[:i]
+			}
+		}
+		units := map[string]float64{}
+		for i := 2; i+1 < len(fs); i += 2 {
+			v, err := strconv.ParseFloat(fs[i], 64)
+			if err != nil {
+				break
+			}
+			units[fs[i+1]] = v
+		}
+		m[name] = units
+	}
+	return m
+}
+
+// get returns the metric or an error naming the benchmark and the unit.
+func (m Metrics) get(name, unit string) (float64, error) {
+	u, ok := m[name]
+	if !ok {
+		return 0, fmt.Errorf("calibrate: no result line for %s", name)
+	}
+	v, ok := u[unit]
+	if !ok || !(v > 0) {
+		return 0, fmt.Errorf("calibrate: %s reported no %s", name, unit)
+	}
+	return v, nil
+}
+
+// getAll returns the metrics of name in the order of units.
+func (m Metrics) getAll(name string, units ...string) ([]float64, error) {
+	vs := make([]float64, len(units))
+	for i, u := range units {
+		v, err := m.get(name, u)
+		if err != nil {
+			return nil, err
+		}
+		vs[i] = v
+	}
+	return vs, nil
+}
+
+// step is one benchmark and the figures read from its metrics. A step
+// with a marginal function runs its benchmark twice, at small and at
+// bench's benchtime (both "Nx"), and hands it the requests and the CPU
+// time between the two: the CPU one more request costs, setup (tickets,
+// tokens, servers) and the machine's other load left out.
+type step struct {
+	bench    Bench
+	small    string
+	take     func(m Metrics, cores float64, how string, set func(name string, f plan.Figure)) error
+	marginal func(perCPUSecond float64, how string, set func(name string, f plan.Figure))
+	// perOp: what one benchmark iteration counts for marginal (0: 1).
+	perOp float64
+}
+
+func measured(v float64, unit, how string) plan.Figure {
+	return plan.Figure{Value: v, Unit: unit, Source: plan.SourceMeasured, How: how, Runs: []float64{v}}
+}
+
+// steps are the benchmarks a calibration runs, smaller when quick.
+func steps(quick bool) []step {
+	conns, gifts, window := "2000", "30", "5s"
+	entries, entriesSmall, posts, postsSmall := "20000x", "5000x", "16000x", "4000x"
+	if quick {
+		conns, gifts, window = "1000", "20", "3s"
+		entries, entriesSmall, posts, postsSmall = "8000x", "2000x", "8000x", "2000x"
+	}
+	return []step{
+		{
+			bench: Bench{Pkg: "./edge", Pattern: "EdgeScale$", Benchtime: "1x",
+				Env: []string{"EDGE_SCALE_TLS=1", "EDGE_SCALE_CONNS=" + conns, "EDGE_SCALE_GIFTS=" + gifts, "EDGE_SCALE_SLOW_GIFTS=2"}},
+			take: func(m Metrics, cores float64, how string, set func(string, plan.Figure)) error {
+				for _, side := range []struct{ sub, suffix, what string }{{"ws", "", "plain WebSocket"}, {"wss", "_tls", "the edge terminating TLS"}} {
+					name := "BenchmarkEdgeScale/" + side.sub
+					v, err := m.getAll(name, "cpu-µs/frame", "rss-B/conn", "cpu-µs/connect")
+					if err != nil {
+						return err
+					}
+					frame, rss, connect := v[0], v[1], v[2]
+					h := how + " (" + side.what + "; " + conns + " connections, the load client in a child process)"
+					set("edge_cpu_us_per_frame"+side.suffix, measured(frame, "µs/frame", "cpu-µs/frame of "+h))
+					set("edge_bytes_per_conn"+side.suffix, measured(rss, "bytes/connection", "rss-B/conn (RSS growth per idle connection) of "+h))
+					set("edge_connects_per_s_per_core"+side.suffix, measured(1e6/connect, "connects/(s·core)", "1e6 / cpu-µs/connect (server CPU per accept, handshake, upgrade, token) of "+h))
+				}
+				return nil
+			},
+		},
+		{
+			bench: Bench{Pkg: "./gslb", Pattern: "EntryHTTP/entry", Benchtime: entries}, small: entriesSmall,
+			marginal: func(v float64, how string, set func(string, plan.Figure)) {
+				set("entry_answers_per_s_per_core", measured(v, "entries/(s·core)", "requests per CPU second between "+how+" (entry: ticket, allocation, Ed25519 token, over loopback HTTP, 64 in flight; the client's CPU included)"))
+			},
+		},
+		{
+			bench: Bench{Pkg: "./ingest", Pattern: "IngestHTTP/redis", Benchtime: posts}, small: postsSmall,
+			marginal: func(v float64, how string, set func(string, plan.Figure)) {
+				set("ingest_admitted_per_s_per_core", measured(v, "comments/(s·core)", "requests per CPU second between "+how+" (every comment through token, bans, buckets, words, duplicates, audit, room gate, XADD on Redis; the client's and Redis's CPU included)"))
+			},
+		},
+		{
+			bench: Bench{Pkg: "./slicer", Pattern: "IdleRooms", Benchtime: "1x",
+				Env: []string{"DANMAKU_ROOMS=100", "DANMAKU_ROOMS_WINDOW=" + window}},
+			take: func(m Metrics, cores float64, how string, set func(string, plan.Figure)) error {
+				name := "BenchmarkIdleRooms/rooms=100"
+				v, err := m.getAll(name, "redis-calls/room/s", "redis-cmds/room/s", "cpu-ms/room/s")
+				if err != nil {
+					return err
+				}
+				calls, cmds, cpu := v[0], v[1], v[2]
+				h := how + " (100 live rooms, a leader and a standby, over " + window + ")"
+				set("slicer_redis_calls_per_room_s", measured(calls, "calls/(room·s)", "redis-calls/room/s of "+h))
+				set("slicer_redis_cmds_per_room_s", measured(cmds, "commands/(room·s)", "redis-cmds/room/s of "+h))
+				set("slicer_cpu_ms_per_room_s", measured(cpu, "ms/(room·s)", "cpu-ms/room/s of "+h))
+				return nil
+			},
+		},
+		{
+			bench: Bench{Pkg: "./slicer", Pattern: "StreamToSegment/redis", Benchtime: "6x", CPU: "1"}, small: "2x", perOp: 12000,
+			marginal: func(v float64, how string, set func(string, plan.Figure)) {
+				set("slicer_msgs_per_s_per_core", measured(v, "messages/(s·core)", "messages per CPU second between "+how+" (12,000 messages a slot: read, queue, sample, encode, PUT, ack; the appends' and Redis's CPU included)"))
+			},
+		},
+	}
+}
+
+// Run measures the figures and returns the profile.
+func Run(ctx context.Context, cfg Config) (*plan.Profile, error) {
+	if cfg.Dir == "" {
+		cfg.Dir = "."
+	}
+	if cfg.Progress == nil {
+		cfg.Progress = io.Discard
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Run == nil {
+		if err := checkModule(cfg.Dir); err != nil {
+			return nil, err
+		}
+		run, cleanup := goTest(cfg.Dir)
+		defer cleanup()
+		cfg.Run = run
+	}
+	m := Describe()
+	p := &plan.Profile{V: plan.ProfileVersion, Taken: cfg.Now().UTC().Format(time.RFC3339), Command: cfg.Command, Machine: m}
+	design := plan.DesignFigures()
+	names := make([]string, 0, len(design))
+	for n := range design {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		p.Figures.Set(n, design[n])
+	}
+	var setErr error
+	set := func(name string, f plan.Figure) {
+		if !p.Figures.Set(name, f) && setErr == nil {
+			setErr = fmt.Errorf("calibrate: no profile field %q", name)
+		}
+	}
+	for _, s := range steps(cfg.Quick) {
+		start := time.Now()
+		how := "`" + s.bench.String() + "`"
+		if s.marginal != nil {
+			small := s.bench
+			small.Benchtime = s.small
+			fmt.Fprintf(cfg.Progress, "calibrate: %s, then -benchtime %s\n", small, s.bench.Benchtime)
+			var rs [2]Result
+			for i, b := range []Bench{small, s.bench} {
+				r, err := runChecked(ctx, cfg.Run, b, cfg.Progress)
+				if err != nil {
+					return nil, err
+				}
+				rs[i] = r
+			}
+			n := float64(times(s.bench.Benchtime) - times(small.Benchtime))
+			if s.perOp > 0 {
+				n *= s.perOp
+			}
+			cpu := (rs[1].CPU - rs[0].CPU).Seconds()
+			if !(n > 0) || !(cpu > 0) {
+				return nil, fmt.Errorf("calibrate: %s: %v more requests took %v more CPU: nothing to measure (run again on a quieter machine)", s.bench, n, rs[1].CPU-rs[0].CPU)
+			}
+			s.marginal(n/cpu, how+" and -benchtime "+s.small, set)
+		} else {
+			fmt.Fprintf(cfg.Progress, "calibrate: %s\n", s.bench)
+			r, err := runChecked(ctx, cfg.Run, s.bench, cfg.Progress)
+			if err != nil {
+				return nil, err
+			}
+			if err := s.take(Parse(r.Out), float64(m.Cores), how, set); err != nil {
+				return nil, err
+			}
+		}
+		if setErr != nil {
+			return nil, setErr
+		}
+		fmt.Fprintf(cfg.Progress, "calibrate:   done in %v\n", time.Since(start).Round(time.Second))
+	}
+	if err := p.Check(); err != nil {
+		return nil, fmt.Errorf("calibrate: the profile measured is incomplete: %w", err)
+	}
+	return p, nil
+}
+
+func checkModule(dir string) error {
+	b, err := os.ReadFile(dir + "/go.mod")
+	if err != nil || !bytes.HasPrefix(bytes.TrimSpace(b), []byte("module danmaku\n")) {
+		return ErrNotModule
+	}
+	return nil
+}
+
+// runChecked runs b and checks that its benchmark reported (a benchmark
+// that skips prints no result line). A run that fails is run once more:
+// on a loaded machine a benchmark's own servers time out now and then
+// (the ingest's Redis dial at a load average of 25), which says nothing
+// about the figures.
+func runChecked(ctx context.Context, run Runner, b Bench, progress io.Writer) (Result, error) {
+	r, err := run(ctx, b)
+	if err != nil && ctx.Err() == nil {
+		fmt.Fprintf(progress, "calibrate:   failed, once more: %s\n", firstLine(err.Error()))
+		r, err = run(ctx, b)
+	}
+	if err != nil {
+		return Result{}, fmt.Errorf("calibrate: %s: %w", b, err)
+	}
+	want := "Benchmark" + strings.TrimSuffix(b.Pattern, "$")
+	for name := range Parse(r.Out) {
+		if strings.HasPrefix(name, want) {
+			return r, nil
+		}
+	}
+	return Result{}, fmt.Errorf("calibrate: %s reported no result (skipped? redis-server must be on PATH):\n%s", b, tail(string(r.Out)))
+}
+
+// times is N of a benchtime "Nx"; 0 for any other.
+func times(benchtime string) int {
+	n, err := strconv.Atoi(strings.TrimSuffix(benchtime, "x"))
+	if err != nil || !strings.HasSuffix(benchtime, "x") {
+		return 0
+	}
+	return n
+}
+
+// goTest builds each package's test binary once (go test -c) and runs it
+// in the package's directory, as go test would, timing its CPU.
+func goTest(dir string) (Runner, func()) {
+	tmp, err := os.MkdirTemp("", "danmaku-calibrate-")
+	built := map[string]string{}
+	run := func(ctx context.Context, b Bench) (Result, error) {
+		if err != nil {
+			return Result{}, err
+		}
+		bin, ok := built[b.Pkg]
+		if !ok {
+			bin = filepath.Join(tmp, strings.ReplaceAll(strings.Trim(b.Pkg, "./"), "/", "_")+".test")
+			cmd := exec.CommandContext(ctx, "go", "test", "-c", "-o", bin, b.Pkg)
+			cmd.Dir = dir
+			if out, err := cmd.CombinedOutput(); err != nil {
+				return Result{}, fmt.Errorf("go test -c %s: %v\n%s", b.Pkg, err, tail(string(out)))
+			}
+			built[b.Pkg] = bin
+		}
+		cmd := exec.CommandContext(ctx, bin, b.binaryArgs()...)
+		cmd.Dir = filepath.Join(dir, b.Pkg)
+		cmd.Env = append(os.Environ(), b.Env...)
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		if err := cmd.Run(); err != nil {
+			return Result{}, fmt.Errorf("%v\n%s%s", err, tail(out.String()), tail(errb.String()))
+		}
+		st := cmd.ProcessState
+		return Result{Out: out.Bytes(), CPU: st.UserTime() + st.SystemTime()}, nil
+	}
+	return run, func() { os.RemoveAll(tmp) }
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
+}
+
+func tail(s string) string {
+	if len(s) > 4000 {
+		return "…" + s[len(s)-4000:]
+	}
+	return s
+}
+
+// Describe describes this machine: cores, CPU model, kernel, Go.
+func Describe() plan.Machine {
+	m := plan.Machine{Cores: runtime.NumCPU(), Go: runtime.Version(), OSArch: runtime.GOOS + "/" + runtime.GOARCH, Model: "unknown", Kernel: "unknown"}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.Model = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = "Linux " + strings.TrimSpace(string(b))
+	}
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			m.LoadAvg1m, _ = strconv.ParseFloat(f[0], 64)
+		}
+	}
+	return m
+}

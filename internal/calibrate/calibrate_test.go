@@ -1,0 +1,126 @@
+package calibrate
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"danmaku/internal/plan"
+)
+
+// output is what each benchmark prints, shaped as go test prints it.
+var output = map[string]string{
+	"./edge": `goos: linux
+BenchmarkEdgeScale/ws-2         	       1	25000000000 ns/op	        10.0 cpu-µs/frame	       600.0 rss-B/conn	       400.0 cpu-µs/connect
+BenchmarkEdgeScale/wss-2        	       1	29000000000 ns/op	        20.0 cpu-µs/frame	     20000 rss-B/conn	      1600 cpu-µs/connect
+PASS`,
+	"./gslb":                         "BenchmarkEntryHTTP/bare-2 \t 20000 \t 40000 ns/op \t 25000 req/s\nBenchmarkEntryHTTP/entry-2 \t 20000 \t 50000 ns/op \t 20000 req/s\n",
+	"./ingest":                       "BenchmarkIngestHTTP/redis-2 \t 20000 \t 70000 ns/op \t 13000 req/s\n",
+	"./slicer IdleRooms":             "BenchmarkIdleRooms/rooms=100-2 1 5000000000 ns/op 3.6 redis-calls/room/s 9.0 redis-cmds/room/s 0.15 cpu-ms/room/s 80 heap-KiB/room\n",
+	"./slicer StreamToSegment/redis": "BenchmarkStreamToSegment/redis/perSecond=12000 5 200000000 ns/op 60000 msgs/s\n",
+}
+
+// cpuPerOp is what a request costs in the fake runs: the marginal CPU.
+var cpuPerOp = map[string]time.Duration{"./gslb": 50 * time.Microsecond, "./ingest": 125 * time.Microsecond, "./slicer StreamToSegment/redis": 240 * time.Millisecond}
+
+func fake(_ context.Context, b Bench) (Result, error) {
+	// A second of setup, then each request's CPU.
+	cpu := time.Second + time.Duration(times(b.Benchtime))*(cpuPerOp[b.Pkg]+cpuPerOp[b.Pkg+" "+b.Pattern])
+	if o, ok := output[b.Pkg]; ok {
+		return Result{Out: []byte(o), CPU: cpu}, nil
+	}
+	if o, ok := output[b.Pkg+" "+b.Pattern]; ok {
+		return Result{Out: []byte(o), CPU: cpu}, nil
+	}
+	return Result{}, errors.New("no such benchmark")
+}
+
+func TestParse(t *testing.T) {
+	m := Parse([]byte(output["./edge"]))
+	if v := m["BenchmarkEdgeScale/wss"]["cpu-µs/connect"]; v != 1600 {
+		t.Fatalf("wss cpu-µs/connect = %v, metrics %v", v, m)
+	}
+	if _, err := m.get("BenchmarkEdgeScale/ws", "p99-ms"); err == nil {
+		t.Fatal("a missing metric is an error")
+	}
+}
+
+func TestRunAssemblesAProfile(t *testing.T) {
+	now := time.Date(2026, 12, 5, 21, 0, 0, 0, time.UTC)
+	var progress bytes.Buffer
+	p, err := Run(context.Background(), Config{Run: fake, Now: func() time.Time { return now }, Progress: &progress, Command: "danmaku calibrate"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := p.Figures
+	for _, c := range []struct {
+		name string
+		got  plan.Figure
+		want float64
+	}{
+		{"edge frame tls", f.EdgeCPUUsPerFrameTLS, 20},
+		{"edge bytes", f.EdgeBytesPerConn, 600},
+		{"connects tls", f.EdgeConnectsPerSCoreTLS, 1e6 / 1600},
+		{"entry", f.EntryAnswersPerSCore, 20000},
+		{"ingest", f.IngestAdmittedPerSCore, 8000},
+		{"slicer cpu", f.SlicerCPUMsPerRoomS, 0.15},
+		{"slicer msgs", f.SlicerMsgsPerSCore, 50000}, // 12,000 messages for 240 ms
+	} {
+		if c.got.Value != c.want || c.got.Source != plan.SourceMeasured {
+			t.Errorf("%s = %+v, want %v measured", c.name, c.got, c.want)
+		}
+	}
+	if f.S3PutsPerRoomSegment.Source != plan.SourceDesign || p.Taken != "2026-12-05T21:00:00Z" {
+		t.Errorf("design figures or time: %+v %s", f.S3PutsPerRoomSegment, p.Taken)
+	}
+	if !strings.Contains(progress.String(), "EDGE_SCALE_TLS=1") {
+		t.Errorf("progress names no command:\n%s", progress.String())
+	}
+}
+
+func TestRunRetriesAFailedBenchmarkOnce(t *testing.T) {
+	failures := 1
+	flaky := func(ctx context.Context, b Bench) (Result, error) {
+		if b.Pkg == "./ingest" && failures > 0 {
+			failures--
+			return Result{}, errors.New("exit status 1\n1800 of 16000 requests failed")
+		}
+		return fake(ctx, b)
+	}
+	var progress bytes.Buffer
+	if _, err := Run(context.Background(), Config{Run: flaky, Progress: &progress}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(progress.String(), "failed, once more: exit status 1") {
+		t.Errorf("progress:\n%s", progress.String())
+	}
+	failures = 2
+	if _, err := Run(context.Background(), Config{Run: flaky}); err == nil || !strings.Contains(err.Error(), "requests failed") {
+		t.Fatalf("err = %v after two failures", err)
+	}
+}
+
+func TestRunRefusesAMissingMetric(t *testing.T) {
+	broken := func(ctx context.Context, b Bench) (Result, error) {
+		if b.Pkg == "./slicer" && b.Pattern == "IdleRooms" {
+			return Result{Out: []byte("BenchmarkIdleRooms/rooms=100-2 1 5000000000 ns/op 3.6 redis-calls/room/s\n")}, nil
+		}
+		return fake(ctx, b)
+	}
+	_, err := Run(context.Background(), Config{Run: broken})
+	if err == nil || !strings.Contains(err.Error(), "redis-cmds/room/s") {
+		t.Fatalf("err = %v, want one naming redis-cmds/room/s", err)
+	}
+	skipped := func(ctx context.Context, b Bench) (Result, error) {
+		if b.Pkg == "./ingest" {
+			return Result{Out: []byte("--- SKIP: BenchmarkIngestHTTP/redis\nPASS\n"), CPU: time.Second}, nil
+		}
+		return fake(ctx, b)
+	}
+	if _, err := Run(context.Background(), Config{Run: skipped}); err == nil || !strings.Contains(err.Error(), "reported no result") {
+		t.Fatalf("err = %v, want one saying the benchmark reported nothing", err)
+	}
+}

@@ -1,0 +1,388 @@
+package plan
+
+import (
+	"fmt"
+	"math"
+)
+
+// Design constants of the arithmetic, each a property of the code or of
+// AWS, not of a machine.
+const (
+	// giftMergeMs: the edge merges a room's gifts and system messages
+	// into one frame per 55 ms window, so a viewer gets at most 1000/55
+	// frames a second.
+	giftMergeMs = 55.0
+	// gslbSkipAt: the gslb hands out no edge above 95 % of its capacity.
+	gslbSkipAt = 0.95
+	// edgeMemoryShare: the share of an edge's memory planned for
+	// connections (the rest: the runtime, rings, the kernel's buffers).
+	edgeMemoryShare = 0.5
+	// ingestSecondsInFlight: a comment waits for its room's next flush,
+	// one per 150 ms window.
+	ingestSecondsInFlight = 0.15
+	// newConnsPerLCU: an ALB capacity unit takes 25 new connections a
+	// second; one load balancer reserves at most 15,000 of them, and the
+	// module makes at most 5.
+	newConnsPerLCU   = 25.0
+	maxLCUPerLB      = 15000.0
+	maxLoadBalancers = 5
+	// segmentHeaderBytes: a segment's fields besides its messages.
+	segmentHeaderBytes = 64.0
+	// httpOverhead: HTTP headers and TLS records over a segment's bytes.
+	httpOverhead = 1.15
+	// sloMarginMs: what a barrage's p99 adds to the segment's duration
+	// (publish delay 50 ms, the poll burst, the clock margin; make
+	// bench-latency: p99 1,098 ms at 1000 ms, 579 ms at 500 ms).
+	sloMarginMs = 250.0
+	// giftNetMs: a gift's way besides the merge window and the fan-out
+	// (the live lane's read, the network).
+	giftNetMs = 50.0
+	// entryP99Ms: an entry's p99 at the planned headroom (its own work is
+	// ~22 µs; the rest is queueing and the network).
+	entryP99Ms = 250.0
+)
+
+// Roles planned, in the order a plan prints them.
+var Roles = []string{"edge", "ingest", "gslb", "slicer", "redis"}
+
+// Line is one figure of a plan: its value, the formula it came from and
+// the event and profile fields it read.
+type Line struct {
+	Section string
+	Name    string
+	Value   float64
+	Unit    string
+	Formula string
+	Fields  []string
+}
+
+// Fleet is one role's machines.
+type Fleet struct {
+	Role     string
+	Instance Instance
+	Count    int
+	MaxCount int
+	// Binding is the constraint that set Count.
+	Binding string
+	// Limit is the constraint that runs out first as the load grows, and
+	// Utilization its load at the peak over the planned capacity (at
+	// Event.Headroom), all zones up: the role whose utilization is highest
+	// binds first.
+	Limit       string
+	Utilization float64
+}
+
+// SLO is the plan's service levels, the JSON `danmaku plan -slo-out`
+// writes (read by loadgen's rehearsal report: keep the names).
+type SLO struct {
+	V                   int     `json:"v"`
+	BarrageLatencyP99Ms float64 `json:"barrage_latency_p99_ms"`
+	GiftLatencyP99Ms    float64 `json:"gift_latency_p99_ms"`
+	EntryLatencyP99Ms   float64 `json:"entry_latency_p99_ms"`
+	GiftDeliveredRatio  float64 `json:"gift_delivered_ratio"`
+	BarrageShownRatio   float64 `json:"barrage_shown_ratio"`
+	AdmittedPerS        float64 `json:"admitted_per_s"`
+	BindingRole         string  `json:"binding_role"`
+}
+
+// Plan is a computed deployment.
+type Plan struct {
+	Event   *Event
+	Profile *Profile
+	Lines   []Line
+	Fleets  []Fleet // edge, ingest, gslb, slicer
+
+	EdgeMaxConns     int
+	IngestCapacity   int
+	RedisShards      int
+	RedisUtilization float64
+	LoadBalancers    int
+	LCUPerLB         int
+
+	CDNRequestsPerS float64
+	CDNGbps         float64
+	OriginGetsPerS  float64
+	S3PutsPerS      float64
+	RedisOpsPerS    float64
+	RedisShardOpsS  float64
+	VCPU, VCPUMax   int
+	RedisNodes      int
+	SLO             SLO
+}
+
+func (p *Plan) add(section, name string, v float64, unit, formula string, fields ...string) float64 {
+	p.Lines = append(p.Lines, Line{Section: section, Name: name, Value: v, Unit: unit, Formula: formula, Fields: fields})
+	return v
+}
+
+// Fleet returns the role's fleet.
+func (p *Plan) Fleet(role string) Fleet {
+	for _, f := range p.Fleets {
+		if f.Role == role {
+			return f
+		}
+	}
+	return Fleet{}
+}
+
+// room is one room of a group, as the arithmetic sees it.
+type room struct {
+	group                        *RoomGroup
+	viewers, offered, admitted   float64
+	gifts, pushed, frames, shown float64
+	segPerS                      float64
+}
+
+// survivors is the smallest count N spread over zones whose machines
+// outside the lost zones (the fullest ones lost: N - lost*ceil(N/zones))
+// are at least need.
+func survivors(need float64, zones, lost int) int {
+	if need <= 0 {
+		return 1
+	}
+	n := max(1, int(math.Ceil(need)))
+	for float64(n-lost*((n+zones-1)/zones)) < need-1e-9 {
+		n++
+	}
+	return n
+}
+
+// New computes the plan of e on the figures of p.
+func New(e *Event, p *Profile) (*Plan, error) {
+	if err := e.Check(); err != nil {
+		return nil, err
+	}
+	if err := p.Check(); err != nil {
+		return nil, err
+	}
+	pl := &Plan{Event: e, Profile: p}
+	f := &p.Figures
+	zones, lost := len(e.Zones), e.ZonesLost
+	zoneNote := fmt.Sprintf("smallest N with N - %d x ceil(N/%d) >= need (a zone of %d lost)", lost, zones, zones)
+
+	// Rooms.
+	var rooms []room
+	var offered, admitted, shown, gifts, pushedMax float64
+	for i := range e.Rooms {
+		g := &e.Rooms[i]
+		share := g.ViewerShare / float64(g.Count)
+		r := room{group: g, viewers: e.Viewers * share, offered: e.CommentsPerS * share, gifts: e.GiftsPerS * share}
+		if r.gifts > e.Budget {
+			return nil, fieldErr(CodeInfeasible, "gifts_per_s", "%.1f gifts a second in each room of %q, above the budget of %g messages a second: gifts are never dropped, so the backlog would grow until the rooms refuse gifts (more rooms or a higher budget)", r.gifts, g.Name, e.Budget)
+		}
+		r.admitted = math.Min(r.offered, e.RoomRefillPerS)
+		r.pushed = r.gifts * e.GiftPushShare
+		r.frames = math.Min(r.pushed, 1000/giftMergeMs)
+		r.shown = math.Min(r.admitted, math.Max(0, e.Budget-r.gifts))
+		r.segPerS = 1000 / float64(g.SegmentMs)
+		rooms = append(rooms, r)
+		n := float64(g.Count)
+		offered += n * r.offered
+		admitted += n * r.admitted
+		shown += n * r.shown
+		gifts += n * r.gifts
+		pushedMax = math.Max(pushedMax, r.pushed)
+	}
+	nRooms := 0
+	var framesMean float64
+	for _, r := range rooms {
+		nRooms += r.group.Count
+		framesMean += r.frames * r.viewers * float64(r.group.Count) / e.Viewers
+	}
+	pl.add("rooms", "rooms", float64(nRooms), "rooms", "sum of rooms[].count", "rooms[].count")
+	pl.add("rooms", "comments stored", admitted, "/s", "sum over rooms of min(comments_per_s x share, room_refill_per_s)", "comments_per_s", "rooms[].viewer_share", "room_refill_per_s")
+	pl.add("rooms", "comments shown", shown, "/s", "sum over rooms of min(stored, budget - gifts)", "budget", "gifts_per_s")
+	pl.add("rooms", "frames per viewer", framesMean, "/s", fmt.Sprintf("viewer-weighted mean of min(gifts_per_s x gift_push_share x share, 1000/%g ms merge)", giftMergeMs), "gifts_per_s", "gift_push_share", "rooms[].viewer_share")
+
+	// Edge.
+	ed := e.Instances.Edge
+	frameUs, frameField := f.EdgeCPUUsPerFrame.Value, "edge_cpu_us_per_frame"
+	connBytes, connField := f.EdgeBytesPerConn.Value, "edge_bytes_per_conn"
+	cps, cpsField := f.EdgeConnectsPerSCore.Value, "edge_connects_per_s_per_core"
+	if e.NodeTLS {
+		frameUs, frameField = f.EdgeCPUUsPerFrameTLS.Value, "edge_cpu_us_per_frame_tls"
+		connBytes, connField = f.EdgeBytesPerConnTLS.Value, "edge_bytes_per_conn_tls"
+		cps, cpsField = f.EdgeConnectsPerSCoreTLS.Value, "edge_connects_per_s_per_core_tls"
+	}
+	byCPU := math.Inf(1)
+	if framesMean > 0 {
+		byCPU = float64(ed.VCPU) * e.Headroom / (framesMean * frameUs / 1e6)
+	}
+	pl.add("edge", "connections by CPU", byCPU, "per edge", "instances.edge.vcpu x headroom / (frames per viewer x "+frameField+")", "instances.edge.vcpu", "headroom", frameField)
+	byMem := ed.MemoryGiB * (1 << 30) * edgeMemoryShare / connBytes
+	pl.add("edge", "connections by memory", byMem, "per edge", fmt.Sprintf("instances.edge.memory_gib x %g / %s", edgeMemoryShare, connField), "instances.edge.memory_gib", connField)
+	maxConns := math.Floor(math.Min(math.Min(byCPU, byMem), 1e7)/100) * 100
+	if maxConns < 100 {
+		return nil, fieldErr(CodeInfeasible, "instances.edge", "an edge holds %.0f connections: a bigger instance type, or fewer pushed gifts", maxConns)
+	}
+	pl.EdgeMaxConns = int(maxConns)
+	pl.add("edge", "edge_max_conns", maxConns, "per edge", "min(by CPU, by memory), down to hundreds", "instances.edge", frameField, connField)
+	usable := maxConns * gslbSkipAt
+	nConns := survivors(e.Viewers/usable, zones, lost)
+	pl.add("edge", "edges for the viewers", float64(nConns), "machines", fmt.Sprintf("viewers / (edge_max_conns x %g); %s", gslbSkipAt, zoneNote), "viewers", "zones", "zones_lost")
+	joinCap := cps * float64(ed.VCPU) * (1 - e.Headroom)
+	nJoin := int(math.Ceil(e.JoinPerS / joinCap))
+	pl.add("edge", "edges for the join surge", float64(nJoin), "machines", "join_per_s / ("+cpsField+" x instances.edge.vcpu x (1 - headroom))", "join_per_s", cpsField, "headroom")
+	edgeN, edgeBind := nConns, "CPU per frame written"
+	if byMem < byCPU {
+		edgeBind = "memory per connection"
+	}
+	if nJoin > nConns {
+		edgeN, edgeBind = nJoin, "connects per second (join surge)"
+	}
+	edgeUtil, edgeLimit := e.Viewers/(float64(edgeN)*usable), "connections (edge_max_conns)"
+	if u := e.JoinPerS / (float64(edgeN) * joinCap); u > edgeUtil {
+		edgeUtil, edgeLimit = u, "connects per second"
+	}
+	pl.add("edge", "CPU of writes at the peak", float64(int(e.Viewers/float64(edgeN)+0.5))*framesMean*frameUs/1e6, "vCPU per edge", "viewers / edges x frames per viewer x "+frameField, frameField)
+
+	// Ingest.
+	in := e.Instances.Ingest
+	ingVCPU := offered / (f.IngestAdmittedPerSCore.Value * e.Headroom)
+	pl.add("ingest", "vCPU for the posts", ingVCPU, "vCPU", "comments_per_s / (ingest_admitted_per_s_per_core x headroom)", "comments_per_s", "ingest_admitted_per_s_per_core", "headroom")
+	ingN := survivors(ingVCPU/float64(in.VCPU), zones, lost)
+	pl.add("ingest", "ingests", float64(ingN), "machines", "vCPU / instances.ingest.vcpu; "+zoneNote, "instances.ingest.vcpu")
+	pl.IngestCapacity = max(10, int(math.Floor(float64(in.VCPU)*e.Headroom*f.IngestAdmittedPerSCore.Value*ingestSecondsInFlight/100))*100)
+	pl.add("ingest", "ingest_capacity", float64(pl.IngestCapacity), "in flight", fmt.Sprintf("instances.ingest.vcpu x headroom x ingest_admitted_per_s_per_core x %g s, down to hundreds", ingestSecondsInFlight), "ingest_admitted_per_s_per_core")
+	ingUtil := ingVCPU / float64(ingN*in.VCPU)
+
+	// gslb.
+	gs := e.Instances.Gslb
+	gsVCPU := e.JoinPerS / (f.EntryAnswersPerSCore.Value * e.Headroom)
+	pl.add("gslb", "vCPU for the entries", gsVCPU, "vCPU", "join_per_s / (entry_answers_per_s_per_core x headroom)", "join_per_s", "entry_answers_per_s_per_core", "headroom")
+	gsN := survivors(gsVCPU/float64(gs.VCPU), zones, lost)
+	pl.add("gslb", "gslbs", float64(gsN), "machines", "vCPU / instances.gslb.vcpu; "+zoneNote, "instances.gslb.vcpu")
+	gsUtil := gsVCPU / float64(gsN*gs.VCPU)
+	lcu := e.JoinPerS / newConnsPerLCU
+	pl.LoadBalancers = max(1, int(math.Ceil(lcu/maxLCUPerLB)))
+	if pl.LoadBalancers > maxLoadBalancers {
+		return nil, fieldErr(CodeInfeasible, "join_per_s", "%.0f new connections a second need %.0f LCU, more than %d load balancers of %.0f", e.JoinPerS, lcu, maxLoadBalancers, maxLCUPerLB)
+	}
+	pl.LCUPerLB = int(math.Ceil(lcu/float64(pl.LoadBalancers)/100)) * 100
+	pl.add("lb", "LCU for the join surge", lcu, "LCU", fmt.Sprintf("join_per_s / %g new connections per LCU", newConnsPerLCU), "join_per_s")
+	pl.add("lb", "gslb_load_balancers", float64(pl.LoadBalancers), "ALBs", fmt.Sprintf("ceil(LCU / %g reservable per ALB)", maxLCUPerLB), "join_per_s")
+	pl.add("lb", "LCU reserved per ALB", float64(pl.LCUPerLB), "LCU", "LCU / ALBs, up to hundreds", "join_per_s")
+
+	// Slicer.
+	sl := e.Instances.Slicer
+	stored := admitted + gifts
+	slVCPU := float64(nRooms)*f.SlicerCPUMsPerRoomS.Value/1000 + stored/f.SlicerMsgsPerSCore.Value
+	pl.add("slicer", "vCPU for the rooms", slVCPU, "vCPU", "rooms x slicer_cpu_ms_per_room_s / 1000 + (stored comments + gifts) / slicer_msgs_per_s_per_core", "slicer_cpu_ms_per_room_s", "slicer_msgs_per_s_per_core", "gifts_per_s")
+	slCPU := survivors(slVCPU/(float64(sl.VCPU)*e.Headroom), zones, lost)
+	slN, slBind := slCPU, "CPU of the rooms led"
+	if need := max(2, lost+1); slN <= need {
+		slN, slBind = need, fmt.Sprintf("a standby after %d zone(s) lost", lost)
+	}
+	pl.add("slicer", "slicers", float64(slN), "machines", "max(vCPU / (instances.slicer.vcpu x headroom) with a zone lost, zones_lost + 1 and at least 2)", "instances.slicer.vcpu", "zones_lost")
+	slUtil := slVCPU / (float64(slN*sl.VCPU) * e.Headroom)
+
+	// Redis.
+	var shared, hot float64
+	hotName := ""
+	edgesAll := float64(edgeN)
+	ingAll := float64(ingN)
+	var total float64
+	for _, r := range rooms {
+		flushNodes := math.Min(ingAll, math.Max(1, r.offered*ingestSecondsInFlight))
+		edgesReading := math.Min(edgesAll, math.Max(1, r.viewers))
+		ops := r.admitted*f.RedisCmdsPerAdmitted.Value +
+			flushNodes*f.RedisFlushCmdsPerRoomS.Value +
+			r.gifts*f.RedisCmdsPerGift.Value +
+			f.SlicerRedisCmdsPerRoomS.Value +
+			edgesReading*math.Max(1, r.frames)
+		total += ops * float64(r.group.Count)
+		if ops > hot {
+			hot, hotName = ops, r.group.Name
+		}
+	}
+	shared = (edgesAll+ingAll)*f.RedisReportCmdsPerNodeS.Value + float64(gsN)*f.RedisSyncCmdsPerGslbS.Value
+	total += shared
+	pl.RedisOpsPerS = total
+	pl.add("redis", "commands of the hottest room ("+hotName+")", hot, "/s",
+		"stored x redis_cmds_per_admitted_comment + ingests flushing x redis_flush_cmds_per_room_node_s + gifts x redis_cmds_per_gift + slicer_redis_cmds_per_room_s + edges reading x max(1, frames)",
+		"redis_cmds_per_admitted_comment", "redis_flush_cmds_per_room_node_s", "redis_cmds_per_gift", "slicer_redis_cmds_per_room_s")
+	pl.add("redis", "commands of load reports and syncs", shared, "/s", "(edges + ingests) x redis_report_cmds_per_node_s + gslbs x redis_sync_cmds_per_gslb_s", "redis_report_cmds_per_node_s", "redis_sync_cmds_per_gslb_s")
+	pl.add("redis", "commands", total, "/s", "sum over rooms + reports and syncs", "redis_ops_per_s_per_shard")
+	capShard := f.RedisOpsPerSShard.Value * e.Headroom
+	if hot > capShard {
+		return nil, fieldErr(CodeInfeasible, "rooms", "room group %q needs %.0f Redis commands a second on its one shard, above %.0f (redis_ops_per_s_per_shard x headroom): fewer pushed gifts or a lower room_refill_per_s", hotName, hot, capShard)
+	}
+	shards := 1
+	perShard := func(n int) float64 {
+		// A room's keys share a slot: the hottest room is on one shard,
+		// the rest spread evenly (the load table over 16 slots).
+		return hot + (total-hot)/float64(n)
+	}
+	for perShard(shards) > capShard && shards < 500 {
+		shards++
+	}
+	if perShard(shards) > capShard {
+		return nil, fieldErr(CodeInfeasible, "", "Redis needs more than 500 shards")
+	}
+	pl.RedisShards = shards
+	pl.RedisShardOpsS = perShard(shards)
+	pl.RedisUtilization = pl.RedisShardOpsS / capShard
+	pl.add("redis", "redis_shards", float64(shards), "shards", "smallest S with hottest room + (commands - hottest) / S <= redis_ops_per_s_per_shard x headroom", "redis_ops_per_s_per_shard", "headroom")
+	pl.add("redis", "commands per shard, busiest", pl.RedisShardOpsS, "/s", "hottest room + (commands - hottest) / shards", "redis_ops_per_s_per_shard")
+	pl.RedisNodes = shards * (1 + e.Redis.ReplicasPerShard)
+
+	// CDN and S3.
+	var cdnReq, egress, origin, puts float64
+	for _, r := range rooms {
+		n := float64(r.group.Count)
+		msgs := math.Min(e.Budget, r.shown+r.gifts) / r.segPerS
+		bytes := msgs*f.SegmentBytesPerMessage.Value + segmentHeaderBytes
+		cdnReq += n * r.viewers * f.CDNRequestsPerViewerSeg.Value * r.segPerS
+		egress += n * r.viewers * bytes * r.segPerS
+		origin += n * f.OriginGetsPerRoomSegment.Value * r.segPerS
+		puts += n * f.S3PutsPerRoomSegment.Value * r.segPerS
+	}
+	pl.CDNRequestsPerS = pl.add("cdn", "CDN requests", cdnReq, "/s", "sum over rooms of viewers x cdn_requests_per_viewer_segment x 1000/segment_ms", "cdn_requests_per_viewer_segment", "rooms[].segment_ms")
+	pl.CDNGbps = pl.add("cdn", "CDN egress", egress*8*httpOverhead/1e9, "Gbps", fmt.Sprintf("sum over rooms of viewers x (min(budget, shown + gifts) per segment x segment_bytes_per_message + %g) x 1000/segment_ms x 8 x %g (headers, TLS)", segmentHeaderBytes, httpOverhead), "segment_bytes_per_message", "budget")
+	pl.OriginGetsPerS = pl.add("cdn", "origin GETs", origin, "/s", "rooms x origin_gets_per_room_segment x 1000/segment_ms", "origin_gets_per_room_segment")
+	pl.S3PutsPerS = pl.add("s3", "S3 PUTs", puts, "/s", "rooms x s3_puts_per_room_segment x 1000/segment_ms", "s3_puts_per_room_segment")
+
+	// Fleets and quotas.
+	margin := func(n int) int { return int(math.Ceil(float64(n) * (1 + e.ScaleOutMargin))) }
+	pl.Fleets = []Fleet{
+		{Role: "edge", Instance: ed, Count: edgeN, MaxCount: margin(edgeN), Binding: edgeBind, Limit: edgeLimit, Utilization: edgeUtil},
+		{Role: "ingest", Instance: in, Count: ingN, MaxCount: margin(ingN), Binding: "CPU per post", Limit: "CPU per post", Utilization: ingUtil},
+		{Role: "gslb", Instance: gs, Count: gsN, MaxCount: margin(gsN), Binding: "CPU per entry (join surge)", Limit: "CPU per entry", Utilization: gsUtil},
+		{Role: "slicer", Instance: sl, Count: slN, MaxCount: slN, Binding: slBind, Limit: "CPU of the rooms led", Utilization: slUtil},
+	}
+	for _, fl := range pl.Fleets {
+		pl.VCPU += fl.Count * fl.Instance.VCPU
+		pl.VCPUMax += fl.MaxCount * fl.Instance.VCPU
+	}
+	pl.add("quota", "vCPU at count", float64(pl.VCPU), "vCPU", "sum of count x instances.ROLE.vcpu", "instances")
+	pl.add("quota", "vCPU at max_count", float64(pl.VCPUMax), "vCPU", "sum of ceil(count x (1 + scale_out_margin)) x vcpu (slicers at count)", "scale_out_margin")
+
+	// Service levels.
+	maxSeg := 0
+	for _, r := range rooms {
+		maxSeg = max(maxSeg, r.group.SegmentMs)
+	}
+	fanoutMs := maxConns * frameUs / float64(ed.VCPU) / 1000
+	pl.SLO = SLO{
+		V:                   1,
+		BarrageLatencyP99Ms: float64(maxSeg) + sloMarginMs,
+		GiftLatencyP99Ms:    math.Ceil(giftMergeMs + fanoutMs + giftNetMs),
+		EntryLatencyP99Ms:   entryP99Ms,
+		GiftDeliveredRatio:  1,
+		BarrageShownRatio:   math.Round(shown/offered*1e6) / 1e6,
+		AdmittedPerS:        math.Round(admitted),
+	}
+	pl.add("slo", "barrage p99", pl.SLO.BarrageLatencyP99Ms, "ms", fmt.Sprintf("longest segment_ms + %g (publish delay, poll burst, clock margin)", sloMarginMs), "rooms[].segment_ms")
+	pl.add("slo", "gift p99", pl.SLO.GiftLatencyP99Ms, "ms", fmt.Sprintf("%g ms merge + edge_max_conns x %s / vcpu + %g ms", giftMergeMs, frameField, giftNetMs), frameField)
+	pl.add("slo", "entry p99", pl.SLO.EntryLatencyP99Ms, "ms", "design: queueing at the planned headroom and the network", "headroom")
+	pl.add("slo", "barrage shown ratio", pl.SLO.BarrageShownRatio, "", "comments shown / comments_per_s", "comments_per_s", "budget")
+
+	util := map[string]float64{"edge": edgeUtil, "ingest": ingUtil, "gslb": gsUtil, "slicer": slUtil, "redis": pl.RedisUtilization}
+	best := -1.0
+	for _, r := range Roles {
+		if util[r] > best {
+			best, pl.SLO.BindingRole = util[r], r
+		}
+	}
+	return pl, nil
+}

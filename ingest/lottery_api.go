@@ -87,8 +87,8 @@ func (a *LotteryAPI) auth(c *gin.Context) {
 	}
 	if a.Hosts != nil {
 		if claims, err := a.Hosts.Verify(httpx.BearerToken(c, "")); err == nil {
-			if a.Addr != "" && !claims.HasAddr(a.Addr) {
-				httpx.Abort(c, httpx.Errorf(http.StatusForbidden, "wrong_node", "token was not issued for this node"))
+			if a.Addr != "" && !claims.ForIngest(a.Addr) {
+				httpx.Abort(c, httpx.Errorf(http.StatusForbidden, "wrong_node", "token was not issued for this node as an ingest"))
 				return
 			}
 			if claims.Room != c.Param("room") || (claims.Role != auth.RoleHost && claims.Role != auth.RoleAdmin) {

@@ -629,8 +629,10 @@ func (s *Server) authorize(c *gin.Context) (*auth.Claims, bool) {
 		s.reject(c, "auth", httpx.Errorf(http.StatusUnauthorized, code, "dynamic token rejected; fetch a new entry"))
 		return nil, false
 	}
-	if s.cfg.Addr != "" && !claims.HasAddr(s.cfg.Addr) {
-		s.reject(c, "auth", httpx.Errorf(http.StatusForbidden, "wrong_node", "token was not issued for this node"))
+	if s.cfg.Addr != "" && !claims.ForIngest(s.cfg.Addr) {
+		// Also a token whose address names this node only as an edge: a
+		// token's audience is its address partition (auth.Claims.Ingests).
+		s.reject(c, "auth", httpx.Errorf(http.StatusForbidden, "wrong_node", "token was not issued for this node as an ingest"))
 		return nil, false
 	}
 	if room := c.Param("room"); room != claims.Room {

@@ -151,7 +151,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.rateLimits, "rate-limits", env("DANMAKU_RATE_LIMITS", ""), "gslb, ingest: rate-limit rules (JSON, docs/api-limits.md), re-read every 250 ms; with -redis the rules may instead be changed in Redis (default: the built-in rules) [DANMAKU_RATE_LIMITS]")
 	countVar(ss, &f.gslbNodes, "gslb-nodes", "DANMAKU_GSLB_NODES", atLeast(0), "gslb: how many gslb processes share the gslb's shared-window rate limits; each admits its share while Redis is unreachable (default 1)")
 	fs.StringVar(&f.words, "words", env("DANMAKU_WORDS_FILE", ""), "sensitive-word list, one word a line, re-read when it changes [DANMAKU_WORDS_FILE]")
-	enumVar(ss, &f.wordPolicy, "word-policy", "DANMAKU_WORD_POLICY", "mask", []string{"mask", "reject", "refuse", "off"}, "what a listed word does unless the room's event says: mask, reject (dropped silently), refuse (422) or off")
+	enumVar(ss, &f.wordPolicy, "word-policy", "DANMAKU_WORD_POLICY", "mask", []string{"mask", "reject", "refuse", "off"}, "what a listed word does unless the room's event says: mask, reject (dropped silently), refuse (422) or off; only until a moderation document is pushed (danmaku moderation push), whose word_policy then holds")
 	boolVar(ss, &f.s3.PathStyle, "s3-path-style", "DANMAKU_S3_PATH_STYLE", "path-style S3 addressing (most S3-compatible servers)")
 }
 

@@ -44,6 +44,9 @@ type serveFlags struct {
 	auditDir            string
 	auditBucket         string
 	auditPrefix         string
+	rulesBucket         string
+	rulesPrefix         string
+	rulesDir            string
 	auditRetention      time.Duration
 	words, wordPolicy   string
 	ingestCap           int
@@ -120,6 +123,9 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.s3.Prefix, "s3-prefix", env("DANMAKU_S3_PREFIX", ""), "key prefix inside the bucket, ending in / [DANMAKU_S3_PREFIX]")
 	fs.StringVar(&f.auditDir, "audit-dir", env("DANMAKU_AUDIT_DIR", ""), "directory of the audit trail when -audit-s3-bucket is not set, on a disk (never tmpfs); ingest and slicer need one of them outside dev (dev's default: danmaku/audit in the user's cache directory) [DANMAKU_AUDIT_DIR]")
 	fs.StringVar(&f.auditBucket, "audit-s3-bucket", env("DANMAKU_AUDIT_S3_BUCKET", ""), "S3 bucket of the audit trail (never the segments bucket; same endpoint and credentials) [DANMAKU_AUDIT_S3_BUCKET]")
+	fs.StringVar(&f.rulesBucket, "rules-s3-bucket", env("DANMAKU_RULES_S3_BUCKET", ""), "S3 bucket keeping the fleet's rules (words, limits, moderation) as versioned objects instead of Redis (never the segments bucket; same endpoint and credentials) [DANMAKU_RULES_S3_BUCKET]")
+	fs.StringVar(&f.rulesPrefix, "rules-s3-prefix", env("DANMAKU_RULES_S3_PREFIX", ""), "key prefix inside the rules bucket, ending in / [DANMAKU_RULES_S3_PREFIX]")
+	fs.StringVar(&f.rulesDir, "rules-dir", env("DANMAKU_RULES_DIR", ""), "directory keeping the fleet's rules as versioned files instead of Redis, when -rules-s3-bucket is not set (one machine, or a shared file system) [DANMAKU_RULES_DIR]")
 	fs.StringVar(&f.auditPrefix, "audit-s3-prefix", env("DANMAKU_AUDIT_S3_PREFIX", ""), "key prefix inside the audit bucket, ending in / [DANMAKU_AUDIT_S3_PREFIX]")
 	durationVar(ss, &f.auditRetention, "audit-retention", "DANMAKU_AUDIT_RETENTION", time.Hour, "how long audit objects are kept before the ingest deletes them (default 720h: 30 days)")
 	removedVar(ss, "edge-capacity", "DANMAKU_EDGE_CAPACITY", "the edge's one capacity setting is -max-conns (DANMAKU_MAX_CONNS)")
@@ -241,6 +247,11 @@ func (f *serveFlags) stackConfig(roles []string) (stack.Config, stack.BackendCon
 		b.AuditS3 = f.s3
 		b.AuditS3.Bucket, b.AuditS3.Prefix = f.auditBucket, f.auditPrefix
 	}
+	if f.rulesBucket != "" {
+		b.RulesS3 = f.s3
+		b.RulesS3.Bucket, b.RulesS3.Prefix = f.rulesBucket, f.rulesPrefix
+	}
+	b.RulesDir = f.rulesDir
 	return cfg, b, nil
 }
 
@@ -365,6 +376,7 @@ func (f *serveFlags) checkDevSafe() error {
 		{"redis", "DANMAKU_REDIS", f.redisURL},
 		{"s3-bucket", "DANMAKU_S3_BUCKET", f.s3.Bucket},
 		{"audit-s3-bucket", "DANMAKU_AUDIT_S3_BUCKET", f.auditBucket},
+		{"rules-s3-bucket", "DANMAKU_RULES_S3_BUCKET", f.rulesBucket},
 	} {
 		if b.v != "" {
 			risks = append(risks, fmt.Sprintf("-%s [%s] names a real backend", b.flag, b.env))

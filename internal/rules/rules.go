@@ -18,7 +18,8 @@
 // one in force.
 //
 // The in-memory Store is embedded mode's (`danmaku dev`); RedisStore is the
-// fleet's. Both are safe for concurrent use. A file remains an option for
+// fleet's by default, ObjectStore (S3 or a directory) its option. All are
+// safe for concurrent use. A file remains an option for
 // either kind (ingest.FileWords, ratelimit.FileSource): a node given a file
 // follows the file and not the store.
 package rules

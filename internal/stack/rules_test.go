@@ -229,3 +229,28 @@ func TestFleetRules(t *testing.T) {
 		}
 	})
 }
+
+// The rules store is selected by a setting: -rules-dir keeps the versions
+// in a directory (rules.ObjectStore), and a second process opening the same
+// directory sees what the first pushed.
+func TestRulesStoreSetting(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	open := func() rules.Store {
+		b, closeBackends, err := OpenBackends(ctx, BackendConfig{RulesDir: dir}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = closeBackends() })
+		if _, ok := b.Shared.Rules.(*rules.ObjectStore); !ok {
+			t.Fatalf("rules store %T, want *rules.ObjectStore", b.Shared.Rules)
+		}
+		return b.Shared.Rules
+	}
+	if _, err := open().Push(ctx, rules.KindModeration, []byte(`{"word_policy":"off","duplicate_window_ms":1000}`), rules.Meta{By: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := open().Get(ctx, rules.KindModeration, 0); err != nil || d.Version.Version != 1 || !strings.Contains(string(d.Body), "off") {
+		t.Fatalf("the second process read %+v %q, %v", d.Version, d.Body, err)
+	}
+}

@@ -347,7 +347,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 // running dev on real backends.
 func (f *serveFlags) registerDev(fs *flag.FlagSet) {
 	f.register(fs)
-	boolVar(&f.settings, &f.devUnsafe, "dev-unsafe-backends", "", "run dev on real backends (-redis, -s3-bucket, -audit-s3-bucket) or with production keys (DANMAKU_TICKET_KEY, DANMAKU_MASTER_KEY, DANMAKU_*_KEYS) from the environment: then every key is required as for the roles, and no public dev key, dev ticket (GET /v1/dev/ticket) or demo page is served")
+	boolVar(&f.settings, &f.devUnsafe, "dev-unsafe-backends", "", "run dev on real backends (-redis, -s3-bucket, -audit-s3-bucket, -rules-s3-bucket, -rules-dir) or with production keys (DANMAKU_TICKET_KEY, DANMAKU_MASTER_KEY, DANMAKU_*_KEYS) from the environment: then every key is required as for the roles, and no public dev key, dev ticket (GET /v1/dev/ticket) or demo page is served")
 }
 
 // devProductionKeys are the secrets dev refuses from its environment: it
@@ -377,6 +377,8 @@ func (f *serveFlags) checkDevSafe() error {
 		{"s3-bucket", "DANMAKU_S3_BUCKET", f.s3.Bucket},
 		{"audit-s3-bucket", "DANMAKU_AUDIT_S3_BUCKET", f.auditBucket},
 		{"rules-s3-bucket", "DANMAKU_RULES_S3_BUCKET", f.rulesBucket},
+		// A directory a fleet follows: dev's public operator key would push to it.
+		{"rules-dir", "DANMAKU_RULES_DIR", f.rulesDir},
 	} {
 		if b.v != "" {
 			risks = append(risks, fmt.Sprintf("-%s [%s] names a real backend", b.flag, b.env))

@@ -173,7 +173,7 @@ func (s *ObjectStore) Get(ctx context.Context, kind string, version int64) (Docu
 	if err := json.Unmarshal(o.Body, &rec); err != nil || rec.Version.Version != version {
 		return Document{}, fmt.Errorf("rules: bad version record %s %d", kind, version)
 	}
-	return Document{Version: rec.Version, Body: rec.Body}, nil
+	return Document(rec), nil
 }
 
 // History implements Store: one GET per version listed.

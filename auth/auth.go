@@ -79,9 +79,11 @@ type Claims struct {
 	Avatar string   `json:"av,omitempty"`
 	Role   string   `json:"role"`
 	Addrs  []string `json:"addrs"`
-	// Ingests is how many of Addrs, from the first, are ingest addresses
-	// (the rest are edges'). Zero in tokens signed before it existed: any
-	// address may then be an ingest's.
+	// Ingests is how many of Addrs, from the first, are ingest addresses;
+	// the rest are edges'. It is the token's audience: an ingest accepts
+	// the token only if its address is among the first Ingests, an edge
+	// only if its address is among the rest (ForIngest, ForEdge). Zero in
+	// tokens signed before it existed, which no node accepts any more.
 	Ingests int   `json:"ni,omitempty"`
 	Login   int64 `json:"login"`
 	jwt.RegisteredClaims
@@ -92,6 +94,20 @@ func (c *Claims) User() string { return c.Subject }
 
 // HasAddr reports whether addr is one of the addresses the token was issued for.
 func (c *Claims) HasAddr(addr string) bool { return slices.Contains(c.Addrs, addr) }
+
+// ForIngest reports whether the token was issued for the ingest at addr:
+// addr is among its first Ingests addresses. A token that names no ingest
+// addresses (Ingests 0, signed before the claim existed) is for no ingest.
+func (c *Claims) ForIngest(addr string) bool {
+	return c.Ingests > 0 && c.Ingests <= len(c.Addrs) && slices.Contains(c.Addrs[:c.Ingests], addr)
+}
+
+// ForEdge reports whether the token was issued for the edge at addr: addr
+// is among its addresses after the first Ingests. A token that names no
+// ingest addresses names no partition, and is for no edge either.
+func (c *Claims) ForEdge(addr string) bool {
+	return c.Ingests > 0 && c.Ingests <= len(c.Addrs) && slices.Contains(c.Addrs[c.Ingests:], addr)
+}
 
 // IngestAddrs returns the token's ingest addresses, best first: the first is
 // the user's own node (the allocator's rendezvous choice), the rest its

@@ -753,3 +753,56 @@ func TestVerifierCannotMint(t *testing.T) {
 		t.Fatal("a 5-byte master key was accepted")
 	}
 }
+
+// A token's audience is its address partition: the first Ingests addresses
+// are ingests', the rest edges'. An address in one part does not admit the
+// token at a node of the other kind, and a token without the partition
+// (ni 0, signed before it existed) is for no node.
+func TestTokenAudience(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		addrs          []string
+		ingests        int
+		ingest, edge   []string // addresses ForIngest / ForEdge admit
+		ingestN, edgeN []string // and refuse
+	}{
+		{"gslb's shape", []string{"http://i1", "http://i2", "ws://e1"}, 2,
+			[]string{"http://i1", "http://i2"}, []string{"ws://e1"}, []string{"ws://e1", "http://x"}, []string{"http://i1", "http://i2"}},
+		{"one address in both parts", []string{"http://n", "http://n"}, 1,
+			[]string{"http://n"}, []string{"http://n"}, nil, nil},
+		{"ingest-only token", []string{"http://n", "ws://e1"}, 1,
+			[]string{"http://n"}, []string{"ws://e1"}, []string{"ws://e1"}, []string{"http://n"}},
+		{"edge-only token", []string{"http://i1", "http://n"}, 1,
+			[]string{"http://i1"}, []string{"http://n"}, []string{"http://n"}, []string{"http://i1"}},
+		{"no partition (ni 0)", []string{"http://i1", "ws://e1"}, 0,
+			nil, nil, []string{"http://i1", "ws://e1"}, []string{"http://i1", "ws://e1"}},
+		{"count beyond the addresses", []string{"http://i1"}, 3,
+			nil, nil, []string{"http://i1"}, []string{"http://i1"}},
+		{"no edges", []string{"http://i1"}, 1,
+			[]string{"http://i1"}, nil, nil, []string{"http://i1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &auth.Claims{Addrs: tc.addrs, Ingests: tc.ingests}
+			for _, a := range tc.ingest {
+				if !c.ForIngest(a) {
+					t.Errorf("ForIngest(%s) = false", a)
+				}
+			}
+			for _, a := range tc.edge {
+				if !c.ForEdge(a) {
+					t.Errorf("ForEdge(%s) = false", a)
+				}
+			}
+			for _, a := range tc.ingestN {
+				if c.ForIngest(a) {
+					t.Errorf("ForIngest(%s) = true", a)
+				}
+			}
+			for _, a := range tc.edgeN {
+				if c.ForEdge(a) {
+					t.Errorf("ForEdge(%s) = true", a)
+				}
+			}
+		})
+	}
+}

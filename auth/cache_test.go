@@ -415,6 +415,36 @@ func BenchmarkTokenCacheHit(b *testing.B) {
 	}
 }
 
+// BenchmarkTokenCheck is a node's whole check of a token it has seen
+// before: the cache hit, then the address check — any address of the
+// token (HasAddr, the check before tokens carried their audience) or the
+// node's own part of the partition (ForIngest, ForEdge), each on the
+// address it finds last.
+func BenchmarkTokenCheck(b *testing.B) {
+	e := newEnv(b)
+	cl := userClaims(1) // three ingests, three edges
+	tok, ingest, edge := e.sign(b, cl), cl.Addrs[2], cl.Addrs[5]
+	c := newCache(b, e, 0)
+	for _, bc := range []struct {
+		name  string
+		check func(*auth.Claims) bool
+	}{
+		{"HasAddr", func(c *auth.Claims) bool { return c.HasAddr(edge) }},
+		{"ForIngest", func(c *auth.Claims) bool { return c.ForIngest(ingest) }},
+		{"ForEdge", func(c *auth.Claims) bool { return c.ForEdge(edge) }},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				got, err := c.Verify(tok)
+				if err != nil || !bc.check(got) {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkTokenCacheHitParallel: many users' tokens on every core, as an
 // ingest node sees them.
 func BenchmarkTokenCacheHitParallel(b *testing.B) {
@@ -574,5 +604,33 @@ func TestTokenCacheRefusesMalleated(t *testing.T) {
 		if _, err := c.Verify(s); !errors.Is(err, auth.ErrBadToken) {
 			t.Errorf("%q: %v", s, err)
 		}
+	}
+}
+
+// The cache keeps a token's audience: a token cached after its use at an
+// ingest is still refused by an edge's check on the hit, and the other way
+// round; the entries are the exact token strings, so a token for one
+// audience cannot answer for another.
+func TestTokenCacheKeepsAudience(t *testing.T) {
+	e := newEnv(t)
+	c := newCache(t, e, 0)
+	const node = "http://node-1"
+	ingestOnly, edgeOnly := userClaims(1), userClaims(1)
+	ingestOnly.Addrs, ingestOnly.Ingests = []string{node, "ws://edge-1"}, 1
+	edgeOnly.Addrs, edgeOnly.Ingests = []string{"http://ingest-1", node}, 1
+	toks := map[string]bool{e.sign(t, ingestOnly): true, e.sign(t, edgeOnly): false} // token: for the ingest at node
+	for round := range 3 {                                                           // a miss, then hits
+		for tok, forIngest := range toks {
+			got, err := c.Verify(tok)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.ForIngest(node) != forIngest || got.ForEdge(node) == forIngest {
+				t.Fatalf("round %d: ForIngest %v, ForEdge %v; want ingest %v", round, got.ForIngest(node), got.ForEdge(node), forIngest)
+			}
+		}
+	}
+	if s := c.Stats(); s.Misses != 2 || s.Hits != 4 || s.Len != 2 {
+		t.Fatalf("cache %+v", s)
 	}
 }

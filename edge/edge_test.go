@@ -114,6 +114,10 @@ func TestHandshakeRejected(t *testing.T) {
 		{"garbage bearer", "GET", nil, bearer("x.y.z"), 401, CodeUnauthorized},
 		{"unknown epoch", "GET", nil, bearer(otherEpoch), 401, CodeTokenEpoch},
 		{"wrong node", "GET", nil, bearer(signToken(t, e.keys, "r1", "ws://elsewhere:1")), 403, CodeWrongNode},
+		// A token's audience is its address partition: this node's
+		// address among the ingests' is not an edge token for it.
+		{"ingest-only token", "GET", nil, bearer(signAudience(t, e.keys, 1, e.addr, "ws://edge-9")), 403, CodeWrongNode},
+		{"token without ni", "GET", nil, bearer(signAudience(t, e.keys, 0, "http://ingest-0", e.addr)), 403, CodeWrongNode},
 		{"invalid room", "GET", nil, bearer(signToken(t, e.keys, "no room!", e.addr)), 400, CodeBadRequest},
 		{"bad last", "GET", url.Values{"last": {"abc"}}, bearer(good), 400, CodeBadRequest},
 		{"last without seq", "GET", url.Values{"last": {"17-"}}, bearer(good), 400, CodeBadRequest},

@@ -98,8 +98,10 @@ func (s *Server) checkToken(tok string) (*auth.Claims, *refusal) {
 		return nil, &refusal{http.StatusUnauthorized, CodeTokenEpoch, CloseTokenRejected, "token epoch unknown; get a new entry"}
 	case err != nil:
 		return nil, &refusal{http.StatusUnauthorized, CodeUnauthorized, CloseTokenRejected, "missing or invalid token"}
-	case !claims.HasAddr(s.cfg.Addr):
-		return nil, &refusal{http.StatusForbidden, CodeWrongNode, CloseWrongNode, "token was not issued for this node"}
+	case !claims.ForEdge(s.cfg.Addr):
+		// Also a token whose address names this node only as an ingest:
+		// a token's audience is its address partition (auth.Claims.Ingests).
+		return nil, &refusal{http.StatusForbidden, CodeWrongNode, CloseWrongNode, "token was not issued for this node as an edge"}
 	case !wire.ValidRoom(claims.Room):
 		return nil, &refusal{http.StatusBadRequest, CodeBadRequest, CloseBadHello, "token names an invalid room"}
 	}

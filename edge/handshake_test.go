@@ -126,6 +126,8 @@ func testHelloRefused(t *testing.T, e *testEnv) {
 		{"garbage token", text(`{"token":"x.y.z"}`), CloseTokenRejected, CodeUnauthorized},
 		{"unknown epoch", text(`{"token":"` + otherEpoch + `"}`), CloseTokenRejected, CodeTokenEpoch},
 		{"wrong node", text(`{"token":"` + signToken(t, e.keys, "r1", "ws://elsewhere:1") + `"}`), CloseWrongNode, CodeWrongNode},
+		{"ingest-only token", text(`{"token":"` + signAudience(t, e.keys, 1, e.addr, "ws://edge-9") + `"}`), CloseWrongNode, CodeWrongNode},
+		{"token without ni", text(`{"token":"` + signAudience(t, e.keys, 0, "http://ingest-0", e.addr) + `"}`), CloseWrongNode, CodeWrongNode},
 		{"silence", func(*websocket.Conn) error { return nil }, CloseHelloTimeout, CodeHelloTimeout},
 		// A client that leaves first gets its close answered, not refused.
 		{"close first", func(ws *websocket.Conn) error {

@@ -114,6 +114,24 @@ func newKeyring(t testing.TB, clk clock.Clock) *auth.Keyring {
 	return k
 }
 
+// signAudience signs a token of u1 in r1 whose addresses are addrs, the
+// first ingests of them ingests'.
+func signAudience(t testing.TB, k *auth.Keyring, ingests int, addrs ...string) string {
+	t.Helper()
+	tok, _, err := k.Sign(auth.Claims{
+		Room: "r1", Role: auth.RoleViewer, Addrs: addrs, Ingests: ingests,
+		RegisteredClaims: jwt.RegisteredClaims{Subject: "u1"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// testIngestAddr is the ingest address the tokens of the edge tests name
+// before their edge addresses.
+const testIngestAddr = "http://ingest-test"
+
 func signToken(t testing.TB, k *auth.Keyring, room string, addrs ...string) string {
 	t.Helper()
 	return signTokenFor(t, k, "u1", room, addrs...)
@@ -122,9 +140,11 @@ func signToken(t testing.TB, k *auth.Keyring, room string, addrs ...string) stri
 func signTokenFor(t testing.TB, k *auth.Keyring, user, room string, addrs ...string) string {
 	t.Helper()
 	tok, _, err := k.Sign(auth.Claims{
-		Room:             room,
-		Role:             auth.RoleViewer,
-		Addrs:            addrs,
+		Room: room,
+		Role: auth.RoleViewer,
+		// addrs are edges: an ingest comes first, as the gslb signs them.
+		Addrs:            append([]string{testIngestAddr}, addrs...),
+		Ingests:          1,
 		RegisteredClaims: jwt.RegisteredClaims{Subject: user},
 	})
 	if err != nil {

@@ -310,7 +310,7 @@ func runEdgeScaleProcs(b *testing.B, n, procs, fast, slow int) {
 		var sb strings.Builder
 		for k := i; k < n; k += procs {
 			tok, _, err := signer.Sign(auth.Claims{
-				Room: "r1", Role: auth.RoleViewer, Addrs: []string{"ws://" + addrs[i]},
+				Room: "r1", Role: auth.RoleViewer, Addrs: []string{"http://ingest-0", "ws://" + addrs[i]}, Ingests: 1,
 				RegisteredClaims: jwt.RegisteredClaims{Subject: fmt.Sprintf("scale-%d", k)},
 			})
 			if err != nil {

@@ -64,7 +64,7 @@ type DuplicatesConfig struct {
 // them); a room silent for two windows is forgotten by Sweep. Safe for
 // concurrent use.
 type Duplicates struct {
-	window   int64 // ms
+	window   atomic.Int64 // ms: the node's window (SetWindow)
 	perShard int
 	seed     maphash.Seed
 	clk      clock.Clock
@@ -105,12 +105,12 @@ func NewDuplicates(cfg DuplicatesConfig) (*Duplicates, error) {
 		cfg.Registerer = prometheus.NewRegistry()
 	}
 	d := &Duplicates{
-		window:   cfg.Window.Milliseconds(),
 		perShard: max(1, cfg.PerRoom/dupShards),
 		seed:     maphash.MakeSeed(),
 		clk:      clock.Or(cfg.Clock),
 		rooms:    map[string]*dupRoom{},
 	}
+	d.window.Store(cfg.Window.Milliseconds())
 	d.dropped = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "danmaku_ingest_duplicates_dropped_total",
 		Help: "Comments dropped as a copy of a text shown in the same room within the duplicate window.",
@@ -138,7 +138,7 @@ func (d *Duplicates) Seen(room, text string, now time.Time) bool {
 func (d *Duplicates) SeenWithin(room, text string, now time.Time, window time.Duration) bool {
 	w := window.Milliseconds()
 	if w <= 0 {
-		w = d.window
+		w = d.window.Load()
 	}
 	b := foldPool.Get().(*foldBuf)
 	b.fold(text)
@@ -208,7 +208,7 @@ func (d *Duplicates) Sweep(now time.Time) {
 	defer d.mu.Unlock()
 	for name, r := range d.rooms {
 		idle := true
-		w := max(r.window.Load(), d.window)
+		w := max(r.window.Load(), d.window.Load())
 		for i := range r.shards {
 			s := &r.shards[i]
 			s.mu.Lock()
@@ -233,9 +233,18 @@ func (d *Duplicates) Rooms() int {
 	return len(d.rooms)
 }
 
-// Run sweeps every window until ctx is done.
+// SetWindow makes w the node's window, for rooms whose event sets none
+// (the moderation document's duplicate_window_ms): longer, it applies
+// fully to texts seen after the change, shorter at once. w <= 0 is ignored.
+func (d *Duplicates) SetWindow(w time.Duration) {
+	if w > 0 {
+		d.window.Store(w.Milliseconds())
+	}
+}
+
+// Run sweeps every window (the one it started with) until ctx is done.
 func (d *Duplicates) Run(ctx context.Context) error {
-	t := time.NewTicker(time.Duration(d.window) * time.Millisecond)
+	t := time.NewTicker(time.Duration(d.window.Load()) * time.Millisecond)
 	defer t.Stop()
 	for {
 		select {

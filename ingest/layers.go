@@ -40,6 +40,8 @@ func (s *Server) antiSpam() error {
 	if s.dups, err = NewDuplicates(DuplicatesConfig{Window: cfg.DuplicateWindow, Clock: cfg.Clock, Registerer: cfg.Registerer}); err != nil {
 		return err
 	}
+	s.mod = newModerationSettings(Moderation{WordPolicy: cfg.WordPolicy, DuplicateWindow: cfg.DuplicateWindow}, cfg.ModerationRules, cfg.Logger,
+		func(m Moderation) { s.dups.SetWindow(m.DuplicateWindow) })
 	if s.global, err = NewGlobalGate(GlobalGateConfig{Limiter: cfg.Global, Nodes: s.liveIngestNodes, Clock: cfg.Clock, Registerer: cfg.Registerer, Logger: cfg.Logger}); err != nil {
 		return err
 	}
@@ -69,6 +71,9 @@ func (s *Server) antiSpam() error {
 	if err := s.words.Refresh(ctx); err != nil {
 		s.cfg.Logger.Warn("ingest: word list not loaded at start; retrying", "err", err)
 	}
+	if err := s.mod.Refresh(ctx); err != nil {
+		s.cfg.Logger.Warn("ingest: moderation settings not loaded at start; the node's own in force, retrying", "err", err)
+	}
 	return nil
 }
 
@@ -79,6 +84,10 @@ func (s *Server) BanStore() BanStore { return s.cfg.Bans }
 // Words returns the node's word filter, for the rules API to refresh after
 // a push and for watchers of the list in force (WordFilter.Loaded).
 func (s *Server) Words() *WordFilter { return s.words }
+
+// Moderation returns the node-wide moderation settings in force, for the
+// rules API to refresh after a push and for watchers (Loaded).
+func (s *Server) Moderation() *ModerationSettings { return s.mod }
 
 // Bans returns the node's ban list, for the operator API to refresh after
 // a change.
@@ -93,7 +102,7 @@ type spamLimits struct {
 }
 
 func (s *Server) spamLimitsOf(v event.RoomView) spamLimits {
-	l := spamLimits{wordPolicy: s.cfg.WordPolicy}
+	l := spamLimits{wordPolicy: s.mod.Current().WordPolicy}
 	if v.Event != nil {
 		l.event = v.Event.ID
 		l.eventRate = v.EventRefill

@@ -131,7 +131,7 @@ func (r *loadRig) tokens(t *testing.T, users int) []string {
 	out := make([]string, users)
 	for i := range out {
 		tok, _, err := r.ring.Sign(auth.Claims{
-			Room: r.room, Nick: "n", Role: auth.RoleViewer, Addrs: []string{r.nodes[i%len(r.nodes)].addr},
+			Room: r.room, Nick: "n", Role: auth.RoleViewer, Addrs: []string{r.nodes[i%len(r.nodes)].addr}, Ingests: 1,
 			RegisteredClaims: jwt.RegisteredClaims{Subject: "user-" + strconv.Itoa(i)},
 		})
 		if err != nil {

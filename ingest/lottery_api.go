@@ -94,8 +94,8 @@ func roomAdminAuth(c *gin.Context, keys []string, hosts *auth.Keyring, addr, wha
 	}
 	if hosts != nil {
 		if claims, err := hosts.Verify(httpx.BearerToken(c, "")); err == nil {
-			if addr != "" && !claims.HasAddr(addr) {
-				httpx.Abort(c, httpx.Errorf(http.StatusForbidden, "wrong_node", "token was not issued for this node"))
+			if addr != "" && !claims.ForIngest(addr) {
+				httpx.Abort(c, httpx.Errorf(http.StatusForbidden, "wrong_node", "token was not issued for this node as an ingest"))
 				return
 			}
 			if claims.Room != c.Param("room") || (claims.Role != auth.RoleHost && claims.Role != auth.RoleAdmin) {

@@ -621,7 +621,7 @@ func (f *lotteryAPIFixture) token(t testing.TB, room, user, role string) string 
 // tokenFor is a token issued for the node at addr.
 func (f *lotteryAPIFixture) tokenFor(t testing.TB, addr, room, user, role string) string {
 	t.Helper()
-	tok, _, err := f.ring.Sign(auth.Claims{Room: room, Role: role, Addrs: []string{addr}, RegisteredClaims: jwt.RegisteredClaims{Subject: user}})
+	tok, _, err := f.ring.Sign(auth.Claims{Room: room, Role: role, Addrs: []string{addr}, Ingests: 1, RegisteredClaims: jwt.RegisteredClaims{Subject: user}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,6 +24,7 @@ import (
 	"danmaku/internal/httpx"
 	"danmaku/internal/loadtable"
 	"danmaku/internal/ratelimit"
+	"danmaku/internal/rules"
 	"danmaku/internal/stream"
 	"danmaku/sdk/wire"
 )
@@ -102,11 +103,18 @@ type Config struct {
 	// Words is the sensitive-word list, reloaded at run time. Nil: none.
 	Words WordSource
 	// WordPolicy is what a listed word does to a comment unless the room's
-	// event says otherwise. Zero: mask.
+	// event says otherwise, until a moderation document is pushed to
+	// ModerationRules. Zero: mask.
 	WordPolicy WordPolicy
 	// DuplicateWindow is how long a text suppresses copies of itself in a
-	// room. Zero: 10 s.
+	// room unless its event says otherwise, until a moderation document
+	// is pushed to ModerationRules. Zero: 10 s.
 	DuplicateWindow time.Duration
+	// ModerationRules is the rules store whose rules.KindModeration
+	// documents, once one is pushed, replace WordPolicy and
+	// DuplicateWindow on every node within a second (ParseModeration).
+	// Nil: those two fields, always.
+	ModerationRules rules.Store
 	// BroadcastGiftValue is the total value (Value × max(Count, 1)) from
 	// which a gift is also announced site-wide: a system message every live
 	// room shows ("X sent 10×rocket in R"), at most 5 a second per node.
@@ -204,6 +212,7 @@ type Server struct {
 	lotteries  *Lotteries
 	bans       *BanList
 	words      *WordFilter
+	mod        *ModerationSettings
 	dups       *Duplicates
 	global     *GlobalGate
 	audit      *audit.Recorder
@@ -475,6 +484,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	wg.Go(func() { _ = s.bans.Run(ctx) })
 	wg.Go(func() { _ = s.words.Run(ctx) })
+	wg.Go(func() { _ = s.mod.Run(ctx) })
 	wg.Go(func() { _ = s.dups.Run(ctx) })
 	if s.ownAudit {
 		wg.Go(func() { _ = s.audit.Run(ctx) })
@@ -595,7 +605,7 @@ type roomLimits struct {
 // look at the event directory (a barrage needs both).
 func (s *Server) limits(room string) (roomLimits, spamLimits) {
 	l := roomLimits{s.cfg.UserCapacity, s.cfg.UserRefill, s.cfg.RoomCeiling, s.cfg.RoomRefill}
-	sl := spamLimits{wordPolicy: s.cfg.WordPolicy}
+	sl := spamLimits{wordPolicy: s.mod.Current().WordPolicy}
 	if s.cfg.Events == nil {
 		return l, sl
 	}
@@ -653,8 +663,10 @@ func (s *Server) authorize(c *gin.Context) (*auth.Claims, bool) {
 		s.reject(c, "auth", httpx.Errorf(http.StatusUnauthorized, code, "dynamic token rejected; fetch a new entry"))
 		return nil, false
 	}
-	if s.cfg.Addr != "" && !claims.HasAddr(s.cfg.Addr) {
-		s.reject(c, "auth", httpx.Errorf(http.StatusForbidden, "wrong_node", "token was not issued for this node"))
+	if s.cfg.Addr != "" && !claims.ForIngest(s.cfg.Addr) {
+		// Also a token whose address names this node only as an edge: a
+		// token's audience is its address partition (auth.Claims.Ingests).
+		s.reject(c, "auth", httpx.Errorf(http.StatusForbidden, "wrong_node", "token was not issued for this node as an ingest"))
 		return nil, false
 	}
 	if room := c.Param("room"); room != claims.Room {

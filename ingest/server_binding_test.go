@@ -14,7 +14,7 @@ import (
 
 // A fallback node refuses the barrage of a user whose primary is live in
 // its load snapshot (421 not_primary, Retry-After 1) and takes it once the
-// primary stops reporting; the primary, and old tokens, are never refused.
+// primary stops reporting; the primary is never refused.
 func TestBarrageBoundToPrimary(t *testing.T) {
 	const primary, fallback = "http://ingest-0", selfAddr
 	f := newFixture(t, func(c *Config) { c.Addr = fallback })
@@ -46,7 +46,10 @@ func TestBarrageBoundToPrimary(t *testing.T) {
 		t.Fatalf("rejected{auth,not_primary} = %v", got)
 	}
 	f.barrage(t, sign("u2", 2, fallback, primary, "ws://edge-1"), "mine") // this node is u2's primary
-	f.barrage(t, sign("u3", 0, primary, fallback, "ws://edge-1"), "old")  // signed before ni existed
+	// A token signed before ni existed names no audience: refused.
+	if rec := f.do(http.MethodPost, barragePath(room), sign("u3", 0, primary, fallback, "ws://edge-1"), `{"text":"old"}`); rec.Code != http.StatusForbidden || errorCode(t, rec) != "wrong_node" {
+		t.Fatalf("token without ni: %d %s", rec.Code, rec.Body)
+	}
 
 	f.clk.Advance(defaultBindingStale + time.Second) // the primary stopped reporting
 	report(fallback)

@@ -108,14 +108,32 @@ func newFixtureOn(tb testing.TB, clk clock.Clock, store *stream.MemoryStore, mod
 
 // token signs a dynamic token for user in rm with role, bound to addrs
 // (default: this node).
+//
+// The first address is the token's ingest (Ingests 1); audienceToken signs
+// any partition.
 func (f *fixture) token(tb testing.TB, rm, user, role string, addrs ...string) string {
 	tb.Helper()
 	if addrs == nil {
 		addrs = []string{selfAddr, "ws://edge-1"}
 	}
 	tok, _, err := f.ring.Sign(auth.Claims{
-		Room: rm, Nick: "nick", Avatar: "a1", Role: role, Addrs: addrs,
+		// The first address is the ingest's, as the gslb signs them.
+		Room: rm, Nick: "nick", Avatar: "a1", Role: role, Addrs: addrs, Ingests: min(1, len(addrs)),
 		RegisteredClaims: jwt.RegisteredClaims{Subject: user},
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return tok
+}
+
+// audienceToken signs u1's token in room bound to addrs, the first ingests
+// of them ingests'.
+func (f *fixture) audienceToken(tb testing.TB, ingests int, addrs ...string) string {
+	tb.Helper()
+	tok, _, err := f.ring.Sign(auth.Claims{
+		Room: room, Role: auth.RoleViewer, Addrs: addrs, Ingests: ingests,
+		RegisteredClaims: jwt.RegisteredClaims{Subject: "u1"},
 	})
 	if err != nil {
 		tb.Fatal(err)
@@ -271,6 +289,9 @@ func TestBarrageBadInput(t *testing.T) {
 	cases := append(textBodyCases(),
 		badCase{name: "token for another room", token: f.token(t, "room-2", "u1", auth.RoleViewer), body: `{"text":"hi"}`, status: 403, code: "wrong_room"},
 		badCase{name: "token for another node", token: f.token(t, room, "u1", auth.RoleViewer, "http://ingest-2", "ws://edge-1"), body: `{"text":"hi"}`, status: 403, code: "wrong_node"},
+		// A token's audience is its address partition (auth.Claims.Ingests).
+		badCase{name: "edge-only token", token: f.audienceToken(t, 1, "http://ingest-2", selfAddr), body: `{"text":"hi"}`, status: 403, code: "wrong_node"},
+		badCase{name: "token without ni", token: f.audienceToken(t, 0, selfAddr, "ws://edge-1"), body: `{"text":"hi"}`, status: 403, code: "wrong_node"},
 		badCase{name: "token with no addresses", token: f.token(t, room, "u1", auth.RoleViewer, []string{}...), body: `{"text":"hi"}`, status: 403, code: "wrong_node"},
 	)
 	f.runBad(t, barragePath(room), good, cases)

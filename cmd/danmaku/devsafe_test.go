@@ -36,6 +36,8 @@ func TestDevRefusesProductionKeysAndBackends(t *testing.T) {
 		{"redis env", map[string]string{"DANMAKU_REDIS": "127.0.0.1:1"}, nil, []string{"DANMAKU_REDIS"}},
 		{"s3", nil, []string{"-s3-bucket", "segments"}, []string{"-s3-bucket"}},
 		{"audit s3", map[string]string{"DANMAKU_AUDIT_S3_BUCKET": "audit"}, nil, []string{"-audit-s3-bucket"}},
+		{"rules s3", map[string]string{"DANMAKU_RULES_S3_BUCKET": "rules"}, nil, []string{"-rules-s3-bucket"}},
+		{"rules dir", nil, []string{"-rules-dir", "/srv/rules"}, []string{"-rules-dir"}},
 		{"all at once", map[string]string{"DANMAKU_TICKET_KEY": "k"}, []string{"-redis", "127.0.0.1:1"}, []string{"DANMAKU_TICKET_KEY", "-redis"}},
 	}
 	for _, tt := range tests {

@@ -39,10 +39,11 @@ var commands = map[string]command{
 	"loadgen":  {"load a deployment: commenters, gifts and CDN pollers; rates, latencies, drops", runLoadgen},
 
 	// Sizing a show.
-	"calibrate": {"measure this machine's per-node figures (runs the repository's benchmarks) into a profile", runCalibrate},
-	"plan":      {"size a show from an event description and a profile: nodes, CDN, Redis, quotas, .tfvars", runPlan},
-	"words":     {"push, show, roll back the fleet's sensitive-word list (versions; every ingest within 1 s)", rulesCmd("words")},
-	"limits":    {"push, show, roll back the fleet's rate-limit rules (versions; every node within 1 s)", rulesCmd("limits")},
+	"calibrate":  {"measure this machine's per-node figures (runs the repository's benchmarks) into a profile", runCalibrate},
+	"plan":       {"size a show from an event description and a profile: nodes, CDN, Redis, quotas, .tfvars", runPlan},
+	"words":      {"push, show, roll back the fleet's sensitive-word list (versions; every ingest within 1 s)", rulesCmd("words")},
+	"limits":     {"push, show, roll back the fleet's rate-limit rules (versions; every node within 1 s)", rulesCmd("limits")},
+	"moderation": {"push, show, roll back the fleet's moderation settings: word policy, duplicate window (versions; every ingest within 1 s)", rulesCmd("moderation")},
 
 	// Setting up a deployment's own services.
 	"redis-acl": {"print the roles' Redis ACL users (ACL SETUSER lines or an ACL file)", runRedisACL},

@@ -17,7 +17,7 @@ import (
 	"danmaku/internal/stack"
 )
 
-// rulesCmd is `danmaku words` and `danmaku limits`: the operator's client
+// rulesCmd is `danmaku words`, `danmaku limits` and `danmaku moderation`: the operator's client
 // of the rules API (on any ingest), for one kind of document.
 //
 //	danmaku words push FILE [-note WHY]    a new version, in force on every node within a second
@@ -34,7 +34,7 @@ func rulesCmd(kind string) func(ctx context.Context, args []string, stdout, stde
 	}
 }
 
-// rulesArgs is one `danmaku words|limits SUB` command line, parsed.
+// rulesArgs is one `danmaku words|limits|moderation SUB` command line, parsed.
 type rulesArgs struct {
 	kind, sub, file string
 	ingestURL       string

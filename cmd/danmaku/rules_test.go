@@ -80,3 +80,56 @@ func TestRulesCommands(t *testing.T) {
 		t.Fatal("an unknown subcommand was accepted")
 	}
 }
+
+// TestModerationCommands runs `danmaku moderation` the same way: a strict
+// document, a bad one refused whole with its field named, show, rollback
+// and history.
+func TestModerationCommands(t *testing.T) {
+	gin.SetMode(gin.TestMode)
+	const key = "rules-cli-operator-key-0123456789"
+	e := gin.New()
+	(&rules.API{Store: rules.NewMemoryStore(), Kinds: map[string]rules.Check{rules.KindModeration: ingest.CheckModeration}, Keys: []string{key}}).Register(e)
+	srv := httptest.NewServer(e)
+	defer srv.Close()
+	t.Setenv("DANMAKU_OPERATOR_KEY", key)
+	dir := t.TempDir()
+	cli := func(args ...string) (string, string, error) {
+		var out, errOut bytes.Buffer
+		err := runRules(context.Background(), rules.KindModeration, args, &out, &errOut)
+		return out.String(), errOut.String(), err
+	}
+	push := func(body string) (string, error) {
+		p := filepath.Join(dir, "m.json")
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, _, err := cli("push", "-ingest", srv.URL, p)
+		return out, err
+	}
+	v1, v2 := `{"word_policy":"mask","duplicate_window_ms":10000}`, `{"word_policy":"refuse","duplicate_window_ms":30000}`
+	for i, doc := range []string{v1, v2} {
+		if out, err := push(doc); err != nil || !strings.Contains(out, "moderation version "+string(rune('1'+i))+":") {
+			t.Fatalf("push %d: %q, %v", i+1, out, err)
+		}
+	}
+	for _, bad := range []struct{ doc, want string }{
+		{`{"word_policy":"shout","duplicate_window_ms":10000}`, `400 bad_moderation: field "word_policy"`},
+		{`{"word_policy":"mask","duplicate_window_ms":5}`, `400 bad_moderation: field "duplicate_window_ms"`},
+		{`{"word_policy":"mask"}`, `400 bad_moderation: field "duplicate_window_ms": required`},
+		{`{"word_policy":"mask","duplicate_window_ms":10000,"ban_days":3}`, `400 bad_json`},
+		{`{"Word_Policy":"mask","duplicate_window_ms":10000}`, `400 bad_json`},
+	} {
+		if _, err := push(bad.doc); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Fatalf("push %s: %v; want %s", bad.doc, err, bad.want)
+		}
+	}
+	if out, meta, err := cli("show", "-ingest", srv.URL); err != nil || out != v2 || !strings.Contains(meta, "version 2") {
+		t.Fatalf("show = %q (%q), %v; want version 2, the bad documents refused", out, meta, err)
+	}
+	if out, _, err := cli("rollback", "-ingest", srv.URL); err != nil || !strings.Contains(out, "version (a rollback to 1) 3") {
+		t.Fatalf("rollback = %q, %v", out, err)
+	}
+	if out, _, err := cli("history", "-ingest", srv.URL); err != nil || strings.Count(out, "\n") != 4 {
+		t.Fatalf("history = %q, %v", out, err)
+	}
+}

@@ -46,6 +46,9 @@ type serveFlags struct {
 	auditDir            string
 	auditBucket         string
 	auditPrefix         string
+	rulesBucket         string
+	rulesPrefix         string
+	rulesDir            string
 	auditRetention      time.Duration
 	words, wordPolicy   string
 	ingestCap           int
@@ -124,6 +127,9 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.s3.Prefix, "s3-prefix", env("DANMAKU_S3_PREFIX", ""), "key prefix inside the bucket, ending in / [DANMAKU_S3_PREFIX]")
 	fs.StringVar(&f.auditDir, "audit-dir", env("DANMAKU_AUDIT_DIR", ""), "directory of the audit trail when -audit-s3-bucket is not set, on a disk (never tmpfs); ingest and slicer need one of them outside dev (dev's default: danmaku/audit in the user's cache directory) [DANMAKU_AUDIT_DIR]")
 	fs.StringVar(&f.auditBucket, "audit-s3-bucket", env("DANMAKU_AUDIT_S3_BUCKET", ""), "S3 bucket of the audit trail (never the segments bucket; same endpoint and credentials) [DANMAKU_AUDIT_S3_BUCKET]")
+	fs.StringVar(&f.rulesBucket, "rules-s3-bucket", env("DANMAKU_RULES_S3_BUCKET", ""), "S3 bucket keeping the fleet's rules (words, limits, moderation) as versioned objects instead of Redis (never the segments bucket; same endpoint and credentials) [DANMAKU_RULES_S3_BUCKET]")
+	fs.StringVar(&f.rulesPrefix, "rules-s3-prefix", env("DANMAKU_RULES_S3_PREFIX", ""), "key prefix inside the rules bucket, ending in / [DANMAKU_RULES_S3_PREFIX]")
+	fs.StringVar(&f.rulesDir, "rules-dir", env("DANMAKU_RULES_DIR", ""), "directory keeping the fleet's rules as versioned files instead of Redis, when -rules-s3-bucket is not set (one machine, or a shared file system) [DANMAKU_RULES_DIR]")
 	fs.StringVar(&f.auditPrefix, "audit-s3-prefix", env("DANMAKU_AUDIT_S3_PREFIX", ""), "key prefix inside the audit bucket, ending in / [DANMAKU_AUDIT_S3_PREFIX]")
 	durationVar(ss, &f.auditRetention, "audit-retention", "DANMAKU_AUDIT_RETENTION", time.Hour, "how long audit objects are kept before the ingest deletes them (default 720h: 30 days)")
 	removedVar(ss, "edge-capacity", "DANMAKU_EDGE_CAPACITY", "the edge's one capacity setting is -max-conns (DANMAKU_MAX_CONNS)")
@@ -157,7 +163,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.rateLimits, "rate-limits", env("DANMAKU_RATE_LIMITS", ""), "gslb, ingest: rate-limit rules (JSON, docs/api-limits.md), re-read every 250 ms; with -redis the rules may instead be changed in Redis (default: the built-in rules) [DANMAKU_RATE_LIMITS]")
 	countVar(ss, &f.gslbNodes, "gslb-nodes", "DANMAKU_GSLB_NODES", atLeast(0), "gslb: how many gslb processes share the gslb's shared-window rate limits; each admits its share while Redis is unreachable (default 1)")
 	fs.StringVar(&f.words, "words", env("DANMAKU_WORDS_FILE", ""), "sensitive-word list, one word a line, re-read when it changes [DANMAKU_WORDS_FILE]")
-	enumVar(ss, &f.wordPolicy, "word-policy", "DANMAKU_WORD_POLICY", "mask", []string{"mask", "reject", "refuse", "off"}, "what a listed word does unless the room's event says: mask, reject (dropped silently), refuse (422) or off")
+	enumVar(ss, &f.wordPolicy, "word-policy", "DANMAKU_WORD_POLICY", "mask", []string{"mask", "reject", "refuse", "off"}, "what a listed word does unless the room's event says: mask, reject (dropped silently), refuse (422) or off; only until a moderation document is pushed (danmaku moderation push), whose word_policy then holds")
 	boolVar(ss, &f.s3.PathStyle, "s3-path-style", "DANMAKU_S3_PATH_STYLE", "path-style S3 addressing (most S3-compatible servers)")
 }
 
@@ -248,6 +254,11 @@ func (f *serveFlags) stackConfig(roles []string) (stack.Config, stack.BackendCon
 		b.AuditS3 = f.s3
 		b.AuditS3.Bucket, b.AuditS3.Prefix = f.auditBucket, f.auditPrefix
 	}
+	if f.rulesBucket != "" {
+		b.RulesS3 = f.s3
+		b.RulesS3.Bucket, b.RulesS3.Prefix = f.rulesBucket, f.rulesPrefix
+	}
+	b.RulesDir = f.rulesDir
 	return cfg, b, nil
 }
 
@@ -344,7 +355,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 func (f *serveFlags) registerDev(fs *flag.FlagSet) {
 	f.register(fs)
 	boolVar(&f.settings, &f.noVideo, "no-video", "", "serve no demo video: by default dev runs ffmpeg (when installed) for a live HLS test stream with program date times at the gslb's /hls/live.m3u8, which the demo page plays under the barrage")
-	boolVar(&f.settings, &f.devUnsafe, "dev-unsafe-backends", "", "run dev on real backends (-redis, -s3-bucket, -audit-s3-bucket) or with production keys (DANMAKU_TICKET_KEY, DANMAKU_MASTER_KEY, DANMAKU_*_KEYS) from the environment: then every key is required as for the roles, and no public dev key, dev ticket (GET /v1/dev/ticket) or demo page is served")
+	boolVar(&f.settings, &f.devUnsafe, "dev-unsafe-backends", "", "run dev on real backends (-redis, -s3-bucket, -audit-s3-bucket, -rules-s3-bucket, -rules-dir) or with production keys (DANMAKU_TICKET_KEY, DANMAKU_MASTER_KEY, DANMAKU_*_KEYS) from the environment: then every key is required as for the roles, and no public dev key, dev ticket (GET /v1/dev/ticket) or demo page is served")
 }
 
 // devProductionKeys are the secrets dev refuses from its environment: it
@@ -373,6 +384,9 @@ func (f *serveFlags) checkDevSafe() error {
 		{"redis", "DANMAKU_REDIS", f.redisURL},
 		{"s3-bucket", "DANMAKU_S3_BUCKET", f.s3.Bucket},
 		{"audit-s3-bucket", "DANMAKU_AUDIT_S3_BUCKET", f.auditBucket},
+		{"rules-s3-bucket", "DANMAKU_RULES_S3_BUCKET", f.rulesBucket},
+		// A directory a fleet follows: dev's public operator key would push to it.
+		{"rules-dir", "DANMAKU_RULES_DIR", f.rulesDir},
 	} {
 		if b.v != "" {
 			risks = append(risks, fmt.Sprintf("-%s [%s] names a real backend", b.flag, b.env))

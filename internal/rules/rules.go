@@ -1,6 +1,6 @@
 // Package rules keeps the documents that steer every node of a fleet and
-// that operators change during a show — the sensitive-word list and the
-// rate-limit rules — in one versioned store, so that a push reaches every
+// that operators change during a show — the sensitive-word list, the
+// rate-limit rules and the moderation settings — in one versioned store, so that a push reaches every
 // node within a second and a bad push can be undone.
 //
 // A Store keeps, per kind of document, a numbered history: every push is a
@@ -18,7 +18,8 @@
 // one in force.
 //
 // The in-memory Store is embedded mode's (`danmaku dev`); RedisStore is the
-// fleet's. Both are safe for concurrent use. A file remains an option for
+// fleet's by default, ObjectStore (S3 or a directory) its option. All are
+// safe for concurrent use. A file remains an option for
 // either kind (ingest.FileWords, ratelimit.FileSource): a node given a file
 // follows the file and not the store.
 package rules
@@ -39,6 +40,9 @@ const (
 	KindWords = "words"
 	// KindLimits is the rate-limit rules document (ratelimit.Parse).
 	KindLimits = "limits"
+	// KindModeration is the ingest nodes' moderation settings, for rooms
+	// whose event does not set them (ingest.ParseModeration).
+	KindModeration = "moderation"
 )
 
 // Bounds.

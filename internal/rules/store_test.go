@@ -2,18 +2,25 @@ package rules_test
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"danmaku/internal/objstore"
 	"danmaku/internal/redisx/redistest"
 	"danmaku/internal/rules"
+	"danmaku/internal/testenv"
 )
 
 // backends are the Store implementations the conformance suite runs on:
-// memory, Redis on one server and on a cluster.
-func backends() []struct {
+// memory, Redis on one server and on a cluster, and the object store on a
+// directory and on S3 (versitygw, one server for the suite, a fresh prefix
+// a store).
+func backends(t *testing.T) []struct {
 	name string
 	open func(t *testing.T) rules.Store
 } {
@@ -27,7 +34,34 @@ func backends() []struct {
 			open func(t *testing.T) rules.Store
 		}{k.Name, func(t *testing.T) rules.Store { return rules.NewRedisStore(k.Client(t)) }})
 	}
-	return out
+	dir := func(t *testing.T) rules.Store {
+		d, err := objstore.NewDirStore(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rules.NewObjectStore(d, "rules/")
+	}
+	env := testenv.S3(t)
+	if err := testenv.SetupBucket(context.Background(), env); err != nil {
+		t.Fatal(err)
+	}
+	s3 := func(t *testing.T) rules.Store {
+		o, err := objstore.NewS3Store(context.Background(), objstore.S3Config{
+			Bucket: env.Bucket, Prefix: "t-" + strings.ToLower(rand.Text()) + "/", Endpoint: env.Endpoint, Region: env.Region,
+			PathStyle: true, AccessKey: env.AccessKey, SecretKey: env.SecretKey,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rules.NewObjectStore(o, "rules/")
+	}
+	return append(out, struct {
+		name string
+		open func(t *testing.T) rules.Store
+	}{"dir", dir}, struct {
+		name string
+		open func(t *testing.T) rules.Store
+	}{"s3", s3})
 }
 
 // TestStoreConformance runs every Store through the same cases, each on an
@@ -131,13 +165,43 @@ func TestStoreConformance(t *testing.T) {
 				t.Fatalf("History = %d versions from %d, %v", len(h), h[0].Version, err)
 			}
 		}},
+		{"concurrent pushes take distinct numbers", func(t *testing.T, s rules.Store) {
+			const pushers, each = 4, 5
+			var wg sync.WaitGroup
+			errs := make(chan error, pushers*each)
+			for p := range pushers {
+				wg.Go(func() {
+					for i := range each {
+						if _, err := s.Push(ctx, rules.KindWords, []byte(fmt.Sprintf("p%d-%d\n", p, i)), meta("")); err != nil {
+							errs <- err
+						}
+					}
+				})
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatal(err)
+			}
+			h, err := s.History(ctx, rules.KindWords, 100)
+			if err != nil || len(h) != pushers*each || h[0].Version != pushers*each {
+				t.Fatalf("History after %d concurrent pushes: %d versions, %v", pushers*each, len(h), err)
+			}
+			seen := map[string]bool{}
+			for _, v := range h {
+				seen[v.SHA256] = true
+			}
+			if len(seen) != pushers*each {
+				t.Fatalf("%d distinct documents among %d versions: a push overwrote another", len(seen), len(h))
+			}
+		}},
 		{"bad kind", func(t *testing.T, s rules.Store) {
 			if _, err := s.Push(ctx, "Words!", nil, meta("")); !errors.Is(err, rules.ErrBadKind) {
 				t.Fatalf("Push of a bad kind: %v", err)
 			}
 		}},
 	}
-	for _, b := range backends() {
+	for _, b := range backends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			for _, c := range cases {
 				t.Run(c.name, func(t *testing.T) { c.run(t, b.open(t)) })

@@ -28,6 +28,14 @@ type BackendConfig struct {
 	// AuditS3, when its Bucket is set, keeps the audit trail (a bucket the
 	// CDN does not serve: the trail names users).
 	AuditS3 objstore.S3Config
+	// RulesS3, when its Bucket is set, keeps the rules (word lists,
+	// rate-limit rules, moderation settings) as versioned objects
+	// (rules.ObjectStore) instead of Redis: a bucket the CDN does not serve.
+	RulesS3 objstore.S3Config
+	// RulesDir, when set and RulesS3 is not, keeps the rules in this
+	// directory (rules.ObjectStore on objstore.DirStore): one machine, or
+	// a shared file system.
+	RulesDir string
 	// GiftWaitReplicas, when positive, makes the gift log answer a gift
 	// only once that many replicas of its Redis master hold it (WAIT): an
 	// answered gift then survives the master's loss (docs/architecture.md,
@@ -117,6 +125,22 @@ func OpenBackends(ctx context.Context, cfg BackendConfig, log *slog.Logger) (Bac
 			return Backends{}, nil, fmt.Errorf("stack: audit s3: %w", err)
 		}
 		b.Shared.Audit = s3
+	}
+	switch {
+	case cfg.RulesS3.Bucket != "":
+		s3, err := objstore.NewS3Store(ctx, cfg.RulesS3)
+		if err != nil {
+			_ = closeAll()
+			return Backends{}, nil, fmt.Errorf("stack: rules s3: %w", err)
+		}
+		b.Shared.Rules = rules.NewObjectStore(s3, "")
+	case cfg.RulesDir != "":
+		d, err := objstore.NewDirStore(cfg.RulesDir)
+		if err != nil {
+			_ = closeAll()
+			return Backends{}, nil, fmt.Errorf("stack: rules dir: %w", err)
+		}
+		b.Shared.Rules = rules.NewObjectStore(d, "")
 	}
 	return b, closeAll, nil
 }

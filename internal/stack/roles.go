@@ -417,7 +417,7 @@ func (s *Stack) newIngest(rs *roleServer, giftBacklog ingest.GiftBacklog) error 
 		words = ingest.NewStoreWords(b.Shared.Rules)
 	}
 	if s.ingest, err = ingest.New(ingest.Config{
-		Bans: b.Shared.Bans, Global: b.Ingest.Global, Words: words, WordPolicy: policy, Audit: s.audit,
+		Bans: b.Shared.Bans, Global: b.Ingest.Global, Words: words, WordPolicy: policy, ModerationRules: b.Shared.Rules, Audit: s.audit,
 		Streams: b.Shared.Streams, Keyring: s.keyring, Addr: s.URLs[RoleIngest], Load: b.Shared.Load,
 		Gate: b.Ingest.Gate, Gifts: b.Ingest.Gifts, GiftBacklog: giftBacklog, FastLane: b.Ingest.FastLane, Lotteries: b.Ingest.Lotteries,
 		GiftKeys: cfg.GiftKeys, AnnounceKeys: cfg.AnnounceKeys, Events: s.events, Registerer: s.registry, Logger: s.log,
@@ -432,7 +432,7 @@ func (s *Stack) newIngest(rs *roleServer, giftBacklog ingest.GiftBacklog) error 
 	ops := e.Group("", s.ingest.RateLimitHandler())
 	(&ingest.BanAPI{Store: s.ingest.BanStore(), Keys: cfg.OperatorKeys, Changed: s.refreshBans, Logger: s.log.With("role", RoleIngest)}).Register(ops)
 	(&ingest.BroadcastAPI{Streams: b.Shared.Streams, Keys: cfg.OperatorKeys, Registerer: s.registry}).Register(ops)
-	(&rules.API{Store: b.Shared.Rules, Kinds: map[string]rules.Check{rules.KindWords: ingest.CheckWordList, rules.KindLimits: rules.CheckLimits},
+	(&rules.API{Store: b.Shared.Rules, Kinds: map[string]rules.Check{rules.KindWords: ingest.CheckWordList, rules.KindLimits: rules.CheckLimits, rules.KindModeration: ingest.CheckModeration},
 		Keys: cfg.OperatorKeys, Changed: s.refreshRules, Logger: s.log.With("role", RoleIngest)}).Register(ops)
 	lotteries := s.ingest.Lotteries()
 	(&ingest.LotteryAPI{Store: b.Ingest.Lotteries, Keys: cfg.OperatorKeys, Hosts: s.keyring, Addr: s.URLs[RoleIngest], Logger: s.log.With("role", RoleIngest), Changed: func(ctx context.Context) {

@@ -30,7 +30,7 @@ import (
 // figure, not an assertion: `go test -run TestFleetRules -v`). A bad
 // document is refused whole with the field named and every node keeps the
 // version in force; a rollback puts the previous version back on every
-// node. The same for the rate-limit rules.
+// node. The same for the rate-limit rules and the moderation settings.
 func TestFleetRules(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs three stacks on Redis")
@@ -187,4 +187,70 @@ func TestFleetRules(t *testing.T) {
 			t.Fatalf("node 2's rules after the rollback: %+v", r)
 		}
 	})
+
+	t.Run("moderation", func(t *testing.T) {
+		policies := []string{"mask", "reject", "refuse", "off"}
+		doc := func(i int) []byte {
+			return fmt.Appendf(nil, `{"word_policy":%q,"duplicate_window_ms":%d}`, policies[i%len(policies)], 1000+i)
+		}
+		modAt := func(v int64) func(n *Stack) (bool, <-chan struct{}) {
+			return func(n *Stack) (bool, <-chan struct{}) {
+				got, changed := n.ingest.Moderation().Loaded()
+				return got == v, changed
+			}
+		}
+		var lat []time.Duration
+		var last rules.Version
+		for i := range pushes {
+			start := time.Now()
+			last = write(http.MethodPut, "moderation", doc(i))
+			lat = append(lat, inForce(start, modAt(last.Version)))
+		}
+		report("moderation", lat)
+		want := ingest.Moderation{WordPolicy: ingest.WordsMask, DuplicateWindow: time.Duration(1000+pushes-1) * time.Millisecond}
+		if p, err := ingest.ParseWordPolicy(policies[(pushes-1)%len(policies)]); err == nil {
+			want.WordPolicy = p
+		}
+		for i, n := range nodes {
+			if got := n.ingest.Moderation().Current(); got != want {
+				t.Fatalf("node %d: %+v, want %+v", i, got, want)
+			}
+		}
+		refused("moderation", []byte(`{"word_policy":"mask","duplicate_window_ms":0}`), ingest.CodeBadModeration, "duplicate_window_ms")
+		for i, n := range nodes {
+			if v, _ := n.ingest.Moderation().Loaded(); v != last.Version {
+				t.Fatalf("node %d left version %d after a refused document (has %d)", i, last.Version, v)
+			}
+		}
+		rb := write(http.MethodPost, "moderation/rollback", nil)
+		inForce(time.Now(), modAt(rb.Version))
+		if got := nodes[2].ingest.Moderation().Current().DuplicateWindow; got != time.Duration(1000+pushes-2)*time.Millisecond {
+			t.Fatalf("node 2's duplicate window after the rollback: %v", got)
+		}
+	})
+}
+
+// The rules store is selected by a setting: -rules-dir keeps the versions
+// in a directory (rules.ObjectStore), and a second process opening the same
+// directory sees what the first pushed.
+func TestRulesStoreSetting(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	open := func() rules.Store {
+		b, closeBackends, err := OpenBackends(ctx, BackendConfig{RulesDir: dir}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = closeBackends() })
+		if _, ok := b.Shared.Rules.(*rules.ObjectStore); !ok {
+			t.Fatalf("rules store %T, want *rules.ObjectStore", b.Shared.Rules)
+		}
+		return b.Shared.Rules
+	}
+	if _, err := open().Push(ctx, rules.KindModeration, []byte(`{"word_policy":"off","duplicate_window_ms":1000}`), rules.Meta{By: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := open().Get(ctx, rules.KindModeration, 0); err != nil || d.Version.Version != 1 || !strings.Contains(string(d.Body), "off") {
+		t.Fatalf("the second process read %+v %q, %v", d.Version, d.Body, err)
+	}
 }

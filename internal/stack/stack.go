@@ -210,7 +210,9 @@ type Config struct {
 	// re-read when it changes. Zero: no list.
 	WordsFile string
 	// WordPolicy is what a listed word does unless a room's event says:
-	// mask (default), reject (dropped silently), refuse (422) or off.
+	// mask (default), reject (dropped silently), refuse (422) or off;
+	// until a moderation document is pushed (`danmaku moderation push`),
+	// whose word_policy then holds on every ingest.
 	WordPolicy string
 	// Backends shared by the roles. Zero fields: in memory.
 	Backends Backends
@@ -576,6 +578,8 @@ func (s *Stack) refreshRules(ctx context.Context, kind string) {
 		_ = s.ingest.Words().Refresh(ctx)
 	case kind == rules.KindLimits && s.limiter != nil:
 		_ = s.limiter.Refresh(ctx)
+	case kind == rules.KindModeration && s.ingest != nil:
+		_ = s.ingest.Moderation().Refresh(ctx)
 	}
 }
 

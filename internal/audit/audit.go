@@ -60,12 +60,15 @@ const (
 	Rejected Decision = "rejected"
 	// Sampled: stored, then left out of its segment by the slicer's budget.
 	Sampled Decision = "sampled"
+	// Reviewed: a moderator acted on a reported message (Reason:
+	// report_takedown, report_ban or report_dismiss; By: who).
+	Reviewed Decision = "reviewed"
 )
 
 // Valid reports whether d is one of the decisions above.
 func (d Decision) Valid() bool {
 	switch d {
-	case Stored, Masked, Dropped, Rejected, Sampled:
+	case Stored, Masked, Dropped, Rejected, Sampled, Reviewed:
 		return true
 	}
 	return false
@@ -88,6 +91,8 @@ type Record struct {
 	// ID is the stream entry id when known (stored, sampled), which joins
 	// an ingest record with the slicer's.
 	ID string `json:"id,omitempty"`
+	// By is the moderator of a Reviewed record ("": an operator key).
+	By string `json:"by,omitempty"`
 }
 
 // recordJSON is Record as a line: At as unix ms under "t".
@@ -183,6 +188,9 @@ func appendLine(b []byte, r *Record) []byte {
 	}
 	if r.ID != "" {
 		b = appendField(b, "id", r.ID)
+	}
+	if r.By != "" {
+		b = appendField(b, "by", r.By)
 	}
 	return append(b, "}\n"...)
 }

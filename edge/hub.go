@@ -340,6 +340,30 @@ type frame struct {
 	first, last msgID
 }
 
+// frameOf is the frame of entries ms: the messages in m, the takedown
+// entries' takedowns in td. A frame of takedowns alone has an empty m.
+func frameOf(room string, ms []wire.Message) *wire.Frame {
+	f := &wire.Frame{V: wire.Version, Room: room, Messages: ms}
+	n := 0
+	for i := range ms {
+		if ms[i].IsTakedown() {
+			n++
+		}
+	}
+	if n == 0 {
+		return f // the common case: no copy
+	}
+	f.Messages = make([]wire.Message, 0, len(ms)-n)
+	for i := range ms {
+		if ms[i].IsTakedown() {
+			f.TakenDown = append(f.TakenDown, ms[i].TakenDown...)
+		} else {
+			f.Messages = append(f.Messages, ms[i])
+		}
+	}
+	return f
+}
+
 // encodeFrames encodes msgs as binary WebSocket frames of at most
 // maxFrameMessages messages and at most wire.MaxFrameBytes bytes of
 // payload (a single larger message still gets its own frame).
@@ -347,7 +371,7 @@ func encodeFrames(room string, msgs []wire.Message) ([]*frame, error) {
 	var out []*frame
 	var enc func([]wire.Message) error
 	enc = func(ms []wire.Message) error {
-		b, err := wire.EncodeFrame(&wire.Frame{V: wire.Version, Room: room, Messages: ms})
+		b, err := wire.EncodeFrame(frameOf(room, ms))
 		if err != nil {
 			return err
 		}

@@ -295,6 +295,9 @@ func (s *Server) minGift(room string) int64 {
 // pushable reports whether m goes out over the edge: system messages
 // always, gifts when their total value reaches lo (the room's minGift).
 func pushable(m *wire.Message, lo int64) bool {
+	if m.IsTakedown() {
+		return true // a takedown reaches every connected viewer
+	}
 	switch m.Kind {
 	case wire.KindSystem:
 		return true

@@ -81,25 +81,32 @@ func (a *LotteryAPI) Register(r gin.IRoutes) {
 func (a *LotteryAPI) now() time.Time { return clock.Or(a.Clock).Now() }
 
 // auth admits an operator key, or a host's or admin's token for this room.
-func (a *LotteryAPI) auth(c *gin.Context) {
-	if httpx.KeyMatches(c, a.Keys) {
+func (a *LotteryAPI) auth(c *gin.Context) { roomAdminAuth(c, a.Keys, a.Hosts, a.Addr, "lotteries") }
+
+// roomAdminAuth is the auth of a room's operator APIs (lotteries,
+// takedowns): an operator key, or the dynamic token of the room's host or
+// an admin, issued for this node (addr; "" not checked). A token's user is
+// left under hostKey ("" for an operator key). what names the API in the
+// answers.
+func roomAdminAuth(c *gin.Context, keys []string, hosts *auth.Keyring, addr, what string) {
+	if httpx.KeyMatches(c, keys) {
 		return
 	}
-	if a.Hosts != nil {
-		if claims, err := a.Hosts.Verify(httpx.BearerToken(c, "")); err == nil {
-			if a.Addr != "" && !claims.HasAddr(a.Addr) {
+	if hosts != nil {
+		if claims, err := hosts.Verify(httpx.BearerToken(c, "")); err == nil {
+			if addr != "" && !claims.HasAddr(addr) {
 				httpx.Abort(c, httpx.Errorf(http.StatusForbidden, "wrong_node", "token was not issued for this node"))
 				return
 			}
 			if claims.Room != c.Param("room") || (claims.Role != auth.RoleHost && claims.Role != auth.RoleAdmin) {
-				httpx.Abort(c, httpx.Errorf(http.StatusForbidden, "forbidden", "lotteries of a room need its host's or an admin's token, or an operator key"))
+				httpx.Abort(c, httpx.Errorf(http.StatusForbidden, "forbidden", "%s of a room need its host's or an admin's token, or an operator key", what))
 				return
 			}
 			c.Set(hostKey, claims.User())
 			return
 		}
 	}
-	httpx.Abort(c, httpx.Errorf(http.StatusUnauthorized, "bad_operator_key", "the lotteries API needs an operator key or a host token"))
+	httpx.Abort(c, httpx.Errorf(http.StatusUnauthorized, "bad_operator_key", "the %s API needs an operator key or a host token", what))
 }
 
 // fail answers a validation or store error of op with its code. The

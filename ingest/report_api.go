@@ -141,9 +141,21 @@ func reportExpiry(events *event.Directory, room string, now time.Time) time.Time
 // ReportStore returns the node's report store, for the review API.
 func (s *Server) ReportStore() ReportStore { return s.cfg.Reports }
 
-// Takedown takes a message down in its room on behalf of by (a host's or
-// admin's user id, "" for an operator key), for reason.
-type Takedown func(ctx context.Context, room string, kind wire.Kind, id, by, reason string) error
+// TakedownFunc takes a message down in its room on behalf of by (a
+// host's or admin's user id, "" for an operator key), for reason: the
+// review's takedown. Server.ReviewTakedown is the node's.
+type TakedownFunc func(ctx context.Context, room string, kind wire.Kind, id, by, reason string) error
+
+// ReviewTakedown is TakeDown as the review API calls it.
+func (s *Server) ReviewTakedown() TakedownFunc {
+	return func(ctx context.Context, room string, kind wire.Kind, id, by, reason string) error {
+		if by == "" {
+			by = takedownByOperator
+		}
+		_, err := s.TakeDown(ctx, room, wire.TakenDown{ID: id, Kind: kind}, by, reason)
+		return err
+	}
+}
 
 // ReportAPI is the moderators' review queue, on gin, beside the lotteries
 // API:
@@ -164,13 +176,13 @@ type ReportAPI struct {
 	Store ReportStore
 	// Bans receives the ban decisions. Required.
 	Bans BanStore
-	// Takedown takes a message down. Nil: takedown answers 501
-	// takedown_unavailable.
-	Takedown Takedown
+	// Takedown takes a message down (Server.ReviewTakedown). Nil:
+	// takedown answers 501 takedown_unavailable.
+	Takedown TakedownFunc
 	// Keys are the operator keys. Empty: only hosts (if Hosts is set).
 	Keys []string
 	// Hosts verifies hosts' dynamic tokens. Nil: operator keys only.
-	Hosts auth.Verifier
+	Hosts *auth.Keyring
 	// Addr is this node's advertised address, checked as LotteryAPI's.
 	Addr string
 	// Events tells a room's event (a ban of scope event). Nil: none.
@@ -214,7 +226,6 @@ type ReviewItem struct {
 const (
 	defaultReviewPage = 20
 	maxReviewBody     = 4 << 10
-	reviewerKey       = "report_reviewer"
 )
 
 // Register adds the routes to r.
@@ -226,26 +237,7 @@ func (a *ReportAPI) Register(r gin.IRoutes) {
 func (a *ReportAPI) now() time.Time { return clock.Or(a.Clock).Now() }
 
 // auth admits an operator key, or a host's or admin's token for this room.
-func (a *ReportAPI) auth(c *gin.Context) {
-	if httpx.KeyMatches(c, a.Keys) {
-		return
-	}
-	if a.Hosts != nil {
-		if claims, err := a.Hosts.Verify(httpx.BearerToken(c, "")); err == nil {
-			if a.Addr != "" && !claims.HasAddr(a.Addr) {
-				httpx.Abort(c, httpx.Errorf(http.StatusForbidden, "wrong_node", "token was not issued for this node"))
-				return
-			}
-			if claims.Room != c.Param("room") || (claims.Role != auth.RoleHost && claims.Role != auth.RoleAdmin) {
-				httpx.Abort(c, httpx.Errorf(http.StatusForbidden, "forbidden", "the reports of a room need its host's or an admin's token, or an operator key"))
-				return
-			}
-			c.Set(reviewerKey, claims.User())
-			return
-		}
-	}
-	httpx.Abort(c, httpx.Errorf(http.StatusUnauthorized, "bad_operator_key", "the reports API needs an operator key or a host token"))
-}
+func (a *ReportAPI) auth(c *gin.Context) { roomAdminAuth(c, a.Keys, a.Hosts, a.Addr, "reports") }
 
 func (a *ReportAPI) fail(c *gin.Context, op string, err error) {
 	switch {
@@ -335,7 +327,7 @@ func (a *ReportAPI) decide(c *gin.Context) {
 	}
 	ctx := c.Request.Context()
 	now := a.now().Truncate(time.Millisecond)
-	by := c.GetString(reviewerKey)
+	by := c.GetString(hostKey)
 	d := ReportDecision{Action: action, By: by, Reason: req.Reason, At: now}
 	if err := d.Validate(); err != nil {
 		a.fail(c, "decide report", err)
@@ -367,11 +359,14 @@ func (a *ReportAPI) decide(c *gin.Context) {
 			return
 		}
 		if err := a.Takedown(ctx, room, req.Kind, id, by, req.Reason); err != nil {
-			if errors.Is(err, ErrBadReport) {
-				a.fail(c, "take down", err)
-				return
+			var re *event.RoomError
+			if e, ok := takedownError(err); ok {
+				httpx.Abort(c, e)
+			} else if errors.As(err, &re) {
+				httpx.Abort(c, event.RoomHTTPError(err))
+			} else {
+				backendUnavailable(c, a.Logger, "takedown failed; retry", "take down", err)
 			}
-			backendUnavailable(c, a.Logger, "takedown failed; retry", "take down", err)
 			return
 		}
 	}
@@ -397,7 +392,7 @@ func (a *ReportAPI) ban(c *gin.Context, room string, it ReportItem, req *ReviewR
 		return Ban{}, httpx.Errorf(http.StatusConflict, "sender_unknown", "the message's sender is not known (the stream no longer held it when it was reported); ban the user through the bans API")
 	}
 	br := BanRequest{Until: req.Until, TTLSeconds: req.TTLSeconds, Reason: req.Reason}
-	operator := c.GetString(reviewerKey) == "" && httpx.KeyMatches(c, a.Keys)
+	operator := c.GetString(hostKey) == "" && httpx.KeyMatches(c, a.Keys)
 	switch req.Scope {
 	case "", "room":
 		br.Room = room

@@ -376,3 +376,29 @@ func TestReviewTakedownUnavailable(t *testing.T) {
 		t.Fatalf("%d %s", rec.Code, rec.Body)
 	}
 }
+
+// TestReviewTakedownThroughServer: the review's takedown is the node's
+// TakeDown: recorded, published on the live lane, and the report decided.
+func TestReviewTakedownThroughServer(t *testing.T) {
+	r := newReviewFixture(t, false)
+	api := &ReportAPI{Store: r.srv.ReportStore(), Bans: r.bans, Keys: []string{reviewOpKey}, Hosts: r.ring, Addr: selfAddr, Clock: r.clk,
+		Takedown: r.srv.ReviewTakedown(), Logger: discard}
+	api.Register(r.engine.Group("/other"))
+	id := r.appendComment(t, room, "troll", "x")
+	r.reportAs(t, "alice", id)
+	rec := r.do("POST", "/other/v1/admin/rooms/"+room+"/reports/"+id+"/takedown", reviewOpKey, `{"reason":"spam"}`)
+	if rec.Code != http.StatusOK {
+		t.Fatalf("%d %s", rec.Code, rec.Body)
+	}
+	td, ok, _, err := r.srv.cfg.Takedowns.Lookup(context.Background(), room, id, wire.KindBarrage)
+	if err != nil || !ok || td.By != takedownByOperator || td.Reason != "spam" {
+		t.Fatalf("takedown %+v %v %v: want it recorded, by the operator", td, ok, err)
+	}
+	live := r.entries(t, room, stream.Live)
+	if len(live) != 1 || len(live[0].TakenDown) != 1 || live[0].TakenDown[0].ID != id {
+		t.Fatalf("live lane %+v: want the takedown published", live)
+	}
+	if it, _ := r.srv.ReportStore().Get(context.Background(), room, wire.KindBarrage, id); it.Decision == nil || it.Decision.Action != ActionTakedown {
+		t.Fatalf("decision %+v", it.Decision)
+	}
+}

@@ -95,6 +95,8 @@ type Config struct {
 	// Lotteries keeps the lotteries viewers enter by typing a keyword. Nil:
 	// none (keywords are ordinary comments).
 	Lotteries LotteryStore
+	// Takedowns keeps the rooms' takedowns (TakeDown). Nil: in memory.
+	Takedowns TakedownStore
 	// Bans keeps the operators' bans. Nil: in memory.
 	Bans BanStore
 	// Reports keeps the viewers' reports of comments. Nil: in memory.
@@ -218,6 +220,8 @@ type Server struct {
 	// its 5xx — a business server's paid order not taken — is told apart
 	// from the uploads' (rejected's backend layer holds both).
 	giftAnswers *prometheus.CounterVec
+	// takedowns counts the takedowns made through this node.
+	takedowns prometheus.Counter
 
 	// limit is Config.RateLimit's middleware (nil: none).
 	limit gin.HandlerFunc
@@ -314,6 +318,9 @@ func (c *Config) withDefaults() error {
 	}
 	if c.FastLane == nil {
 		c.FastLane = NewMemoryFastLane(c.Streams, c.Clock)
+	}
+	if c.Takedowns == nil {
+		c.Takedowns = NewMemoryTakedownStore(c.Clock)
 	}
 	if c.FastLaneCap == 0 {
 		c.FastLaneCap = defaultFastLaneCap
@@ -412,7 +419,11 @@ func (s *Server) registerMetrics(extra []prometheus.Collector) error {
 		Name: "danmaku_ingest_gift_answers_total",
 		Help: "Answers of the gift API (POST /v1/gifts), by HTTP status: its 5xx are paid orders the business server must retry.",
 	}, []string{"status"})
-	for _, c := range append(append([]prometheus.Collector{s.rejected, s.accepted, s.overflows, s.giftAnswers}, s.writer.m.collectors()...), extra...) {
+	s.takedowns = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "danmaku_ingest_takedowns_total",
+		Help: "Messages taken down through this node (a repeat of a takedown is not counted).",
+	})
+	for _, c := range append(append([]prometheus.Collector{s.rejected, s.accepted, s.overflows, s.giftAnswers, s.takedowns}, s.writer.m.collectors()...), extra...) {
 		if err := s.cfg.Registerer.Register(c); err != nil {
 			return fmt.Errorf("ingest: metrics: %w", err)
 		}

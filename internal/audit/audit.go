@@ -60,15 +60,19 @@ const (
 	Rejected Decision = "rejected"
 	// Sampled: stored, then left out of its segment by the slicer's budget.
 	Sampled Decision = "sampled"
-	// Reviewed: a moderator acted on a reported message (Reason:
-	// report_takedown, report_ban or report_dismiss; By: who).
+	// TakenDown: shown, then taken down by a moderator: User is the
+	// moderator, Text the reason, Reason the message's kind, ID its id.
+	TakenDown Decision = "taken_down"
+	// Reviewed: a moderator acted on a reported message: User and Text
+	// are the message's sender and text, Reason report_takedown,
+	// report_ban or report_dismiss, By the moderator, ID the message's id.
 	Reviewed Decision = "reviewed"
 )
 
 // Valid reports whether d is one of the decisions above.
 func (d Decision) Valid() bool {
 	switch d {
-	case Stored, Masked, Dropped, Rejected, Sampled, Reviewed:
+	case Stored, Masked, Dropped, Rejected, Sampled, TakenDown, Reviewed:
 		return true
 	}
 	return false

@@ -16,6 +16,7 @@ func FuzzDecodeSegment(f *testing.F) {
 	f.Add(mustEncodeSegment(f, sampleSegment()))
 	f.Add(mustEncodeSegment(f, &wire.Segment{V: wire.Version, Room: "r", Second: 1, Seq: 1, Dur: wire.SegmentDuration}))
 	f.Add(mustEncodeSegment(f, benchSegment(8)))
+	f.Add(mustEncodeSegment(f, segWith(func(s *wire.Segment) { s.TakenDown = sampleTakenDown() })))
 	f.Add(lengthBomb)
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -46,6 +47,7 @@ func FuzzDecodeSegment(f *testing.F) {
 func FuzzDecodeFrame(f *testing.F) {
 	f.Add(mustEncodeFrame(f, &wire.Frame{V: wire.Version, Room: "room_42", Messages: sampleMessages()}))
 	f.Add(mustEncodeFrame(f, &wire.Frame{V: wire.Version, Room: "r"}))
+	f.Add(mustEncodeFrame(f, &wire.Frame{V: wire.Version, Room: "r", TakenDown: sampleTakenDown()}))
 	f.Add(lengthBomb)
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -67,7 +69,7 @@ func FuzzDecodeFrame(f *testing.F) {
 		if err != nil {
 			t.Fatalf("decode re-encoded frame: %v", err)
 		}
-		if fr.V != fr2.V || fr.Room != fr2.Room || !messageListsEqual(fr.Messages, fr2.Messages) {
+		if fr.V != fr2.V || fr.Room != fr2.Room || !messageListsEqual(fr.Messages, fr2.Messages) || !reflect.DeepEqual(fr.TakenDown, fr2.TakenDown) {
 			t.Fatalf("re-encode changed the frame:\n got %+v\nwant %+v", fr2, fr)
 		}
 	})
@@ -77,6 +79,7 @@ func FuzzDecodeManifest(f *testing.F) {
 	for _, m := range []*wire.Manifest{
 		{V: wire.Version, Room: "room_42", Second: 1700000000, Seq: 17, Dur: wire.SegmentDuration},
 		{V: wire.Version, Room: "r"},
+		{V: wire.Version, Room: "r", Second: 2, Seq: 2, Dur: wire.SegmentDuration, Takedowns: 12},
 	} {
 		b, err := wire.EncodeManifest(m)
 		if err != nil {

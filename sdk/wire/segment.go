@@ -59,6 +59,9 @@ type Segment struct {
 	// version-1 segment starts at Second·1000).
 	Start    int64     `msgpack:"ms,omitempty"`
 	Messages []Message `msgpack:"m"`
+	// TakenDown lists takedowns first known to the writer in this slot
+	// (takedown.go); decoders that predate it ignore the field.
+	TakenDown []TakenDown `msgpack:"td,omitempty"`
 }
 
 // StartMs is the unix ms the segment starts at, whatever its version.
@@ -96,6 +99,9 @@ type Manifest struct {
 	// Ended marks the last manifest of a room whose event has ended: the
 	// segment it names is the room's last, and no later one will come.
 	Ended bool `json:"ended,omitempty"`
+	// Takedowns is how many takedowns the room's list (TakedownListKey)
+	// holds; absent: none. A client holding fewer fetches the list.
+	Takedowns uint64 `json:"td,omitempty"`
 }
 
 // ManifestFor is the manifest naming seg as the newest segment.
@@ -120,6 +126,9 @@ type Frame struct {
 	V        int       `msgpack:"v"`
 	Room     string    `msgpack:"room"`
 	Messages []Message `msgpack:"m"`
+	// TakenDown lists takedowns the edge relays from the live lane; a frame
+	// may carry only td (empty m).
+	TakenDown []TakenDown `msgpack:"td,omitempty"`
 }
 
 // Decoding errors. Each wraps ErrDecode so callers can test for either.
@@ -199,6 +208,12 @@ func DecodeSegment(b []byte) (*Segment, error) {
 	if err := validMessages(s.Messages); err != nil {
 		return nil, err
 	}
+	if err := validTakenDown(s.TakenDown); err != nil {
+		return nil, err
+	}
+	if len(s.TakenDown) == 0 {
+		s.TakenDown = nil // "td":[] reads as absent, as it re-encodes
+	}
 	return &s, nil
 }
 
@@ -236,6 +251,12 @@ func DecodeFrame(b []byte) (*Frame, error) {
 	}
 	if err := validMessages(f.Messages); err != nil {
 		return nil, err
+	}
+	if err := validTakenDown(f.TakenDown); err != nil {
+		return nil, err
+	}
+	if len(f.TakenDown) == 0 {
+		f.TakenDown = nil
 	}
 	return &f, nil
 }
@@ -302,6 +323,11 @@ func validMessages(ms []Message) error {
 		if ms[i].Offset >= SegmentDuration {
 			return fmt.Errorf("%w: message %d offset %d", ErrInvalid, i, ms[i].Offset)
 		}
+		if ms[i].IsTakedown() {
+			return fmt.Errorf("%w: message %d is a takedown entry", ErrInvalid, i)
+		}
+		ms[i].TakenDown = nil // "td":[] reads as absent
+
 	}
 	return nil
 }

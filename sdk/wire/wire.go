@@ -81,7 +81,16 @@ type Message struct {
 	// room): its ID is the site stream's, not the room's, so its identity
 	// is of a lane of its own. Decoders that predate it ignore the field.
 	Site bool `msgpack:"st,omitempty" json:"st,omitempty"`
+	// TakenDown makes a live-lane stream entry a takedown rather than a
+	// message to show (IsTakedown): the edge relays it in a frame's td and
+	// the slicer in a segment's td. It never appears in a segment's or
+	// frame's m: decoders refuse a message that carries it.
+	TakenDown []TakenDown `msgpack:"td,omitempty" json:"td,omitempty"`
 }
+
+// IsTakedown reports whether m is a takedown entry of a live lane, not a
+// message to show.
+func (m *Message) IsTakedown() bool { return len(m.TakenDown) > 0 }
 
 // Identity returns the key clients de-duplicate by. Ids are unique per room
 // and lane, and the lane follows from the kind (barrage has its own stream;

@@ -16,6 +16,7 @@ import (
 	"danmaku/internal/clock"
 	"danmaku/internal/event"
 	"danmaku/internal/httpx"
+	"danmaku/internal/ident"
 	"danmaku/sdk/wire"
 )
 
@@ -321,6 +322,8 @@ func (a *ReportAPI) decide(c *gin.Context) {
 	if req.Kind == 0 {
 		req.Kind = wire.KindBarrage
 	}
+	// The note is cleaned as a ban's reason is (shown to operators).
+	req.Reason = ident.CleanText(req.Reason)
 	if err := CheckReportRef(room, req.Kind, id); err != nil {
 		a.fail(c, "decide report", err)
 		return
@@ -333,6 +336,15 @@ func (a *ReportAPI) decide(c *gin.Context) {
 		a.fail(c, "decide report", err)
 		return
 	}
+	// The request's own faults first, then the message's state.
+	var br BanRequest
+	if action == ActionBan {
+		var e *httpx.Error
+		if br, e = a.banRequest(c, room, &req, now); e != nil {
+			httpx.Abort(c, e)
+			return
+		}
+	}
 	it, err := a.Store.Get(ctx, room, req.Kind, id)
 	if err != nil {
 		a.fail(c, "get report", err)
@@ -340,7 +352,11 @@ func (a *ReportAPI) decide(c *gin.Context) {
 	}
 	switch action {
 	case ActionBan:
-		b, e := a.ban(c, room, it, &req, now)
+		if it.User == "" {
+			httpx.Abort(c, httpx.Errorf(http.StatusConflict, "sender_unknown", "the message's sender is not known (the stream no longer held it when it was reported); ban the user through the bans API"))
+			return
+		}
+		b, e := br.ban(it.User, now)
 		if e != nil {
 			httpx.Abort(c, e)
 			return
@@ -386,11 +402,10 @@ func (a *ReportAPI) decide(c *gin.Context) {
 	c.JSON(http.StatusOK, gin.H{"report": ri})
 }
 
-// ban is the ban a review asks for, or the answer refusing it.
-func (a *ReportAPI) ban(c *gin.Context, room string, it ReportItem, req *ReviewRequest, now time.Time) (Ban, *httpx.Error) {
-	if it.User == "" {
-		return Ban{}, httpx.Errorf(http.StatusConflict, "sender_unknown", "the message's sender is not known (the stream no longer held it when it was reported); ban the user through the bans API")
-	}
+// banRequest is the ban a review asks for, as a BanRequest with its
+// scope and end checked (the user is the message's sender, known later),
+// or the answer refusing it.
+func (a *ReportAPI) banRequest(c *gin.Context, room string, req *ReviewRequest, now time.Time) (BanRequest, *httpx.Error) {
 	br := BanRequest{Until: req.Until, TTLSeconds: req.TTLSeconds, Reason: req.Reason}
 	operator := c.GetString(hostKey) == "" && httpx.KeyMatches(c, a.Keys)
 	switch req.Scope {
@@ -398,16 +413,26 @@ func (a *ReportAPI) ban(c *gin.Context, room string, it ReportItem, req *ReviewR
 		br.Room = room
 	case "event", "all":
 		if !operator {
-			return Ban{}, httpx.Errorf(http.StatusForbidden, "forbidden", "a host or admin bans from this room only; scope %q needs an operator key", req.Scope)
+			return BanRequest{}, httpx.Errorf(http.StatusForbidden, "forbidden", "a host or admin bans from this room only; scope %q needs an operator key", req.Scope)
 		}
 		if req.Scope == "event" {
-			if a.Events == nil || a.Events.EventOf(room) == "" {
-				return Ban{}, httpx.Errorf(http.StatusBadRequest, "bad_ban", "room %s belongs to no event", room)
+			if br.Event = a.eventOf(room); br.Event == "" {
+				return BanRequest{}, httpx.Errorf(http.StatusBadRequest, "bad_ban", "room %s belongs to no event", room)
 			}
-			br.Event = a.Events.EventOf(room)
 		}
 	default:
-		return Ban{}, httpx.Errorf(http.StatusBadRequest, "bad_ban", `scope must be "room", "event" or "all"`)
+		return BanRequest{}, httpx.Errorf(http.StatusBadRequest, "bad_ban", `scope must be "room", "event" or "all"`)
 	}
-	return br.ban(it.User, now)
+	// The end and reason checked now, for a user id any ticket may carry.
+	if _, e := br.ban("placeholder", now); e != nil {
+		return BanRequest{}, e
+	}
+	return br, nil
+}
+
+func (a *ReportAPI) eventOf(room string) string {
+	if a.Events == nil {
+		return ""
+	}
+	return a.Events.EventOf(room)
 }

@@ -176,26 +176,9 @@ func (a *BanAPI) put(c *gin.Context) {
 			return
 		}
 	}
-	now := a.now()
-	// The reason is cleaned as comments are: kept, without what only a
-	// terminal or a bidi algorithm would act on.
-	b := Ban{User: c.Param("user"), Room: req.Room, Event: req.Event, Until: req.Until, Reason: ident.CleanText(req.Reason), At: now}
-	const maxTTLSeconds = int64(maxBanTTL / time.Second)
-	switch {
-	case req.TTLSeconds < 0 || req.TTLSeconds > maxTTLSeconds:
-		httpx.Abort(c, httpx.Errorf(http.StatusBadRequest, "bad_ban", "ttl_seconds must be 1-%d (10 years), or left out with until for a ban without an end (got %d)", maxTTLSeconds, req.TTLSeconds))
-		return
-	case req.TTLSeconds > 0 && !req.Until.IsZero():
-		httpx.Abort(c, httpx.Errorf(http.StatusBadRequest, "bad_ban", "give until or ttl_seconds, not both"))
-		return
-	case req.TTLSeconds > 0:
-		b.Until = now.Add(time.Duration(req.TTLSeconds) * time.Second)
-	case !b.Until.IsZero() && (!b.Until.After(now) || b.Until.Sub(now) > maxBanTTL):
-		httpx.Abort(c, httpx.Errorf(http.StatusBadRequest, "bad_ban", "until must be in the future and at most 10 years ahead, or left out with ttl_seconds for a ban without an end (got %s)", b.Until.Format(time.RFC3339)))
-		return
-	}
-	if err := b.Validate(); err != nil {
-		httpx.Abort(c, httpx.Errorf(http.StatusBadRequest, "bad_ban", "%v", err))
+	b, e := req.ban(c.Param("user"), a.now())
+	if e != nil {
+		httpx.Abort(c, e)
 		return
 	}
 	ctx := c.Request.Context()
@@ -207,6 +190,28 @@ func (a *BanAPI) put(c *gin.Context) {
 		a.Changed(ctx)
 	}
 	c.JSON(http.StatusOK, b)
+}
+
+// ban is the ban of user req asks for at now, or its 400 bad_ban.
+func (req *BanRequest) ban(user string, now time.Time) (Ban, *httpx.Error) {
+	// The reason is cleaned as comments are: kept, without what only a
+	// terminal or a bidi algorithm would act on.
+	b := Ban{User: user, Room: req.Room, Event: req.Event, Until: req.Until, Reason: ident.CleanText(req.Reason), At: now}
+	const maxTTLSeconds = int64(maxBanTTL / time.Second)
+	switch {
+	case req.TTLSeconds < 0 || req.TTLSeconds > maxTTLSeconds:
+		return Ban{}, httpx.Errorf(http.StatusBadRequest, "bad_ban", "ttl_seconds must be 1-%d (10 years), or left out with until for a ban without an end (got %d)", maxTTLSeconds, req.TTLSeconds)
+	case req.TTLSeconds > 0 && !req.Until.IsZero():
+		return Ban{}, httpx.Errorf(http.StatusBadRequest, "bad_ban", "give until or ttl_seconds, not both")
+	case req.TTLSeconds > 0:
+		b.Until = now.Add(time.Duration(req.TTLSeconds) * time.Second)
+	case !b.Until.IsZero() && (!b.Until.After(now) || b.Until.Sub(now) > maxBanTTL):
+		return Ban{}, httpx.Errorf(http.StatusBadRequest, "bad_ban", "until must be in the future and at most 10 years ahead, or left out with ttl_seconds for a ban without an end (got %s)", b.Until.Format(time.RFC3339))
+	}
+	if err := b.Validate(); err != nil {
+		return Ban{}, httpx.Errorf(http.StatusBadRequest, "bad_ban", "%v", err)
+	}
+	return b, nil
 }
 
 func (a *BanAPI) delete(c *gin.Context) {

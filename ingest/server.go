@@ -100,6 +100,14 @@ type Config struct {
 	Takedowns TakedownStore
 	// Bans keeps the operators' bans. Nil: in memory.
 	Bans BanStore
+	// Reports keeps the viewers' reports of comments. Nil: in memory.
+	Reports ReportStore
+	// ReportBurst and ReportEvery are a viewer's report allowance: a
+	// bucket of ReportBurst reports refilled one every ReportEvery, kept
+	// per user on the user's primary node (exact, like the comment
+	// bucket). Zero: 5 and 12 s.
+	ReportBurst float64
+	ReportEvery time.Duration
 	// Words is the sensitive-word list, reloaded at run time. Nil: none.
 	Words WordSource
 	// WordPolicy is what a listed word does to a comment unless the room's
@@ -230,6 +238,10 @@ type Server struct {
 
 	// limit is Config.RateLimit's middleware (nil: none).
 	limit gin.HandlerFunc
+
+	// reportBucket holds each user's report allowance.
+	reportBucket *bucket.Keyed
+	reportCounts *prometheus.CounterVec
 }
 
 // New checks cfg, applies defaults and returns a Server. It starts nothing.
@@ -284,6 +296,12 @@ func New(cfg Config) (*Server, error) {
 	if err := s.registerMetrics(tokenMetrics); err != nil {
 		return nil, err
 	}
+	s.reportBucket = bucket.NewKeyed(cfg.ReportBurst, 1/cfg.ReportEvery.Seconds())
+	reportCounts, err := reportMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("ingest: metrics: %w", err)
+	}
+	s.reportCounts = reportCounts
 	if cfg.RateLimit != nil {
 		s.limit = cfg.RateLimit.Handler(s.limitIdentity)
 	}
@@ -347,6 +365,18 @@ func (c *Config) withDefaults() error {
 	def(&c.RoomPerViewer, defaultRoomPerViewer)
 	def(&c.RoomCeiling, defaultRoomCeiling)
 	def(&c.RoomRefill, defaultRoomRefill)
+	if c.Reports == nil {
+		c.Reports = NewMemoryReportStore(ReportBounds{}, c.Clock)
+	}
+	if c.ReportBurst == 0 {
+		c.ReportBurst = defaultReportBurst
+	}
+	if c.ReportEvery == 0 {
+		c.ReportEvery = defaultReportEvery
+	}
+	if c.ReportBurst < 1 || c.ReportEvery <= 0 {
+		return errors.New("ingest: ReportBurst must be at least 1 and ReportEvery positive")
+	}
 	if c.MaxTextRunes == 0 {
 		c.MaxTextRunes = defaultMaxTextRunes
 	}
@@ -423,11 +453,12 @@ func (s *Server) registerMetrics(extra []prometheus.Collector) error {
 	return nil
 }
 
-// BrowserRoutes are the routes a page calls (the web SDK's comments, a
-// host page's announcements): the only ones the ingest grants CORS
-// (httpx.EngineConfig.CORSRoutes). Gifts come from business servers, and
-// the lottery, ban and broadcast APIs from operators' tools.
-var BrowserRoutes = []string{"/v1/rooms/:room/barrage", "/v1/rooms/:room/announce"}
+// BrowserRoutes are the routes a page calls (the web SDK's comments and
+// reports, a host page's announcements): the only ones the ingest grants
+// CORS (httpx.EngineConfig.CORSRoutes). Gifts come from business servers,
+// and the lottery, ban, report review and broadcast APIs from operators'
+// tools.
+var BrowserRoutes = []string{"/v1/rooms/:room/barrage", "/v1/rooms/:room/announce", "/v1/rooms/:room/reports"}
 
 // Register adds the upload routes to r, behind the rate limits when
 // Config.RateLimit is set.
@@ -440,6 +471,7 @@ func (s *Server) Register(r gin.IRoutes) {
 	with := func(h gin.HandlerFunc) []gin.HandlerFunc { return append(pre[:len(pre):len(pre)], h) }
 	r.POST("/v1/rooms/:room/barrage", with(s.barrage)...)
 	r.POST("/v1/rooms/:room/announce", with(s.announce)...)
+	r.POST("/v1/rooms/:room/reports", with(s.report)...)
 	r.POST("/v1/gifts", append([]gin.HandlerFunc{s.countGiftAnswer}, with(s.gift)...)...)
 }
 
@@ -502,6 +534,7 @@ func (s *Server) Run(ctx context.Context) error {
 	for {
 		s.syncOnline(ctx)
 		s.users.Sweep(s.cfg.Clock.Now())
+		s.reportBucket.Sweep(s.cfg.Clock.Now())
 		select {
 		case <-ctx.Done():
 			wg.Wait()

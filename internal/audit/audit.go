@@ -63,12 +63,16 @@ const (
 	// TakenDown: shown, then taken down by a moderator: User is the
 	// moderator, Text the reason, Reason the message's kind, ID its id.
 	TakenDown Decision = "taken_down"
+	// Reviewed: a moderator acted on a reported message: User and Text
+	// are the message's sender and text, Reason report_takedown,
+	// report_ban or report_dismiss, By the moderator, ID the message's id.
+	Reviewed Decision = "reviewed"
 )
 
 // Valid reports whether d is one of the decisions above.
 func (d Decision) Valid() bool {
 	switch d {
-	case Stored, Masked, Dropped, Rejected, Sampled, TakenDown:
+	case Stored, Masked, Dropped, Rejected, Sampled, TakenDown, Reviewed:
 		return true
 	}
 	return false
@@ -91,6 +95,8 @@ type Record struct {
 	// ID is the stream entry id when known (stored, sampled), which joins
 	// an ingest record with the slicer's.
 	ID string `json:"id,omitempty"`
+	// By is the moderator of a Reviewed record ("": an operator key).
+	By string `json:"by,omitempty"`
 }
 
 // recordJSON is Record as a line: At as unix ms under "t".
@@ -186,6 +192,9 @@ func appendLine(b []byte, r *Record) []byte {
 	}
 	if r.ID != "" {
 		b = appendField(b, "id", r.ID)
+	}
+	if r.By != "" {
+		b = appendField(b, "by", r.By)
 	}
 	return append(b, "}\n"...)
 }

@@ -87,6 +87,9 @@ const (
 	// the order's own hash tag, so that the id in another room is a 409.
 	keyOrderRoom = Prefix + "{order:*}:room"
 	keyLottery   = Prefix + "{room:*}:lottery:*"
+	// keyReports covers a room's report queue, its items and reporters,
+	// and the decisions about each sender (reports, report:*, reportsof:*).
+	keyReports   = Prefix + "{room:*}:report*"
 	keyLotteries = Prefix + "{lotteries}:*"
 	keyBans      = Prefix + "{bans}:*"
 	keyGlobal    = Prefix + "{event:*}:global"
@@ -176,7 +179,7 @@ var acls = map[string]aclRule{
 			{ro, keyTokens}, {ro, keyEvents}, {rw, keyLoad}, {ro, keyOnline},
 			{rw, keyRooms}, {rw, keyBarrage}, {rw, keyLive},
 			{rw, keyBucket}, {rw, keyBatch}, {rw, keyFastLane}, {rw, keyOrder}, {rw, keyOrderTerms}, {rw, keyOrderRoom}, {rw, keyBacklog},
-			{rw, keyLottery}, {rw, keyLotteries}, {rw, keyBans}, {rw, keyGlobal},
+			{rw, keyLottery}, {rw, keyLotteries}, {rw, keyBans}, {rw, keyGlobal}, {rw, keyReports},
 			{rw, keyWindows}, {ro, keyRules}, {rw, keyRuleDocs},
 		},
 		cmds: concat(
@@ -190,6 +193,8 @@ var acls = map[string]aclRule{
 			[]string{"get", "set", "hmget", "pexpire", "wait"},
 			// bans, lotteries
 			[]string{"hget", "hscan", "incr", "zadd", "zrem", "zrangebyscore", "sadd", "scard", "sscan", "pexpireat"},
+			// reports (the add and decide scripts, the review's reads)
+			[]string{"zscore", "zcard", "zpopmin", "del", "sismember", "zincrby", "zrevrange", "exists", "lpush", "ltrim", "lrange", "pexpiretime"},
 			roScriptCmds,
 			// rate limits
 			[]string{"zremrangebyscore", "zcard", "zrange"},

@@ -445,6 +445,26 @@ func aclSteps(t *testing.T, clients map[string]redis.UniversalClient, cluster bo
 			_, err := s.Stop(ctx, room, "lot", time.Now())
 			return err
 		}),
+		step(redisx.ACLIngest, "reports: add, list, decide, history", func(ctx context.Context, rdb redis.UniversalClient) error {
+			s := ingest.NewRedisReportStore(rdb, ingest.ReportBounds{Messages: 1})
+			now := time.Now()
+			for i, user := range []string{"alice", "alice", "bob"} {
+				id := wire.FormatID(now.UnixMilli(), uint64(i/2)) // the third evicts the first
+				r := ingest.Report{Room: room, Message: ingest.ReportedMessage{ID: id, Kind: wire.KindBarrage, User: "troll", Known: true},
+					Reporter: user, Reason: ingest.ReportSpam, At: now, Expires: now.Add(time.Hour)}
+				if _, err := s.Add(ctx, r); err != nil {
+					return err
+				}
+			}
+			if _, err := s.Top(ctx, room, 10); err != nil {
+				return err
+			}
+			if _, err := s.Decide(ctx, room, wire.KindBarrage, wire.FormatID(now.UnixMilli(), 1), ingest.ReportDecision{Action: ingest.ActionDismiss, At: now}); err != nil {
+				return err
+			}
+			_, err := s.History(ctx, room, "troll")
+			return err
+		}),
 		step(redisx.ACLIngest, "bans: put, read, lift, purge", func(ctx context.Context, rdb redis.UniversalClient) error {
 			s := ingest.NewRedisBanStore(rdb)
 			if err := s.Put(ctx, ingest.Ban{User: "troll", Until: time.Now().Add(time.Hour), At: time.Now()}); err != nil {

@@ -419,7 +419,7 @@ func (s *Stack) newIngest(rs *roleServer, giftBacklog ingest.GiftBacklog) error 
 	if s.ingest, err = ingest.New(ingest.Config{
 		Bans: b.Shared.Bans, Global: b.Ingest.Global, Words: words, WordPolicy: policy, ModerationRules: b.Shared.Rules, Audit: s.audit,
 		Streams: b.Shared.Streams, Keyring: s.keyring, Addr: s.URLs[RoleIngest], Load: b.Shared.Load,
-		Gate: b.Ingest.Gate, Gifts: b.Ingest.Gifts, GiftBacklog: giftBacklog, FastLane: b.Ingest.FastLane, Lotteries: b.Ingest.Lotteries,
+		Gate: b.Ingest.Gate, Gifts: b.Ingest.Gifts, GiftBacklog: giftBacklog, FastLane: b.Ingest.FastLane, Lotteries: b.Ingest.Lotteries, Reports: b.Ingest.Reports,
 		GiftKeys: cfg.GiftKeys, AnnounceKeys: cfg.AnnounceKeys, Events: s.events, Registerer: s.registry, Logger: s.log,
 		MaxInFlight: cfg.IngestCapacity, Line: cfg.Line, Region: cfg.Region, CPU: s.nodeCPU(),
 		BroadcastGiftValue: cfg.BroadcastGiftValue, RateLimit: s.limiter,
@@ -440,6 +440,8 @@ func (s *Stack) newIngest(rs *roleServer, giftBacklog ingest.GiftBacklog) error 
 			_ = lotteries.Refresh(ctx)
 		}
 	}}).Register(ops)
+	(&ingest.ReportAPI{Store: s.ingest.ReportStore(), Bans: s.ingest.BanStore(), Takedown: s.ingest.ReviewTakedown(), Keys: cfg.OperatorKeys,
+		Hosts: s.keyring, Addr: s.URLs[RoleIngest], Events: s.events, Audit: s.audit, BansChanged: s.refreshBans, Logger: s.log.With("role", RoleIngest)}).Register(ops)
 	rs.srv = httpx.NewServer(e, 10*time.Second)
 	return nil
 }

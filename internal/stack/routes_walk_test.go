@@ -160,7 +160,7 @@ func walkCases() []walkCase {
 	// read, credential or body.
 	limited := func(role, route, rule string) {
 		method, path, _ := strings.Cut(route, " ")
-		path = strings.NewReplacer(":room", "demo", ":user", "spammer", ":id", "draw-1").Replace(path)
+		path = strings.NewReplacer(":room", "demo", ":user", "spammer", ":id", "draw-1", ":action", "dismiss").Replace(path)
 		c := add(role, route, 429, "rate_limited", probe{method: method, path: path})
 		c.on, c.tries = stackLimited, 2
 		c.check = func(t *testing.T, resp *http.Response, body []byte) {
@@ -176,7 +176,7 @@ func walkCases() []walkCase {
 	// JSON bodies: the same three answers on every route that reads one.
 	bodies := func(role, route string, limit int, auth string) {
 		method, path, _ := strings.Cut(route, " ")
-		path = strings.NewReplacer(":room", "demo", ":user", "spammer", ":id", "walk-later").Replace(path)
+		path = strings.NewReplacer(":room", "demo", ":user", "spammer", ":id", "walk-later", ":action", "dismiss").Replace(path)
 		add(role, route, 400, "bad_json", probe{method: method, path: path, auth: auth, body: `{"text":`})
 		add(role, route, 400, "bad_utf8", probe{method: method, path: path, auth: auth, body: "{\"text\":\"\xff\"}"})
 		// As curl sends a large body: the 413 must come instead of
@@ -376,6 +376,61 @@ func walkCases() []walkCase {
 		down(RoleIngest, route, 503, "backend_unavailable", probe{method: method, path: path, auth: "op", body: `{"id":"draw-2","keyword":"k","duration_seconds":60}`})
 	}
 
+	// ingest: a viewer's reports, with a dynamic token.
+	const reports = "POST /v1/rooms/:room/reports"
+	report := func(id string) string { return `{"id":"` + id + `","k":1,"reason":"spam"}` }
+	add(RoleIngest, reports, 401, "no_token", probe{method: "POST", path: "/v1/rooms/demo/reports", body: report("1000-0")})
+	add(RoleIngest, reports, 401, "bad_token", probe{method: "POST", path: "/v1/rooms/demo/reports", auth: "junk", body: report("1000-0")})
+	add(RoleIngest, reports, 401, "token_epoch", probe{method: "POST", path: "/v1/rooms/demo/reports", auth: "futureEpoch", body: report("1000-0")})
+	add(RoleIngest, reports, 403, "wrong_node", probe{method: "POST", path: "/v1/rooms/demo/reports", auth: "otherNode", body: report("1000-0")})
+	add(RoleIngest, reports, 403, "wrong_room", probe{method: "POST", path: "/v1/rooms/elsewhere/reports", auth: "viewer", body: report("1000-0")})
+	add(RoleIngest, reports, 404, "no_such_room", probe{method: "POST", path: "/v1/rooms/nosuch/reports", auth: "hostNosuch", body: report("1000-0")})
+	add(RoleIngest, reports, 409, "room_not_live", probe{method: "POST", path: "/v1/rooms/later/reports", auth: "hostLater", body: report("1000-0")})
+	unloaded(RoleIngest, reports, probe{method: "POST", path: "/v1/rooms/demo/reports", auth: "host", body: report("1000-0")})
+	bodies(RoleIngest, reports, 4<<10, "viewer")
+	add(RoleIngest, reports, 400, "bad_report", probe{method: "POST", path: "/v1/rooms/demo/reports", auth: "viewer", body: `{"id":"1000-0","k":1,"reason":"boring"}`})
+	down(RoleIngest, reports, 503, "backend_unavailable", probe{method: "POST", path: "/v1/rooms/demo/reports", auth: "viewer", body: report("1001-0")})
+	// The reporter's allowance (5 at once) runs out: the same report
+	// again counts against it too.
+	c = add(RoleIngest, reports, 429, "report_rate", probe{method: "POST", path: "/v1/rooms/demo/reports", auth: "reporter", body: report("1000-0")})
+	c.tries = 10
+	c = add(RoleIngest, reports, 421, "not_primary", probe{method: "POST", path: "/v1/rooms/demo/reports", auth: "fallback", body: report("1000-0")})
+	c.tries, c.pause = 50, 100*time.Millisecond // until the ghost's load report is synced
+	c.before = func(t *testing.T, w *walk) { w.ghostIngest(t) }
+
+	// ingest: the review queue (an operator key, or a host's token of the
+	// room). The walk's set-up reported message 1000-0, whose sender the
+	// stream never held.
+	reviewRoutes := []string{"GET /v1/admin/rooms/:room/reports", "POST /v1/admin/rooms/:room/reports/:id/:action"}
+	reviewPath := func(route string) (string, string) {
+		method, path, _ := strings.Cut(route, " ")
+		return method, strings.NewReplacer(":room", "demo", ":id", "1000-0", ":action", "dismiss").Replace(path)
+	}
+	for _, route := range reviewRoutes {
+		method, path := reviewPath(route)
+		add(RoleIngest, route, 401, "bad_operator_key", probe{method: method, path: path, auth: "junk"})
+		add(RoleIngest, route, 403, "wrong_node", probe{method: method, path: path, auth: "otherNode"})
+		add(RoleIngest, route, 403, "forbidden", probe{method: method, path: path, auth: "viewer"})
+	}
+	const reviewList, review = "GET /v1/admin/rooms/:room/reports", "POST /v1/admin/rooms/:room/reports/:id/:action"
+	add(RoleIngest, reviewList, 400, "bad_room", probe{method: "GET", path: "/v1/admin/rooms/a.b/reports", auth: "op"})
+	add(RoleIngest, reviewList, 400, "bad_count", probe{method: "GET", path: "/v1/admin/rooms/demo/reports?n=0", auth: "op"})
+	bodies(RoleIngest, review, 4<<10, "op")
+	add(RoleIngest, review, 400, "bad_report", probe{method: "POST", path: "/v1/admin/rooms/demo/reports/yesterday/dismiss", auth: "op"})
+	add(RoleIngest, review, 400, "bad_ban", probe{method: "POST", path: "/v1/admin/rooms/demo/reports/1000-0/ban", auth: "op", body: `{"ttl_seconds":-1}`})
+	add(RoleIngest, review, 400, "bad_takedown", probe{method: "POST", path: "/v1/admin/rooms/demo/reports/1000-0/takedown", auth: "op", body: `{"reason":"` + strings.Repeat("x", 300) + `"}`})
+	add(RoleIngest, review, 404, "not_found", probe{method: "POST", path: "/v1/admin/rooms/demo/reports/1000-0/shrug", auth: "op"})
+	add(RoleIngest, review, 404, "no_such_report", probe{method: "POST", path: "/v1/admin/rooms/demo/reports/2000-0/dismiss", auth: "op"})
+	add(RoleIngest, review, 409, "sender_unknown", probe{method: "POST", path: "/v1/admin/rooms/demo/reports/1000-0/ban", auth: "op"})
+	not(RoleIngest, review, 404, "no_such_room", "a takedown in a room whose event was deleted since its reports; takedown tests")
+	not(RoleIngest, review, 409, "room_not_live", "a takedown in a room whose event ended since its reports; takedown tests")
+	not(RoleIngest, review, 507, "takedowns_full", "a takedown in a room holding 10,000; takedown tests")
+	not(RoleIngest, review, 501, "takedown_unavailable", "a review API without a takedown function, which no stack builds; ingest tests (TestReviewTakedownUnavailable)")
+	for _, route := range reviewRoutes {
+		method, path := reviewPath(route)
+		down(RoleIngest, route, 503, "backend_unavailable", probe{method: method, path: path, auth: "op"})
+	}
+
 	// ingest: bans and site-wide broadcasts (an operator key).
 	banRoutes := []string{"GET /v1/admin/bans", "GET /v1/admin/bans/:user", "PUT /v1/admin/bans/:user", "DELETE /v1/admin/bans/:user"}
 	for _, route := range banRoutes {
@@ -468,8 +523,9 @@ func walkCases() []walkCase {
 	}
 	limited(RoleIngest, "POST /v1/rooms/:room/barrage", "walk-upload")
 	limited(RoleIngest, "POST /v1/rooms/:room/announce", "walk-upload")
+	limited(RoleIngest, reports, "walk-upload")
 	limited(RoleIngest, gifts, "walk-gifts")
-	for _, route := range slices.Concat(lotteryRoutes, banRoutes, ruleRoutes, []string{broadcasts, "GET /v1/admin/broadcasts"}) {
+	for _, route := range slices.Concat(lotteryRoutes, reviewRoutes, banRoutes, ruleRoutes, []string{broadcasts, "GET /v1/admin/broadcasts"}) {
 		limited(RoleIngest, route, "walk-admin")
 	}
 	limited(RoleEdge, ws, "walk-ws")
@@ -701,6 +757,7 @@ func (w *walk) setUp(t *testing.T) {
 	}
 	w.creds["longTicket"] = long
 	w.creds["viewer"] = w.entryToken(t, "demo", tk("viewer", auth.RoleViewer))
+	w.creds["reporter"] = w.entryToken(t, "demo", tk("reporter", auth.RoleViewer))
 	w.creds["host"] = w.entryToken(t, "demo", ticket(t, "host", auth.RoleHost, "demo"))
 	w.creds["strictViewer"] = w.entryToken(t, "strict", tk("strict-viewer", auth.RoleViewer))
 	w.creds["holder"] = w.entryToken(t, "full", tk("holder", auth.RoleViewer))
@@ -753,6 +810,8 @@ func (w *walk) setUp(t *testing.T) {
 	}
 	// A lottery to collide with, and an event that has ended.
 	op("POST", "/v1/admin/rooms/demo/lotteries", `{"id":"draw-1","keyword":"draw","duration_seconds":600}`, http.StatusCreated)
+	// A reported message the stream never held (its sender unknown).
+	w.report(t, "viewer", "demo", `{"id":"1000-0","k":1,"reason":"spam"}`)
 	now := time.Now().UTC()
 	ended, _ := json.Marshal(event.Event{ID: "walk-ended", Start: now.Add(-time.Minute), End: now.Add(time.Hour), Rooms: []event.Room{{ID: "ended"}}})
 	op("POST", "/v1/admin/events", string(ended), http.StatusCreated)
@@ -773,6 +832,23 @@ func (w *walk) op(t *testing.T, method, role, path, body string, want int) {
 	resp.Body.Close()
 	if resp.StatusCode != want {
 		t.Fatalf("set-up %s %s: %d %s", method, path, resp.StatusCode, b)
+	}
+}
+
+// report sends a viewer's report as the credential cred and fails unless
+// it is taken (202).
+func (w *walk) report(t *testing.T, cred, room, body string) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", w.base(RoleIngest)+"/v1/rooms/"+room+"/reports", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+w.creds[cred])
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("set-up report: %d %s", resp.StatusCode, b)
 	}
 }
 
@@ -894,6 +970,7 @@ func (f *faults) wrap(t *testing.T, b *Backends) *slicer.MemoryBacklog {
 	b.Shared.Bans = flakyBans{ingest.NewMemoryBanStore(), f}
 	b.Shared.Rules = flakyRules{rules.NewMemoryStore(), f}
 	b.Ingest.Lotteries = flakyLotteries{ingest.NewMemoryLotteryStore(nil), f}
+	b.Ingest.Reports = flakyReports{ingest.NewMemoryReportStore(ingest.ReportBounds{}, nil), f}
 	b.Shared.Objects = flakyObjects{objstore.NewMemoryStore(), f}
 	return backlog
 }
@@ -1057,6 +1134,32 @@ func (b flakyBans) List(ctx context.Context) ([]ingest.Ban, int64, error) {
 		return nil, 0, err
 	}
 	return b.BanStore.List(ctx)
+}
+
+type flakyReports struct {
+	ingest.ReportStore
+	f *faults
+}
+
+func (r flakyReports) Add(ctx context.Context, rep ingest.Report) (ingest.ReportAdded, error) {
+	if err := r.f.err(); err != nil {
+		return ingest.ReportAdded{}, err
+	}
+	return r.ReportStore.Add(ctx, rep)
+}
+
+func (r flakyReports) Top(ctx context.Context, room string, n int) ([]ingest.ReportItem, error) {
+	if err := r.f.err(); err != nil {
+		return nil, err
+	}
+	return r.ReportStore.Top(ctx, room, n)
+}
+
+func (r flakyReports) Get(ctx context.Context, room string, k wire.Kind, id string) (ingest.ReportItem, error) {
+	if err := r.f.err(); err != nil {
+		return ingest.ReportItem{}, err
+	}
+	return r.ReportStore.Get(ctx, room, k, id)
 }
 
 type flakyLotteries struct {

@@ -126,6 +126,8 @@ type IngestBackends struct {
 	Lotteries ingest.LotteryStore
 	// Global is the event-wide comment bucket. Nil: in memory.
 	Global ingest.GlobalLimiter
+	// Reports keeps the viewers' reports of comments. Nil: in memory.
+	Reports ingest.ReportStore
 }
 
 // SlicerBackends are the slicer's stores.

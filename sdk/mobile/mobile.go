@@ -94,6 +94,29 @@ type Config struct {
 	// RenderDisplayMs is how long a message stays on screen once Next has
 	// handed it out: the renderer's animation time. Zero: 8000.
 	RenderDisplayMs int64
+
+	// Playhead, when set, is the app's video playhead: each comment is sent
+	// with it, and messages are shown when the video reaches the moment
+	// their sender reacted to (docs/mobile.md, "In step with the video").
+	// Nil: by the wall clock.
+	Playhead PlayheadClock
+}
+
+// PlayheadClock is the app's video player. PlayheadMs returns the program
+// date time (unix ms) of the frame on screen — AVPlayer's
+// currentItem.currentDate(), ExoPlayer's window start plus position — or 0
+// (or less) while the player does not know it; the client then runs by the
+// wall clock until it does.
+type PlayheadClock interface {
+	PlayheadMs() int64
+}
+
+// PlayheadStats are the playhead synchronisation's counters (sdk.PlayheadStats).
+type PlayheadStats struct {
+	Held, Late, Skipped, Early, Fallbacks, Jumps, Waiting int64
+	// SkewP50Ms and SkewP99Ms: how long after their moment messages were
+	// shown.
+	SkewP50Ms, SkewP99Ms int64
 }
 
 // Message is one comment, gift or announcement.
@@ -272,6 +295,7 @@ func NewClient(cfg *Config) (*Client, error) {
 		Ticket:          cfg.Ticket,
 		FirstJoinJitter: time.Duration(cfg.FirstJoinJitterMs) * time.Millisecond,
 		Render:          q,
+		Playhead:        playheadOf(cfg.Playhead),
 	})
 	if err != nil {
 		return nil, wrap(err)
@@ -579,4 +603,25 @@ func codeOf(err error) string {
 		return ErrCodeNetwork
 	}
 	return ErrCodeUnknown
+}
+
+// playheadOf adapts the app's clock to the Go client's; nil stays nil.
+func playheadOf(p PlayheadClock) sdk.PlayheadClock {
+	if p == nil {
+		return nil
+	}
+	return func() (int64, bool) {
+		ms := p.PlayheadMs()
+		return ms, ms > 0
+	}
+}
+
+// Playhead returns the playhead synchronisation's counters.
+func (c *Client) Playhead() *PlayheadStats {
+	st := c.c.Playhead()
+	return &PlayheadStats{
+		Held: st.Held, Late: st.Late, Skipped: st.Skipped, Early: st.Early,
+		Fallbacks: st.Fallbacks, Jumps: st.Jumps, Waiting: st.Waiting,
+		SkewP50Ms: st.SkewP50Ms, SkewP99Ms: st.SkewP99Ms,
+	}
 }

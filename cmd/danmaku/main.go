@@ -39,6 +39,7 @@ var commands = map[string]command{
 	"loadgen":  {"load a deployment: commenters, gifts and CDN pollers; rates, latencies, drops", runLoadgen},
 	"words":    {"push, show, roll back the fleet's sensitive-word list (versions; every ingest within 1 s)", rulesCmd("words")},
 	"limits":   {"push, show, roll back the fleet's rate-limit rules (versions; every node within 1 s)", rulesCmd("limits")},
+	"moderate": {"take a room's published messages down, list its takedowns", runModerate},
 
 	// Setting up a deployment's own services.
 	"redis-acl": {"print the roles' Redis ACL users (ACL SETUSER lines or an ACL file)", runRedisACL},

@@ -87,6 +87,8 @@ const (
 	// the order's own hash tag, so that the id in another room is a 409.
 	keyOrderRoom = Prefix + "{order:*}:room"
 	keyLottery   = Prefix + "{room:*}:lottery:*"
+	// keyTakedowns is a room's takedowns (ingest.RedisTakedownStore).
+	keyTakedowns = Prefix + "{room:*}:takedowns"
 	keyLotteries = Prefix + "{lotteries}:*"
 	keyBans      = Prefix + "{bans}:*"
 	keyGlobal    = Prefix + "{event:*}:global"
@@ -177,7 +179,7 @@ var acls = map[string]aclRule{
 			{rw, keyRooms}, {rw, keyBarrage}, {rw, keyLive},
 			{rw, keyBucket}, {rw, keyBatch}, {rw, keyFastLane}, {rw, keyOrder}, {rw, keyOrderTerms}, {rw, keyOrderRoom}, {rw, keyBacklog},
 			{rw, keyLottery}, {rw, keyLotteries}, {rw, keyBans}, {rw, keyGlobal},
-			{rw, keyWindows}, {ro, keyRules}, {rw, keyRuleDocs},
+			{rw, keyWindows}, {ro, keyRules}, {rw, keyRuleDocs}, {rw, keyTakedowns},
 		},
 		cmds: concat(
 			// auth, events
@@ -193,6 +195,9 @@ var acls = map[string]aclRule{
 			roScriptCmds,
 			// rate limits
 			[]string{"zremrangebyscore", "zcard", "zrange"},
+			// takedowns (add script: hget, hlen, hset, pexpiretime,
+			// pexpireat; lookup, list)
+			[]string{"hlen", "pexpiretime"},
 			// the rules API (push script: hincrby, hset, hdel) and the
 			// documents in force (hget, hmget)
 			[]string{"hincrby"},

@@ -94,6 +94,7 @@ func OpenBackends(ctx context.Context, cfg BackendConfig, log *slog.Logger) (Bac
 			return Backends{}, nil, err
 		}
 		b.Ingest.Lotteries = ingest.NewRedisLotteryStore(rdb, nil)
+		b.Ingest.Takedowns = ingest.NewRedisTakedownStore(rdb)
 		b.Shared.Bans = ingest.NewRedisBanStore(rdb)
 		b.Shared.Rules = rules.NewRedisStore(rdb)
 		b.Ingest.Global = ingest.NewRedisGlobalLimiter(rdb)

@@ -395,7 +395,7 @@ func (s *Stack) newAudit(needed bool) error {
 }
 
 // newIngest builds the ingest and its operator APIs (bans, broadcasts,
-// lotteries) beside the upload routes.
+// lotteries, takedowns) beside the upload routes.
 func (s *Stack) newIngest(rs *roleServer, giftBacklog ingest.GiftBacklog) error {
 	if rs == nil {
 		return nil
@@ -414,7 +414,7 @@ func (s *Stack) newIngest(rs *roleServer, giftBacklog ingest.GiftBacklog) error 
 	if s.ingest, err = ingest.New(ingest.Config{
 		Bans: b.Shared.Bans, Global: b.Ingest.Global, Words: words, WordPolicy: policy, Audit: s.audit,
 		Streams: b.Shared.Streams, Keyring: s.keyring, Addr: s.URLs[RoleIngest], Load: b.Shared.Load,
-		Gate: b.Ingest.Gate, Gifts: b.Ingest.Gifts, GiftBacklog: giftBacklog, FastLane: b.Ingest.FastLane, Lotteries: b.Ingest.Lotteries,
+		Gate: b.Ingest.Gate, Gifts: b.Ingest.Gifts, GiftBacklog: giftBacklog, FastLane: b.Ingest.FastLane, Lotteries: b.Ingest.Lotteries, Takedowns: b.Ingest.Takedowns,
 		GiftKeys: cfg.GiftKeys, AnnounceKeys: cfg.AnnounceKeys, Events: s.events, Registerer: s.registry, Logger: s.log,
 		MaxInFlight: cfg.IngestCapacity, Line: cfg.Line, Region: cfg.Region, CPU: s.nodeCPU(),
 		BroadcastGiftValue: cfg.BroadcastGiftValue, RateLimit: s.limiter,
@@ -435,6 +435,7 @@ func (s *Stack) newIngest(rs *roleServer, giftBacklog ingest.GiftBacklog) error 
 			_ = lotteries.Refresh(ctx)
 		}
 	}}).Register(ops)
+	(&ingest.TakedownAPI{Server: s.ingest, Keys: cfg.OperatorKeys, Hosts: s.keyring, Addr: s.URLs[RoleIngest], Logger: s.log.With("role", RoleIngest)}).Register(ops)
 	rs.srv = httpx.NewServer(e, 10*time.Second)
 	return nil
 }

@@ -21,24 +21,29 @@ import (
 // getObject reads key from the CDN base; ok is false for a 404.
 func getObject(t *testing.T, ctx context.Context, cdn, key string) ([]byte, http.Header, bool) {
 	t.Helper()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(cdn, "/")+"/"+key, nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	switch resp.StatusCode {
+	code, b, h := call(t, ctx, http.MethodGet, strings.TrimRight(cdn, "/")+"/"+key, "", nil)
+	switch code {
 	case http.StatusOK:
-		return b, resp.Header, true
+		return []byte(b), h, true
 	case http.StatusNotFound:
 		return nil, nil, false
 	}
-	t.Fatalf("GET %s: %d %s", key, resp.StatusCode, b)
+	t.Fatalf("GET %s: %d %s", key, code, b)
 	return nil, nil, false
+}
+
+// segmentAt reads room's slot of duration dur ms; ok is false for a 404.
+func segmentAt(t *testing.T, ctx context.Context, cdn, room string, dur, slot int64) (*wire.Segment, bool) {
+	t.Helper()
+	b, _, ok := getObject(t, ctx, cdn, wire.SlotKey(room, dur, slot))
+	if !ok {
+		return nil, false
+	}
+	seg, err := wire.DecodeSegment(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return seg, true
 }
 
 // TestTakedownEndToEnd: on the stack of every role, a comment is
@@ -78,13 +83,9 @@ func TestTakedownEndToEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 		for slot := m.Slot(); slot > m.Slot()-30 && id == ""; slot-- {
-			b, _, ok := getObject(t, ctx, viewer.CDN, wire.SlotKey(room, int64(m.Dur), slot))
+			seg, ok := segmentAt(t, ctx, viewer.CDN, room, int64(m.Dur), slot)
 			if !ok {
 				continue
-			}
-			seg, err := wire.DecodeSegment(b)
-			if err != nil {
-				t.Fatal(err)
 			}
 			for _, msg := range seg.Messages {
 				if msg.Text == "take me down" {
@@ -100,11 +101,11 @@ func TestTakedownEndToEnd(t *testing.T) {
 
 	// A host of another room is refused; this room's host takes it down.
 	other := fetchEntry(t, st.URLs[RoleGSLB], "td-other", ticket(t, "mallory", auth.RoleHost, "td-other"))
-	if code, _ := call(t, ctx, "POST", takedownsURL, other.Token, body); code != http.StatusForbidden {
+	if code, _, _ := call(t, ctx, "POST", takedownsURL, other.Token, body); code != http.StatusForbidden {
 		t.Fatalf("a host of another room: %d, want 403", code)
 	}
 	host := fetchEntry(t, st.URLs[RoleGSLB], room, ticket(t, "hostess", auth.RoleHost, room))
-	code, out := call(t, ctx, "POST", takedownsURL, host.Token, body)
+	code, out, _ := call(t, ctx, "POST", takedownsURL, host.Token, body)
 	if code != http.StatusCreated || !strings.Contains(out, `"by":"hostess"`) {
 		t.Fatalf("takedown: %d %s", code, out)
 	}
@@ -148,15 +149,7 @@ func TestTakedownEndToEnd(t *testing.T) {
 	}
 	var named int64 = -1
 	for slot := idSlot + 1; slot <= m.Slot() && named < 0; slot++ {
-		b, _, ok := getObject(t, ctx, viewer.CDN, wire.SlotKey(room, int64(m.Dur), slot))
-		if !ok {
-			continue
-		}
-		seg, err := wire.DecodeSegment(b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if slices.Contains(seg.TakenDown, td) {
+		if seg, ok := segmentAt(t, ctx, viewer.CDN, room, int64(m.Dur), slot); ok && slices.Contains(seg.TakenDown, td) {
 			named = slot
 		}
 	}
@@ -164,22 +157,25 @@ func TestTakedownEndToEnd(t *testing.T) {
 		t.Fatalf("no segment after %d up to %d names the takedown", idSlot, m.Slot())
 	}
 	// Listed for moderators, with who and why.
-	code, out = call(t, ctx, "GET", takedownsURL, DevServiceKey, nil)
+	code, out, _ = call(t, ctx, "GET", takedownsURL, DevServiceKey, nil)
 	if code != http.StatusOK || !strings.Contains(out, `"reason":"abuse"`) || !strings.Contains(out, id) {
 		t.Fatalf("list: %d %s", code, out)
 	}
 }
 
-// call sends body (nil: none) with a bearer and returns the status and body.
-func call(t *testing.T, ctx context.Context, method, url, bearer string, body []byte) (int, string) {
+// call sends body (nil: none) with a bearer ("": none) and returns the
+// status, body and header.
+func call(t *testing.T, ctx context.Context, method, url, bearer string, body []byte) (int, string, http.Header) {
 	t.Helper()
 	var rd io.Reader
 	if body != nil {
 		rd = strings.NewReader(string(body))
 	}
 	req, _ := http.NewRequestWithContext(ctx, method, url, rd)
-	req.Header.Set("Authorization", "Bearer "+bearer)
-	req.Header.Set("Content-Type", "application/json")
+	if bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+bearer)
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
@@ -189,5 +185,5 @@ func call(t *testing.T, ctx context.Context, method, url, bearer string, body []
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return resp.StatusCode, string(b), resp.Header
 }

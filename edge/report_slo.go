@@ -103,8 +103,10 @@ type latencyRoom struct {
 var _ prometheus.Collector = (*latencyHist)(nil)
 
 func newLatencyHist() *latencyHist {
-	return newClientHist("danmaku_client_barrage_latency_seconds",
-		"End-to-end latency of barrage (ingest acceptance to delivery to the app, by the server clock the SDK estimates), as reported by clients in fixed buckets, by event and room; _sum is approximate (each count taken at its bucket's middle).")
+	return &latencyHist{desc: prometheus.NewDesc(
+		"danmaku_client_barrage_latency_seconds",
+		"End-to-end latency of barrage (ingest acceptance to delivery to the app, by the server clock the SDK estimates), as reported by clients in fixed buckets, by event and room; _sum is approximate (each count taken at its bucket's middle).",
+		[]string{"event", "room"}, nil), rooms: map[[2]string]*latencyRoom{}}
 }
 
 // newSkewHist is danmaku_client_display_skew_seconds: how long after its
@@ -112,12 +114,10 @@ func newLatencyHist() *latencyHist {
 // (sdk/playhead.go), in the latency buckets; clients without a playhead
 // send none.
 func newSkewHist() *latencyHist {
-	return newClientHist("danmaku_client_display_skew_seconds",
-		"Display skew of clients synchronised to their video's playhead: the time on the viewer's playhead a message was shown at less the sender's playhead time, as reported by clients in fixed buckets, by event and room; _sum is approximate.")
-}
-
-func newClientHist(name, help string) *latencyHist {
-	return &latencyHist{desc: prometheus.NewDesc(name, help, []string{"event", "room"}, nil), rooms: map[[2]string]*latencyRoom{}}
+	return &latencyHist{desc: prometheus.NewDesc(
+		"danmaku_client_display_skew_seconds",
+		"Display skew of clients synchronised to their video's playhead: the time on the viewer's playhead a message was shown at less the sender's playhead time, as reported by clients in fixed buckets, by event and room; _sum is approximate.",
+		[]string{"event", "room"}, nil), rooms: map[[2]string]*latencyRoom{}}
 }
 
 func (h *latencyHist) add(ev, room string, l *latencyCounts) {

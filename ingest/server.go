@@ -454,11 +454,12 @@ func (s *Server) registerMetrics(extra []prometheus.Collector) error {
 }
 
 // BrowserRoutes are the routes a page calls (the web SDK's comments and
-// reports, a host page's announcements): the only ones the ingest grants
+// reports, a host page's announcements and takedowns, which carry the
+// host's dynamic token, never a cookie): the only ones the ingest grants
 // CORS (httpx.EngineConfig.CORSRoutes). Gifts come from business servers,
 // and the lottery, ban, report review and broadcast APIs from operators'
 // tools.
-var BrowserRoutes = []string{"/v1/rooms/:room/barrage", "/v1/rooms/:room/announce", "/v1/rooms/:room/reports"}
+var BrowserRoutes = []string{"/v1/rooms/:room/barrage", "/v1/rooms/:room/announce", "/v1/rooms/:room/reports", "/v1/admin/rooms/:room/takedowns"}
 
 // Register adds the upload routes to r, behind the rate limits when
 // Config.RateLimit is set.

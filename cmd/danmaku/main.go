@@ -44,6 +44,7 @@ var commands = map[string]command{
 	"words":      {"push, show, roll back the fleet's sensitive-word list (versions; every ingest within 1 s)", rulesCmd("words")},
 	"limits":     {"push, show, roll back the fleet's rate-limit rules (versions; every node within 1 s)", rulesCmd("limits")},
 	"moderation": {"push, show, roll back the fleet's moderation settings: word policy, duplicate window (versions; every ingest within 1 s)", rulesCmd("moderation")},
+	"moderate":   {"take a room's published messages down, list its takedowns; list a room's most-reported comments and act on them", runModerate},
 
 	// Setting up a deployment's own services.
 	"redis-acl": {"print the roles' Redis ACL users (ACL SETUSER lines or an ACL file)", runRedisACL},

@@ -89,7 +89,9 @@ const (
 	keyLottery   = Prefix + "{room:*}:lottery:*"
 	// keyReports covers a room's report queue, its items and reporters,
 	// and the decisions about each sender (reports, report:*, reportsof:*).
-	keyReports   = Prefix + "{room:*}:report*"
+	keyReports = Prefix + "{room:*}:report*"
+	// keyTakedowns is a room's takedowns (ingest.RedisTakedownStore).
+	keyTakedowns = Prefix + "{room:*}:takedowns"
 	keyLotteries = Prefix + "{lotteries}:*"
 	keyBans      = Prefix + "{bans}:*"
 	keyGlobal    = Prefix + "{event:*}:global"
@@ -180,7 +182,7 @@ var acls = map[string]aclRule{
 			{rw, keyRooms}, {rw, keyBarrage}, {rw, keyLive},
 			{rw, keyBucket}, {rw, keyBatch}, {rw, keyFastLane}, {rw, keyOrder}, {rw, keyOrderTerms}, {rw, keyOrderRoom}, {rw, keyBacklog},
 			{rw, keyLottery}, {rw, keyLotteries}, {rw, keyBans}, {rw, keyGlobal}, {rw, keyReports},
-			{rw, keyWindows}, {ro, keyRules}, {rw, keyRuleDocs},
+			{rw, keyWindows}, {ro, keyRules}, {rw, keyRuleDocs}, {rw, keyTakedowns},
 		},
 		cmds: concat(
 			// auth, events
@@ -198,6 +200,9 @@ var acls = map[string]aclRule{
 			roScriptCmds,
 			// rate limits
 			[]string{"zremrangebyscore", "zcard", "zrange"},
+			// takedowns (add script: hget, hlen, hset, pexpiretime,
+			// pexpireat; lookup, list)
+			[]string{"hlen", "pexpiretime"},
 			// the rules API (push script: hincrby, hset, hdel) and the
 			// documents in force (hget, hmget)
 			[]string{"hincrby"},

@@ -422,6 +422,20 @@ func aclSteps(t *testing.T, clients map[string]redis.UniversalClient, cluster bo
 		step(redisx.ACLIngest, "rooms: open", func(ctx context.Context, rdb redis.UniversalClient) error {
 			return streams[redisx.ACLIngest].OpenRoom(ctx, room)
 		}),
+		step(redisx.ACLIngest, "takedowns: add twice, look up, list", func(ctx context.Context, rdb redis.UniversalClient) error {
+			s := ingest.NewRedisTakedownStore(rdb)
+			td := ingest.Takedown{ID: "1-0", Kind: wire.KindBarrage, By: "op"}
+			for range 2 {
+				if _, _, err := s.Add(ctx, room, td, 10, time.Now().Add(time.Hour)); err != nil {
+					return err
+				}
+			}
+			if _, _, _, err := s.Lookup(ctx, room, td.ID, td.Kind); err != nil {
+				return err
+			}
+			_, err := s.List(ctx, room)
+			return err
+		}),
 		step(redisx.ACLIngest, "lottery: start, enter, count, list, stop", func(ctx context.Context, rdb redis.UniversalClient) error {
 			s := ingest.NewRedisLotteryStore(rdb, nil)
 			if _, err := s.Start(ctx, ingest.Lottery{ID: "lot", Room: room, Keyword: "me", Until: time.Now().Add(time.Hour)}); err != nil {

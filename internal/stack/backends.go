@@ -103,6 +103,7 @@ func OpenBackends(ctx context.Context, cfg BackendConfig, log *slog.Logger) (Bac
 		}
 		b.Ingest.Lotteries = ingest.NewRedisLotteryStore(rdb, nil)
 		b.Ingest.Reports = ingest.NewRedisReportStore(rdb, ingest.ReportBounds{})
+		b.Ingest.Takedowns = ingest.NewRedisTakedownStore(rdb)
 		b.Shared.Bans = ingest.NewRedisBanStore(rdb)
 		b.Shared.Rules = rules.NewRedisStore(rdb)
 		b.Ingest.Global = ingest.NewRedisGlobalLimiter(rdb)

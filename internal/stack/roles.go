@@ -400,7 +400,7 @@ func (s *Stack) newAudit(needed bool) error {
 }
 
 // newIngest builds the ingest and its operator APIs (bans, broadcasts,
-// lotteries) beside the upload routes.
+// lotteries, takedowns) beside the upload routes.
 func (s *Stack) newIngest(rs *roleServer, giftBacklog ingest.GiftBacklog) error {
 	if rs == nil {
 		return nil
@@ -420,7 +420,8 @@ func (s *Stack) newIngest(rs *roleServer, giftBacklog ingest.GiftBacklog) error 
 		Bans: b.Shared.Bans, Global: b.Ingest.Global, Words: words, WordPolicy: policy, ModerationRules: b.Shared.Rules, Audit: s.audit,
 		Streams: b.Shared.Streams, Keyring: s.keyring, Addr: s.URLs[RoleIngest], Load: b.Shared.Load,
 		Gate: b.Ingest.Gate, Gifts: b.Ingest.Gifts, GiftBacklog: giftBacklog, FastLane: b.Ingest.FastLane, Lotteries: b.Ingest.Lotteries, Reports: b.Ingest.Reports,
-		GiftKeys: cfg.GiftKeys, AnnounceKeys: cfg.AnnounceKeys, Events: s.events, Registerer: s.registry, Logger: s.log,
+		Takedowns: b.Ingest.Takedowns,
+		GiftKeys:  cfg.GiftKeys, AnnounceKeys: cfg.AnnounceKeys, Events: s.events, Registerer: s.registry, Logger: s.log,
 		MaxInFlight: cfg.IngestCapacity, Line: cfg.Line, Region: cfg.Region, CPU: s.nodeCPU(),
 		BroadcastGiftValue: cfg.BroadcastGiftValue, RateLimit: s.limiter,
 	}); err != nil {
@@ -442,6 +443,7 @@ func (s *Stack) newIngest(rs *roleServer, giftBacklog ingest.GiftBacklog) error 
 	}}).Register(ops)
 	(&ingest.ReportAPI{Store: s.ingest.ReportStore(), Bans: s.ingest.BanStore(), Takedown: s.ingest.ReviewTakedown(), Keys: cfg.OperatorKeys,
 		Hosts: s.keyring, Addr: s.URLs[RoleIngest], Events: s.events, Audit: s.audit, BansChanged: s.refreshBans, Logger: s.log.With("role", RoleIngest)}).Register(ops)
+	(&ingest.TakedownAPI{Server: s.ingest, Keys: cfg.OperatorKeys, Hosts: s.keyring, Addr: s.URLs[RoleIngest], Logger: s.log.With("role", RoleIngest)}).Register(ops)
 	rs.srv = httpx.NewServer(e, 10*time.Second)
 	return nil
 }

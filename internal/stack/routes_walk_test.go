@@ -430,6 +430,23 @@ func walkCases() []walkCase {
 		method, path := reviewPath(route)
 		down(RoleIngest, route, 503, "backend_unavailable", probe{method: method, path: path, auth: "op"})
 	}
+	// ingest: takedowns (an operator key, or a host's token of the room).
+	takedownRoutes := []string{"POST /v1/admin/rooms/:room/takedowns", "GET /v1/admin/rooms/:room/takedowns"}
+	const takedowns = "POST /v1/admin/rooms/:room/takedowns"
+	for _, route := range takedownRoutes {
+		method, path, _ := strings.Cut(route, " ")
+		path = strings.Replace(path, ":room", "demo", 1)
+		add(RoleIngest, route, 401, "bad_operator_key", probe{method: method, path: path, auth: "junk", body: `{}`})
+		add(RoleIngest, route, 403, "wrong_node", probe{method: method, path: path, auth: "otherNode", body: `{}`})
+		add(RoleIngest, route, 403, "forbidden", probe{method: method, path: path, auth: "viewer", body: `{}`})
+		add(RoleIngest, route, 400, "bad_room", probe{method: method, path: strings.Replace(path, "demo", "a.b", 1), auth: "op", body: `{"id":"1-0","k":1}`})
+		down(RoleIngest, route, 503, "backend_unavailable", probe{method: method, path: path, auth: "op", body: `{"id":"1-0","k":1}`})
+	}
+	bodies(RoleIngest, takedowns, 4<<10, "op")
+	add(RoleIngest, takedowns, 400, "bad_takedown", probe{method: "POST", path: "/v1/admin/rooms/demo/takedowns", auth: "op", body: `{"id":"12","k":1}`})
+	add(RoleIngest, takedowns, 404, "no_such_room", probe{method: "POST", path: "/v1/admin/rooms/nosuch/takedowns", auth: "op", body: `{"id":"1-0","k":1}`})
+	add(RoleIngest, takedowns, 409, "room_not_live", probe{method: "POST", path: "/v1/admin/rooms/later/takedowns", auth: "op", body: `{"id":"1-0","k":1}`})
+	not(RoleIngest, takedowns, 507, "takedowns_full", "10,000 takedowns in the room; ingest tests (TestTakeDownFull)")
 
 	// ingest: bans and site-wide broadcasts (an operator key).
 	banRoutes := []string{"GET /v1/admin/bans", "GET /v1/admin/bans/:user", "PUT /v1/admin/bans/:user", "DELETE /v1/admin/bans/:user"}
@@ -525,7 +542,7 @@ func walkCases() []walkCase {
 	limited(RoleIngest, "POST /v1/rooms/:room/announce", "walk-upload")
 	limited(RoleIngest, reports, "walk-upload")
 	limited(RoleIngest, gifts, "walk-gifts")
-	for _, route := range slices.Concat(lotteryRoutes, reviewRoutes, banRoutes, ruleRoutes, []string{broadcasts, "GET /v1/admin/broadcasts"}) {
+	for _, route := range slices.Concat(lotteryRoutes, reviewRoutes, takedownRoutes, banRoutes, ruleRoutes, []string{broadcasts, "GET /v1/admin/broadcasts"}) {
 		limited(RoleIngest, route, "walk-admin")
 	}
 	limited(RoleEdge, ws, "walk-ws")
@@ -971,6 +988,7 @@ func (f *faults) wrap(t *testing.T, b *Backends) *slicer.MemoryBacklog {
 	b.Shared.Rules = flakyRules{rules.NewMemoryStore(), f}
 	b.Ingest.Lotteries = flakyLotteries{ingest.NewMemoryLotteryStore(nil), f}
 	b.Ingest.Reports = flakyReports{ingest.NewMemoryReportStore(ingest.ReportBounds{}, nil), f}
+	b.Ingest.Takedowns = flakyTakedowns{ingest.NewMemoryTakedownStore(nil), f}
 	b.Shared.Objects = flakyObjects{objstore.NewMemoryStore(), f}
 	return backlog
 }
@@ -992,6 +1010,25 @@ func (s flakySite) LastID(ctx context.Context, key stream.Key) (string, error) {
 		return "", err
 	}
 	return s.MemoryStore.LastID(ctx, key)
+}
+
+type flakyTakedowns struct {
+	ingest.TakedownStore
+	f *faults
+}
+
+func (s flakyTakedowns) Lookup(ctx context.Context, room, id string, k wire.Kind) (ingest.Takedown, bool, int, error) {
+	if err := s.f.err(); err != nil {
+		return ingest.Takedown{}, false, 0, err
+	}
+	return s.TakedownStore.Lookup(ctx, room, id, k)
+}
+
+func (s flakyTakedowns) List(ctx context.Context, room string) ([]ingest.Takedown, error) {
+	if err := s.f.err(); err != nil {
+		return nil, err
+	}
+	return s.TakedownStore.List(ctx, room)
 }
 
 type flakyGifts struct {

@@ -124,6 +124,8 @@ type IngestBackends struct {
 	FastLane ingest.FastLane
 	// Lotteries keeps the lotteries and their entrants.
 	Lotteries ingest.LotteryStore
+	// Takedowns keeps the rooms' takedowns. Nil: in memory.
+	Takedowns ingest.TakedownStore
 	// Global is the event-wide comment bucket. Nil: in memory.
 	Global ingest.GlobalLimiter
 	// Reports keeps the viewers' reports of comments. Nil: in memory.

@@ -1,6 +1,7 @@
 package wire_test
 
 import (
+	"encoding/json"
 	"errors"
 	"reflect"
 	"strings"
@@ -85,6 +86,11 @@ func TestTakenDownOldDecoder(t *testing.T) {
 	m, err := wire.DecodeManifest(mb)
 	if err != nil || m.Takedowns != 4 {
 		t.Fatalf("manifest td: %+v, %v", m, err)
+	}
+	// A manifest reader that predates td reads the rest unchanged.
+	var om oldManifest
+	if err := json.Unmarshal(mb, &om); err != nil || om.V != 1 || om.Room != "r" || om.Seq != 3 {
+		t.Fatalf("old manifest reader: %+v, %v", om, err)
 	}
 }
 

@@ -72,6 +72,7 @@ var freeText = map[string]bool{
 	"cdn": true, "data": true, "ingest-url": true, "edge-url": true, "node-id": true,
 	"redis": true, "redis-user": true,
 	"s3-bucket": true, "s3-endpoint": true, "s3-region": true, "s3-prefix": true,
+	"rules-s3-bucket": true, "rules-s3-prefix": true, "rules-dir": true,
 	"audit-dir": true, "audit-s3-bucket": true, "audit-s3-prefix": true,
 	"edge-tls-cert": true, "edge-tls-key": true, "ingest-tls-cert": true, "ingest-tls-key": true,
 	"line": true, "region": true, "lines-mmdb": true, "lines-cidr": true,

@@ -147,7 +147,8 @@ func survivors(need float64, zones, lost int) int {
 	return n
 }
 
-// New computes the plan of e on the figures of p.
+// New computes the plan of e on the figures of p, one role after another:
+// each step reads what the steps before it decided.
 func New(e *Event, p *Profile) (*Plan, error) {
 	if err := e.Check(); err != nil {
 		return nil, err
@@ -155,55 +156,85 @@ func New(e *Event, p *Profile) (*Plan, error) {
 	if err := p.Check(); err != nil {
 		return nil, err
 	}
-	pl := &Plan{Event: e, Profile: p}
-	f := &p.Figures
 	zones, lost := len(e.Zones), e.ZonesLost
-	zoneNote := fmt.Sprintf("smallest N with N - %d x ceil(N/%d) >= need (a zone of %d lost)", lost, zones, zones)
+	q := &planner{e: e, f: &p.Figures, pl: &Plan{Event: e, Profile: p}, zones: zones, lost: lost,
+		zoneNote: fmt.Sprintf("smallest N with N - %d x ceil(N/%d) >= need (a zone of %d lost)", lost, zones, zones)}
+	for _, step := range []func() error{q.planRooms, q.planEdge, q.planIngest, q.planGSLB, q.planSlicer, q.planRedis, q.planCDN, q.planFleets, q.planSLO} {
+		if err := step(); err != nil {
+			return nil, err
+		}
+	}
+	return q.pl, nil
+}
 
+// planner is New's state between its steps.
+type planner struct {
+	e           *Event
+	f           *Figures
+	pl          *Plan
+	zones, lost int
+	zoneNote    string
+
+	rooms                             []room
+	offered, admitted, shown, gifts   float64
+	nRooms                            int
+	framesMean                        float64
+	frameUs, maxConns                 float64
+	frameField, edgeBind, edgeLimit   string
+	edgeN, ingN, gsN, slN             int
+	edgeUtil, ingUtil, gsUtil, slUtil float64
+	slBind                            string
+}
+
+// planRooms spreads the event over its rooms: what each is offered, stores, shows and pushes.
+func (q *planner) planRooms() error {
+	e, pl := q.e, q.pl
 	// Rooms.
-	var rooms []room
-	var offered, admitted, shown, gifts, pushedMax float64
 	for i := range e.Rooms {
 		g := &e.Rooms[i]
 		share := g.ViewerShare / float64(g.Count)
 		r := room{group: g, viewers: e.Viewers * share, offered: e.CommentsPerS * share, gifts: e.GiftsPerS * share}
 		if r.gifts > e.Budget {
-			return nil, fieldErr(CodeInfeasible, "gifts_per_s", "%.1f gifts a second in each room of %q, above the budget of %g messages a second: gifts are never dropped, so the backlog would grow until the rooms refuse gifts (more rooms or a higher budget)", r.gifts, g.Name, e.Budget)
+			return fieldErr(CodeInfeasible, "gifts_per_s", "%.1f gifts a second in each room of %q, above the budget of %g messages a second: gifts are never dropped, so the backlog would grow until the rooms refuse gifts (more rooms or a higher budget)", r.gifts, g.Name, e.Budget)
 		}
 		r.admitted = math.Min(r.offered, e.RoomRefillPerS)
 		r.pushed = r.gifts * e.GiftPushShare
 		r.frames = math.Min(r.pushed, 1000/giftMergeMs)
 		r.shown = math.Min(r.admitted, math.Max(0, e.Budget-r.gifts))
 		r.segPerS = 1000 / float64(g.SegmentMs)
-		rooms = append(rooms, r)
+		q.rooms = append(q.rooms, r)
 		n := float64(g.Count)
-		offered += n * r.offered
-		admitted += n * r.admitted
-		shown += n * r.shown
-		gifts += n * r.gifts
-		pushedMax = math.Max(pushedMax, r.pushed)
+		q.offered += n * r.offered
+		q.admitted += n * r.admitted
+		q.shown += n * r.shown
+		q.gifts += n * r.gifts
 	}
-	nRooms := 0
-	var framesMean float64
-	for _, r := range rooms {
-		nRooms += r.group.Count
-		framesMean += r.frames * r.viewers * float64(r.group.Count) / e.Viewers
+	for _, r := range q.rooms {
+		q.nRooms += r.group.Count
+		q.framesMean += r.frames * r.viewers * float64(r.group.Count) / e.Viewers
 	}
-	pl.add("rooms", "rooms", float64(nRooms), "rooms", "sum of rooms[].count", "rooms[].count")
-	pl.add("rooms", "comments stored", admitted, "/s", "sum over rooms of min(comments_per_s x share, room_refill_per_s)", "comments_per_s", "rooms[].viewer_share", "room_refill_per_s")
-	pl.add("rooms", "comments shown", shown, "/s", "sum over rooms of min(stored, budget - gifts)", "budget", "gifts_per_s")
-	pl.add("rooms", "frames per viewer", framesMean, "/s", fmt.Sprintf("viewer-weighted mean of min(gifts_per_s x gift_push_share x share, 1000/%g ms merge)", giftMergeMs), "gifts_per_s", "gift_push_share", "rooms[].viewer_share")
+	pl.add("rooms", "rooms", float64(q.nRooms), "rooms", "sum of rooms[].count", "rooms[].count")
+	pl.add("rooms", "comments stored", q.admitted, "/s", "sum over rooms of min(comments_per_s x share, room_refill_per_s)", "comments_per_s", "rooms[].viewer_share", "room_refill_per_s")
+	pl.add("rooms", "comments shown", q.shown, "/s", "sum over rooms of min(stored, budget - gifts)", "budget", "gifts_per_s")
+	pl.add("rooms", "frames per viewer", q.framesMean, "/s", fmt.Sprintf("viewer-weighted mean of min(gifts_per_s x gift_push_share x share, 1000/%g ms merge)", giftMergeMs), "gifts_per_s", "gift_push_share", "rooms[].viewer_share")
 
+	return nil
+}
+
+// planEdge sizes the edges: connections by CPU per frame and by memory, and the join surge.
+func (q *planner) planEdge() error {
+	e, f, pl, zones, lost, zoneNote := q.e, q.f, q.pl, q.zones, q.lost, q.zoneNote
 	// Edge.
 	ed := e.Instances.Edge
-	frameUs, frameField := f.EdgeCPUUsPerFrame.Value, "edge_cpu_us_per_frame"
+	q.frameUs, q.frameField = f.EdgeCPUUsPerFrame.Value, "edge_cpu_us_per_frame"
 	connBytes, connField := f.EdgeBytesPerConn.Value, "edge_bytes_per_conn"
 	cps, cpsField := f.EdgeConnectsPerSCore.Value, "edge_connects_per_s_per_core"
 	if e.NodeTLS {
-		frameUs, frameField = f.EdgeCPUUsPerFrameTLS.Value, "edge_cpu_us_per_frame_tls"
+		q.frameUs, q.frameField = f.EdgeCPUUsPerFrameTLS.Value, "edge_cpu_us_per_frame_tls"
 		connBytes, connField = f.EdgeBytesPerConnTLS.Value, "edge_bytes_per_conn_tls"
 		cps, cpsField = f.EdgeConnectsPerSCoreTLS.Value, "edge_connects_per_s_per_core_tls"
 	}
+	frameUs, frameField, framesMean := q.frameUs, q.frameField, q.framesMean
 	byCPU := math.Inf(1)
 	if framesMean > 0 {
 		byCPU = float64(ed.VCPU) * e.Headroom / (framesMean * frameUs / 1e6)
@@ -213,9 +244,10 @@ func New(e *Event, p *Profile) (*Plan, error) {
 	pl.add("edge", "connections by memory", byMem, "per edge", fmt.Sprintf("instances.edge.memory_gib x %g / %s", edgeMemoryShare, connField), "instances.edge.memory_gib", connField)
 	maxConns := math.Floor(math.Min(math.Min(byCPU, byMem), 1e7)/100) * 100
 	if maxConns < 100 {
-		return nil, fieldErr(CodeInfeasible, "instances.edge", "an edge holds %.0f connections: a bigger instance type, or fewer pushed gifts", maxConns)
+		return fieldErr(CodeInfeasible, "instances.edge", "an edge holds %.0f connections: a bigger instance type, or fewer pushed gifts", maxConns)
 	}
 	pl.EdgeMaxConns = int(maxConns)
+	q.maxConns = maxConns
 	pl.add("edge", "edge_max_conns", maxConns, "per edge", "min(by CPU, by memory), down to hundreds", "instances.edge", frameField, connField)
 	usable := maxConns * gslbSkipAt
 	nConns := survivors(e.Viewers/usable, zones, lost)
@@ -236,9 +268,16 @@ func New(e *Event, p *Profile) (*Plan, error) {
 	}
 	pl.add("edge", "CPU of writes at the peak", float64(int(e.Viewers/float64(edgeN)+0.5))*framesMean*frameUs/1e6, "vCPU per edge", "viewers / edges x frames per viewer x "+frameField, frameField)
 
+	q.edgeN, q.edgeBind, q.edgeLimit, q.edgeUtil = edgeN, edgeBind, edgeLimit, edgeUtil
+	return nil
+}
+
+// planIngest sizes the ingests by CPU per post.
+func (q *planner) planIngest() error {
+	e, f, pl, zones, lost, zoneNote := q.e, q.f, q.pl, q.zones, q.lost, q.zoneNote
 	// Ingest.
 	in := e.Instances.Ingest
-	ingVCPU := offered / (f.IngestAdmittedPerSCore.Value * e.Headroom)
+	ingVCPU := q.offered / (f.IngestAdmittedPerSCore.Value * e.Headroom)
 	pl.add("ingest", "vCPU for the posts", ingVCPU, "vCPU", "comments_per_s / (ingest_admitted_per_s_per_core x headroom)", "comments_per_s", "ingest_admitted_per_s_per_core", "headroom")
 	ingN := survivors(ingVCPU/float64(in.VCPU), zones, lost)
 	pl.add("ingest", "ingests", float64(ingN), "machines", "vCPU / instances.ingest.vcpu; "+zoneNote, "instances.ingest.vcpu")
@@ -246,6 +285,13 @@ func New(e *Event, p *Profile) (*Plan, error) {
 	pl.add("ingest", "ingest_capacity", float64(pl.IngestCapacity), "in flight", fmt.Sprintf("instances.ingest.vcpu x headroom x ingest_admitted_per_s_per_core x %g s, down to hundreds", ingestSecondsInFlight), "ingest_admitted_per_s_per_core")
 	ingUtil := ingVCPU / float64(ingN*in.VCPU)
 
+	q.ingN, q.ingUtil = ingN, ingUtil
+	return nil
+}
+
+// planGSLB sizes the gslbs by CPU per entry, and their load balancers.
+func (q *planner) planGSLB() error {
+	e, f, pl, zones, lost, zoneNote := q.e, q.f, q.pl, q.zones, q.lost, q.zoneNote
 	// gslb.
 	gs := e.Instances.Gslb
 	gsVCPU := e.JoinPerS / (f.EntryAnswersPerSCore.Value * e.Headroom)
@@ -256,17 +302,24 @@ func New(e *Event, p *Profile) (*Plan, error) {
 	lcu := e.JoinPerS / newConnsPerLCU
 	pl.LoadBalancers = max(1, int(math.Ceil(lcu/maxLCUPerLB)))
 	if pl.LoadBalancers > maxLoadBalancers {
-		return nil, fieldErr(CodeInfeasible, "join_per_s", "%.0f new connections a second need %.0f LCU, more than %d load balancers of %.0f", e.JoinPerS, lcu, maxLoadBalancers, maxLCUPerLB)
+		return fieldErr(CodeInfeasible, "join_per_s", "%.0f new connections a second need %.0f LCU, more than %d load balancers of %.0f", e.JoinPerS, lcu, maxLoadBalancers, maxLCUPerLB)
 	}
 	pl.LCUPerLB = int(math.Ceil(lcu/float64(pl.LoadBalancers)/100)) * 100
 	pl.add("lb", "LCU for the join surge", lcu, "LCU", fmt.Sprintf("join_per_s / %g new connections per LCU", newConnsPerLCU), "join_per_s")
 	pl.add("lb", "gslb_load_balancers", float64(pl.LoadBalancers), "ALBs", fmt.Sprintf("ceil(LCU / %g reservable per ALB)", maxLCUPerLB), "join_per_s")
 	pl.add("lb", "LCU reserved per ALB", float64(pl.LCUPerLB), "LCU", "LCU / ALBs, up to hundreds", "join_per_s")
 
+	q.gsN, q.gsUtil = gsN, gsUtil
+	return nil
+}
+
+// planSlicer sizes the slicers by the CPU of the rooms they lead.
+func (q *planner) planSlicer() error {
+	e, f, pl, zones, lost := q.e, q.f, q.pl, q.zones, q.lost
 	// Slicer.
 	sl := e.Instances.Slicer
-	stored := admitted + gifts
-	slVCPU := float64(nRooms)*f.SlicerCPUMsPerRoomS.Value/1000 + stored/f.SlicerMsgsPerSCore.Value
+	stored := q.admitted + q.gifts
+	slVCPU := float64(q.nRooms)*f.SlicerCPUMsPerRoomS.Value/1000 + stored/f.SlicerMsgsPerSCore.Value
 	pl.add("slicer", "vCPU for the rooms", slVCPU, "vCPU", "rooms x slicer_cpu_ms_per_room_s / 1000 + (stored comments + gifts) / slicer_msgs_per_s_per_core", "slicer_cpu_ms_per_room_s", "slicer_msgs_per_s_per_core", "gifts_per_s")
 	slCPU := survivors(slVCPU/(float64(sl.VCPU)*e.Headroom), zones, lost)
 	slN, slBind := slCPU, "CPU of the rooms led"
@@ -276,13 +329,20 @@ func New(e *Event, p *Profile) (*Plan, error) {
 	pl.add("slicer", "slicers", float64(slN), "machines", "max(vCPU / (instances.slicer.vcpu x headroom) with a zone lost, zones_lost + 1 and at least 2)", "instances.slicer.vcpu", "zones_lost")
 	slUtil := slVCPU / (float64(slN*sl.VCPU) * e.Headroom)
 
+	q.slN, q.slBind, q.slUtil = slN, slBind, slUtil
+	return nil
+}
+
+// planRedis counts Redis commands per room and sizes the shards: a room's keys share one.
+func (q *planner) planRedis() error {
+	e, f, pl := q.e, q.f, q.pl
 	// Redis.
 	var shared, hot float64
 	hotName := ""
-	edgesAll := float64(edgeN)
-	ingAll := float64(ingN)
+	edgesAll := float64(q.edgeN)
+	ingAll := float64(q.ingN)
 	var total float64
-	for _, r := range rooms {
+	for _, r := range q.rooms {
 		flushNodes := math.Min(ingAll, math.Max(1, r.offered*ingestSecondsInFlight))
 		edgesReading := math.Min(edgesAll, math.Max(1, r.viewers))
 		ops := r.admitted*f.RedisCmdsPerAdmitted.Value +
@@ -295,7 +355,7 @@ func New(e *Event, p *Profile) (*Plan, error) {
 			hot, hotName = ops, r.group.Name
 		}
 	}
-	shared = (edgesAll+ingAll)*f.RedisReportCmdsPerNodeS.Value + float64(gsN)*f.RedisSyncCmdsPerGslbS.Value
+	shared = (edgesAll+ingAll)*f.RedisReportCmdsPerNodeS.Value + float64(q.gsN)*f.RedisSyncCmdsPerGslbS.Value
 	total += shared
 	pl.RedisOpsPerS = total
 	pl.add("redis", "commands of the hottest room ("+hotName+")", hot, "/s",
@@ -305,7 +365,7 @@ func New(e *Event, p *Profile) (*Plan, error) {
 	pl.add("redis", "commands", total, "/s", "sum over rooms + reports and syncs", "redis_ops_per_s_per_shard")
 	capShard := f.RedisOpsPerSShard.Value * e.Headroom
 	if hot > capShard {
-		return nil, fieldErr(CodeInfeasible, "rooms", "room group %q needs %.0f Redis commands a second on its one shard, above %.0f (redis_ops_per_s_per_shard x headroom): fewer pushed gifts or a lower room_refill_per_s", hotName, hot, capShard)
+		return fieldErr(CodeInfeasible, "rooms", "room group %q needs %.0f Redis commands a second on its one shard, above %.0f (redis_ops_per_s_per_shard x headroom): fewer pushed gifts or a lower room_refill_per_s", hotName, hot, capShard)
 	}
 	shards := 1
 	perShard := func(n int) float64 {
@@ -317,7 +377,7 @@ func New(e *Event, p *Profile) (*Plan, error) {
 		shards++
 	}
 	if perShard(shards) > capShard {
-		return nil, fieldErr(CodeInfeasible, "", "Redis needs more than 500 shards")
+		return fieldErr(CodeInfeasible, "", "Redis needs more than 500 shards")
 	}
 	pl.RedisShards = shards
 	pl.RedisShardOpsS = perShard(shards)
@@ -326,9 +386,15 @@ func New(e *Event, p *Profile) (*Plan, error) {
 	pl.add("redis", "commands per shard, busiest", pl.RedisShardOpsS, "/s", "hottest room + (commands - hottest) / shards", "redis_ops_per_s_per_shard")
 	pl.RedisNodes = shards * (1 + e.Redis.ReplicasPerShard)
 
+	return nil
+}
+
+// planCDN counts CDN requests and egress, origin GETs and S3 PUTs.
+func (q *planner) planCDN() error {
+	e, f, pl := q.e, q.f, q.pl
 	// CDN and S3.
 	var cdnReq, egress, origin, puts float64
-	for _, r := range rooms {
+	for _, r := range q.rooms {
 		n := float64(r.group.Count)
 		msgs := math.Min(e.Budget, r.shown+r.gifts) / r.segPerS
 		bytes := msgs*f.SegmentBytesPerMessage.Value + segmentHeaderBytes
@@ -342,13 +408,19 @@ func New(e *Event, p *Profile) (*Plan, error) {
 	pl.OriginGetsPerS = pl.add("cdn", "origin GETs", origin, "/s", "rooms x origin_gets_per_room_segment x 1000/segment_ms", "origin_gets_per_room_segment")
 	pl.S3PutsPerS = pl.add("s3", "S3 PUTs", puts, "/s", "rooms x s3_puts_per_room_segment x 1000/segment_ms", "s3_puts_per_room_segment")
 
+	return nil
+}
+
+// planFleets lists the fleets and their vCPU quota.
+func (q *planner) planFleets() error {
+	e, pl := q.e, q.pl
 	// Fleets and quotas.
 	margin := func(n int) int { return int(math.Ceil(float64(n) * (1 + e.ScaleOutMargin))) }
 	pl.Fleets = []Fleet{
-		{Role: "edge", Instance: ed, Count: edgeN, MaxCount: margin(edgeN), Binding: edgeBind, Limit: edgeLimit, Utilization: edgeUtil},
-		{Role: "ingest", Instance: in, Count: ingN, MaxCount: margin(ingN), Binding: "CPU per post", Limit: "CPU per post", Utilization: ingUtil},
-		{Role: "gslb", Instance: gs, Count: gsN, MaxCount: margin(gsN), Binding: "CPU per entry (join surge)", Limit: "CPU per entry", Utilization: gsUtil},
-		{Role: "slicer", Instance: sl, Count: slN, MaxCount: slN, Binding: slBind, Limit: "CPU of the rooms led", Utilization: slUtil},
+		{Role: "edge", Instance: e.Instances.Edge, Count: q.edgeN, MaxCount: margin(q.edgeN), Binding: q.edgeBind, Limit: q.edgeLimit, Utilization: q.edgeUtil},
+		{Role: "ingest", Instance: e.Instances.Ingest, Count: q.ingN, MaxCount: margin(q.ingN), Binding: "CPU per post", Limit: "CPU per post", Utilization: q.ingUtil},
+		{Role: "gslb", Instance: e.Instances.Gslb, Count: q.gsN, MaxCount: margin(q.gsN), Binding: "CPU per entry (join surge)", Limit: "CPU per entry", Utilization: q.gsUtil},
+		{Role: "slicer", Instance: e.Instances.Slicer, Count: q.slN, MaxCount: q.slN, Binding: q.slBind, Limit: "CPU of the rooms led", Utilization: q.slUtil},
 	}
 	for _, fl := range pl.Fleets {
 		pl.VCPU += fl.Count * fl.Instance.VCPU
@@ -357,32 +429,38 @@ func New(e *Event, p *Profile) (*Plan, error) {
 	pl.add("quota", "vCPU at count", float64(pl.VCPU), "vCPU", "sum of count x instances.ROLE.vcpu", "instances")
 	pl.add("quota", "vCPU at max_count", float64(pl.VCPUMax), "vCPU", "sum of ceil(count x (1 + scale_out_margin)) x vcpu (slicers at count)", "scale_out_margin")
 
+	return nil
+}
+
+// planSLO writes the plan's service levels and the role that binds first.
+func (q *planner) planSLO() error {
+	e, pl := q.e, q.pl
 	// Service levels.
 	maxSeg := 0
-	for _, r := range rooms {
+	for _, r := range q.rooms {
 		maxSeg = max(maxSeg, r.group.SegmentMs)
 	}
-	fanoutMs := maxConns * frameUs / float64(ed.VCPU) / 1000
+	fanoutMs := q.maxConns * q.frameUs / float64(e.Instances.Edge.VCPU) / 1000
 	pl.SLO = SLO{
 		V:                   1,
 		BarrageLatencyP99Ms: float64(maxSeg) + sloMarginMs,
 		GiftLatencyP99Ms:    math.Ceil(giftMergeMs + fanoutMs + giftNetMs),
 		EntryLatencyP99Ms:   entryP99Ms,
 		GiftDeliveredRatio:  1,
-		BarrageShownRatio:   math.Round(shown/offered*1e6) / 1e6,
-		AdmittedPerS:        math.Round(admitted),
+		BarrageShownRatio:   math.Round(q.shown/q.offered*1e6) / 1e6,
+		AdmittedPerS:        math.Round(q.admitted),
 	}
 	pl.add("slo", "barrage p99", pl.SLO.BarrageLatencyP99Ms, "ms", fmt.Sprintf("longest segment_ms + %g (publish delay, poll burst, clock margin)", sloMarginMs), "rooms[].segment_ms")
-	pl.add("slo", "gift p99", pl.SLO.GiftLatencyP99Ms, "ms", fmt.Sprintf("%g ms merge + edge_max_conns x %s / vcpu + %g ms", giftMergeMs, frameField, giftNetMs), frameField)
+	pl.add("slo", "gift p99", pl.SLO.GiftLatencyP99Ms, "ms", fmt.Sprintf("%g ms merge + edge_max_conns x %s / vcpu + %g ms", giftMergeMs, q.frameField, giftNetMs), q.frameField)
 	pl.add("slo", "entry p99", pl.SLO.EntryLatencyP99Ms, "ms", "design: queueing at the planned headroom and the network", "headroom")
 	pl.add("slo", "barrage shown ratio", pl.SLO.BarrageShownRatio, "", "comments shown / comments_per_s", "comments_per_s", "budget")
 
-	util := map[string]float64{"edge": edgeUtil, "ingest": ingUtil, "gslb": gsUtil, "slicer": slUtil, "redis": pl.RedisUtilization}
+	util := map[string]float64{"edge": q.edgeUtil, "ingest": q.ingUtil, "gslb": q.gsUtil, "slicer": q.slUtil, "redis": pl.RedisUtilization}
 	best := -1.0
 	for _, r := range Roles {
 		if util[r] > best {
 			best, pl.SLO.BindingRole = util[r], r
 		}
 	}
-	return pl, nil
+	return nil
 }

@@ -9,7 +9,7 @@ import {
   parseID, compareIDs, identityOf, normalizeText, checkText, SendQueue, SeenSet, admit, RenderQueue,
   decodeSegment, decodeFrame, segmentMatches, manifestSlot, toMessage, DanmakuClient, watchVisibility,
   KIND_BARRAGE, KIND_GIFT, KIND_SYSTEM, CLOSE, LATENCY_BOUNDS_MS, latencyBucket,
-  TakedownSet, toTakedowns, decodeTakedownList, manifestTakedowns, takedownListKey, REPORT_REASONS,
+  TakedownSet, toTakedowns, decodeTakedownList, manifestTakedowns, takedownListKey, REPORT_REASONS, PROTOCOL,
 } from '../danmaku.js';
 
 const msg = (id, kind = KIND_BARRAGE, extra = {}) => ({ ...toMessage({ id, k: kind }, 'segment'), ...extra });
@@ -312,7 +312,7 @@ test('client: due-time polling, edge hello, merged gift once, throttled send', a
   await new Promise((r) => c.addEventListener('entry', r, { once: true }));
   while (fs.log.sockets.length === 0 || fs.log.sockets[0].sent.length === 0) await new Promise((r) => setTimeout(r, 10));
   const ws = fs.log.sockets[0];
-  assert.equal(ws.url, 'ws://edge.test/v1/ws', 'no token in the URL');
+  assert.equal(ws.url, `ws://edge.test/v1/ws?proto=${PROTOCOL}`, 'the protocol in the URL, never the token');
   assert.deepEqual(JSON.parse(ws.sent[0]), { token: 'tok' }, 'the token is the first frame');
   // The edge shows one of the two gifts of slot `first` before its segment.
   ws.frame({ v: 1, room: 'demo', m: [{ id: '1000-1', k: 2, u: 'bob', g: 'rose' }] });

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -71,6 +72,18 @@ func runPulse(t testing.TB, sc pulseScenario, d time.Duration, workers int) *Ent
 		t.Errorf("/healthz: %d answered, %d failed", rep.Health.Count, rep.HealthFailed)
 	}
 	check := func(what string, admitted, limited []int64, offeredShare float64) {
+		// Only seconds offered at least twice the limit judge the limiter:
+		// in a second the generator could not fill (its last, or a slow
+		// one under -race on a busy machine), a refusal can come from a
+		// burst at the second's start, and the admitted count is then not
+		// the limit's (once: 33 admitted of 45 offered in a pulse's last
+		// second pulled a source's rate 15 % under).
+		limited = slices.Clone(limited)
+		for i := range limited {
+			if float64(admitted[i]+limited[i]) < 2*sc.limit {
+				limited[i] = 0
+			}
+		}
 		rate, ok := SaturatedRate(admitted, limited)
 		if !ok {
 			// A loaded -race run may not even reach the limit: then

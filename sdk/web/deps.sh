@@ -4,7 +4,7 @@
 #   chromium   Debian package chromium (/usr/bin/chromium; apt-get)
 #   node, npm  Debian packages nodejs, npm (apt-get)
 #   node_modules  `npm ci` of sdk/web's package-lock.json (playwright-core,
-#              esbuild, @msgpack/msgpack) into sdk/web/node_modules
+#              esbuild, @msgpack/msgpack, hls.js) into sdk/web/node_modules
 # With --fonts also Debian's fonts-noto-cjk and fonts-noto-color-emoji, so
 # that a screenshot shows Chinese and emoji comments instead of empty boxes
 # (the tests do not need them).
@@ -43,7 +43,7 @@ fi
 # npm ci wipes and reinstalls node_modules; skip it when the lockfile npm
 # last installed from is the committed one.
 if [[ -f node_modules/.package-lock.json ]] && [[ node_modules/.package-lock.json -nt package-lock.json ]] \
-	&& [[ -d node_modules/playwright-core ]] && [[ -d node_modules/@msgpack/msgpack ]]; then
+	&& [[ -d node_modules/playwright-core ]] && [[ -d node_modules/@msgpack/msgpack ]] && [[ -d node_modules/hls.js ]]; then
 	echo "web deps: node_modules up to date"
 else
 	echo "web deps: npm ci (sdk/web)"

@@ -2,6 +2,10 @@
 // run time:
 //   vendor/msgpack.mjs  an ES module of @msgpack/msgpack, for the demo page
 //                       served by `danmaku dev`;
+//   vendor/hls.mjs      an ES module of hls.js's light build (HLS playback
+//                       through Media Source Extensions, no subtitles, DRM
+//                       or alternate audio), whose default export is Hls:
+//                       the demo page plays the live test stream with it;
 //   ../../internal/loadgen/htmlreport/vendor/chart.js
 //                       Chart.js as a classic script (window.Chart), which
 //                       `danmaku loadgen -html` inlines into its report so
@@ -46,6 +50,16 @@ await build({
   format: 'esm',
   banner: { js: banner('', ['@msgpack/msgpack']) },
   outfile: 'vendor/msgpack.mjs',
+});
+
+// hls.js's light build is enough for the demo's single-rendition stream and
+// is a third smaller than the full one.
+await build({
+  ...common,
+  stdin: { contents: "export { default } from 'hls.js/light';\n", resolveDir: root, loader: 'js' },
+  format: 'esm',
+  banner: { js: banner('', ['hls.js']) },
+  outfile: 'vendor/hls.mjs',
 });
 
 const chart = JSON.parse(readFileSync(new URL('../node_modules/chart.js/package.json', import.meta.url))).version;

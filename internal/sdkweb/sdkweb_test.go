@@ -89,10 +89,11 @@ func TestServe(t *testing.T) {
 // CI/DANMAKU_REQUIRE_SERVERS.
 func tools(tb testing.TB, browser bool) string { return browsertest.Node(tb, browser) }
 
-// TestUnitJS runs the SDK's unit tests (no browser).
+// TestUnitJS runs the SDK's unit tests and its compatibility tests against
+// the previous release's decoders (no browser).
 func TestUnitJS(t *testing.T) {
 	node := tools(t, false)
-	runNode(t, node, nil, 2*time.Minute, "--test", "test/unit.test.mjs")
+	runNode(t, node, nil, 2*time.Minute, "--test", "test/unit.test.mjs", "test/compat.test.mjs")
 }
 
 // TestBrowser runs the demo page in chromium against the whole pipeline in

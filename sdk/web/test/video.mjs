@@ -105,10 +105,13 @@ try {
       const phrases = ['666', 'encore!!', 'this guitar solo 🔥🔥🔥', '前方高能', 'who else is watching from Berlin?', '好听', 'the drummer is insane', 'lights 😍', '太棒了！', '👏👏👏'];
       const crowd = await Promise.all(phrases.map((_, i) => viewer(room, `fan${i}`)));
       const before = (await stats()).render.shown;
-      await Promise.all(crowd.map((u, i) => u.comment(phrases[i])));
+      for (const [i, u] of crowd.entries()) { // spread over a few seconds: across the stage, not one column
+        await u.comment(phrases[i]);
+        await sleep(400);
+      }
       await sendGift(users[0].entry.ingest[0], { order_id: `${room}-rose`, room, user: 'mia', nick: 'Mia', gift: 'rose', value: 100, count: 3 });
       await until('the crowd on the stage', () => page.evaluate((n) => window.danmakuDemo.stats().render.shown >= n, before + phrases.length + 1), 60000);
-      await sleep(1500);
+      await sleep(500);
       await page.screenshot({ path: shot });
       console.log(`screenshot: ${shot}`);
     }

@@ -24,24 +24,8 @@ import (
 // segment apart, and the handler serves the playlist uncached, segments
 // cacheable, and nothing else.
 func TestLiveStream(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	s, err := Start(ctx, t.TempDir(), slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatalf("Start: %v (make deps installs ffmpeg)", err)
-	}
-	defer s.Stop()
-	playlist := filepath.Join(s.Dir(), Playlist)
-	var pl playlistInfo
-	testwait.For(t, "three segments in the playlist", func() bool {
-		select {
-		case <-s.Done():
-			t.Fatalf("ffmpeg stopped: %v", s.Err())
-		default:
-		}
-		pl = readPlaylist(t, playlist)
-		return len(pl.segs) >= 3
-	})
+	s := startStream(t, History)
+	pl := waitPlaylist(t, s, "three segments in the playlist", func(pl playlistInfo) bool { return len(pl.segs) >= 3 })
 	dates, segs := pl.dates, pl.segs
 	// A young stream's playlist still names its first segment: it keeps
 	// History, not the last few segments.
@@ -103,24 +87,8 @@ func TestHistoryArgs(t *testing.T) {
 // The window slides: a stream whose history is 3 s names its last three
 // segments, in order, and the older ones are gone from the disk.
 func TestHistorySlides(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	s, err := start(ctx, t.TempDir(), slog.New(slog.DiscardHandler), 3*time.Second)
-	if err != nil {
-		t.Fatalf("start: %v (make deps installs ffmpeg)", err)
-	}
-	defer s.Stop()
-	playlist := filepath.Join(s.Dir(), Playlist)
-	var pl playlistInfo
-	testwait.For(t, "the window to slide past seg4", func() bool {
-		select {
-		case <-s.Done():
-			t.Fatalf("ffmpeg stopped: %v", s.Err())
-		default:
-		}
-		pl = readPlaylist(t, playlist)
-		return pl.seq >= 5
-	})
+	s := startStream(t, 3*time.Second)
+	pl := waitPlaylist(t, s, "the window to slide past seg4", func(pl playlistInfo) bool { return pl.seq >= 5 })
 	if len(pl.segs) != 3 || len(pl.dates) != 3 {
 		t.Fatalf("%d segments, %d program date times in the window, want 3: %v", len(pl.segs), len(pl.dates), pl.segs)
 	}
@@ -132,6 +100,37 @@ func TestHistorySlides(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(s.Dir(), "seg0.ts")); !os.IsNotExist(err) {
 		t.Errorf("seg0.ts left the window but not the disk: %v", err)
 	}
+}
+
+// startStream runs ffmpeg for the test (stopped at its end), its playlist
+// reaching back history.
+func startStream(t *testing.T, history time.Duration) *Stream {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	s, err := start(ctx, t.TempDir(), slog.New(slog.DiscardHandler), history)
+	if err != nil {
+		t.Fatalf("start: %v (make deps installs ffmpeg)", err)
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// waitPlaylist reads the stream's playlist until ok says it is what the
+// test waits for; ffmpeg stopping fails the test.
+func waitPlaylist(t *testing.T, s *Stream, what string, ok func(playlistInfo) bool) playlistInfo {
+	t.Helper()
+	var pl playlistInfo
+	testwait.For(t, what, func() bool {
+		select {
+		case <-s.Done():
+			t.Fatalf("ffmpeg stopped: %v", s.Err())
+		default:
+		}
+		pl = readPlaylist(t, filepath.Join(s.Dir(), Playlist))
+		return ok(pl)
+	})
+	return pl
 }
 
 type playlistInfo struct {

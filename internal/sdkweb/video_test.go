@@ -1,52 +1,15 @@
 package sdkweb_test
 
 import (
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/gin-gonic/gin"
-
-	"danmaku/internal/sdkweb"
 	"danmaku/internal/stack"
 	"danmaku/internal/testenv"
 )
-
-// The demo script loads hls.js by path (a dynamic import, only when the
-// stream is there), so TestServe's scan of the page does not see it: the
-// path it names is served, as JavaScript.
-func TestServeHLSModule(t *testing.T) {
-	gin.SetMode(gin.ReleaseMode)
-	e := gin.New()
-	sdkweb.Register(e)
-	srv := httptest.NewServer(e)
-	defer srv.Close()
-	get := func(path string) (*http.Response, string) {
-		t.Helper()
-		resp, err := http.Get(srv.URL + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp, string(b)
-	}
-	const hls = "/sdk/vendor/hls.mjs"
-	if _, demo := get("/sdk/demo/demo.js"); !strings.Contains(demo, "import('"+hls+"')") {
-		t.Fatalf("demo.js does not import %s", hls)
-	}
-	resp, body := get(hls)
-	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/javascript; charset=utf-8" ||
-		!strings.HasPrefix(body, "/*! hls.js ") || !strings.Contains(body, "export{") {
-		t.Errorf("GET %s: %d %q, %d bytes", hls, resp.StatusCode, resp.Header.Get("Content-Type"), len(body))
-	}
-}
 
 // TestBrowserVideo runs the demo page in chromium with dev's live HLS test
 // stream (test/video.mjs): the video plays (currentTime advances, hls.js's

@@ -35,12 +35,17 @@ var ErrNoFFmpeg = errors.New("hlsdemo: ffmpeg not found (Debian package ffmpeg)"
 // Playlist is the live playlist's name under the stream's URL prefix.
 const Playlist = "live.m3u8"
 
-// segmentSeconds is one HLS segment's length; listSize how many the live
-// playlist names (a player may start up to a minute behind live).
-const (
-	segmentSeconds = 1
-	listSize       = 60
-)
+// segmentSeconds is one HLS segment's length.
+const segmentSeconds = 1
+
+// History is how far back the live playlist reaches: a sliding window of
+// an hour's segments (3,600 names, about 270 KB of playlist), so that the
+// demo page's replay mode can seek back into the show and a player can sit
+// 15 s behind live. ffmpeg deletes the segments that leave the window, so a
+// dev running all day keeps an hour on disk (about 100 MB), not the day an
+// EVENT playlist (-hls_playlist_type event, which never drops a segment)
+// would keep.
+const History = time.Hour
 
 // Stream is a running ffmpeg writing the live stream into a directory.
 type Stream struct {
@@ -56,6 +61,11 @@ type Stream struct {
 // into a new directory under dir (empty: the system's temporary directory),
 // removed at the end.
 func Start(ctx context.Context, dir string, log *slog.Logger) (*Stream, error) {
+	return start(ctx, dir, log, History)
+}
+
+// start is Start with the playlist's reach (whole segments, at least one).
+func start(ctx context.Context, dir string, log *slog.Logger, history time.Duration) (*Stream, error) {
 	bin, err := exec.LookPath("ffmpeg")
 	if err != nil {
 		return nil, ErrNoFFmpeg
@@ -67,7 +77,7 @@ func Start(ctx context.Context, dir string, log *slog.Logger) (*Stream, error) {
 	if err != nil {
 		return nil, fmt.Errorf("hlsdemo: %w", err)
 	}
-	cmd := exec.CommandContext(ctx, bin, Args(out)...)
+	cmd := exec.CommandContext(ctx, bin, args(out, history)...)
 	var stderr strings.Builder
 	cmd.Stderr = &limitedWriter{w: &stderr, n: 4 << 10}
 	// Stop asks ffmpeg to finish its segment; a kill follows if it does not.
@@ -94,8 +104,12 @@ func Start(ctx context.Context, dir string, log *slog.Logger) (*Stream, error) {
 // Args are ffmpeg's arguments for a live stream into dir: a 640×360 test
 // pattern at 25 fps with the wall clock (to the millisecond) drawn on it,
 // a 1 kHz beep at each second, H.264 with a key frame each second so that
-// every segment starts one, and a playlist with program date times.
-func Args(dir string) []string {
+// every segment starts one, and a playlist with program date times naming
+// the last History of segments.
+func Args(dir string) []string { return args(dir, History) }
+
+func args(dir string, history time.Duration) []string {
+	listSize := max(1, int(history/(segmentSeconds*time.Second)))
 	clock := "drawtext=text='%{localtime\\:%H\\\\\\:%M\\\\\\:%S}':fontsize=64:fontcolor=white:box=1:boxcolor=black@0.6:boxborderw=12:x=(w-tw)/2:y=h-th-40"
 	return []string{
 		"-hide_banner", "-loglevel", "error", "-nostdin",

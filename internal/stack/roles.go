@@ -365,9 +365,10 @@ func (s *Stack) newGSLB(rs *roleServer) error {
 			gslb.RegisterDevTickets(e, cfg.TicketKey)
 		}
 		sdkweb.Register(e)
-		if cfg.DevVideo {
-			hlsdemo.RegisterFunc(e, s.video.Load)
-		}
+		// Without DevVideo (-no-video) no stream is ever stored: every
+		// path answers 404 no_video, as without ffmpeg, and the page
+		// says why it shows no video.
+		hlsdemo.RegisterFunc(e, s.video.Load)
 	}
 	rs.srv = httpx.NewServer(e, 10*time.Second)
 	return nil

@@ -3,8 +3,15 @@
 // ticket from /v1/dev/ticket (?role= asks for another role), or the ticket
 // in the fragment (#ticket=…: never sent to a server, so never in a log).
 // Click a comment to report it; a host or admin of the room may take it
-// down. window.danmakuDemo exposes the client, the render queue and the
-// stage's counters for tests.
+// down. Under the barrage plays dev's live test stream (/hls/live.m3u8, with
+// program date times) through the vendored hls.js, 3 s or 15 s behind live
+// (?delay= picks the first), and the client shows each comment when this
+// video reaches the moment its sender saw; replay seeks the video back and
+// plays the recorded barrage at its playhead. Without the stream (404
+// no_video) the stage is the plain one and the barrage runs by the wall
+// clock. window.danmakuDemo exposes the client, the render queue, the video
+// and the stage's counters for tests.
+import * as danmaku from '../danmaku.js';
 import { DanmakuClient, RenderQueue, watchVisibility, KIND_BARRAGE, KIND_GIFT, KIND_SYSTEM } from '../danmaku.js';
 
 const DISPLAY_MS = 8000; // one crossing of the stage = how long a comment holds its render slot
@@ -167,6 +174,145 @@ function showSystem(m) {
   showSystem.timer = setTimeout(() => delete el.dataset.on, DISPLAY_MS / 2);
 }
 
+// ---------------------------------------------------------------- video
+
+// hls.js keeps the video DELAYS behind the playlist's live edge
+// (liveSyncDuration, changed with targetLatency and a seek), at normal speed
+// (it never speeds up to catch up). A player that falls DRIFT_S further
+// behind (stalls; a slow machine decoding below real time) is put back at
+// its delay by hls.js (liveMaxLatencyDuration): a forward seek, which the
+// SDK treats as one. Replay seeks REPLAY_BACK_S back into the hour the
+// playlist keeps (internal/hlsdemo), lifts that bound and shows the native
+// controls, so the viewer can seek both ways; the recorded barrage follows.
+const DELAYS = [3, 15];
+const DRIFT_S = 3;
+const REPLAY_BACK_S = 60;
+const video = { el: $('video'), hls: null, error: '', delay: DELAYS[0] };
+let replay = null; // {r: DanmakuReplay, queue: RenderQueue} while replaying
+
+// The program date time (unix ms) of the frame on screen: the playhead the
+// client and the replay hold the barrage to; undefined before the first
+// frame and without video (the SDK's wall-clock mode).
+const playhead = () => video.hls?.playingDate?.getTime();
+
+// Starts the video when the stream is there: true; false with video.error
+// saying why not.
+async function startVideo() {
+  const r = await fetch('/hls/live.m3u8', { cache: 'no-store' });
+  if (!r.ok) {
+    const code = await r.json().then((b) => b?.error?.code, () => '');
+    video.error = `no video (${code || `HTTP ${r.status}`})`;
+    return false;
+  }
+  const { default: Hls } = await import('/sdk/vendor/hls.mjs');
+  if (!Hls.isSupported()) {
+    video.error = 'no video (this browser has no Media Source)';
+    return false;
+  }
+  const asked = Number(params.get('delay'));
+  video.delay = DELAYS.includes(asked) ? asked : DELAYS[0];
+  $('delay').value = String(video.delay);
+  const hls = new Hls({ liveSyncDuration: video.delay, liveMaxLatencyDuration: video.delay + DRIFT_S, maxLiveSyncPlaybackRate: 1, backBufferLength: 90 });
+  video.hls = hls;
+  hls.on(Hls.Events.ERROR, (_, d) => {
+    if (!d.fatal) return; // hls.js retries those itself
+    // The stream stopped (dev ended ffmpeg) or cannot be played: the
+    // plain stage again, and the SDKs back to the wall clock.
+    video.error = `video stopped (${d.details})`;
+    video.hls = null;
+    hls.destroy();
+    video.el.hidden = true;
+    $('novideo').hidden = false;
+    $('videobar').hidden = true;
+    if (replay) stopReplay();
+  });
+  hls.on(Hls.Events.MANIFEST_PARSED, () => {
+    video.el.play().catch(() => { video.error = 'press play: the browser blocked autoplay'; video.el.controls = true; });
+  });
+  hls.loadSource('/hls/live.m3u8');
+  hls.attachMedia(video.el);
+  video.el.hidden = false;
+  $('novideo').hidden = true;
+  $('videobar').hidden = false;
+  return true;
+}
+
+// A new delay behind live: hls.js's target, and a seek to it (a replay ends).
+function setDelay(s) {
+  if (!video.hls) return;
+  if (replay) stopReplay();
+  video.delay = s;
+  video.hls.config.liveMaxLatencyDuration = s + DRIFT_S; // read at each playlist refresh
+  video.hls.targetLatency = s;
+  const p = video.hls.liveSyncPosition;
+  if (p != null) video.el.currentTime = p;
+}
+
+// Replay: the video REPLAY_BACK_S back (at most to the playlist's start),
+// and the recorded barrage at its playhead from a DanmakuReplay, into a
+// render queue of its own. The live client goes on holding the live
+// barrage to the same playhead; what it releases meanwhile is for moments
+// the replay shows from the segments, and is dropped (nextMessage).
+function startReplay() {
+  const { el } = video;
+  if (!video.hls || replay || !client?.entry) return;
+  const from = el.seekable.length ? el.seekable.start(0) : 0;
+  video.hls.config.liveMaxLatencyDuration = Infinity; // no pull back to live while replaying
+  el.currentTime = Math.max(from, el.currentTime - REPLAY_BACK_S);
+  el.controls = true;
+  const q = new RenderQueue({ visible: VISIBLE, displayMs: DISPLAY_MS });
+  watchVisibility(q);
+  replay = { r: null, queue: q, error: '' };
+  if (danmaku.DanmakuReplay) {
+    const r = new danmaku.DanmakuReplay({ cdnURL: client.entry.cdn, room, segmentMs: client.stats().segmentMs, playhead });
+    replay.r = r;
+    r.addEventListener('message', (e) => q.push(e.detail));
+    r.addEventListener('takedown', (e) => applyTakedown(e.detail));
+    const mine = replay;
+    r.start().catch((err) => { mine.error = err.message; });
+  } else {
+    replay.error = 'this SDK has no DanmakuReplay: the video alone';
+  }
+  stage.clear();
+  $('replay').hidden = true;
+  $('live').hidden = false;
+  enableSend();
+}
+
+function stopReplay() {
+  if (!replay) return;
+  replay.r?.stop();
+  replay = null;
+  video.el.controls = false;
+  stage.clear();
+  queue.barrage.length = 0; // released for past moments while replaying
+  $('replay').hidden = false;
+  $('live').hidden = true;
+  enableSend();
+}
+
+$('delay').addEventListener('change', (ev) => setDelay(Number(ev.target.value)));
+$('replay').addEventListener('click', startReplay);
+$('live').addEventListener('click', () => setDelay(video.delay));
+$('sound').addEventListener('click', () => {
+  video.el.muted = !video.el.muted;
+  $('sound').textContent = video.el.muted ? '🔇 sound off' : '🔊 sound on';
+});
+
+// How far behind live the frame on screen is (on the server's clock).
+function behindMs() {
+  const p = playhead();
+  return p > 0 ? (client?.entry ? client.serverNow() : Date.now()) - p : NaN;
+}
+
+// The next message for the stage: the live client's, or while replaying
+// the replay's (the live client's gifts and announcements still show).
+function nextMessage() {
+  if (!replay) return queue.next();
+  queue.barrage.length = 0;
+  return queue.next() ?? replay.queue.next();
+}
+
 // ---------------------------------------------------------------- the frame loop
 
 const badge = { el: $('newbadge'), text: '' };
@@ -195,7 +341,7 @@ function frame(t) {
   pace.at = t;
   const fresh = [];
   while (pace.tokens >= 1 && stage.active.size + stage.waiting.length + fresh.length < VISIBLE) {
-    const m = queue.next();
+    const m = nextMessage();
     if (!m) break;
     pace.tokens--;
     if (m.kind === KIND_BARRAGE) fresh.push({ m, el: stage.take(), at: t + m.offset });
@@ -214,7 +360,7 @@ function frame(t) {
 
 // ---------------------------------------------------------------- client
 
-let client = null, stopped = false;
+let client = null, stopped = false, joined = false;
 const rate = { second: 0, n: 0, last: 0 }; // messages delivered per second
 
 async function devTicket() {
@@ -226,11 +372,27 @@ async function devTicket() {
   return (await r.json()).ticket;
 }
 
+// Sending is for live: a comment carries the sender's playhead, which a
+// replay an hour back is not (the ingest takes 2 minutes behind at most).
+function enableSend() { $('text').disabled = $('send').disabled = !joined || !!replay; }
+
+// A takedown, from the live client or the replay: off the stage, out of the
+// replay's queue (the client's own queue it cleans itself).
+function applyTakedown({ id, kind }) {
+  replay?.queue.remove(kind, id);
+  if (kind === KIND_BARRAGE) stage.takeDown(id);
+  else if (kind === KIND_GIFT) for (const li of gifts.el.querySelectorAll('.gift')) if (li.dataset.id === id) li.remove();
+  else if (kind === KIND_SYSTEM && $('system').dataset.id === id) delete $('system').dataset.on;
+  if (selected?.id === id) $('reportresult').textContent = 'taken down';
+}
+
 async function main() {
+  const withVideo = await startVideo().catch((err) => { video.error = `no video (${err.message})`; return false; });
   client = new DanmakuClient({
     entryURL: location.origin, room, ticket: await devTicket(), render: queue,
     firstJoinJitterMs: Number(params.get('jitter') ?? 0), // one viewer opening a page: no need to wait
     ...(params.has('report') ? { reportIntervalMs: Number(params.get('report')) } : {}), // the browser test's: every second
+    ...(withVideo ? { playhead } : {}), // without video: by the wall clock, as before
   });
   window.danmakuDemo.client = client;
   client.addEventListener('message', () => {
@@ -238,16 +400,10 @@ async function main() {
     if (s !== rate.second) Object.assign(rate, { last: s === rate.second + 1 ? rate.n : 0, second: s, n: 0 });
     rate.n++;
   });
-  client.addEventListener('entry', () => { $('text').disabled = $('send').disabled = false; }, { once: true });
+  client.addEventListener('entry', () => { joined = true; enableSend(); }, { once: true });
   // Only a host or admin of this room may take a comment down (the entry's role).
   client.addEventListener('entry', (e) => { $('takedown').hidden = !['host', 'admin'].includes(e.detail.role); });
-  client.addEventListener('takedown', (e) => {
-    const { id, kind } = e.detail;
-    if (kind === KIND_BARRAGE) stage.takeDown(id);
-    else if (kind === KIND_GIFT) for (const li of gifts.el.querySelectorAll('.gift')) if (li.dataset.id === id) li.remove();
-    else if (kind === KIND_SYSTEM && $('system').dataset.id === id) delete $('system').dataset.on;
-    if (selected?.id === id) $('reportresult').textContent = 'taken down';
-  });
+  client.addEventListener('takedown', (e) => applyTakedown(e.detail));
   client.addEventListener('sent', (e) => {
     $('sendresult').textContent = e.detail.ok ? `sent “${e.detail.text}”` : `not sent: ${e.detail.error.code}`;
   });
@@ -317,11 +473,39 @@ function status() {
   $('status').textContent = `latency ${lat} · segment ${s.segmentMs} ms · drops ${r.drops} ` +
     `(overflow ${r.droppedOverflow}, hidden ${r.droppedHidden}) · first-poll hits ${hit} · ` +
     `edge ${s.edgeState}${s.edgeCloseCode ? ` (last close ${s.edgeCloseCode})` : ''} · ` +
-    `${perSecond} msg/s · online: n/a (not in the entry yet) · dup ${s.duplicates} · takedowns ${s.takedownsApplied}`;
+    `${perSecond} msg/s · online: n/a (not in the entry yet) · dup ${s.duplicates} · takedowns ${s.takedownsApplied} · ` +
+    syncStatus();
+  $('videoinfo').textContent = videoStatus();
+}
+
+// The display skew (the frame on screen when a comment was shown minus the
+// moment its sender saw), how many came after their moment, and the mode:
+// the live client's, or the replay's while replaying.
+function syncStatus() {
+  const p = (replay?.r ?? client).stats().playhead;
+  if (!p) return video.hls ? 'sync: n/a (this SDK has no playhead)' : `sync: wall clock, ${video.error}`;
+  const skew = p.shown ? `skew p50 ${p.skewP50Ms} ms p99 ${p.skewP99Ms} ms` : 'skew –';
+  return `${replay ? 'replay' : 'sync'} ${p.mode}: ${skew} · late ${p.late}`;
+}
+
+function videoStatus() {
+  if (!video.hls) return video.error;
+  const b = behindMs();
+  const at = Number.isFinite(b) ? `${(b / 1000).toFixed(1)} s behind live` : 'starting…';
+  if (replay) return `replay: ${at}${replay.error ? ` · ${replay.error}` : ''}`;
+  return `video ${at} (target ${video.delay} s)${video.error ? ` · ${video.error}` : ''}`;
 }
 
 window.danmakuDemo = {
-  client, queue, room, user, gifts: gifts.shown,
+  client, queue, room, user, gifts: gifts.shown, setDelay, startReplay, stopReplay: () => setDelay(video.delay),
+  // The video as a test sees it: null without one.
+  video: () => video.hls && {
+    currentTime: video.el.currentTime, paused: video.el.paused, playingDate: playhead() ?? null, behindMs: behindMs(),
+    latency: video.hls.latency, targetLatency: video.hls.targetLatency, delay: video.delay, replaying: !!replay,
+    width: video.el.videoWidth, height: video.el.videoHeight,
+  },
+  videoError: () => video.error,
+  replayStats: () => replay?.r?.stats() ?? null,
   stats: () => ({ ...client?.stats(), onStage: stage.active.size, maxOnStage: stage.maxOnStage, newCount: queue.newCount, waiting: queue.length, removedFromStage: stage.removed }),
 };
 

@@ -42,7 +42,11 @@ fi
 
 # npm ci wipes and reinstalls node_modules; skip it when the lockfile npm
 # last installed from is the committed one.
-if [[ -f node_modules/.package-lock.json ]] && [[ node_modules/.package-lock.json -nt package-lock.json ]] \
+if [[ -L node_modules ]]; then
+	# A worktree may share another checkout's node_modules through a link:
+	# npm ci would empty the linked directory under the other checkout.
+	echo "web deps: node_modules is a link; not reinstalling through it"
+elif [[ -f node_modules/.package-lock.json ]] && [[ node_modules/.package-lock.json -nt package-lock.json ]] \
 	&& [[ -d node_modules/playwright-core ]] && [[ -d node_modules/@msgpack/msgpack ]] && [[ -d node_modules/hls.js ]]; then
 	echo "web deps: node_modules up to date"
 else

@@ -205,14 +205,34 @@ func Fit(ts, ys []float64) Slope {
 // (projected over a 4-hour show it adds less than half the level), or a
 // real growth (a leak candidate). A shrinking series passes.
 func (s Slope) Flat() (bool, string) {
+	return s.FlatOf(math.Abs(s.Mean))
+}
+
+// FlatOf is Flat with the trend weighed against level instead of the
+// series' own mean: for a part of a whole (memory outside the Go runtime
+// is weighed against the process's resident set, what it adds to).
+func (s Slope) FlatOf(level float64) (bool, string) {
 	switch {
 	case s.N < 3:
 		return false, "too few samples"
 	case s.PerMin <= 2*s.StdErr:
 		return true, "flat within noise (slope ≤ 2 standard errors)"
-	case s.Mean != 0 && s.PerMin*showLength.Minutes() <= maxShowGrowth*math.Abs(s.Mean):
-		return true, fmt.Sprintf("a trend, but +%.0f %% over a 4-hour show (≤ %.0f %%)", 100*s.PerMin*showLength.Minutes()/math.Abs(s.Mean), 100*maxShowGrowth)
+	case level != 0 && s.PerMin*showLength.Minutes() <= maxShowGrowth*level:
+		return true, fmt.Sprintf("a trend, but +%.0f %% over a 4-hour show (≤ %.0f %%)", 100*s.PerMin*showLength.Minutes()/level, 100*maxShowGrowth)
 	default:
 		return false, "grows: a leak candidate"
 	}
+}
+
+// NoNewHigh reports whether a count's last third of samples stays at or
+// under the highest of the two thirds before: what a count that steps up
+// once and holds does (a connection pool grown to a burst, keys living
+// out a TTL), and a leak, which keeps setting highs, does not. It needs
+// six samples.
+func NoNewHigh(ys []float64) bool {
+	if len(ys) < 6 {
+		return false
+	}
+	cut := len(ys) - len(ys)/3
+	return slices.Max(ys[cut:]) <= slices.Max(ys[:cut])
 }

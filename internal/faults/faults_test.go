@@ -143,3 +143,35 @@ func TestFitAndFlat(t *testing.T) {
 		t.Error("two points passed")
 	}
 }
+
+func TestFlatOfAndNoNewHigh(t *testing.T) {
+	ts := []float64{1, 2, 3, 4, 5, 6, 7, 8}
+	// A part of a process, -4 MiB and rising 0.1 a minute: +24 MiB over a
+	// show, six times its own size but under half of a 60 MiB process.
+	part := []float64{-4, -3.9, -3.8, -3.7, -3.6, -3.5, -3.4, -3.3}
+	f := Fit(ts, part)
+	if ok, why := f.Flat(); ok {
+		t.Errorf("Flat() of the part alone passed: %s", why)
+	}
+	if ok, why := f.FlatOf(60); !ok {
+		t.Errorf("FlatOf(60) = false (%s)", why)
+	}
+	if ok, _ := f.FlatOf(40); ok {
+		t.Error("FlatOf(40) passed +24 over a level of 40")
+	}
+	for _, tc := range []struct {
+		name string
+		ys   []float64
+		want bool
+	}{
+		{"a step that holds", []float64{40, 40, 52, 54, 53, 50, 53, 54, 52}, true},
+		{"a burst that ends", []float64{20, 20, 220, 20, 20, 20, 21, 20, 20}, true},
+		{"a leak of one a minute", []float64{19, 20, 21, 22, 23, 24, 25, 26, 27}, false},
+		{"a step in the last third", []float64{19, 19, 19, 19, 19, 19, 19, 20, 20}, false},
+		{"too few", []float64{1, 1, 1, 1, 1}, false},
+	} {
+		if got := NoNewHigh(tc.ys); got != tc.want {
+			t.Errorf("%s: NoNewHigh = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -3,6 +3,8 @@ package faults
 import (
 	"context"
 	"fmt"
+	"maps"
+	"net/http"
 	"os"
 	"slices"
 	"sort"
@@ -15,7 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"danmaku/internal/testenv"
+	"danmaku/internal/metrictext"
 )
 
 // soakInterval is how often the soak samples every series.
@@ -26,13 +28,46 @@ const soakInterval = 10 * time.Second
 const soakWarm = time.Minute
 
 // processFamilies are what the soak reads of each role's /metrics (the
-// Go and process collectors every role registers).
+// Go and process collectors every role registers) for the table.
 var processFamilies = map[string]string{
-	"process_resident_memory_bytes": "RSS MiB",
+	"process_resident_memory_bytes": seriesRSS,
 	"go_memstats_heap_alloc_bytes":  "heap MiB",
+	"go_memstats_next_gc_bytes":     "Go heap goal MiB",
 	"go_goroutines":                 "goroutines",
 	"process_open_fds":              "open fds",
+	"go_threads":                    "OS threads",
 }
+
+// diagFamilies are read to explain the table's memory rows (written with
+// the samples, DANMAKU_SOAK_SAMPLES): the runtime's memory classes as
+// the Go collector exports them from runtime/metrics.
+var diagFamilies = map[string]string{
+	"go_memstats_sys_bytes":           "Go runtime sys MiB",
+	"go_memstats_heap_released_bytes": "Go heap released MiB",
+	"go_memstats_heap_inuse_bytes":    "Go heap in-use spans MiB",
+	"go_memstats_heap_idle_bytes":     "Go heap idle spans MiB",
+	"go_memstats_stack_inuse_bytes":   "Go stacks MiB",
+}
+
+// The memory rows of a role besides heap and heap goal.
+const (
+	seriesRSS = "RSS MiB"
+	// seriesRetained is the memory the Go runtime holds from the OS: all
+	// it has mapped less the heap pages it has returned
+	// (go_memstats_sys_bytes − go_memstats_heap_released_bytes:
+	// runtime/metrics /memory/classes/total:bytes −
+	// /memory/classes/heap/released:bytes).
+	seriesRetained = "Go runtime retained MiB (sys − released)"
+	// seriesFile is the file-backed part of the resident set (smaps_rollup
+	// Rss − Anonymous): the binary's pages, mapped by the kernel as code
+	// runs and shared by every role.
+	seriesFile = "RSS file-backed MiB"
+	// seriesOutside is the anonymous resident memory the Go runtime does
+	// not account for (smaps_rollup Anonymous − seriesRetained): cgo,
+	// mmap'd buffers. The runtime maps some memory it never touches, so it
+	// is negative; it must not grow.
+	seriesOutside = "RSS outside the Go runtime MiB"
+)
 
 // series is one sampled quantity.
 type series struct {
@@ -81,6 +116,9 @@ func TestSoak(t *testing.T) {
 			case lerr = <-lr.done:
 				return
 			case now := <-tick.C:
+				if now.Sub(start) > d {
+					continue // the load's drain: not the load
+				}
 				s.sample(ctx, now, add)
 				if n, err := s.objectCount(ctx); err == nil {
 					segCounts = append(segCounts, n)
@@ -122,6 +160,16 @@ func TestSoak(t *testing.T) {
 		add("comment POST p50 ms (worst second of the minute)", at, perMin[m][0])
 		add("comment POST p99 ms (worst second of the minute)", at, perMin[m][1])
 	}
+	if path := os.Getenv("DANMAKU_SOAK_SAMPLES"); path != "" {
+		if err := writeSamples(path, all); err != nil {
+			t.Error(err)
+		}
+	}
+	for n := range all {
+		if strings.HasPrefix(n, diagPrefix) {
+			delete(all, n)
+		}
+	}
 	table := soakTable(all, d, l, rep.Latency.GiftE2E.P99Ms, rep.Latency.BarrageE2E.P99Ms)
 	fmt.Println(table)
 	writeTable(t, "soak", table)
@@ -144,16 +192,35 @@ func mapsKeysInt(m map[int][2]float64) func(func(int) bool) {
 func (s *stack) sample(ctx context.Context, now time.Time, add func(string, time.Time, float64)) {
 	for _, n := range s.order {
 		p := s.procs[n]
-		for fam, label := range processFamilies {
-			got, err := testenv.MetricSeries(ctx, "http://"+p.metrics, fam)
-			v, ok := got[""]
-			if err != nil || !ok {
-				continue
+		if p.exited() {
+			continue
+		}
+		got, err := scrape(ctx, "http://"+p.metrics, processFamilies, diagFamilies)
+		if err != nil {
+			continue
+		}
+		for prefix, fams := range map[string]map[string]string{"": processFamilies, diagPrefix: diagFamilies} {
+			for fam, label := range fams {
+				v, ok := got[fam]
+				if !ok {
+					continue
+				}
+				if strings.HasSuffix(label, "MiB") {
+					v /= 1 << 20
+				}
+				add(prefix+p.name+" "+label, now, v)
 			}
-			if strings.HasSuffix(label, "MiB") {
-				v /= 1 << 20
-			}
-			add(p.name+" "+label, now, v)
+		}
+		sys, okS := got["go_memstats_sys_bytes"]
+		rel, okR := got["go_memstats_heap_released_bytes"]
+		if !okS || !okR {
+			continue
+		}
+		add(p.name+" "+seriesRetained, now, (sys-rel)/(1<<20))
+		if rss, anon, err := smapsRollup(p.cmd.Process.Pid); err == nil {
+			add(diagPrefix+p.name+" RSS anonymous MiB", now, anon/(1<<20))
+			add(p.name+" "+seriesFile, now, (rss-anon)/(1<<20))
+			add(p.name+" "+seriesOutside, now, (anon-(sys-rel))/(1<<20))
 		}
 	}
 	if info, err := s.rdb.Info(ctx, "memory").Result(); err == nil {
@@ -176,14 +243,18 @@ func (s *stack) sample(ctx context.Context, now time.Time, add func(string, time
 			return
 		}
 		for _, k := range keys {
-			counts[keyClass(k)]++
+			c := keyClass(k)
+			counts[c]++
+			if c == keysRest {
+				counts[diagPrefix+"Redis key "+keyShape(k)]++
+			}
 		}
 		if cursor = next; cursor == 0 {
 			break
 		}
 	}
-	for _, c := range []string{keysOrders, keysBatches, keysRest} {
-		add(c, now, float64(counts[c]))
+	for c, n := range counts {
+		add(c, now, float64(n))
 	}
 }
 
@@ -206,6 +277,20 @@ func keyClass(k string) string {
 		return keysRest
 	}
 }
+
+// keyShape is a key with its variable parts (ids, hashes, numbers) cut:
+// what a diagnostic series of the rest is counted by.
+func keyShape(k string) string {
+	parts := strings.Split(k, ":")
+	if len(parts) > 3 {
+		parts = parts[:3]
+	}
+	return strings.Join(parts, ":")
+}
+
+// diagPrefix marks a series sampled to explain another: written with the
+// samples (DANMAKU_SOAK_SAMPLES), not a row of the table.
+const diagPrefix = "diag: "
 
 const redisMemory = "Redis used_memory MiB"
 
@@ -251,10 +336,10 @@ func soakTable(all map[string]*series, d time.Duration, l load, giftP99, barrage
 		fits[n], warmed[n] = Fit(ts, ys), ys
 	}
 	bounded := fits[keysOrders].PerMin + fits[keysBatches].PerMin
-	restFlat, _ := fits[keysRest].Flat()
+	restFlat, _ := judge(keysRest, fits, warmed)
 	for _, n := range names {
 		f, ys := fits[n], warmed[n]
-		ok, why := f.Flat()
+		ok, why := judge(n, fits, warmed)
 		if !ok && n == redisMemory && restFlat && bounded > 0 {
 			// Redis grows by what it holds; with every other key flat,
 			// that is the keys that live out their TTL: say what one costs.
@@ -262,6 +347,8 @@ func soakTable(all map[string]*series, d time.Duration, l load, giftP99, barrage
 		}
 		verdict := "pass: " + why
 		switch {
+		case notJudged(n) != "":
+			verdict = "shown, not judged: " + notJudged(n)
 		case !ok && (n == keysOrders || n == keysBatches):
 			verdict = fmt.Sprintf("grows by design, %.0f keys a minute, until the keys' TTL: not judged", f.PerMin)
 		case !ok:
@@ -274,4 +361,127 @@ func soakTable(all map[string]*series, d time.Duration, l load, giftP99, barrage
 		fmt.Fprintf(&b, "| %s | %.4g | %.4g | %+.3g | %.3g | %s |\n", n, first, last, f.PerMin, 2*f.StdErr, verdict)
 	}
 	return b.String()
+}
+
+// scrape reads base's /metrics once and returns the unlabelled samples of
+// the families asked for.
+func scrape(ctx context.Context, base string, families ...map[string]string) (map[string]float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s/metrics: %s", base, resp.Status)
+	}
+	got, err := metrictext.Parse(resp.Body, func(f string) bool {
+		for _, fams := range families {
+			if _, ok := fams[f]; ok {
+				return true
+			}
+		}
+		return false
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	for k, v := range got {
+		if k.Labels == "" {
+			out[k.Family] = v
+		}
+	}
+	return out, nil
+}
+
+// smapsRollup reads a process's resident set and the anonymous part of it
+// (bytes) from /proc/PID/smaps_rollup: the rest is file-backed, the
+// binary's pages mapped in as code runs.
+func smapsRollup(pid int) (rss, anon float64, err error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	var okR, okA bool
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 3 || f[2] != "kB" {
+			continue
+		}
+		kb, err := strconv.ParseFloat(f[1], 64)
+		if err != nil {
+			continue
+		}
+		switch f[0] {
+		case "Rss:":
+			rss, okR = kb*1024, true
+		case "Anonymous:":
+			anon, okA = kb*1024, true
+		}
+	}
+	if !okR || !okA {
+		return 0, 0, fmt.Errorf("/proc/%d/smaps_rollup: no Rss or Anonymous line", pid)
+	}
+	return rss, anon, nil
+}
+
+// writeSamples writes every series' samples as CSV (series, minute,
+// value): DANMAKU_SOAK_SAMPLES names the file.
+func writeSamples(path string, all map[string]*series) error {
+	var b strings.Builder
+	b.WriteString("series,minute,value\n")
+	for _, n := range slices.Sorted(maps.Keys(all)) {
+		sr := all[n]
+		for i := range sr.ts {
+			fmt.Fprintf(&b, "%q,%.3f,%g\n", n, sr.ts[i], sr.ys[i])
+		}
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+// judge is a series' verdict (docs/reliability.md, "Soak", says each
+// rule's reason). Every series is held to Slope.Flat; a count (goroutines,
+// descriptors, threads, the Redis keys without a long TTL) passes too when
+// it makes no new high in the last third of the run (NoNewHigh): a pool
+// grown to a burst and held, or keys living out a minute's TTL, step up
+// and stop, where a leak keeps climbing. The memory outside the Go runtime
+// is weighed against the process's resident set, which it adds to.
+func judge(n string, fits map[string]Slope, warmed map[string][]float64) (bool, string) {
+	f := fits[n]
+	if role, ok := strings.CutSuffix(n, " "+seriesOutside); ok {
+		return f.FlatOf(fits[role+" "+seriesRSS].Mean)
+	}
+	ok, why := f.Flat()
+	if !ok && isCount(n) && NoNewHigh(warmed[n]) {
+		return true, fmt.Sprintf("steps up and holds: no new high in the last third (max %.0f)", slices.Max(warmed[n]))
+	}
+	return ok, why
+}
+
+// isCount reports whether series n counts things (judged with NoNewHigh
+// too).
+func isCount(n string) bool {
+	for _, suf := range []string{" goroutines", " open fds", " OS threads"} {
+		if strings.HasSuffix(n, suf) {
+			return true
+		}
+	}
+	return n == keysRest
+}
+
+// notJudged says why series n is shown without a verdict, or "".
+func notJudged(n string) string {
+	switch {
+	case strings.HasSuffix(n, " "+seriesRSS):
+		return "file-backed pages + the Go runtime's retained memory + what is outside it (rows below)"
+	case strings.HasSuffix(n, " "+seriesRetained):
+		return "fills toward the scavenger's target (110 % of the heap goal, plus stacks and metadata) after a start; judged through the heap goal"
+	case strings.HasSuffix(n, " "+seriesFile):
+		return "the binary's pages, the kernel's to map in and drop"
+	}
+	return ""
 }

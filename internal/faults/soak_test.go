@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"net/http"
 	"os"
 	"slices"
 	"sort"
@@ -17,7 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"danmaku/internal/metrictext"
+	"danmaku/internal/testenv"
 )
 
 // soakInterval is how often the soak samples every series.
@@ -384,19 +383,7 @@ func soakTable(all map[string]*series, d time.Duration, l load, giftP99, barrage
 // scrape reads base's /metrics once and returns the unlabelled samples of
 // the families asked for.
 func scrape(ctx context.Context, base string, families ...map[string]string) (map[string]float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s/metrics: %s", base, resp.Status)
-	}
-	got, err := metrictext.Parse(resp.Body, func(f string) bool {
+	got, err := testenv.Scrape(ctx, base, func(f string) bool {
 		for _, fams := range families {
 			if _, ok := fams[f]; ok {
 				return true

@@ -450,11 +450,11 @@ func writeSamples(path string, all map[string]*series) error {
 
 // judge is a series' verdict (docs/reliability.md, "Soak", says each
 // rule's reason). Every series is held to Slope.Flat; a count (goroutines,
-// descriptors, threads, the Redis keys without a long TTL) passes too when
-// it makes no new high in the last third of the run (NoNewHigh): a pool
-// grown to a burst and held, or keys living out a minute's TTL, step up
-// and stop, where a leak keeps climbing. The memory outside the Go runtime
-// is weighed against the process's resident set, which it adds to.
+// descriptors, the Redis keys without a long TTL) passes too when the last
+// third of its fitted samples makes no new high over the run before it,
+// the joins included (NoNewHigh): what the load holds open stays under
+// the joins' peak, where a leak keeps climbing. The memory outside the Go
+// runtime is weighed against the process's resident set, which it adds to.
 func judge(n string, fits map[string]Slope, warmed, whole map[string][]float64) (bool, string) {
 	f := fits[n]
 	if role, ok := strings.CutSuffix(n, " "+seriesOutside); ok {

@@ -157,6 +157,9 @@ type Slope struct {
 	// Mean is the series' mean level.
 	Mean float64
 	N    int
+	// Rho is the lag-1 autocorrelation of the residuals (0 to 0.95),
+	// which StdErr is widened by.
+	Rho float64
 }
 
 // showLength is what a soak's slope is projected over: a long show.
@@ -191,12 +194,27 @@ func Fit(ts, ys []float64) Slope {
 		return Slope{N: n, Mean: my}
 	}
 	b := sxy / sxx
-	var rss float64
+	res := make([]float64, n)
+	var rss, lag float64
 	for i := range n {
-		r := ys[i] - (my + b*(ts[i]-mt))
-		rss += r * r
+		res[i] = ys[i] - (my + b*(ts[i]-mt))
+		rss += res[i] * res[i]
+		if i > 0 {
+			lag += res[i] * res[i-1]
+		}
 	}
-	return Slope{PerMin: b, StdErr: math.Sqrt(rss / float64(n-2) / sxx), Mean: my, N: n}
+	// Samples 10 s apart are not independent: memory moves in steps and a
+	// burst spans several samples, so the residuals are correlated and
+	// the plain standard error claims more certainty than the samples
+	// hold. Widen it for lag-1 autocorrelation (an AR(1) series' effective
+	// sample size): a steady leak leaves scattered residuals around its
+	// line and keeps its narrow error; a step or a burst does not.
+	rho := 0.0
+	if rss > 0 {
+		rho = min(max(lag/rss, 0), 0.95)
+	}
+	se := math.Sqrt(rss/float64(n-2)/sxx) * math.Sqrt((1+rho)/(1-rho))
+	return Slope{PerMin: b, StdErr: se, Mean: my, N: n, Rho: rho}
 }
 
 // Flat is a slope's verdict, with the reason: flat within noise (the
@@ -205,14 +223,35 @@ func Fit(ts, ys []float64) Slope {
 // (projected over a 4-hour show it adds less than half the level), or a
 // real growth (a leak candidate). A shrinking series passes.
 func (s Slope) Flat() (bool, string) {
+	return s.FlatOf(math.Abs(s.Mean))
+}
+
+// FlatOf is Flat with the trend weighed against level instead of the
+// series' own mean: for a part of a whole (memory outside the Go runtime
+// is weighed against the process's resident set, what it adds to).
+func (s Slope) FlatOf(level float64) (bool, string) {
 	switch {
 	case s.N < 3:
 		return false, "too few samples"
 	case s.PerMin <= 2*s.StdErr:
 		return true, "flat within noise (slope ≤ 2 standard errors)"
-	case s.Mean != 0 && s.PerMin*showLength.Minutes() <= maxShowGrowth*math.Abs(s.Mean):
-		return true, fmt.Sprintf("a trend, but +%.0f %% over a 4-hour show (≤ %.0f %%)", 100*s.PerMin*showLength.Minutes()/math.Abs(s.Mean), 100*maxShowGrowth)
+	case level != 0 && s.PerMin*showLength.Minutes() <= maxShowGrowth*level:
+		return true, fmt.Sprintf("a trend, but +%.0f %% over a 4-hour show (≤ %.0f %%)", 100*s.PerMin*showLength.Minutes()/level, 100*maxShowGrowth)
 	default:
 		return false, "grows: a leak candidate"
 	}
+}
+
+// NoNewHigh reports whether the last third of a count's fitted samples
+// (the last fitted of ys) stays at or under the highest before them, the
+// warm-up's included: the joins are the load's peak of concurrency (every
+// viewer and sender connecting at once), and a count bounded by the load
+// — connections, their goroutines, a pool grown to a burst — does not
+// pass it again; a leak keeps setting highs. It needs six fitted samples.
+func NoNewHigh(ys []float64, fitted int) bool {
+	if fitted < 6 || fitted > len(ys) {
+		return false
+	}
+	cut := len(ys) - fitted/3
+	return slices.Max(ys[cut:]) <= slices.Max(ys[:cut])
 }

@@ -143,3 +143,67 @@ func TestFitAndFlat(t *testing.T) {
 		t.Error("two points passed")
 	}
 }
+
+func TestFlatOfAndNoNewHigh(t *testing.T) {
+	ts := []float64{1, 2, 3, 4, 5, 6, 7, 8}
+	// A part of a process, -4 MiB and rising 0.1 a minute: +24 MiB over a
+	// show, six times its own size but under half of a 60 MiB process.
+	part := []float64{-4, -3.9, -3.8, -3.7, -3.6, -3.5, -3.4, -3.3}
+	f := Fit(ts, part)
+	if ok, why := f.Flat(); ok {
+		t.Errorf("Flat() of the part alone passed: %s", why)
+	}
+	if ok, why := f.FlatOf(60); !ok {
+		t.Errorf("FlatOf(60) = false (%s)", why)
+	}
+	if ok, _ := f.FlatOf(40); ok {
+		t.Error("FlatOf(40) passed +24 over a level of 40")
+	}
+	for _, tc := range []struct {
+		name   string
+		ys     []float64
+		fitted int
+		want   bool
+	}{
+		{"joins, then connections up and down under them", []float64{90, 60, 40, 52, 54, 53, 50, 53, 54, 52}, 9, true},
+		{"a step that holds", []float64{40, 40, 52, 54, 53, 50, 53, 54, 52}, 9, true},
+		{"a burst that ends", []float64{20, 20, 220, 20, 20, 20, 21, 20, 20}, 9, true},
+		{"a leak of one a minute", []float64{19, 20, 21, 22, 23, 24, 25, 26, 27}, 9, false},
+		{"a leak past the joins' high", []float64{40, 30, 31, 33, 35, 37, 39, 41, 43}, 6, false},
+		{"a step in the last third", []float64{19, 19, 19, 19, 19, 19, 19, 20, 20}, 9, false},
+		{"too few fitted", []float64{1, 1, 1, 1, 1, 1}, 5, false},
+	} {
+		if got := NoNewHigh(tc.ys, tc.fitted); got != tc.want {
+			t.Errorf("%s: NoNewHigh = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestFitWidensForCorrelatedResiduals(t *testing.T) {
+	ts := make([]float64, 36)
+	step, scatter := make([]float64, 36), make([]float64, 36)
+	for i := range ts {
+		ts[i] = float64(i) / 6
+		if i >= 24 {
+			step[i] = 1 // one step up, late: a burst or a pool grown
+		}
+		scatter[i] = float64(i%2) - 0.5
+	}
+	s, w := Fit(ts, step), Fit(ts, scatter)
+	if s.Rho < 0.5 {
+		t.Errorf("a step's residuals: rho %.2f, want them correlated", s.Rho)
+	}
+	if w.Rho != 0 {
+		t.Errorf("alternating residuals: rho %.2f, want 0 (negative correlation is not credited)", w.Rho)
+	}
+	// A steady leak with scatter around its line keeps a narrow error.
+	leak := make([]float64, len(ts))
+	for i := range ts {
+		leak[i] = 10 + ts[i] + scatter[i]/10
+	}
+	if f := Fit(ts, leak); f.Rho != 0 || f.StdErr > 0.05 {
+		t.Errorf("leak fit %+v: want no widening", f)
+	} else if ok, _ := f.Flat(); ok {
+		t.Error("a leak of 1 a minute on 13 passed")
+	}
+}

@@ -15,6 +15,24 @@ import (
 // series without labels. A family the endpoint does not serve gives an
 // empty map, not an error: a counter appears at its first increment.
 func MetricSeries(ctx context.Context, base, name string) (map[string]float64, error) {
+	got, err := Scrape(ctx, base, func(f string) bool { return f == name })
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	for k, v := range got {
+		key := ""
+		if k.Labels != "" {
+			key = "{" + k.Labels + "}"
+		}
+		out[key] = v
+	}
+	return out, nil
+}
+
+// Scrape reads base+"/metrics" once and returns the samples of the
+// families want keeps (internal/metrictext).
+func Scrape(ctx context.Context, base string, want func(family string) bool) (map[metrictext.Series]float64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(base, "/")+"/metrics", nil)
 	if err != nil {
 		return nil, err
@@ -27,17 +45,9 @@ func MetricSeries(ctx context.Context, base, name string) (map[string]float64, e
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("GET %s/metrics: %s", base, resp.Status)
 	}
-	got, err := metrictext.Parse(resp.Body, func(f string) bool { return f == name })
+	got, err := metrictext.Parse(resp.Body, want)
 	if err != nil {
 		return nil, fmt.Errorf("GET %s/metrics: %w", base, err)
 	}
-	out := map[string]float64{}
-	for k, v := range got {
-		key := ""
-		if k.Labels != "" {
-			key = "{" + k.Labels + "}"
-		}
-		out[key] = v
-	}
-	return out, nil
+	return got, nil
 }

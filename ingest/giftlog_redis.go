@@ -29,8 +29,8 @@ const defaultGiftRegisterEvery = time.Minute
 // defaultWaitTimeout bounds WAIT when RedisGiftLogConfig.WaitTimeout is
 // zero. A replica in the same region acknowledges within a millisecond or
 // two; half a second means it is gone or far behind. It must stay well
-// below the client's read timeout (redisx: 1 s), which bounds the script
-// and the WAIT together (they are one pipeline).
+// below the client's read timeout (redisx: 1 s), which bounds the WAIT's
+// call too.
 const defaultWaitTimeout = 500 * time.Millisecond
 
 // maxGiftAttempts bounds how often AppendGift sends its script again after
@@ -369,10 +369,14 @@ func (l *RedisGiftLog) AppendGift(ctx context.Context, room, orderID string, m w
 	return a.id, a.dup, nil
 }
 
-// runAndWait runs the gift script and WAIT in one pipeline on the one server
-// that holds the room: WAIT counts the replicas that acknowledged its own
-// connection's writes, so it must follow the script on the same connection
-// — which a Cluster client's routing does not give (WAIT has no key). A
+// runAndWait runs the gift script and then WAIT on one connection to the
+// one server that holds the room: WAIT counts the replicas that
+// acknowledged its own connection's writes, so it must follow the script on
+// the same connection — which a Cluster client's routing does not give
+// (WAIT has no key). WAIT is sent only after a script that wrote: a
+// refusal (the backlog, no replica online) has nothing for it to vouch for,
+// and a WAIT after it would hold the connection for WaitTimeout — at a
+// failover's retry rate, enough to starve the pool the barrage shares. A
 // script that did not run (MOVED: the slot map is being re-read; NOSCRIPT:
 // a node that has not cached it) is sent again; the script is safe to run
 // twice anyway, by its order key.
@@ -381,33 +385,36 @@ func (l *RedisGiftLog) runAndWait(ctx context.Context, keys []string, args ...an
 	evalsha := true
 	var err error
 	for attempt := 1; ; attempt++ {
-		node := l.client
+		var node *redis.Client
 		if cluster {
 			if node, err = cc.MasterForKey(ctx, keys[0]); err != nil {
 				return nil, err
 			}
-		}
-		pipe := node.Pipeline()
-		var run *redis.Cmd
-		if evalsha {
-			run = pipe.EvalSha(ctx, appendGiftScript.Hash(), keys, args...)
 		} else {
-			run = pipe.Eval(ctx, appendGiftScriptSource, keys, args...)
+			node = l.client.(*redis.Client) // NewRedisGiftLog checked
 		}
-		wait := pipe.Do(ctx, "wait", l.waitReplicas, l.waitTimeout.Milliseconds())
-		_, _ = pipe.Exec(ctx) // errors are read per command
-		res, err := run.Slice()
+		conn := node.Conn()
+		var res []any
+		if evalsha {
+			res, err = conn.EvalSha(ctx, appendGiftScript.Hash(), keys, args...).Slice()
+		} else {
+			res, err = conn.Eval(ctx, appendGiftScriptSource, keys, args...).Slice()
+		}
+		var n int64
+		var werr error
+		wrote := err == nil && !refused(res) && !replicasOffline(res)
+		if wrote {
+			n, werr = conn.Do(ctx, "wait", l.waitReplicas, l.waitTimeout.Milliseconds()).Int64()
+		}
+		_ = conn.Close() // back to the pool (a broken one is dropped)
 		switch {
 		case err == nil && refused(res):
-			// Nothing was written: there is nothing for WAIT to vouch
-			// for, and a refusal must not turn into a 503.
+			// Nothing was written, and a refusal must not turn into a
+			// 503.
 			return res, nil
 		case err == nil && replicasOffline(res):
-			// Nothing was written either; the WAIT that ran after the
-			// script found nothing of it to wait for.
 			return nil, fmt.Errorf("%w (%v of %d)", ErrReplicasOffline, res[2], l.waitReplicas)
 		case err == nil:
-			n, werr := wait.Int64()
 			if werr != nil {
 				return nil, fmt.Errorf("WAIT: %w", werr)
 			}
@@ -432,7 +439,7 @@ func (l *RedisGiftLog) runAndWait(ctx context.Context, keys []string, args ...an
 			}
 		default:
 			if cluster && staleMap(err) {
-				// The pipeline went to a node client, past the cluster
+				// The script went to a node client, past the cluster
 				// client's own hooks (redisx re-reads the map after such
 				// failures): without this, a killed master's rooms would
 				// wait for go-redis's periodic refresh, a minute.

@@ -29,8 +29,8 @@ const defaultGiftRegisterEvery = time.Minute
 // defaultWaitTimeout bounds WAIT when RedisGiftLogConfig.WaitTimeout is
 // zero. A replica in the same region acknowledges within a millisecond or
 // two; half a second means it is gone or far behind. It must stay well
-// below the client's read timeout (redisx: 1 s), which bounds the script
-// and the WAIT together (they are one pipeline).
+// below the client's read timeout (redisx: 1 s), which bounds the WAIT's
+// call too.
 const defaultWaitTimeout = 500 * time.Millisecond
 
 // maxGiftAttempts bounds how often AppendGift sends its script again after
@@ -44,6 +44,14 @@ const maxGiftAttempts = 4
 // gift may be stored, and a retry with the same order id answers its one
 // id once a replica has it.
 var ErrNotReplicated = errors.New("ingest: gift not acknowledged by enough replicas")
+
+// ErrReplicasOffline is returned (wrapped) by AppendGift under WaitReplicas
+// for a new order when the room's master has fewer than WaitReplicas
+// replicas online (a replica lost, or one promoted in a failover leaving
+// none behind, or one still in its first sync): nothing is stored, since no
+// WAIT could confirm it, and a retry with the same order id stores it once
+// a replica is back. Unlike ErrNotReplicated it is not ambiguous.
+var ErrReplicasOffline = errors.New("ingest: gift not stored: too few replicas of the room's master online")
 
 // RedisGiftLogConfig configures a RedisGiftLog.
 type RedisGiftLogConfig struct {
@@ -74,10 +82,14 @@ type RedisGiftLogConfig struct {
 	// take it along when its replica is promoted, and the business server,
 	// answered 200, never retries it. With WaitReplicas 1 an answered gift
 	// survives the loss of its master. The price: one replica round trip
-	// per gift, and a master without a live replica refuses (503) every
-	// gift until one is back — run two replicas per master, so that one
-	// is left after a failover. Needs a *redis.Client or
-	// *redis.ClusterClient. Zero: answer as soon as the master has it.
+	// per gift, and a master with fewer replicas online than WaitReplicas
+	// refuses every new order, storing nothing (ErrReplicasOffline), until
+	// one is back — run two replicas per master, so that one is left after
+	// a failover. A gift stored whose WAIT then fell short (a replica slow
+	// or gone in that moment) is answered ErrNotReplicated, and a retry
+	// with the same order id answers it stored once a replica has it.
+	// Needs a *redis.Client or *redis.ClusterClient. Zero: answer as soon
+	// as the master has it.
 	WaitReplicas int
 	// WaitTimeout bounds the wait for replicas. Zero: 500 ms.
 	WaitTimeout time.Duration
@@ -224,14 +236,22 @@ func giftBacklogKey(room string) string { return redisx.RoomKey(room, "giftbackl
 // room's gift backlog key; KEYS[4] the order's terms key. ARGV[1] the
 // msgpack message (entry field "m"); ARGV[2] the order id (entry field
 // "o"); ARGV[3] the order TTL in ms; ARGV[4] "1" when a WAIT follows;
-// ARGV[5] the backlog bound in seconds; ARGV[6] the gift's terms (JSON).
+// ARGV[5] the backlog bound in seconds; ARGV[6] the gift's terms (JSON);
+// ARGV[7] the replicas the WAIT needs (with ARGV[4] "1").
 // Returns {entry id, 1, first terms} for an order already appended (the
 // terms "" when the record has none: written by an older version), {entry
-// id, 0} for one appended now, and {"", 2, backlog} for a new order refused
-// because the backlog is over the bound (nothing written). The order check
-// comes first: a repeat of an appended order gets its answer whatever the
-// backlog. The caller compares the terms: a repeat with other terms is the
-// order id reused, not a retry.
+// id, 0} for one appended now, {"", 2, backlog} for a new order refused
+// because the backlog is over the bound, and {"", 3, online} for a new
+// order refused because fewer than ARGV[7] replicas are online (nothing
+// written in either: a WAIT could not confirm the gift, and a stored gift
+// answered 503 for as long as the replica is missing is what this
+// prevents). The order check comes first: a repeat of an appended order
+// gets its answer whatever the backlog. The caller compares the terms: a
+// repeat with other terms is the order id reused, not a retry.
+//
+// Online replicas are counted in INFO replication ("state=online": a
+// replica past its first sync); a replica that is online but slow still
+// lets the WAIT fall short, which the retry then settles.
 //
 // The backlog key holds "SECONDS PERGIFT" (slicer.RedisBacklog; a bare
 // number is read as SECONDS). A gift appended adds PERGIFT to SECONDS,
@@ -259,6 +279,15 @@ if id and id ~= '' then
 		redis.call('SET', KEYS[2], id, 'KEEPTTL')
 	end
 	return {id, 1, redis.call('GET', KEYS[4]) or ''}
+end
+if ARGV[4] == '1' then
+	local online = 0
+	for _ in string.gmatch(redis.call('INFO', 'replication'), 'state=online') do
+		online = online + 1
+	end
+	if online < tonumber(ARGV[7]) then
+		return {'', 3, tostring(online)}
+	end
 end
 local raw = redis.call('GET', KEYS[3])
 local sec, per, perText = 0, 0, nil
@@ -313,9 +342,9 @@ func (l *RedisGiftLog) AppendGift(ctx context.Context, room, orderID string, m w
 	boundArg := strconv.FormatFloat(min(bound, math.MaxFloat64), 'g', -1, 64)
 	var res []any
 	if l.waitReplicas > 0 {
-		res, err = l.runAndWait(ctx, keys, b, orderID, l.ttlMs, "1", boundArg, terms)
+		res, err = l.runAndWait(ctx, keys, b, orderID, l.ttlMs, "1", boundArg, terms, l.waitReplicas)
 	} else {
-		res, err = appendGiftScript.Run(ctx, l.client, keys, b, orderID, l.ttlMs, "0", boundArg, terms).Slice()
+		res, err = appendGiftScript.Run(ctx, l.client, keys, b, orderID, l.ttlMs, "0", boundArg, terms, 0).Slice()
 	}
 	if err != nil {
 		return fail(err)
@@ -340,10 +369,14 @@ func (l *RedisGiftLog) AppendGift(ctx context.Context, room, orderID string, m w
 	return a.id, a.dup, nil
 }
 
-// runAndWait runs the gift script and WAIT in one pipeline on the one server
-// that holds the room: WAIT counts the replicas that acknowledged its own
-// connection's writes, so it must follow the script on the same connection
-// — which a Cluster client's routing does not give (WAIT has no key). A
+// runAndWait runs the gift script and then WAIT on one connection to the
+// one server that holds the room: WAIT counts the replicas that
+// acknowledged its own connection's writes, so it must follow the script on
+// the same connection — which a Cluster client's routing does not give
+// (WAIT has no key). WAIT is sent only after a script that wrote: a
+// refusal (the backlog, no replica online) has nothing for it to vouch for,
+// and a WAIT after it would hold the connection for WaitTimeout — at a
+// failover's retry rate, enough to starve the pool the barrage shares. A
 // script that did not run (MOVED: the slot map is being re-read; NOSCRIPT:
 // a node that has not cached it) is sent again; the script is safe to run
 // twice anyway, by its order key.
@@ -352,29 +385,36 @@ func (l *RedisGiftLog) runAndWait(ctx context.Context, keys []string, args ...an
 	evalsha := true
 	var err error
 	for attempt := 1; ; attempt++ {
-		node := l.client
+		var node *redis.Client
 		if cluster {
 			if node, err = cc.MasterForKey(ctx, keys[0]); err != nil {
 				return nil, err
 			}
-		}
-		pipe := node.Pipeline()
-		var run *redis.Cmd
-		if evalsha {
-			run = pipe.EvalSha(ctx, appendGiftScript.Hash(), keys, args...)
 		} else {
-			run = pipe.Eval(ctx, appendGiftScriptSource, keys, args...)
+			node = l.client.(*redis.Client) // NewRedisGiftLog checked
 		}
-		wait := pipe.Do(ctx, "wait", l.waitReplicas, l.waitTimeout.Milliseconds())
-		_, _ = pipe.Exec(ctx) // errors are read per command
-		res, err := run.Slice()
+		conn := node.Conn()
+		var res []any
+		if evalsha {
+			res, err = conn.EvalSha(ctx, appendGiftScript.Hash(), keys, args...).Slice()
+		} else {
+			res, err = conn.Eval(ctx, appendGiftScriptSource, keys, args...).Slice()
+		}
+		var n int64
+		var werr error
+		wrote := err == nil && !refused(res) && !replicasOffline(res)
+		if wrote {
+			n, werr = conn.Do(ctx, "wait", l.waitReplicas, l.waitTimeout.Milliseconds()).Int64()
+		}
+		_ = conn.Close() // back to the pool (a broken one is dropped)
 		switch {
 		case err == nil && refused(res):
-			// Nothing was written: there is nothing for WAIT to vouch
-			// for, and a refusal must not turn into a 503.
+			// Nothing was written, and a refusal must not turn into a
+			// 503.
 			return res, nil
+		case err == nil && replicasOffline(res):
+			return nil, fmt.Errorf("%w (%v of %d)", ErrReplicasOffline, res[2], l.waitReplicas)
 		case err == nil:
-			n, werr := wait.Int64()
 			if werr != nil {
 				return nil, fmt.Errorf("WAIT: %w", werr)
 			}
@@ -399,7 +439,7 @@ func (l *RedisGiftLog) runAndWait(ctx context.Context, keys []string, args ...an
 			}
 		default:
 			if cluster && staleMap(err) {
-				// The pipeline went to a node client, past the cluster
+				// The script went to a node client, past the cluster
 				// client's own hooks (redisx re-reads the map after such
 				// failures): without this, a killed master's rooms would
 				// wait for go-redis's periodic refresh, a minute.
@@ -456,6 +496,16 @@ func refused(res []any) bool {
 	}
 	flag, ok := res[1].(int64)
 	return ok && flag == 2
+}
+
+// replicasOffline reports whether res is the script's refusal of a new
+// order for want of online replicas.
+func replicasOffline(res []any) bool {
+	if len(res) != 3 {
+		return false
+	}
+	flag, ok := res[1].(int64)
+	return ok && flag == 3
 }
 
 func parseAppendGift(res []any) (giftAnswer, error) {

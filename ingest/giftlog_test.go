@@ -434,10 +434,11 @@ func TestGiftLogConfig(t *testing.T) {
 }
 
 // TestRedisGiftLogWaitWithoutReplica: a master with no replica to
-// acknowledge cannot confirm a gift under WaitReplicas. The gift is stored
-// on the master (the error is ambiguous, as every AppendGift error) and a
-// retry stores nothing more: it answers the same error until a replica has
-// the gift, then the first id.
+// acknowledge cannot confirm a gift under WaitReplicas, so it does not
+// store it: the order is refused (ErrReplicasOffline, not the ambiguous
+// ErrNotReplicated of a stored gift whose WAIT fell short), and so is its
+// retry, until a replica is online. (A stored gift's retry answering it
+// stored: TestClusterWaitGiftAnsweredStoredByItsRetry.)
 func TestRedisGiftLogWaitWithoutReplica(t *testing.T) {
 	ctx := context.Background()
 	rdb := redistest.Client(t) // one server, no replica
@@ -447,12 +448,12 @@ func TestRedisGiftLogWaitWithoutReplica(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 2 {
-		if _, _, err := l.AppendGift(ctx, "alone", "o1", testGift(1)); !errors.Is(err, ingest.ErrNotReplicated) {
-			t.Fatalf("AppendGift without a replica: err = %v, want ErrNotReplicated", err)
+		if _, _, err := l.AppendGift(ctx, "alone", "o1", testGift(1)); !errors.Is(err, ingest.ErrReplicasOffline) || errors.Is(err, ingest.ErrNotReplicated) {
+			t.Fatalf("AppendGift without a replica: err = %v, want ErrReplicasOffline", err)
 		}
 	}
-	if es := liveEntries(t, store, "alone"); len(es) != 1 {
-		t.Fatalf("live lane holds %d entries, want the gift once", len(es))
+	if es := liveEntries(t, store, "alone"); len(es) != 0 {
+		t.Fatalf("live lane holds %d entries, want none: a gift no replica can confirm is not stored", len(es))
 	}
 }
 

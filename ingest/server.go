@@ -1007,10 +1007,19 @@ func (s *Server) gift(c *gin.Context) {
 		s.reject(c, "gift", e)
 		return
 	}
+	if errors.Is(err, ErrReplicasOffline) {
+		// Not stored: the room's Redis master has no replica online to
+		// confirm it (a failover left none). Retried with the same order
+		// id, it is stored once one is back.
+		e := unavailable(c, s.cfg.Logger, "gift not stored: the room's storage has no replica online to confirm it (a failover); retry the same order id", "append gift", err)
+		s.reject(c, "backend", e)
+		return
+	}
 	if err != nil {
 		// The gift may or may not be stored (a timeout after Redis ran the
-		// append); either way the business server's retry with the same
-		// order id stores it at most once and answers its one id.
+		// append, a WAIT that fell short); either way the business
+		// server's retry with the same order id stores it at most once and
+		// answers its one id — duplicate:true if this try stored it.
 		s.backendError(c, "append gift", err)
 		return
 	}

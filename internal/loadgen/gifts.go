@@ -10,10 +10,19 @@ import (
 	"time"
 )
 
-// giftAttempts bounds the tries of one order. The gift API asks a business
-// server to retry a failed call with the same order id (never stored
-// twice), so the generator does, and counts what each try was answered.
-const giftAttempts = 4
+// The generator retries an order as the gift API asks a business server to
+// (docs/api.md): a try that failed for now (a network error, 5xx, 429) is
+// sent again with the same order id — never stored twice — after a backoff
+// from giftBackoff doubling to giftBackoffMax, or the answer's Retry-After
+// when longer (at most giftRetryAfterMax), for Config.GiftRetryFor; only
+// then is the order given up. A definitive answer (200, another 4xx) ends
+// it at once. The budget must outlast a Redis failover: a gift stored but
+// answered 503 in it is answered stored by a later try.
+const (
+	giftBackoff       = 200 * time.Millisecond
+	giftBackoffMax    = 2 * time.Second
+	giftRetryAfterMax = 10 * time.Second
+)
 
 // giftSample is one gift the API accepted: when it was due to be sent,
 // how many decodes the pollers made of it, and how many each poller made
@@ -115,8 +124,9 @@ func (g *Generator) giftWorker(ctx context.Context, jobs <-chan giftJob) {
 // an HTTP answer at all.
 func (g *Generator) postGift(ctx context.Context, u string, body []byte, due time.Time) (ok, answered bool) {
 	authz := []string{"Bearer " + g.cfg.GiftKey}
-	backoff := 200 * time.Millisecond
-	for attempt := 1; attempt <= giftAttempts; attempt++ {
+	backoff := giftBackoff
+	giveUp := time.Now().Add(g.cfg.GiftRetryFor)
+	for attempt := 1; ; attempt++ {
 		g.giftAttempts.Add(1)
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
 		if err != nil {
@@ -162,16 +172,15 @@ func (g *Generator) postGift(ctx context.Context, u string, body []byte, due tim
 			resp.Body.Close()
 		}
 		g.giftStatus.add(e.Error(), 1)
-		if !e.temporary() || attempt == giftAttempts {
+		wait := min(max(backoff, e.retryAfter), giftRetryAfterMax)
+		if !e.temporary() || time.Now().Add(wait).After(giveUp) {
 			return false, e.status != 0
 		}
-		wait := min(max(backoff, e.retryAfter), 10*time.Second)
-		backoff = min(2*backoff, 2*time.Second)
+		backoff = min(2*backoff, giftBackoffMax)
 		select {
 		case <-ctx.Done():
 			return false, e.status != 0
 		case <-time.After(wait):
 		}
 	}
-	return false, false
 }

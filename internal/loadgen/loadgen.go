@@ -148,6 +148,11 @@ type Config struct {
 	Concurrency int
 	// GiftConcurrency bounds the gift POSTs in flight. Zero: 16.
 	GiftConcurrency int
+	// GiftRetryFor is how long an order whose tries fail for now is
+	// retried with its order id before it is given up, as a business
+	// server does (docs/api.md); it must outlast a Redis failover. Zero:
+	// 30 s.
+	GiftRetryFor time.Duration
 	// EntryConcurrency bounds the entry fetches in flight while users
 	// join. Zero: 64.
 	EntryConcurrency int
@@ -204,6 +209,7 @@ const (
 	maxAutoConcurrency      = 8192
 	autoConcurrencyWindow   = 250 * time.Millisecond
 	defaultGiftConcurrency  = 16
+	defaultGiftRetryFor     = 30 * time.Second
 	defaultEntryConcurrency = 64
 	defaultHTTPTimeout      = 10 * time.Second
 	defaultJoinTimeout      = 2 * time.Minute
@@ -310,6 +316,12 @@ func (c *Config) loadDefaults() error {
 	}
 	if c.Concurrency < 0 || c.GiftConcurrency < 1 || c.EntryConcurrency < 1 {
 		return errors.New("loadgen: concurrencies must be positive")
+	}
+	switch {
+	case c.GiftRetryFor < 0:
+		return fmt.Errorf("loadgen: gift retry budget %v is negative", c.GiftRetryFor)
+	case c.GiftRetryFor == 0:
+		c.GiftRetryFor = defaultGiftRetryFor
 	}
 	defF := func(v *float64, d float64) {
 		if *v == 0 {

@@ -199,6 +199,25 @@ func (n *ClusterNode) Kill() {
 	n.p = nil
 }
 
+// Pause stops the node's process (SIGSTOP) until Resume: it keeps its
+// connections and answers nothing, as a node stalled by its machine. A
+// paused replica stays "online" in its master's view, acknowledging no
+// write. Pausing a stopped node does nothing. Resume it before t ends, or
+// sooner than the cluster's node timeout unless the test wants it voted
+// out.
+func (n *ClusterNode) Pause() { n.sendSignal(syscall.SIGSTOP) }
+
+// Resume continues a paused node (SIGCONT).
+func (n *ClusterNode) Resume() { n.sendSignal(syscall.SIGCONT) }
+
+func (n *ClusterNode) sendSignal(sig syscall.Signal) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.p != nil {
+		_ = syscall.Kill(-n.p.cmd.Process.Pid, sig)
+	}
+}
+
 // Stop stops the node gracefully (SIGTERM, then SIGKILL after 5 s).
 func (n *ClusterNode) Stop() {
 	n.mu.Lock()

@@ -223,7 +223,10 @@ const segBytes = (o) => encode({ v: 1, room: 'demo', t: 5, seq: 1, dur: 1000, m:
 
 test('segments, frames and manifests decode as docs/segment-format.md says', () => {
   const s = decodeSegment(segBytes({ m: [{ id: '5120-0', k: 1, o: 120, u: 'alice', x: 'hi', zz: 'unknown keys ignored' }] }));
-  assert.deepEqual(s.messages[0], { id: '5120-0', kind: 1, offset: 120, user: 'alice', nick: '', avatar: '', text: 'hi', gift: '', value: 0, count: 1, ids: [], role: '', via: 'segment', site: false });
+  assert.deepEqual(s.messages[0], { id: '5120-0', kind: 1, offset: 120, user: 'alice', nick: '', avatar: '', text: 'hi', gift: '', value: 0, count: 1, ids: [], role: '', via: 'segment', site: false, playheadMs: 0 });
+  assert.equal(decodeSegment(segBytes({ m: [{ id: '5120-0', k: 1, p: 4100 }] })).messages[0].playheadMs, 4100, 'p is the sender\'s playhead');
+  assert.throws(() => decodeSegment(segBytes({ m: [{ id: '1-0', k: 1, p: -1 }] })), { code: 'decode' });
+  assert.throws(() => decodeSegment(segBytes({ m: [{ id: '1-0', k: 1, p: 'x' }] })), { code: 'decode' });
   assert.ok(segmentMatches(s, 'demo', 5, 1000));
   assert.ok(!segmentMatches(s, 'demo', 6, 1000));
   assert.ok(!segmentMatches(s, 'other', 5, 1000));

@@ -542,7 +542,7 @@ export function readPlayhead(clock) {
 // The display-skew counters of a client or a replay: stats().playhead.
 class SkewStats {
   constructor() {
-    this.c = { held: 0, shown: 0, late: 0, lateMsMax: 0, skipped: 0, early: 0, fallbacks: 0, jumps: 0 };
+    this.c = { received: 0, shown: 0, late: 0, lateMsMax: 0, skipped: 0, early: 0, fallbacks: 0, jumps: 0 };
     this.samples = []; // ring of the newest SKEW_SAMPLES
     this.at = 0;
     this.max = 0;
@@ -560,10 +560,11 @@ class SkewStats {
     else this.samples[this.at] = skew;
     this.at = (this.at + 1) % SKEW_SAMPLES;
   }
+  // held: waiting now; received: every message that went through the hold.
   summary(mode, held) {
     const s = [...this.samples].sort((a, b) => a - b);
     const q = (p) => (s.length ? Math.round(s[Math.min(s.length - 1, Math.max(0, Math.ceil(p * s.length) - 1))]) : 0);
-    return { mode, held, ...this.c, skewP50Ms: q(0.5), skewP99Ms: q(0.99), skewMaxMs: Math.round(this.max) };
+    return { mode, ...this.c, held, skewP50Ms: q(0.5), skewP99Ms: q(0.99), skewMaxMs: Math.round(this.max) };
   }
 }
 
@@ -592,7 +593,7 @@ export class HoldQueue {
       if (this.items[mid].at <= it.at) lo = mid + 1; else hi = mid;
     }
     this.items.splice(lo, 0, it);
-    this.skew.c.held++;
+    this.skew.c.received++;
     if (m.kind === KIND_BARRAGE) this.barrage++;
     const early = [];
     while (this.barrage > this.maxBarrage) {
@@ -1718,8 +1719,11 @@ export class DanmakuReplay extends EventTarget {
     this._loadTo = to * dur;
   }
 
-  // Dispatches, in order, the messages whose moment is in (cursor, ph].
+  // Dispatches, in order, the messages whose moment is in (cursor, ph],
+  // once the segments read reach past ph (a read is under way after a
+  // seek: the cursor waits for it, else what it brings would be passed).
   _play(ph) {
+    if (this._loadTo <= ph) return;
     let n = 0;
     while (n < this._idx.length && this._idx[n].at <= ph) {
       const x = this._idx[n++];

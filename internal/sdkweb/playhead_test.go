@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"danmaku/internal/stack"
+	"danmaku/internal/stack/stacktest"
 )
 
 // TestBrowserPlayhead runs test/playhead.mjs: three chromium viewers of the
@@ -35,26 +36,7 @@ func TestBrowserPlayhead(t *testing.T) {
 		t.Errorf("display skew p99 %d ms, want ≤ 150", p99)
 	}
 	// The receiver and the viewer ahead reported their skews to the edge.
-	if n := skewReports(t, st); n < 2*50 {
-		t.Errorf("the edge's display skew histogram counts %v, want at least %d (two viewers' 50 comments)", n, 2*50)
+	if r := stacktest.Reports(t, st); r.Refused != 0 || r.Skews < 2*50 {
+		t.Errorf("edge: %+v; want none refused and at least %d display skews (two viewers' 50 comments)", r, 2*50)
 	}
-}
-
-// skewReports is how many display skews the edge took from client reports.
-func skewReports(t *testing.T, st *stack.Stack) float64 {
-	t.Helper()
-	mfs, err := st.Gatherer().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n float64
-	for _, mf := range mfs {
-		if mf.GetName() != "danmaku_client_display_skew_seconds" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			n += float64(m.GetHistogram().GetSampleCount())
-		}
-	}
-	return n
 }

@@ -112,7 +112,7 @@ try {
   await until('the players to settle 3 s and 12 s behind live', async () => {
     [bs, br] = [await behind(sender), await behind(receiver)];
     return bs >= 2 && bs <= 6 && br - bs >= 7;
-  }, 90e3);
+  }, 120e3).catch((err) => { throw new Error(`${err.message} (last: sender ${bs} s, receiver ${br} s behind)`); });
   ok(`sender ${bs.toFixed(1)} s behind live, receiver ${br.toFixed(1)} s behind live`);
 
   // The sender sends N comments, one every 400 ms, each at its playhead.

@@ -1050,6 +1050,11 @@ export class DanmakuClient extends EventTarget {
     if (!(far > 0) || p.slot * p.D < p.catchUpMs) return false;
     const live = liveSlot(this.serverNow(), this._timing(p));
     if ((live - p.slot) * p.D <= far) return false;
+    // A viewer synchronised to a video behind live still needs every
+    // segment from its playhead less jumpMs on (what was stored there is
+    // due ahead of its video): it jumps no further than that.
+    const need = Math.floor(this._playheadStart(live * p.D + p.D) / p.D);
+    if (need <= p.slot) return false;
     const m = await this._manifest(p);
     if (!m) return false;
     if (m.dur !== p.D) {
@@ -1060,7 +1065,8 @@ export class DanmakuClient extends EventTarget {
     }
     const mSlot = manifestSlot(m, this.cfg.room, p.D);
     if ((mSlot - p.slot) * p.D <= far) return false;
-    const [target, seq, haveSeq] = mSlot <= live ? [mSlot, m.seq, true] : [live, 0, false];
+    let [target, seq, haveSeq] = mSlot <= live ? [mSlot, m.seq, true] : [live, 0, false];
+    if (need < target) [target, seq, haveSeq] = [need, 0, false];
     this._stats.jumpsToLive++;
     this._stats.skippedSlots += target - p.slot;
     Object.assign(p, { slot: target, seq, haveSeq, attempts: 0, mismatches: 0 });

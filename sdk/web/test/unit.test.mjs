@@ -1053,3 +1053,18 @@ test('replay: plays recorded segments at the playhead, follows seeks both ways, 
   assert.throws(() => new DanmakuReplay({ cdnURL: 'x', room: 'rp' }), { code: 'config' });
   r.stop();
 });
+
+test('client with a playhead: the far-behind jump goes no further than the playhead less 2 s', async () => {
+  const now = 1_000_000;
+  let ph = now - 12000;
+  const c = new DanmakuClient({ entryURL: 'http://gslb.test', room: 'demo', ticket: 't', now: () => now, playhead: () => ph, fetch: async () => new Response(null, { status: 500 }) });
+  c._session = { entry: { sync: true }, offsetMs: 0, marginMs: 0, publishDelayMs: 0 };
+  c._manifest = async () => ({ v: 2, room: 'demo', t: Math.floor(now / 1000) - 1, seq: 900, dur: 1000, ms: now - 2000 });
+  const p = { D: 1000, slot: (now - 60000) / 1000, catchUpMs: 0, seq: 0, haveSeq: false };
+  assert.equal(await c._maybeJump(p), true);
+  assert.equal(p.slot, (now - 14000) / 1000, 'to the playhead less 2 s, not to live: what is stored after it is due ahead of the video');
+  assert.equal(await c._maybeJump(p), false, 'and no further while the playhead stays');
+  ph = null; // wall-clock mode: to live, as without a playhead
+  assert.equal(await c._maybeJump(p), true);
+  assert.equal(p.slot, (now - 2000) / 1000);
+});

@@ -146,6 +146,7 @@ try {
   }
   skews.sort((a, b) => a - b);
   const [p50, p99, max] = [quantile(skews, 0.5), quantile(skews, 0.99), skews.at(-1)];
+  console.log(`receiver: ${(await t(receiver, () => JSON.stringify(window.__t.seeks)))} player seeks`);
   console.log(`display skew: p50 ${p50} ms, p99 ${p99} ms, max ${max} ms, min ${skews[0]} ms (${N} comments)`);
   assert.ok(skews[0] >= 0, `never earlier than its moment (min skew ${skews[0]} ms)`);
   assert.ok(p99 <= 150, `display skew p99 ${p99} ms > 150 ms`);
@@ -171,7 +172,8 @@ try {
 } catch (err) {
   await failed(b, err, async () => Promise.all(pages.map((p) => t(p, () => {
     const { client, video, errors, seeks, waiting } = window.__t;
-    return { playhead: client.stats().playhead, errors, seeks, waiting, video: video && { paused: video.paused, t: video.currentTime, err: video.error?.message, ready: video.readyState } };
+    const st = client.stats();
+    return { playhead: st.playhead, jumpsToLive: st.jumpsToLive, skippedSlots: st.skippedSlots, errors, seeks, waiting, video: video && { paused: video.paused, t: video.currentTime, err: video.error?.message, ready: video.readyState } };
   }))));
 } finally {
   await b.close();

@@ -1003,6 +1003,17 @@ test('replay: plays recorded segments at the playhead, follows seeks both ways, 
     while (r._loading) await r._loading;
     r._step();
   };
+  // A seek: the playhead moves to base + ms at once, and is played for each of plays ms.
+  const seekTo = async (ms, ...plays) => {
+    got.length = 0;
+    f.ph = base + ms;
+    f.local += 20;
+    await step();
+    for (const d of plays) {
+      f.play(d);
+      await step();
+    }
+  };
   await step(); // the list
   await step();
   assert.equal(r.stats().segmentMs, 1000, 'the manifest\'s duration');
@@ -1016,34 +1027,17 @@ test('replay: plays recorded segments at the playhead, follows seeks both ways, 
   }
   assert.deepEqual(got, ['c0', 'c1', 'c2', 'c3', 'c4', 'c6', 'c7', 'c8', 'c9', 'rose', 'c10', 'c11', 'c12'], 'c5 is on the takedown list');
   // Seek back to base+8 s: what lies after it plays again.
-  got.length = 0;
-  f.ph = base + 8000;
-  f.local += 20;
-  await step();
-  f.play(1600);
-  await step();
+  await seekTo(8000, 1600);
   assert.deepEqual(got, ['c8', 'c9'], 'the gift at base+10 s is not due yet');
   f.play(900);
   await step();
   assert.deepEqual(got, ['c8', 'c9', 'rose', 'c10']);
   // Seek forward to base+30 s: the 20 s jumped over are not poured out.
-  got.length = 0;
-  f.ph = base + 30000;
-  f.local += 20;
-  await step();
-  f.play(1000);
-  await step();
+  await seekTo(30000, 1000);
   assert.deepEqual(got, ['c30']);
   assert.ok(downs.includes(`${base + 25 * D + 3000}-0`), 'a segment\'s td applies');
   // Back to base+24 s: c25, taken down by a segment's td, never plays.
-  got.length = 0;
-  f.ph = base + 24000;
-  f.local += 20;
-  await step();
-  for (let i = 0; i < 3; i++) {
-    f.play(1000);
-    await step();
-  }
+  await seekTo(24000, 1000, 1000, 1000);
   assert.deepEqual(got, ['c24', 'c26']);
   const st = r.stats();
   assert.equal(st.seeks, 3);

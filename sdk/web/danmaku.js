@@ -1177,7 +1177,13 @@ export class DanmakuClient extends EventTarget {
 
   _holdLoop() {
     if (this._stopped) return;
-    this._holdTimer = setTimeout(() => this._holdLoop(), this._holdRelease());
+    let wait = PLAYHEAD.tickMs;
+    try {
+      wait = this._holdRelease();
+    } finally {
+      // An app's handler that throws does not stop the hold.
+      this._holdTimer = setTimeout(() => this._holdLoop(), wait);
+    }
   }
 
   // The playhead a comment is sent with: the app's, when the ingest will

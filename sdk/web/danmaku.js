@@ -142,7 +142,7 @@ export function toMessage(w, via) {
   if (!w || typeof w !== 'object' || Array.isArray(w) || !parseID(w.id) || !isInt(w.k) ||
       w.k < KIND_BARRAGE || w.k > KIND_SYSTEM || !optInt(w.o) || (w.o ?? 0) < 0 || (w.o ?? 0) > 999 ||
       !optStr(w.u) || !optStr(w.n) || !optStr(w.a) || !optStr(w.x) || !optStr(w.g) || !optStr(w.r) ||
-      !optInt(w.v) || !optInt(w.c) || (w.c ?? 0) < 0 || !(w.st === undefined || typeof w.st === 'boolean') ||
+      !optInt(w.v) || !optInt(w.c) || (w.c ?? 0) < 0 || !optInt(w.p) || (w.p ?? 0) < 0 || !(w.st === undefined || typeof w.st === 'boolean') ||
       !(w.ids === undefined || (Array.isArray(w.ids) && w.ids.every((id) => typeof id === 'string')))) {
     throw bad('message');
   }
@@ -154,6 +154,9 @@ export function toMessage(w, via) {
     // A site-wide broadcast: its id is the site stream's, de-duplicated in
     // a lane of its own.
     site: w.st === true,
+    // The sender's playhead (unix ms of the video frame it reacted to); 0
+    // when it sent none: then placed at its id's millisecond (playheadOf).
+    playheadMs: w.p ?? 0,
   };
 }
 
@@ -338,8 +341,8 @@ export class SendQueue {
   constructor(cap = DEFAULTS.sendQueue, intervalMs = DEFAULTS.sendIntervalMs, dedupMs = DEFAULTS.sendDedupMs) {
     Object.assign(this, { cap, intervalMs, dedupMs, q: [], recent: [], nextAt: -Infinity });
   }
-  /** Queues text at local time now: {deduped, dropped, heldBack}. */
-  push(text, now) {
+  /** Queues text at local time now (with the sender's playhead, when known): {deduped, dropped, heldBack}. */
+  push(text, now, playheadMs = undefined) {
     const r = { deduped: false, dropped: false, heldBack: false };
     if (this.dedupMs > 0) {
       this.recent = this.recent.filter((rt) => now - rt.at < this.dedupMs);
@@ -350,20 +353,21 @@ export class SendQueue {
     r.heldBack = this.q.length > 0 || now < this.nextAt;
     if (this.q.length === this.cap) {
       // Never sent: forget it, so that typing it again is sent, not "deduplicated".
-      const dropped = this.q.shift();
+      const dropped = this.q.shift().text;
       r.dropped = true;
       const i = this.recent.findIndex((rt) => rt.text === dropped);
       if (i >= 0) this.recent.splice(i, 1);
     }
-    this.q.push(text);
+    this.q.push({ text, playheadMs });
     return r;
   }
-  /** The text to post at local time now ({text}), the time to wait until ({until}), or null when empty. */
+  /** The text to post at local time now ({text[, playheadMs]}), the time to wait until ({until}), or null when empty. */
   next(now) {
     if (this.q.length === 0) return null;
     if (now < this.nextAt) return { until: this.nextAt };
     this.nextAt = now + this.intervalMs;
-    return { text: this.q.shift() };
+    const { text, playheadMs } = this.q.shift();
+    return playheadMs === undefined ? { text } : { text, playheadMs };
   }
   get length() { return this.q.length; }
 }
@@ -491,6 +495,183 @@ export function watchVisibility(queue, doc = globalThis.document) {
   return () => doc.removeEventListener('visibilitychange', sync);
 }
 
+// ---------------------------------------------------------------- playhead
+
+/**
+ * Playhead synchronisation (docs/api.md "Playhead time"; the Go SDK's
+ * sdk/playhead.go, whose rules and constants these are). With a `playhead`
+ * clock and an entry that allows it (`sync`), a message is held until the
+ * app's playhead reaches the sender's (playheadOf), in that order:
+ *  - no playhead (the clock returns null, undefined, NaN, ≤ 0 or throws) or no
+ *    sync in the entry: wall-clock mode, what is held is shown at once and
+ *    new messages pass straight through; each switch counted as a fallback.
+ *  - a jump: between two reads the playhead moved more than jumpMs more
+ *    (seek forward, discontinuity) or less (seek back, stall) than the
+ *    local clock. Forward: what is now due is shown, but barrage more than
+ *    lateMs behind the new playhead is skipped (counted); gifts and system
+ *    messages always shown. Back or stalled: what is held waits for the
+ *    playhead to reach it again.
+ *  - otherwise each message is shown when the playhead reaches its time, or
+ *    at once when that has passed on arrival (late beyond lateAfterMs,
+ *    counted with the largest lateness).
+ * Held barrage is bounded (holdMaxBarrage: the earliest is shown early
+ * beyond it, counted); gifts and system messages are never dropped.
+ */
+export const PLAYHEAD = Object.freeze({
+  jumpMs: 2000, lateMs: 5000, holdMaxBarrage: 10000, tickMs: 20, lateAfterMs: 150,
+  // The ingest takes a playhead at most 2 s ahead of its clock and 2 min
+  // behind: a send keeps a margin inside both, else it goes without one.
+  sendAheadMs: 1000, sendBehindMs: 110000, maxBehindMs: 120000,
+  // DanmakuReplay: read-ahead past the 2 min a message may be stored after
+  // its moment, and slots read per step.
+  playerLeadMs: 5000, playerChunk: 32,
+});
+const SKEW_SAMPLES = 1024; // the display skews kept for the quantiles (the newest)
+
+/** A message's moment: the sender's playhead, else its id's millisecond (wire.PlayheadOf). */
+export const playheadOf = (m) => (m.playheadMs > 0 ? m.playheadMs : parseID(m.id)?.[0] ?? 0);
+
+/** Reads an app's playhead clock: unix ms, or null when it does not know (or throws). A Date is taken too. */
+export function readPlayhead(clock) {
+  let v;
+  try { v = clock(); } catch { return null; }
+  if (v instanceof Date) v = v.getTime();
+  return typeof v === 'number' && Number.isFinite(v) && v > 0 ? v : null;
+}
+
+// The display-skew counters of a client or a replay: stats().playhead.
+class SkewStats {
+  constructor() {
+    this.c = { received: 0, shown: 0, late: 0, lateMsMax: 0, skipped: 0, early: 0, fallbacks: 0, jumps: 0 };
+    this.samples = []; // ring of the newest SKEW_SAMPLES
+    this.at = 0;
+    this.max = 0;
+    // The skew again in the latency buckets shared with the edge (the client report's "skew").
+    this.reported = new Array(LATENCY_BOUNDS_MS.length + 1).fill(0);
+  }
+  observe(skew) {
+    if (skew > PLAYHEAD.lateAfterMs) {
+      this.c.late++;
+      this.c.lateMsMax = Math.max(this.c.lateMsMax, Math.round(skew));
+    }
+    this.max = Math.max(this.max, skew);
+    this.reported[latencyBucket(skew)]++;
+    if (this.samples.length < SKEW_SAMPLES) this.samples.push(skew);
+    else this.samples[this.at] = skew;
+    this.at = (this.at + 1) % SKEW_SAMPLES;
+  }
+  // held: waiting now; received: every message that went through the hold.
+  summary(mode, held) {
+    const s = [...this.samples].sort((a, b) => a - b);
+    const q = (p) => (s.length ? Math.round(s[Math.min(s.length - 1, Math.max(0, Math.ceil(p * s.length) - 1))]) : 0);
+    return { mode, ...this.c, held, skewP50Ms: q(0.5), skewP99Ms: q(0.99), skewMaxMs: Math.round(this.max) };
+  }
+}
+
+/** stats().playhead of a client without a playhead clock. */
+export const PLAYHEAD_OFF = Object.freeze(new SkewStats().summary('off', 0));
+
+/**
+ * Holds messages until the playhead reaches their moment (the rules above).
+ * The client owns one when it has a playhead clock; exported for tests.
+ */
+export class HoldQueue {
+  constructor({ maxBarrage = PLAYHEAD.holdMaxBarrage } = {}) {
+    Object.assign(this, { maxBarrage, items: [], seq: 0, barrage: 0, last: null, fallback: false, mode: 'wall' });
+    this.skew = new SkewStats();
+  }
+
+  get length() { return this.items.length; }
+
+  /** Holds m; returns what is to be shown now: the earliest held barrage beyond the bound (early rather than lost). */
+  push(m) {
+    const it = { at: playheadOf(m), seq: ++this.seq, m };
+    // Sorted by (at, seq): a binary search for the first later item.
+    let lo = 0, hi = this.items.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (this.items[mid].at <= it.at) lo = mid + 1; else hi = mid;
+    }
+    this.items.splice(lo, 0, it);
+    this.skew.c.received++;
+    if (m.kind === KIND_BARRAGE) this.barrage++;
+    const early = [];
+    while (this.barrage > this.maxBarrage) {
+      const x = this.items.shift(); // gifts before the earliest barrage are shown with it
+      if (x.m.kind === KIND_BARRAGE) {
+        this.barrage--;
+        this.skew.c.early++;
+      }
+      early.push(x.m);
+    }
+    this.skew.c.shown += early.length;
+    return early;
+  }
+
+  /** Drops the held message a takedown names (a merged gift by any of its ids): how many (0 or 1). */
+  remove(kind, id) {
+    const key = identityOf(kind, id);
+    const i = this.items.findIndex(({ m }) => !m.site && (identityOf(m.kind, m.id) === key ||
+      (m.kind !== KIND_BARRAGE && kind !== KIND_BARRAGE && m.ids.includes(id))));
+    if (i < 0) return 0;
+    if (this.items[i].m.kind === KIND_BARRAGE) this.barrage--;
+    this.items.splice(i, 1);
+    return 1;
+  }
+
+  /** The moment of the earliest held message, or null. */
+  next() { return this.items.length ? this.items[0].at : null; }
+
+  /**
+   * What is to be shown now, in playhead order: ph the playhead (null:
+   * unknown), sync whether the entry allows it, local the local clock (ms).
+   */
+  release(ph, sync, local) {
+    if (ph === null || !sync) {
+      if (!this.fallback) {
+        this.fallback = true;
+        this.skew.c.fallbacks++;
+      }
+      this.mode = 'wall';
+      this.last = null;
+      return this._drain(() => true, null, false);
+    }
+    this.fallback = false;
+    this.mode = 'playhead';
+    let forward = false;
+    if (this.last) {
+      const drift = (ph - this.last.ph) - (local - this.last.local);
+      if (Math.abs(drift) > PLAYHEAD.jumpMs) {
+        this.skew.c.jumps++;
+        forward = drift > 0;
+      }
+    }
+    this.last = { ph, local };
+    return this._drain((x) => x.at <= ph, ph, forward);
+  }
+
+  _drain(due, ph, forward) {
+    const out = [];
+    while (this.items.length > 0 && due(this.items[0])) {
+      const x = this.items.shift();
+      if (x.m.kind === KIND_BARRAGE) this.barrage--;
+      if (ph !== null) {
+        const skew = ph - x.at;
+        if (forward && x.m.kind === KIND_BARRAGE && skew > PLAYHEAD.lateMs) {
+          this.skew.c.skipped++;
+          continue;
+        }
+        this.skew.observe(skew);
+      }
+      out.push(x.m);
+    }
+    this.skew.c.shown += out.length;
+    return out;
+  }
+
+  stats() { return this.skew.summary(this.mode, this.items.length); }
+}
+
 // ---------------------------------------------------------------- client
 
 // Resolves after ms, or at once when signal aborts.
@@ -532,10 +713,16 @@ export class DanmakuClient extends EventTarget {
     // list fetched, at least; a manifest's td above it fetches the list.
     Object.assign(this, { _takedownN: 0, _listFetch: null });
     this._sendQ = new SendQueue(this.cfg.sendQueue, this.cfg.sendIntervalMs, this.cfg.sendDedupMs);
+    // The app's video playhead (unix ms of the frame on screen; null when
+    // unknown): messages are held until it reaches theirs (HoldQueue).
+    if (cfg.playhead !== undefined && typeof cfg.playhead !== 'function') throw new DanmakuError('config', 'danmaku: playhead must be a function returning unix ms');
+    this._playhead = cfg.playhead ?? null;
+    this._hold = this._playhead ? new HoldQueue() : null;
+    this._holdTimer = 0;
     Object.assign(this, { _session: null, _joining: null, _wakeSend: null, _everConnected: false });
     // What each report sent adds up to, and the delivered barrage by latency.
     const buckets = () => new Array(LATENCY_BOUNDS_MS.length + 1).fill(0);
-    this._reported = { drops: 0, held: 0, segs: 0, hits: 0, lat: buckets(), at: -Infinity };
+    this._reported = { drops: 0, held: 0, segs: 0, hits: 0, lat: buckets(), skew: buckets(), at: -Infinity };
     this._latency = buckets();
     this._stats = {
       entryFetches: 0, segmentsFetched: 0, firstPollHits: 0, firstPollMisses: 0, notFoundRetries: 0,
@@ -556,9 +743,9 @@ export class DanmakuClient extends EventTarget {
   /** The current entry answer (null before the first join). */
   get entry() { return this._session?.entry ?? null; }
 
-  /** Counters (a snapshot), plus the render queue's when cfg.render is set. */
+  /** Counters (a snapshot), plus the render queue's when cfg.render is set, and the playhead sync's. */
   stats() {
-    return { ...this._stats, render: this.cfg.render?.stats() };
+    return { ...this._stats, render: this.cfg.render?.stats(), playhead: this._hold ? this._hold.stats() : { ...PLAYHEAD_OFF } };
   }
 
   /** Joins and runs until stop(); rejects when the entry refuses the ticket or names an unknown segment_ms. */
@@ -570,6 +757,7 @@ export class DanmakuClient extends EventTarget {
     try {
       await Promise.race([this._join(this.cfg.firstJoinJitterMs), failed]);
       if (this._stopped) return;
+      if (this._hold) this._holdLoop();
       const loops = [this._pollLoop(), this._sendLoop(), this._refreshLoop(), this._refineLoop()];
       if (!this.cfg.noEdge) loops.push(this._edgeLoop());
       await Promise.race([Promise.all(loops), failed]);
@@ -579,7 +767,7 @@ export class DanmakuClient extends EventTarget {
     }
   }
 
-  stop() { this._abort.abort(); this._wakeSend?.(); }
+  stop() { this._abort.abort(); this._wakeSend?.(); clearTimeout(this._holdTimer); }
 
   _fail(err) {
     if (this._failed) return;
@@ -720,12 +908,14 @@ export class DanmakuClient extends EventTarget {
     const s = this._session;
     // D follows the room: from the entry, then from the manifest if the
     // room's segment duration changes.
+    // The earliest time the join can have been at: serverNow is known only
+    // within the clock margin (a start late by a few ms past a boundary
+    // skipped messages sent after the join).
+    const live = this.serverNow() - (s.marginMs ?? 0);
     const p = {
-      // The earliest slot the join can have been in: serverNow is known
-      // only within the clock margin (a start late by a few ms past a
-      // boundary skipped messages sent after the join).
-      D: s.segmentMs, slot: Math.floor((this.serverNow() - (s.marginMs ?? 0)) / s.segmentMs),
+      D: s.segmentMs, slot: Math.floor(this._playheadStart(live) / s.segmentMs),
       seq: 0, haveSeq: false, backoff: 0, manifestAt: -Infinity, attempts: 0, mismatches: 0,
+      catchUpMs: live, // a poller started behind on purpose walks up to here without jumping
     };
     this._stats.segmentMs = p.D;
     // A joiner learns from the manifest's td whether the room has taken
@@ -746,6 +936,16 @@ export class DanmakuClient extends EventTarget {
   }
 
   _timing(p) { return { ...this._session, segmentMs: p.D }; }
+
+  // Where the poller starts (sdk/playhead.go playheadStart): at live, or
+  // for a viewer synchronised to a video behind live, at its playhead less
+  // jumpMs — every message whose moment is still ahead of the video was
+  // stored at or after it, and the CDN holds those segments already.
+  // Bounded by the ingest's oldest playhead.
+  _playheadStart(live) {
+    const ph = this._playhead && this._session?.entry.sync === true ? readPlayhead(this._playhead) : null;
+    return ph === null ? live : Math.min(live, Math.max(ph - PLAYHEAD.jumpMs, live - PLAYHEAD.maxBehindMs));
+  }
 
   async _pollBackoff(p, counter) {
     this._stats[counter]++;
@@ -847,9 +1047,14 @@ export class DanmakuClient extends EventTarget {
   // up is walked through, and without a manifest nothing is skipped.
   async _maybeJump(p) {
     const far = this.cfg.farBehindMs;
-    if (!(far > 0)) return false;
+    if (!(far > 0) || p.slot * p.D < p.catchUpMs) return false;
     const live = liveSlot(this.serverNow(), this._timing(p));
     if ((live - p.slot) * p.D <= far) return false;
+    // A viewer synchronised to a video behind live still needs every
+    // segment from its playhead less jumpMs on (what was stored there is
+    // due ahead of its video): it jumps no further than that.
+    const need = Math.floor(this._playheadStart(live * p.D + p.D) / p.D);
+    if (need <= p.slot) return false;
     const m = await this._manifest(p);
     if (!m) return false;
     if (m.dur !== p.D) {
@@ -860,7 +1065,8 @@ export class DanmakuClient extends EventTarget {
     }
     const mSlot = manifestSlot(m, this.cfg.room, p.D);
     if ((mSlot - p.slot) * p.D <= far) return false;
-    const [target, seq, haveSeq] = mSlot <= live ? [mSlot, m.seq, true] : [live, 0, false];
+    let [target, seq, haveSeq] = mSlot <= live ? [mSlot, m.seq, true] : [live, 0, false];
+    if (need < target) [target, seq, haveSeq] = [need, 0, false];
     this._stats.jumpsToLive++;
     this._stats.skippedSlots += target - p.slot;
     Object.assign(p, { slot: target, seq, haveSeq, attempts: 0, mismatches: 0 });
@@ -880,7 +1086,8 @@ export class DanmakuClient extends EventTarget {
     for (const t of list) {
       if (!this._takedowns.add(identityOf(t.kind, t.id))) continue;
       this._stats.takedownsApplied++;
-      const dequeued = this.cfg.render?.remove(t.kind, t.id) ?? 0;
+      // Held for the playhead or waiting for a slot: never shown.
+      const dequeued = (this._hold?.remove(t.kind, t.id) ?? 0) + (this.cfg.render?.remove(t.kind, t.id) ?? 0);
       this._stats.takedownsDequeued += dequeued;
       this._emit('takedown', { id: t.id, kind: t.kind, via, dequeued: dequeued > 0 });
     }
@@ -940,11 +1147,52 @@ export class DanmakuClient extends EventTarget {
       }
       this._stats.delivered++;
       // Barrage latency: from its id's millisecond (the ingest's append, on
-      // the clock serverNow estimates) to its delivery here.
+      // the clock serverNow estimates) to its delivery here. With a
+      // playhead, the hold's own delay is the display skew, counted apart.
       if (out.kind === KIND_BARRAGE) this._latency[latencyBucket(now - parseID(out.id)[0])]++;
-      this.cfg.render?.push(out);
-      this._emit('message', out);
+      if (this._hold) this._hold.push(out).forEach((m) => this._show(m));
+      else this._show(out);
     }
+    // What arrived after its moment is shown now, not at the next tick.
+    if (this._hold && this._started && !this._stopped) this._holdRelease();
+  }
+
+  // Hands m to the render queue and the app.
+  _show(m) {
+    this.cfg.render?.push(m);
+    this._emit('message', m);
+  }
+
+  // ---- playhead
+
+  // Reads the playhead once and shows what is due; the wait until the next
+  // read (at most PLAYHEAD.tickMs: the display skew's floor).
+  _holdRelease() {
+    const ph = readPlayhead(this._playhead);
+    const out = this._hold.release(ph, this._session?.entry.sync === true, this._now());
+    for (const m of out) this._show(m);
+    const at = this._hold.next();
+    return at !== null && ph !== null && at > ph ? Math.min(PLAYHEAD.tickMs, at - ph) : PLAYHEAD.tickMs;
+  }
+
+  _holdLoop() {
+    if (this._stopped) return;
+    let wait = PLAYHEAD.tickMs;
+    try {
+      wait = this._holdRelease();
+    } finally {
+      // An app's handler that throws does not stop the hold.
+      this._holdTimer = setTimeout(() => this._holdLoop(), wait);
+    }
+  }
+
+  // The playhead a comment is sent with: the app's, when the ingest will
+  // take it (at most 2 s ahead of its clock, 2 min behind; PLAYHEAD keeps
+  // a margin), else none.
+  _sendPlayhead(ph) {
+    if (!(ph > 0)) return undefined;
+    const now = this.serverNow();
+    return ph > now + PLAYHEAD.sendAheadMs || ph < now - PLAYHEAD.sendBehindMs ? undefined : Math.floor(ph);
   }
 
   // ---- edge
@@ -1118,7 +1366,7 @@ export class DanmakuClient extends EventTarget {
   }
 
   // Reports render drops, held-back sends, segments fetched, first-poll
-  // hits and the delivered barrage by latency since the previous report that
+  // hits, the delivered barrage by latency and the display skew since the previous report that
   // went out, at most once per reportIntervalMs across reconnects (the
   // frame of sdk/report.go). What is above the edge's bounds goes out later.
   _report(ws) {
@@ -1137,20 +1385,34 @@ export class DanmakuClient extends EventTarget {
       return d;
     });
     if (budget < MAX_REPORT_LATENCIES) rep.lat = lat;
-    if (rep.drops === 0 && rep.held === 0 && !rep.segs && !rep.lat) return;
+    // The display skew (playhead sync), in the same buckets, within its own bound.
+    let skewBudget = MAX_REPORT_LATENCIES;
+    const skew = (this._hold?.skew.reported ?? r.skew).map((n, i) => {
+      const d = Math.min(n - r.skew[i], skewBudget);
+      skewBudget -= d;
+      return d;
+    });
+    if (skewBudget < MAX_REPORT_LATENCIES) rep.skew = skew;
+    if (rep.drops === 0 && rep.held === 0 && !rep.segs && !rep.lat && !rep.skew) return;
     ws.send(JSON.stringify(rep));
     Object.assign(r, { drops: r.drops + rep.drops, held: r.held + rep.held, segs: r.segs + segs, hits: r.hits + hits, at: now });
     lat.forEach((d, i) => { r.lat[i] += d; });
+    skew.forEach((d, i) => { r.skew[i] += d; });
     this._stats.reportsSent++;
   }
 
   // ---- sending
 
-  /** Queues a comment: {deduped, dropped, heldBack}; throws DanmakuError empty_text, text_too_long or closed. */
+  /**
+   * Queues a comment: {deduped, dropped, heldBack}; throws DanmakuError
+   * empty_text, text_too_long or closed. With a playhead clock it carries
+   * the playhead of now, the moment the viewer reacted to (playhead_ms).
+   */
   send(text) {
     if (this._stopped) throw new DanmakuError('closed', 'danmaku: client stopped');
     const t = checkText(text, this.cfg.maxTextChars);
-    const r = this._sendQ.push(t, this._now());
+    const ph = this._playhead ? readPlayhead(this._playhead) ?? undefined : undefined;
+    const r = this._sendQ.push(t, this._now(), ph);
     if (r.deduped) this._stats.sendsDeduped++;
     if (r.dropped) this._stats.sendsDropped++;
     if (r.heldBack) this._stats.sendsHeldBack++;
@@ -1168,7 +1430,10 @@ export class DanmakuClient extends EventTarget {
         await sleep(n.until - this._now(), this._abort.signal);
       } else {
         try {
-          await this._post(`/v1/rooms/${this.cfg.room}/barrage`, { text: n.text });
+          // Checked against the ingest's bounds when posted: a comment held
+          // back for long goes without a playhead rather than refused.
+          const playheadMs = this._sendPlayhead(n.playheadMs);
+          await this._post(`/v1/rooms/${this.cfg.room}/barrage`, playheadMs ? { text: n.text, playhead_ms: playheadMs } : { text: n.text });
           this._stats.sendsPosted++;
           this._emit('sent', { text: n.text, ok: true });
         } catch (error) {
@@ -1267,5 +1532,220 @@ export class DanmakuClient extends EventTarget {
       await this._rejoin(s, this.cfg.rejoinJitterMs);
       [s, rejoined] = [this._session, true];
     }
+  }
+}
+
+// ---------------------------------------------------------------- replay
+
+/**
+ * Plays a recorded room's barrage in step with a video on demand that
+ * carries program date times (the Go SDK's Player): each message is
+ * dispatched ('message') when the playhead reaches its moment (playheadOf),
+ * and seeks are followed both ways — back, and what lies after the new
+ * position plays again; forward, and what was jumped over is not poured
+ * out. A message is stored at or after its moment and at most 2 minutes
+ * after (the ingest's oldest playhead), so the messages of a moment P are
+ * in the segments of [P, P + 2 min]: that much, and PLAYHEAD.playerLeadMs
+ * more, is kept read ahead of the playhead through the CDN. Never a message
+ * a moderator took down: the room's takedowns.json is read first, and a
+ * segment's td applies at once ('takedown' event for one already played).
+ * An EventTarget; stats() has the client's playhead block.
+ */
+export class DanmakuReplay extends EventTarget {
+  constructor(cfg) {
+    super();
+    if (!cfg?.cdnURL || !ROOM_RE.test(cfg.room ?? '') || typeof cfg.playhead !== 'function' ||
+        (cfg.segmentMs !== undefined && !SEGMENT_DURATIONS.includes(cfg.segmentMs))) {
+      throw new DanmakuError('config', `danmaku: a replay needs cdnURL, a valid room, a playhead function and a segmentMs of ${SEGMENT_DURATIONS} (or none: the manifest's)`);
+    }
+    this.cfg = { httpTimeoutMs: DEFAULTS.httpTimeoutMs, ...cfg, cdnURL: cfg.cdnURL.endsWith('/') ? cfg.cdnURL : `${cfg.cdnURL}/` };
+    this._fetch = cfg.fetch ?? globalThis.fetch.bind(globalThis);
+    this._now = cfg.now ?? (() => performance.now());
+    this._abort = new AbortController();
+    this._takedowns = new TakedownSet(Infinity);
+    Object.assign(this, { _dur: cfg.segmentMs ?? 0, _listed: 0, _listOK: false, _idx: [], _seq: 0, _seen: null });
+    Object.assign(this, { _loadTo: 0, _cursor: 0, _last: null, _started: false, _gen: 0, _loading: null, _timer: 0 });
+    this._st = { played: 0, seeks: 0, segments: 0, skipped: 0, listErrors: 0 };
+    this._skew = new SkewStats();
+    this._mode = 'wall';
+  }
+
+  get _stopped() { return this._abort.signal.aborted; }
+  _emit(type, detail) { this.dispatchEvent(new CustomEvent(type, { detail })); }
+
+  /** Counters: played, seeks, segments, skipped (unreadable), listErrors; playhead as DanmakuClient's. */
+  stats() { return { ...this._st, segmentMs: this._dur, playhead: this._skew.summary(this._mode, this._idx.length) }; }
+
+  /** Reads the manifest (segment duration, takedown count) and follows the playhead until stop(). */
+  async start() {
+    if (this._running) throw new DanmakuError('running', 'danmaku: start() already called');
+    this._running = true;
+    const m = await this._json(manifestKey(this.cfg.room), MAX_MANIFEST_BYTES).catch(() => null);
+    if (m && manifestSlot(m, this.cfg.room, m.dur) !== null) {
+      this._listed = manifestTakedowns(m);
+      if (!this._dur) this._dur = m.dur;
+    }
+    if (!this._dur) this._dur = 1000;
+    if (!SEGMENT_DURATIONS.includes(this._dur)) throw new DanmakuError('bad_manifest', `danmaku: segment duration ${this._dur} ms is not one of ${SEGMENT_DURATIONS}`);
+    this._loop();
+  }
+
+  stop() { this._abort.abort(); clearTimeout(this._timer); }
+
+  _signal() { return AbortSignal.any([this._abort.signal, AbortSignal.timeout(this.cfg.httpTimeoutMs)]); }
+
+  async _get(key, limit) {
+    const resp = await this._fetch(this.cfg.cdnURL + key, { signal: this._signal() });
+    if (resp.status !== 200) {
+      resp.body?.cancel().catch(() => {});
+      return { status: resp.status };
+    }
+    const body = new Uint8Array(await resp.arrayBuffer());
+    if (body.byteLength > limit) throw bad(`${key} (too large)`);
+    return { status: 200, body };
+  }
+
+  async _json(key, limit) {
+    const r = await this._get(key, limit);
+    if (r.status !== 200) return null;
+    return JSON.parse(new TextDecoder().decode(r.body));
+  }
+
+  _loop() {
+    if (this._stopped) return;
+    this._step();
+    this._timer = setTimeout(() => this._loop(), PLAYHEAD.tickMs);
+  }
+
+  // Reads the playhead once: follows a seek, reads ahead (in the
+  // background), plays what is due.
+  _step() {
+    if (!this._listOK) {
+      this._readList();
+      return;
+    }
+    const ph = readPlayhead(this.cfg.playhead);
+    if (ph === null) {
+      // Nothing is played while the clock does not know.
+      if (this._mode !== 'wall') this._skew.c.fallbacks++;
+      this._mode = 'wall';
+      return;
+    }
+    this._mode = 'playhead';
+    const local = this._now();
+    if (!this._started || this._jumped(ph, local)) {
+      if (this._started) {
+        this._st.seeks++;
+        this._skew.c.jumps++;
+      }
+      this._seek(ph);
+    }
+    this._last = { ph, local };
+    if (!this._loading) this._loading = this._readAhead(ph).finally(() => { this._loading = null; });
+    this._play(ph);
+  }
+
+  // The room's takedown list, once (a missing one is an empty one); until
+  // it is read nothing is played, so nothing taken down ever is.
+  _readList() {
+    if (this._loading) return;
+    this._loading = (async () => {
+      try {
+        const o = await this._json(takedownListKey(this.cfg.room), MAX_TAKEDOWN_LIST_BYTES);
+        const list = o === null ? { n: 0, ids: [] } : decodeTakedownList(o, this.cfg.room);
+        this._applyTakedowns(list.ids);
+        this._listOK = true;
+      } catch {
+        if (!this._stopped) this._st.listErrors++;
+        await sleep(1000, this._abort.signal);
+      }
+    })().finally(() => { this._loading = null; });
+  }
+
+  _applyTakedowns(list) {
+    for (const t of list) {
+      if (!this._takedowns.add(identityOf(t.kind, t.id))) continue;
+      const i = this._idx.findIndex((x) => identityOf(x.m.kind, x.m.id) === identityOf(t.kind, t.id));
+      if (i >= 0) this._idx.splice(i, 1);
+      this._emit('takedown', { id: t.id, kind: t.kind, via: 'replay', dequeued: i >= 0 });
+    }
+  }
+
+  // A seek (or discontinuity) rather than playing on: the playhead moved
+  // more than jumpMs more or less than the local clock.
+  _jumped(ph, local) {
+    const drift = (ph - this._last.ph) - (local - this._last.local);
+    return Math.abs(drift) > PLAYHEAD.jumpMs;
+  }
+
+  // Plays from ph on, reading again from there (the CDN has the segments
+  // cached): a seek back plays what lies after it again.
+  _seek(ph) {
+    this._started = true;
+    this._gen++; // a read under way belongs to the old position
+    this._cursor = ph - 1; // a message at exactly ph is played
+    this._idx = [];
+    this._seen = new SeenSet();
+    this._loadTo = ph - (ph % this._dur);
+  }
+
+  async _readAhead(ph) {
+    const dur = this._dur, gen = this._gen;
+    const want = ph + PLAYHEAD.maxBehindMs + PLAYHEAD.playerLeadMs;
+    // Never a slot that cannot be written yet (a replay trailing the show).
+    const written = Math.floor((Date.now() - 2000) / dur);
+    const from = this._loadTo / dur, to = Math.min(Math.floor(want / dur) + 1, from + PLAYHEAD.playerChunk, written);
+    if (this._loadTo >= want || to <= from) return;
+    const slots = [];
+    for (let n = from; n < to; n++) slots.push(n);
+    const got = await Promise.all(slots.map(async (n) => {
+      try {
+        return [n, await this._get(segmentKey(this.cfg.room, n, dur), MAX_SEGMENT_BYTES)];
+      } catch {
+        return [n, null];
+      }
+    }));
+    if (this._stopped || gen !== this._gen) return;
+    for (const [n, r] of got) {
+      if (r?.status === 404) continue;
+      let seg = null;
+      try {
+        if (r?.status === 200) seg = decodeSegment(r.body);
+      } catch { /* counted below */ }
+      if (!seg || !segmentMatches(seg, this.cfg.room, n, dur)) {
+        this._st.skipped++;
+        continue;
+      }
+      this._st.segments++;
+      this._applyTakedowns(seg.takedowns);
+      for (const w of seg.messages) {
+        if (this._takedowns.has(identityOf(w.kind, w.id))) continue;
+        const m = admit(this._seen, w, (n + 1) * dur);
+        if (!m) continue;
+        const at = playheadOf(m);
+        if (at <= this._cursor) continue; // its moment passed before it was read
+        this._idx.push({ at, seq: ++this._seq, m });
+      }
+    }
+    this._idx.sort((a, b) => a.at - b.at || a.seq - b.seq);
+    this._loadTo = to * dur;
+  }
+
+  // Dispatches, in order, the messages whose moment is in (cursor, ph],
+  // once the segments read reach past ph (a read is under way after a
+  // seek: the cursor waits for it, else what it brings would be passed).
+  _play(ph) {
+    if (this._loadTo <= ph) return;
+    let n = 0;
+    while (n < this._idx.length && this._idx[n].at <= ph) {
+      const x = this._idx[n++];
+      if (x.at <= this._cursor || this._takedowns.has(identityOf(x.m.kind, x.m.id))) continue;
+      this._st.played++;
+      this._skew.c.shown++;
+      this._skew.observe(ph - x.at);
+      this._emit('message', x.m);
+    }
+    this._idx.splice(0, n);
+    this._cursor = Math.max(this._cursor, ph);
   }
 }

@@ -82,8 +82,9 @@ type ClientReports struct {
 	// FirstPolls and Hits are danmaku_client_first_polls_total, all
 	// outcomes and "hit".
 	FirstPolls, Hits float64
-	// Latencies is the count of danmaku_client_barrage_latency_seconds.
-	Latencies float64
+	// Latencies is the count of danmaku_client_barrage_latency_seconds,
+	// Skews of danmaku_client_display_skew_seconds (playhead sync).
+	Latencies, Skews float64
 }
 
 // Reports reads ClientReports from st's registry.
@@ -108,6 +109,8 @@ func Reports(tb testing.TB, st *stack.Stack) ClientReports {
 				}
 			case "danmaku_client_barrage_latency_seconds":
 				r.Latencies += float64(m.GetHistogram().GetSampleCount())
+			case "danmaku_client_display_skew_seconds":
+				r.Skews += float64(m.GetHistogram().GetSampleCount())
 			}
 		}
 	}

@@ -16,11 +16,11 @@ export const env = {
 const ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
   '--disable-component-update', '--disable-sync', '--no-first-run', '--disable-quic'];
 
-/** Launches chromium with a fresh profile; close() also removes the profile. */
-export async function launch({ viewport = { width: 1280, height: 860 } } = {}) {
+/** Launches chromium with a fresh profile (args: more flags); close() also removes the profile. */
+export async function launch({ viewport = { width: 1280, height: 860 }, args = [] } = {}) {
   const dir = mkdtempSync(join(tmpdir(), 'danmaku-chromium-'));
   const context = await chromium.launchPersistentContext(dir, {
-    executablePath: env.chromium, headless: true, args: ARGS, viewport,
+    executablePath: env.chromium, headless: true, args: [...ARGS, ...args], viewport,
   });
   const page = context.pages()[0] ?? (await context.newPage());
   const errors = [];

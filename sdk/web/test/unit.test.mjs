@@ -10,6 +10,7 @@ import {
   decodeSegment, decodeFrame, segmentMatches, manifestSlot, toMessage, DanmakuClient, watchVisibility,
   KIND_BARRAGE, KIND_GIFT, KIND_SYSTEM, CLOSE, LATENCY_BOUNDS_MS, latencyBucket,
   TakedownSet, toTakedowns, decodeTakedownList, manifestTakedowns, takedownListKey, REPORT_REASONS, PROTOCOL,
+  HoldQueue, PLAYHEAD, playheadOf, readPlayhead, DanmakuReplay,
 } from '../danmaku.js';
 
 const msg = (id, kind = KIND_BARRAGE, extra = {}) => ({ ...toMessage({ id, k: kind }, 'segment'), ...extra });
@@ -223,7 +224,10 @@ const segBytes = (o) => encode({ v: 1, room: 'demo', t: 5, seq: 1, dur: 1000, m:
 
 test('segments, frames and manifests decode as docs/segment-format.md says', () => {
   const s = decodeSegment(segBytes({ m: [{ id: '5120-0', k: 1, o: 120, u: 'alice', x: 'hi', zz: 'unknown keys ignored' }] }));
-  assert.deepEqual(s.messages[0], { id: '5120-0', kind: 1, offset: 120, user: 'alice', nick: '', avatar: '', text: 'hi', gift: '', value: 0, count: 1, ids: [], role: '', via: 'segment', site: false });
+  assert.deepEqual(s.messages[0], { id: '5120-0', kind: 1, offset: 120, user: 'alice', nick: '', avatar: '', text: 'hi', gift: '', value: 0, count: 1, ids: [], role: '', via: 'segment', site: false, playheadMs: 0 });
+  assert.equal(decodeSegment(segBytes({ m: [{ id: '5120-0', k: 1, p: 4100 }] })).messages[0].playheadMs, 4100, 'p is the sender\'s playhead');
+  assert.throws(() => decodeSegment(segBytes({ m: [{ id: '1-0', k: 1, p: -1 }] })), { code: 'decode' });
+  assert.throws(() => decodeSegment(segBytes({ m: [{ id: '1-0', k: 1, p: 'x' }] })), { code: 'decode' });
   assert.ok(segmentMatches(s, 'demo', 5, 1000));
   assert.ok(!segmentMatches(s, 'demo', 6, 1000));
   assert.ok(!segmentMatches(s, 'other', 5, 1000));
@@ -264,7 +268,7 @@ function fakeStack() {
     if (url.startsWith('http://gslb.test/v1/entry')) {
       const now = server();
       const token = log.entries++ === 0 ? 'tok' : `tok${log.entries}`; // a fresh one per entry
-      return json(200, { room: 'demo', user: 'u', role: 'viewer', ingest: ['http://ingest.test'], edge: ['ws://edge.test/v1/ws'], cdn, token, token_expires_ms: now + 600e3, server_time_ms: Math.floor(now), segment_ms: D, publish_delay_ms: delay });
+      return json(200, { room: 'demo', user: 'u', role: 'viewer', ingest: ['http://ingest.test'], edge: ['ws://edge.test/v1/ws'], cdn, token, token_expires_ms: now + 600e3, server_time_ms: Math.floor(now), segment_ms: D, publish_delay_ms: delay, sync: true });
     }
     if (url.startsWith('http://ingest.test/')) {
       log.posts.push({ url, auth: init.headers.Authorization, body: init.body, at: performance.now() });
@@ -803,4 +807,258 @@ test('takedown: a host posts it to the admin API with its token and it applies h
   assert.equal(posts.length, 2);
   c.stop();
   await run;
+});
+
+// ---------------------------------------------------------------- playhead
+
+// A fake playhead and local clock the test moves by hand.
+function fakePlayhead(ph = 100000) {
+  const f = { ph, local: 0 };
+  f.clock = () => f.ph;
+  f.play = (ms) => { f.ph += ms; f.local += ms; };
+  return f;
+}
+const atP = (id, p, kind = KIND_BARRAGE, extra = {}) => msg(id, kind, { playheadMs: p, ...extra });
+
+test('playhead: a message is placed at p, else at its id\'s millisecond; the clock is read safely', () => {
+  assert.equal(playheadOf(atP('5000-0', 4100)), 4100);
+  assert.equal(playheadOf(msg('5000-0')), 5000, 'no p (an old client, a gift): its id');
+  assert.equal(readPlayhead(() => 1234.5), 1234.5);
+  assert.equal(readPlayhead(() => new Date(99)), 99);
+  for (const v of [null, undefined, NaN, 0, -1, '5', Infinity]) assert.equal(readPlayhead(() => v), null, String(v));
+  assert.equal(readPlayhead(() => { throw new Error('no player'); }), null);
+});
+
+test('hold: held until the playhead reaches p, in playhead order; late arrivals at once, counted', () => {
+  const f = fakePlayhead(100000), q = new HoldQueue();
+  q.push(atP('101000-0', 100500));
+  q.push(atP('101000-1', 100200));
+  q.push(msg('99000-0', KIND_GIFT, { gift: 'rose' })); // a gift without p, its id behind the playhead
+  assert.deepEqual(q.release(f.ph, true, f.local).map((m) => m.id), ['99000-0'], 'the gift\'s moment has passed');
+  f.play(199);
+  assert.deepEqual(q.release(f.ph, true, f.local), [], 'not a millisecond early');
+  f.play(1);
+  assert.deepEqual(q.release(f.ph, true, f.local).map((m) => m.id), ['101000-1']);
+  assert.equal(q.next(), 100500);
+  f.play(310);
+  assert.deepEqual(q.release(f.ph, true, f.local).map((m) => m.id), ['101000-0']);
+  const st = q.stats();
+  assert.equal(st.mode, 'playhead');
+  assert.deepEqual([st.received, st.shown, st.late, st.lateMsMax, st.held], [3, 3, 1, 1000, 0]);
+  assert.deepEqual([st.skewP50Ms, st.skewMaxMs], [10, 1000], 'skews 1000 (late), 0 and 10 ms');
+  assert.equal(q.skew.reported.reduce((a, b) => a + b), 3, 'in the report\'s buckets too');
+});
+
+test('hold: a seek forward shows what is due but skips barrage far behind (gifts and system kept); back and stall hold again', () => {
+  const f = fakePlayhead(100000), q = new HoldQueue();
+  q.release(f.ph, true, f.local);
+  q.push(atP('100000-1', 101000));
+  q.push(atP('100000-2', 109000));
+  q.push(atP('100000-3', 101500, KIND_GIFT, { gift: 'rose' }));
+  q.push(atP('100000-4', 101600, KIND_SYSTEM));
+  f.ph += 10000; // a seek 10 s forward, no local time passed
+  f.local += 20;
+  const out = q.release(f.ph, true, f.local);
+  assert.deepEqual(out.map((m) => m.id), ['100000-3', '100000-4', '100000-2'], 'barrage 9 s behind skipped, gifts and system shown, 1 s behind shown');
+  let st = q.stats();
+  assert.deepEqual([st.jumps, st.skipped], [1, 1]);
+  // Back 30 s: nothing re-shown, what is held waits for the playhead again.
+  q.push(atP('100000-5', 95000));
+  f.ph -= 30000;
+  f.local += 20;
+  assert.deepEqual(q.release(f.ph, true, f.local), []);
+  assert.equal(q.stats().jumps, 2);
+  f.play(14999);
+  assert.deepEqual(q.release(f.ph, true, f.local), [], 'held again until the playhead reaches it');
+  f.play(1);
+  assert.deepEqual(q.release(f.ph, true, f.local).map((m) => m.id), ['100000-5']);
+  // A stall: local time runs, the playhead does not.
+  q.push(atP('100000-6', f.ph + 500));
+  f.local += 5000;
+  assert.deepEqual(q.release(f.ph, true, f.local), [], 'a stalled video shows nothing new');
+  st = q.stats();
+  assert.deepEqual([st.jumps, st.held, st.skipped], [3, 1, 1]);
+  f.play(500);
+  assert.deepEqual(q.release(f.ph, true, f.local).map((m) => m.id), ['100000-6']);
+  assert.equal(q.stats().late, 3, 'late: what the seek forward jumped past and showed; nothing since');
+});
+
+test('hold: no playhead or no sync falls back to the wall clock; the hold is bounded, gifts never dropped; takedowns remove', () => {
+  const f = fakePlayhead(100000), q = new HoldQueue({ maxBarrage: 2 });
+  q.push(atP('1-0', 200000));
+  q.push(atP('1-1', 200001, KIND_GIFT, { gift: 'rose' }));
+  assert.deepEqual(q.release(f.ph, true, f.local), []);
+  assert.deepEqual(q.release(null, true, f.local).map((m) => m.id), ['1-0', '1-1'], 'the clock lost: all at once');
+  assert.equal(q.stats().mode, 'wall');
+  q.release(null, true, f.local);
+  assert.equal(q.stats().fallbacks, 1, 'one switch, counted once');
+  q.release(f.ph, true, f.local);
+  q.push(atP('2-0', 300000));
+  assert.deepEqual(q.release(f.ph, false, f.local).map((m) => m.id), ['2-0'], 'the entry allows no sync');
+  assert.equal(q.stats().fallbacks, 2);
+  // Back in sync: the bound.
+  q.release(f.ph, true, f.local);
+  q.push(atP('3-0', 300000, KIND_GIFT, { gift: 'rose' }));
+  q.push(atP('3-1', 300001));
+  q.push(atP('3-2', 300002));
+  const early = q.push(atP('3-3', 300003));
+  assert.deepEqual(early.map((m) => m.id), ['3-0', '3-1'], 'the earliest barrage early, and the gift before it with it');
+  assert.equal(q.stats().early, 1);
+  q.push(atP('4-0', 300010, KIND_GIFT, { gift: 'rose', ids: ['4-0', '4-1'], count: 2 }));
+  assert.equal(q.remove(KIND_BARRAGE, '3-2'), 1);
+  assert.equal(q.remove(KIND_GIFT, '4-1'), 1, 'a merged gift by any of its ids');
+  assert.equal(q.remove(KIND_GIFT, '3-3'), 0, 'the lane matters');
+  f.ph = 400000;
+  assert.deepEqual(q.release(f.ph, true, f.local + 300000).map((m) => m.id), ['3-3']);
+});
+
+test('client with a playhead: held to the playhead, sync from the entry, skew reported, stats().playhead', () => {
+  let now = 5000;
+  const f = fakePlayhead(100000);
+  const render = new RenderQueue();
+  const c = new DanmakuClient({ entryURL: 'http://gslb.test', room: 'demo', ticket: 't', now: () => now, playhead: f.clock, render, fetch: async () => new Response(null, { status: 500 }) });
+  assert.throws(() => new DanmakuClient({ entryURL: 'http://gslb.test', room: 'demo', ticket: 't', playhead: 5 }), { code: 'config' });
+  assert.equal(new DanmakuClient({ entryURL: 'http://gslb.test', room: 'demo', ticket: 't' }).stats().playhead.mode, 'off');
+  c._session = { entry: { sync: true }, offsetMs: 0 };
+  const got = [];
+  c.addEventListener('message', (e) => got.push(e.detail.id));
+  c._deliver([atP('4990-0', 100300), atP('4990-1', 99000), msg('4000-0', KIND_GIFT, { gift: 'rose' })]);
+  c._holdRelease();
+  assert.deepEqual(got, ['4000-0', '4990-1'], 'the gift (id ms far behind) and the late one at once');
+  assert.equal(render.length, 2, 'the render queue gets what is released, not what is held');
+  now += 300;
+  f.play(300);
+  c._holdRelease();
+  assert.deepEqual(got, ['4000-0', '4990-1', '4990-0']);
+  const st = c.stats().playhead;
+  assert.deepEqual([st.mode, st.received, st.shown, st.held, st.late, st.lateMsMax], ['playhead', 3, 3, 0, 2, 96000], 'the gift\'s id is 96 s behind the playhead');
+  // The skew goes to the edge in the latency buckets, once.
+  const sent = [];
+  const ws = { readyState: 1, send: (d) => sent.push(JSON.parse(d)) };
+  c._report(ws);
+  const skew = new Array(LATENCY_BOUNDS_MS.length + 1).fill(0);
+  skew[0] = 1; // 0 ms
+  skew[skew.length - 1] = 1; // 96 s
+  skew[latencyBucket(1000)] = 1; // 1 s
+  assert.deepEqual(sent[0].skew, skew);
+  now += 10000;
+  c._report(ws);
+  assert.equal(sent.length, 1, 'nothing new: no report');
+  // The entry says no sync (the gslb steers this client to the wall clock).
+  c._session.entry.sync = false;
+  c._deliver([atP('5000-0', 200000)]);
+  c._holdRelease();
+  assert.equal(got.at(-1), '5000-0');
+  assert.deepEqual([c.stats().playhead.mode, c.stats().playhead.fallbacks], ['wall', 1]);
+});
+
+test('client with a playhead: the poller starts at the playhead less 2 s, and the comment carries playhead_ms', async () => {
+  const fs = fakeStack();
+  let behind = 12000;
+  const c = new DanmakuClient({ entryURL: 'http://gslb.test/', room: 'demo', ticket: 't', firstJoinJitterMs: 0, fetch: fs.fetch, WebSocket: fs.FakeWS, sendIntervalMs: 0, playhead: () => fs.server() - behind });
+  const run = c.start();
+  await new Promise((r) => c.addEventListener('entry', r, { once: true }));
+  c.send('goal');
+  behind = 200e3; // held back past the ingest's bound: sent without one
+  c.send('late goal');
+  while (fs.log.posts.length < 2 || fs.log.asked.size === 0) await new Promise((r) => setTimeout(r, 10));
+  c.stop();
+  await run;
+  const [p0, p1] = fs.log.posts.map((p) => JSON.parse(p.body));
+  assert.equal(p0.text, 'goal');
+  assert.ok(Math.abs(p0.playhead_ms - (fs.server() - 12000)) < 5000 && Number.isInteger(p0.playhead_ms), JSON.stringify(p0));
+  assert.deepEqual(p1, { text: 'late goal' });
+  const first = Math.min(...fs.log.asked);
+  assert.ok(first * fs.D <= fs.server() - 13000, 'the segments since the playhead (less 2 s) are read: the CDN holds them');
+});
+
+test('replay: plays recorded segments at the playhead, follows seeks both ways, honours takedowns', async () => {
+  const D = 1000, base = 1700000000000;
+  // A recorded room: one comment a second, each stored 3 s after its moment
+  // (p), a gift without p, and a takedown in the list and in a segment.
+  const segs = new Map();
+  for (let i = 0; i < 60; i++) {
+    const at = base + i * D;
+    const m = [{ id: `${at + 3000}-0`, k: 1, x: `c${i}`, p: at + 500 }];
+    if (i === 10) m.push({ id: `${at}-0`, k: 2, g: 'rose' });
+    segs.set(`rooms/rp/s/${(at + 3000) / 1000}.msgpack`, { v: 1, room: 'rp', t: (at + 3000) / 1000, seq: i, dur: D, m, td: i === 20 ? [{ id: `${base + 25 * D + 3000}-0`, k: 1 }] : undefined });
+  }
+  const list = { v: 1, room: 'rp', n: 1, ids: [{ id: `${base + 5 * D + 3000}-0`, k: 1 }] };
+  const fetch = async (url) => {
+    const key = url.replace('http://cdn.test/', '');
+    if (key === 'rooms/rp/live.json') return new Response(JSON.stringify({ v: 1, room: 'rp', t: base / 1000 + 70, seq: 60, dur: D, td: 1, ended: true }));
+    if (key === 'rooms/rp/takedowns.json') return new Response(JSON.stringify(list));
+    const s = segs.get(key);
+    return s ? new Response(encode(s)) : new Response(null, { status: 404 });
+  };
+  const f = fakePlayhead(base);
+  const r = new DanmakuReplay({ cdnURL: 'http://cdn.test', room: 'rp', playhead: f.clock, now: () => f.local, fetch });
+  const got = [], downs = [];
+  r.addEventListener('message', (e) => got.push(e.detail.text || e.detail.gift));
+  r.addEventListener('takedown', (e) => downs.push(e.detail.id));
+  r._loop = () => {}; // the test steps by hand
+  await r.start();
+  const step = async () => {
+    r._step();
+    while (r._loading) await r._loading;
+    r._step();
+  };
+  // A seek: the playhead moves to base + ms at once, and is played for each of plays ms.
+  const seekTo = async (ms, ...plays) => {
+    got.length = 0;
+    f.ph = base + ms;
+    f.local += 20;
+    await step();
+    for (const d of plays) {
+      f.play(d);
+      await step();
+    }
+  };
+  await step(); // the list
+  await step();
+  assert.equal(r.stats().segmentMs, 1000, 'the manifest\'s duration');
+  assert.deepEqual(got, [], 'nothing before its moment');
+  f.play(500);
+  await step();
+  assert.deepEqual(got, ['c0'], 'c0 at base+500, read from the segment 3 s later');
+  for (let i = 0; i < 12; i++) {
+    f.play(1000);
+    await step();
+  }
+  assert.deepEqual(got, ['c0', 'c1', 'c2', 'c3', 'c4', 'c6', 'c7', 'c8', 'c9', 'rose', 'c10', 'c11', 'c12'], 'c5 is on the takedown list');
+  // Seek back to base+8 s: what lies after it plays again.
+  await seekTo(8000, 1600);
+  assert.deepEqual(got, ['c8', 'c9'], 'the gift at base+10 s is not due yet');
+  f.play(900);
+  await step();
+  assert.deepEqual(got, ['c8', 'c9', 'rose', 'c10']);
+  // Seek forward to base+30 s: the 20 s jumped over are not poured out.
+  await seekTo(30000, 1000);
+  assert.deepEqual(got, ['c30']);
+  assert.ok(downs.includes(`${base + 25 * D + 3000}-0`), 'a segment\'s td applies');
+  // Back to base+24 s: c25, taken down by a segment's td, never plays.
+  await seekTo(24000, 1000, 1000, 1000);
+  assert.deepEqual(got, ['c24', 'c26']);
+  const st = r.stats();
+  assert.equal(st.seeks, 3);
+  assert.equal(st.playhead.mode, 'playhead');
+  // The test's playhead moves a second or more a step: that is the skew here.
+  assert.ok(st.playhead.skewMaxMs <= 1600 && st.playhead.skewP50Ms >= 0, JSON.stringify(st.playhead));
+  assert.throws(() => new DanmakuReplay({ cdnURL: 'x', room: 'rp' }), { code: 'config' });
+  r.stop();
+});
+
+test('client with a playhead: the far-behind jump goes no further than the playhead less 2 s', async () => {
+  const now = 1_000_000;
+  let ph = now - 12000;
+  const c = new DanmakuClient({ entryURL: 'http://gslb.test', room: 'demo', ticket: 't', now: () => now, playhead: () => ph, fetch: async () => new Response(null, { status: 500 }) });
+  c._session = { entry: { sync: true }, offsetMs: 0, marginMs: 0, publishDelayMs: 0 };
+  c._manifest = async () => ({ v: 2, room: 'demo', t: Math.floor(now / 1000) - 1, seq: 900, dur: 1000, ms: now - 2000 });
+  const p = { D: 1000, slot: (now - 60000) / 1000, catchUpMs: 0, seq: 0, haveSeq: false };
+  assert.equal(await c._maybeJump(p), true);
+  assert.equal(p.slot, (now - 14000) / 1000, 'to the playhead less 2 s, not to live: what is stored after it is due ahead of the video');
+  assert.equal(await c._maybeJump(p), false, 'and no further while the playhead stays');
+  ph = null; // wall-clock mode: to live, as without a playhead
+  assert.equal(await c._maybeJump(p), true);
+  assert.equal(p.slot, (now - 2000) / 1000);
 });

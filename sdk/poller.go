@@ -189,6 +189,13 @@ func (p *poller) maybeJump(ctx context.Context) bool {
 	if span(live-p.slot) <= c.cfg.FarBehind {
 		return false
 	}
+	// A viewer synchronised to a video behind live still needs every
+	// segment from its playhead less playheadJump on (what was stored there
+	// is due ahead of its video): it jumps no further than that.
+	need := c.playheadStart((live+1)*p.dur) / p.dur
+	if need <= p.slot {
+		return false
+	}
 	now := c.serverNow()
 	if !p.manifestAt.IsZero() && now.Sub(p.manifestAt) < manifestEvery {
 		return false
@@ -218,6 +225,9 @@ func (p *poller) maybeJump(ctx context.Context) bool {
 		return false
 	case m.Slot() <= live:
 		target, seq, haveSeq = m.Slot(), m.Seq, true
+	}
+	if need < target {
+		target, seq, haveSeq = need, 0, false
 	}
 	skipped := target - p.slot
 	c.stats.jumps.Add(1)

@@ -3,6 +3,7 @@ package sdk
 import (
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -213,4 +214,69 @@ func TestNoJumpWhileTheSlicerCatchesUp(t *testing.T) {
 	if st := c.Stats(); st.JumpsToLive != 0 || st.SkippedSeconds != 0 {
 		t.Fatalf("jumped: %+v", st)
 	}
+}
+
+// A client synchronised to a video behind live that falls far behind (its
+// clock jumps, as when a phone wakes) jumps no further than its playhead
+// less playheadJump: what was stored after that moment is still due on its
+// video, and jumping to live would lose it.
+func TestPollJumpKeepsPlayhead(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	w.entrySync = true
+	s0 := w.serverSecond()
+	for s := s0; s < s0+60; s++ {
+		w.putSegment(s, w.seqOf(s), msgAt(s, 0, 0, KindBarrage, "s"))
+	}
+	var behind atomic.Int64 // how far the video is behind the server's clock, ms
+	c := w.newClient(func(cfg *Config) {
+		cfg.NoEdge = true
+		cfg.Playhead = func() (int64, bool) { return w.serverNow().UnixMilli() - behind.Load(), true }
+	})
+	w.run()
+	receive(t, c, 1)
+	// Freeze time; the video falls 12 s behind and the clock jumps 30 s.
+	w.pause()
+	behind.Store(12_000)
+	w.clk.Advance(30 * time.Second)
+	phSec := (w.serverNow().UnixMilli() - 12_000) / 1000
+
+	eventually(t, "the jump and a fetch after it", func() bool {
+		fetched := false
+		w.lock(func() {
+			fetched = slices.ContainsFunc(w.requests, func(r cdnRequest) bool { return r.second > s0+2 })
+		})
+		return c.Stats().JumpsToLive == 1 && fetched
+	})
+	var target int64
+	w.lock(func() {
+		if len(w.manifests) != 1 {
+			t.Fatalf("%d manifest requests, want 1", len(w.manifests))
+		}
+		live := w.manifests[0].Second
+		target = live
+		for _, r := range w.requests {
+			if r.second > s0+2 && r.second < target {
+				target = r.second
+			}
+		}
+		if target >= live {
+			t.Fatalf("jumped to live (second %d); the playhead is at second %d", live, phSec)
+		}
+	})
+	if target > phSec-1 || target < phSec-3 {
+		t.Errorf("jumped to second %d, want its playhead (second %d) less 2 s", target, phSec)
+	}
+	// Every second from there is fetched: nothing due on the video is skipped.
+	eventually(t, "the seconds after the jump", func() bool {
+		n := 0
+		w.lock(func() {
+			for _, r := range w.requests {
+				if r.second >= target && r.second <= phSec+5 {
+					n++
+				}
+			}
+		})
+		return n >= int(phSec+5-target)
+	})
 }

@@ -120,12 +120,12 @@ func ReadSLO(r io.Reader) (SLO, error) {
 		return SLO{}, fmt.Errorf("%w: larger than %d bytes", ErrBadSLO, maxSLOBytes)
 	}
 	var raw struct {
-		V                   *int     `json:"v"`
-		BarrageLatencyP99Ms *float64 `json:"barrage_latency_p99_ms"`
-		GiftLatencyP99Ms    *float64 `json:"gift_latency_p99_ms"`
-		EntryLatencyP99Ms   *float64 `json:"entry_latency_p99_ms"`
-		GiftDeliveredRatio  *float64 `json:"gift_delivered_ratio"`
-		BarrageShownRatio   *float64 `json:"barrage_shown_ratio"`
+		V                   *int       `json:"v"`
+		BarrageLatencyP99Ms *float64   `json:"barrage_latency_p99_ms"`
+		GiftLatencyP99Ms    *float64   `json:"gift_latency_p99_ms"`
+		EntryLatencyP99Ms   *float64   `json:"entry_latency_p99_ms"`
+		GiftDeliveredRatio  *float64   `json:"gift_delivered_ratio"`
+		BarrageShownRatio   *float64   `json:"barrage_shown_ratio"`
 		AdmittedPerSec      *float64   `json:"admitted_per_s"`
 		BindingRole         string     `json:"binding_role"`
 		Roles               []RolePlan `json:"roles"`

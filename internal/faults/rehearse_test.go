@@ -52,16 +52,23 @@ type rehearseLoad struct {
 // a run and writes the reports to DANMAKU_REHEARSE_OUT.
 func TestRehearse(t *testing.T) {
 	heavy := os.Getenv("DANMAKU_REHEARSE") != ""
-	pl, slo := rehearsePlan(t)
-	vcpu := pl.Fleet("edge").Instance.VCPU
-	counts := map[string]int{}
-	for _, f := range pl.Fleets {
-		if f.Instance.VCPU != vcpu {
-			t.Fatalf("the rehearsal gives every role the same GOMAXPROCS: %s has %d vCPU, the edge %d", f.Role, f.Instance.VCPU, vcpu)
-		}
-		counts[f.Role] = f.Count
+	out := os.Getenv("DANMAKU_REHEARSE_OUT")
+	if out == "" {
+		out = t.TempDir()
+	} else if err := os.MkdirAll(out, 0o755); err != nil {
+		t.Fatal(err)
 	}
-	ev := pl.Event
+	sloPath, planTable := rehearsePlan(t, out)
+	slo := readSLO(t, sloPath)
+	ev := readEvent(t)
+	vcpu := slo.Roles[0].VCPU
+	counts := map[string]int{}
+	for _, r := range slo.Roles {
+		if r.VCPU != vcpu {
+			t.Fatalf("the rehearsal gives every role the same GOMAXPROCS: %s has %d vCPU, %s %d", r.Role, r.VCPU, slo.Roles[0].Role, vcpu)
+		}
+		counts[r.Role] = r.Nodes
+	}
 	var runs []rehearseLoad
 	for _, sc := range []struct {
 		name  string
@@ -81,24 +88,14 @@ func TestRehearse(t *testing.T) {
 		l.senders = int(math.Ceil(l.rate*1.2*1.25/10)) * 10
 		runs = append(runs, l)
 	}
-	out := os.Getenv("DANMAKU_REHEARSE_OUT")
-	if out == "" {
-		out = t.TempDir()
-	} else if err := os.MkdirAll(out, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	sloPath := filepath.Join(out, "slo.json")
-	if err := os.WriteFile(sloPath, slo, 0o644); err != nil {
-		t.Fatal(err)
-	}
 	s := newStack(t, stackOpts{counts: counts, roleEnv: []string{"GOMAXPROCS=" + strconv.Itoa(vcpu)}})
 	var summary strings.Builder
-	fmt.Fprintf(&summary, "plan: %s; binds first: %s\n", planCounts(pl), pl.SLO.BindingRole)
+	fmt.Fprintf(&summary, "%s\n", planTable)
 	for _, l := range runs {
-		r, v := s.rehearse(l, out, sloPath)
-		fmt.Fprintf(&summary, "%s", rehearseSummary(l, r, v, pl))
-		if len(v.Roles) != len(pl.RoleCPU) {
-			t.Errorf("%s: the verdict sets %d roles against the plan, want %d", l.name, len(v.Roles), len(pl.RoleCPU))
+		r, v := s.rehearse(l, out, sloPath, slo)
+		fmt.Fprintf(&summary, "%s", rehearseSummary(l, r, v, slo))
+		if len(v.Roles) != len(slo.Roles) {
+			t.Errorf("%s: the verdict sets %d roles against the plan, want %d", l.name, len(v.Roles), len(slo.Roles))
 		}
 		for _, rc := range v.Roles {
 			if rc.Nodes != counts[rc.Role] {
@@ -122,64 +119,72 @@ func TestRehearse(t *testing.T) {
 // thousands of viewers) before the servers do.
 const rehearseProcs = 2
 
-// rehearsePlan plans the small show and returns the plan and its service
-// levels as `danmaku plan -slo-out` writes them.
-func rehearsePlan(t *testing.T) (*plan.Plan, []byte) {
+// rehearsePlan runs `danmaku plan` on the small show and the shipped
+// profile, as an operator does, writing the service levels (with the
+// roles' counts and CPU) into out; it returns their path and the plan's
+// summary (its fleets and the role it says binds first).
+func rehearsePlan(t *testing.T, out string) (string, string) {
 	t.Helper()
-	eb, err := os.ReadFile(rehearseEvent)
+	sloPath := filepath.Join(out, "slo.json")
+	b, err := exec.Command(danmakuBinary(t), "plan", "-event", rehearseEvent, "-profile", rehearseProfile, "-slo-out", sloPath).CombinedOutput()
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("danmaku plan: %v\n%s", err, b)
 	}
-	ev, err := plan.DecodeEvent(eb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pb, err := os.ReadFile(rehearseProfile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pr, err := plan.DecodeProfile(pb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pl, err := plan.New(ev, pr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b bytes.Buffer
-	if err := pl.WriteSLO(&b); err != nil {
-		t.Fatal(err)
-	}
-	return pl, b.Bytes()
+	table, _, _ := strings.Cut(string(b), "\nsection ")
+	return sloPath, strings.TrimSpace(table)
 }
 
-func planCounts(pl *plan.Plan) string {
-	var parts []string
-	for _, rc := range pl.RoleCPU {
-		parts = append(parts, fmt.Sprintf("%d %s (%s cores each at the peak, %.0f %% of capacity)", rc.Nodes, rc.Role, strconv.FormatFloat(rc.CoresPerNode, 'f', 3, 64), 100*rc.Utilization))
+func readSLO(t *testing.T, path string) htmlreport.SLO {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return strings.Join(parts, ", ")
+	defer f.Close()
+	slo, err := htmlreport.ReadSLO(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(slo.Roles) == 0 {
+		t.Fatalf("%s names no roles", path)
+	}
+	return slo
+}
+
+// readEvent reads the show's load: viewers, comments and gifts a second.
+func readEvent(t *testing.T) *plan.Event {
+	t.Helper()
+	b, err := os.ReadFile(rehearseEvent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := plan.DecodeEvent(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ev
+}
+
+// metricURLs are the /metrics base URLs of the role's nodes; role "" the
+// gslbs' and edges'.
+func (s *stack) metricURLs(role string) []string {
+	var out []string
+	for _, n := range s.order {
+		p := s.procs[n]
+		if p.role == role || role == "" && (p.role == "gslb" || p.role == "edge") {
+			out = append(out, "http://"+p.metrics)
+		}
+	}
+	return out
 }
 
 // rehearse runs one load against the stack with `danmaku loadgen -procs`,
 // writing NAME.json and NAME.html into out, and returns the merged report
 // and its verdict. Redis's CPU and commands over the run are logged: no
 // /metrics of the report covers it.
-func (s *stack) rehearse(l rehearseLoad, out, sloPath string) (*loadgen.Report, htmlreport.Verdict) {
+func (s *stack) rehearse(l rehearseLoad, out, sloPath string, slo htmlreport.SLO) (*loadgen.Report, htmlreport.Verdict) {
 	t := s.t
 	t.Helper()
-	var ingm, slm, nodem []string
-	for _, n := range s.order {
-		p := s.procs[n]
-		switch p.role {
-		case "ingest":
-			ingm = append(ingm, "http://"+p.metrics)
-		case "slicer":
-			slm = append(slm, "http://"+p.metrics)
-		default:
-			nodem = append(nodem, "http://"+p.metrics)
-		}
-	}
 	jsonPath, htmlPath := filepath.Join(out, "rehearsal-"+l.name+".json"), filepath.Join(out, "rehearsal-"+l.name+".html")
 	ctx, cancel := context.WithTimeout(context.Background(), l.offer+5*time.Minute)
 	defer cancel()
@@ -187,7 +192,8 @@ func (s *stack) rehearse(l rehearseLoad, out, sloPath string) (*loadgen.Report, 
 		"-users", strconv.Itoa(l.senders), "-rate", strconv.FormatFloat(l.rate, 'f', 1, 64)+"/s",
 		"-gifts", strconv.FormatFloat(l.gifts, 'f', 1, 64)+"/s", "-gift-ingest", "http://"+s.giftLB.Addr(),
 		"-pollers", strconv.Itoa(l.pollers), "-poller-edge", "-duration", l.offer.String(),
-		"-ingest-metrics", strings.Join(ingm, ","), "-slicer-metrics", strings.Join(slm, ","), "-node-metrics", strings.Join(nodem, ","),
+		"-ingest-metrics", strings.Join(s.metricURLs("ingest"), ","), "-slicer-metrics", strings.Join(s.metricURLs("slicer"), ","),
+		"-node-metrics", strings.Join(s.metricURLs(""), ","),
 		"-user-prefix", "rh"+strings.ReplaceAll(l.name, ".", "")+"-",
 		"-procs", strconv.Itoa(rehearseProcs), "-quiet", "-json", jsonPath, "-html", htmlPath, "-slo", sloPath)
 	cmd.Env = append(os.Environ(), "DANMAKU_TICKET_KEY="+ticketKey, "DANMAKU_GIFT_KEY="+giftKey)
@@ -206,15 +212,6 @@ func (s *stack) rehearse(l rehearseLoad, out, sloPath string) (*loadgen.Report, 
 	}
 	var r loadgen.Report
 	if err := json.Unmarshal(b, &r); err != nil {
-		t.Fatal(err)
-	}
-	sf, err := os.Open(sloPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sf.Close()
-	slo, err := htmlreport.ReadSLO(sf)
-	if err != nil {
 		t.Fatal(err)
 	}
 	if st, err := os.Stat(htmlPath); err != nil || st.Size() == 0 {
@@ -255,13 +252,14 @@ func (s *stack) redisCPU(ctx context.Context) redisReading {
 }
 
 // rehearseSummary is one run's lines for people.
-func rehearseSummary(l rehearseLoad, r *loadgen.Report, v htmlreport.Verdict, pl *plan.Plan) string {
+func rehearseSummary(l rehearseLoad, r *loadgen.Report, v htmlreport.Verdict, slo htmlreport.SLO) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s (%.1fx the plan): %d pollers holding the edge, %d senders at %.0f/s, %.1f gifts/s for %v: verdict %s\n",
 		l.name, l.scale, l.pollers, l.senders, l.rate, l.gifts, l.offer, v.Word())
 	for _, line := range v.Lines {
 		fmt.Fprintf(&b, "  %-16s %s: %s (target %s)\n", line.Status, line.Name, line.Measured, line.Target)
 	}
-	fmt.Fprintf(&b, "  bound first: %s (plan: %s)\n", v.BindingRole, pl.SLO.BindingRole)
+	fmt.Fprintf(&b, "  bound first: %s (plan: %s); generator %d processes, %.2f of %d cores, timer lag p99 %.0f ms\n",
+		v.BindingRole, slo.BindingRole, r.Generator.Procs, r.Generator.CPUCores, r.Generator.MachineCores, r.Latency.GeneratorLag.P99Ms)
 	return b.String()
 }

@@ -102,6 +102,11 @@ type RoleCPU struct {
 	// the comments).
 	Limit string `json:"limit"`
 	When  string `json:"when,omitempty"`
+	// Unit is the work the model costs the role's CPU by, and UnitCPUUs
+	// the profile's CPU per unit: a rehearsal divides a node's measured
+	// CPU by the units it did, whatever load the generator managed.
+	Unit      string  `json:"unit,omitempty"`
+	UnitCPUUs float64 `json:"cpu_us_per_unit,omitempty"`
 }
 
 // Plan is a computed deployment.
@@ -486,8 +491,14 @@ func (q *planner) planSLO() error {
 	cpu := map[string]float64{"edge": q.edgeCPU, "ingest": q.ingCPU, "gslb": q.gsCPU, "slicer": q.slCPU}
 	for _, fl := range pl.Fleets {
 		rc := RoleCPU{Role: fl.Role, Nodes: fl.Count, VCPU: fl.Instance.VCPU, CoresPerNode: cpu[fl.Role], Utilization: fl.Utilization, Limit: fl.Limit}
-		if fl.Role == "gslb" {
+		switch fl.Role {
+		case "edge":
+			rc.Unit, rc.UnitCPUUs = "frame written", q.frameUs
+		case "ingest":
+			rc.Unit, rc.UnitCPUUs = "comment or gift posted", 1e6/q.f.IngestAdmittedPerSCore.Value
+		case "gslb":
 			rc.When = "the join surge (join_per_s)"
+			rc.Unit, rc.UnitCPUUs = "entry answered", 1e6/q.f.EntryAnswersPerSCore.Value
 		}
 		pl.RoleCPU = append(pl.RoleCPU, rc)
 	}

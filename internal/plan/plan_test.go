@@ -113,7 +113,7 @@ func TestPlanArithmetic(t *testing.T) {
 	for i, want := range []float64{24390 * 10 * 20e-6, 100000.0 / 5000 / 5, 100000.0 / 10000 / 3, 0.0246} {
 		rc := pl.RoleCPU[i]
 		near(rc.Role+" cpu per node", rc.CoresPerNode, want)
-		if rc.Role != Roles[i] || rc.Nodes != pl.Fleet(rc.Role).Count || rc.Utilization != pl.Fleet(rc.Role).Utilization {
+		if rc.Role != Roles[i] || rc.Nodes != pl.Fleet(rc.Role).Count || rc.Utilization != pl.Fleet(rc.Role).Utilization || (rc.UnitCPUUs > 0) != (rc.Role != "slicer") {
 			t.Errorf("role cpu %d: %+v", i, rc)
 		}
 	}

@@ -76,7 +76,7 @@ func fixtureSLO() SLO {
 	s.AdmittedPerSec, s.BindingRole = 140, "edge"
 	s.Roles = []RolePlan{
 		{Role: "ingest", Nodes: 2, VCPU: 1, CoresPerNode: 0.02, Utilization: 0.03},
-		{Role: "edge", Nodes: 2, VCPU: 1, CoresPerNode: 0.1, Utilization: 0.2},
+		{Role: "edge", Nodes: 2, VCPU: 1, CoresPerNode: 0.1, Utilization: 0.2, Unit: "frame written", UnitCPUUs: 9},
 	}
 	return s
 }

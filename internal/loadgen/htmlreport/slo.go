@@ -64,6 +64,11 @@ type RolePlan struct {
 	Utilization  float64 `json:"utilization"`
 	Limit        string  `json:"limit,omitempty"`
 	When         string  `json:"when,omitempty"`
+	// Unit is the work the plan costs the role by (edge: "frame written",
+	// ingest: "comment or gift posted", gslb: "entry answered"), and
+	// UnitCPUUs the profile's CPU per unit.
+	Unit      string  `json:"unit,omitempty"`
+	UnitCPUUs float64 `json:"cpu_us_per_unit,omitempty"`
 }
 
 // roleNames are the roles a RolePlan may name: the machine roles whose
@@ -180,13 +185,16 @@ func ReadSLO(r io.Reader) (SLO, error) {
 			return SLO{}, fmt.Errorf("%w: roles[%d].role %q twice", ErrBadSLO, i, r.Role)
 		case r.Nodes < 1 || r.VCPU < 1:
 			return SLO{}, fmt.Errorf("%w: roles[%d]: nodes and vcpu at least 1", ErrBadSLO, i)
-		case !(r.CoresPerNode >= 0) || math.IsInf(r.CoresPerNode, 0) || !(r.Utilization >= 0) || math.IsInf(r.Utilization, 0):
-			return SLO{}, fmt.Errorf("%w: roles[%d]: cpu_cores_per_node and utilization finite numbers ≥ 0", ErrBadSLO, i)
-		case len(r.Limit) > 128 || len(r.When) > 128:
-			return SLO{}, fmt.Errorf("%w: roles[%d]: limit and when at most 128 bytes", ErrBadSLO, i)
+		case !finite(r.CoresPerNode) || !finite(r.Utilization) || !finite(r.UnitCPUUs):
+			return SLO{}, fmt.Errorf("%w: roles[%d]: cpu_cores_per_node, utilization and cpu_us_per_unit finite numbers ≥ 0", ErrBadSLO, i)
+		case len(r.Limit) > 128 || len(r.When) > 128 || len(r.Unit) > 128:
+			return SLO{}, fmt.Errorf("%w: roles[%d]: limit, when and unit at most 128 bytes", ErrBadSLO, i)
 		}
 		seen[r.Role] = true
 		s.Roles = append(s.Roles, r)
 	}
 	return s, nil
 }
+
+// finite: a number ≥ 0, not infinite.
+func finite(f float64) bool { return f >= 0 && !math.IsInf(f, 0) }

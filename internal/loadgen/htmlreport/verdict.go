@@ -145,6 +145,17 @@ func Judge(r *loadgen.Report, s SLO) Verdict {
 			l.Measured = fmt.Sprintf("%s mean, %s peak over %d node(s)", num2(rc.MeasuredCores), num2(rc.PeakCores), rc.Nodes)
 		}
 		add(l)
+		if rc.Unit == "" || rc.Nodes == 0 {
+			continue
+		}
+		ul := Line{Name: "CPU per " + rc.Unit + " (" + rc.Role + ")", Status: Info,
+			Target: fmt.Sprintf("profile: %s µs", num2(rc.PlannedUnitUs))}
+		if rc.UnitsPerSec > 0 {
+			ul.Measured = fmt.Sprintf("%s µs (%s cores over %s/s, every %s node): %s× the profile", num2(rc.MeasuredUnitUs), num2(rc.RoleCores), num(rc.UnitsPerSec), rc.Role, num2(rc.MeasuredUnitUs/max(rc.PlannedUnitUs, 1e-9)))
+		} else {
+			ul.Measured = fmt.Sprintf("no %s over the run (%s cores)", rc.Unit, num2(rc.RoleCores))
+		}
+		add(ul)
 	}
 
 	gl2 := Line{Name: "load generator kept its schedule", Target: fmt.Sprintf("CPU < %s of the machine, timer lag p99 ≤ 50 ms, send delay p99 ≤ 100 ms", pct(0.8))}
@@ -183,6 +194,28 @@ type RoleCPU struct {
 	PlannedCores  float64 `json:"planned_cores"`
 	MeasuredCores float64 `json:"measured_cores"`
 	PeakCores     float64 `json:"peak_cores"`
+	// Unit is the work the plan costs the role by; RoleCores and
+	// UnitsPerSec are every node of the role's mean CPU and units a
+	// second over the run, MeasuredUnitUs their quotient (fixed costs
+	// included), PlannedUnitUs the profile's.
+	Unit           string  `json:"unit,omitempty"`
+	RoleCores      float64 `json:"role_cores,omitempty"`
+	UnitsPerSec    float64 `json:"units_per_s,omitempty"`
+	MeasuredUnitUs float64 `json:"measured_us_per_unit,omitempty"`
+	PlannedUnitUs  float64 `json:"planned_us_per_unit,omitempty"`
+}
+
+// units is a sample's work in the unit the plan costs role by.
+func units(role string, s loadgen.NodeSample) float64 {
+	switch role {
+	case "edge":
+		return s.EdgeFramesPerSec
+	case "ingest":
+		return s.AdmittedPerSec + s.GiftsPerSec + s.RejectedPerSec
+	case "gslb":
+		return s.EntriesPerSec
+	}
+	return 0
 }
 
 // roleCPU sets each planned role against the nodes that serve that role
@@ -191,24 +224,29 @@ type RoleCPU struct {
 func roleCPU(nr loadgen.NodesReport, plan []RolePlan) []RoleCPU {
 	var out []RoleCPU
 	for _, p := range plan {
-		rc := RoleCPU{Role: p.Role, VCPU: p.VCPU, When: p.When, PlannedCores: p.CoresPerNode}
+		rc := RoleCPU{Role: p.Role, VCPU: p.VCPU, When: p.When, PlannedCores: p.CoresPerNode, Unit: p.Unit, PlannedUnitUs: p.UnitCPUUs}
 		for i := range nr.Nodes {
 			n := &nr.Nodes[i]
 			if len(n.Roles) != 1 || n.Roles[0] != p.Role {
 				continue
 			}
-			var sum, k, peak float64
+			var sum, k, peak, work float64
 			for _, s := range n.Samples {
 				if s.OK {
-					sum, k, peak = sum+s.CPUCores, k+1, max(peak, s.CPUCores)
+					sum, k, peak, work = sum+s.CPUCores, k+1, max(peak, s.CPUCores), work+units(p.Role, s)
 				}
 			}
 			if k == 0 {
 				continue
 			}
 			rc.Nodes++
+			rc.RoleCores += sum / k
+			rc.UnitsPerSec += work / k
 			rc.MeasuredCores = max(rc.MeasuredCores, sum/k)
 			rc.PeakCores = max(rc.PeakCores, peak)
+		}
+		if rc.UnitsPerSec > 0 {
+			rc.MeasuredUnitUs = rc.RoleCores / rc.UnitsPerSec * 1e6
 		}
 		out = append(out, rc)
 	}

@@ -97,13 +97,19 @@ func TestRehearse(t *testing.T) {
 		if len(v.Roles) != len(slo.Roles) {
 			t.Errorf("%s: the verdict sets %d roles against the plan, want %d", l.name, len(v.Roles), len(slo.Roles))
 		}
+		// Every node is read; on a loaded machine a short run may end
+		// before a node's second read (its first rate), so a role may
+		// count fewer nodes than it has, never more.
+		total, read := 0, 0
 		for _, rc := range v.Roles {
-			if rc.Nodes != counts[rc.Role] {
+			total += counts[rc.Role]
+			read += rc.Nodes
+			if rc.Nodes > counts[rc.Role] || heavy && rc.Nodes != counts[rc.Role] {
 				t.Errorf("%s: %d %s node(s) read, the plan's %d", l.name, rc.Nodes, rc.Role, counts[rc.Role])
 			}
 		}
-		if v.BindingRole == "" || r.Generator.Procs != rehearseProcs {
-			t.Errorf("%s: binding role %q, generator %+v", l.name, v.BindingRole, r.Generator)
+		if len(r.Nodes.Nodes) != total || (read > 0) != (v.BindingRole != "") || r.Generator.Procs != rehearseProcs {
+			t.Errorf("%s: %d nodes in the report (the plan's %d), binding role %q, generator %+v", l.name, len(r.Nodes.Nodes), total, v.BindingRole, r.Generator)
 		}
 	}
 	t.Logf("rehearsal (reports in %s):\n%s", out, summary.String())

@@ -29,7 +29,7 @@ GOBIN_DIR := $(firstword $(subst :, ,$(shell $(GO) env GOPATH)))/bin
 endif
 export PATH := $(GOBIN_DIR):$(PATH):/usr/sbin:/usr/local/sbin
 
-.PHONY: help deps fmt-check vet lint test fuzz reliability soak bench bench-latency bench-web bench-rooms bench-ingest bench-limits bench-roundtrips bench-takedown local-up local-down
+.PHONY: help deps fmt-check vet lint test fuzz reliability soak rehearse bench bench-latency bench-web bench-rooms bench-ingest bench-limits bench-roundtrips bench-takedown local-up local-down
 
 help: ## list the targets
 	@echo "Targets:"
@@ -74,6 +74,9 @@ reliability: deps ## the fault table under load: every role its own process (two
 
 soak: deps ## the same load for SOAK (default 10m; SOAK=30m), every role, Redis and S3 sampled each 10 s; a slope and a verdict per series, written into docs/reliability.md
 	$(FAULTS_ENV) DANMAKU_SOAK=$(SOAK) $(GO) test -count=1 -run '^TestSoak$$' -v -timeout 90m ./internal/faults
+
+rehearse: deps ## plan vs reality: plans the small show (infra/rehearse) on infra/profiles/this-machine.json, starts the real stack with the plan's counts, loadgen -procs 2 at the plan's peak and 1.5x for 60 s each; HTML reports and summary.txt in .local/rehearse
+	DANMAKU_REQUIRE_SERVERS=1 DANMAKU_REHEARSE=1 DANMAKU_REHEARSE_OUT=$(CURDIR)/.local/rehearse $(GO) test -count=1 -run '^TestRehearse$$' -v -timeout 30m ./internal/faults
 
 bench: deps ## benchmarks, 5 runs each, for docs/benchmarks.md (pipe to a file, compare with benchstat)
 	DANMAKU_REQUIRE_SERVERS=1 $(GO) test -run '^$$' -bench . -benchmem -count=5 -timeout 60m $(PKGS)

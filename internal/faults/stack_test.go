@@ -146,6 +146,20 @@ type stackOpts struct {
 	// Prometheus (no alerts column), and every role SIGKILLed at the end
 	// rather than stopped one by one (an edge drains for edgeDrain).
 	quick bool
+	// counts are the machines per role ("gslb", "ingest", "edge",
+	// "slicer") as a plan sized them; a role absent: 2.
+	counts map[string]int
+	// roleEnv is added to every role's environment (GOMAXPROCS as the
+	// plan's vCPU).
+	roleEnv []string
+}
+
+// count is how many of role the stack runs.
+func (o stackOpts) count(role string) int {
+	if n := o.counts[role]; n > 0 {
+		return n
+	}
+	return 2
 }
 
 // stack is the local real stack of one row: backends, two of each role
@@ -202,6 +216,7 @@ func newStack(t *testing.T, o stackOpts) *stack {
 		"DANMAKU_TICKET_KEY="+ticketKey,
 		"DANMAKU_MASTER_KEY="+hex.EncodeToString([]byte("0123456789abcdef0123456789abcdef")),
 	)
+	s.env = append(s.env, o.roleEnv...)
 	if o.partitionEdge {
 		if o.cluster {
 			t.Fatal("a cluster client learns every node's address: the partition proxy takes one server")
@@ -214,8 +229,8 @@ func newStack(t *testing.T, o stackOpts) *stack {
 		s.edgeRedis = p
 	}
 	var gslbs []string
-	for i := 1; i <= 2; i++ {
-		p := s.start("gslb", i, nil, "-cdn", s.cdn+"/"+s3Prefix, "-gslb-nodes", "2")
+	for i := 1; i <= o.count("gslb"); i++ {
+		p := s.start("gslb", i, nil, "-cdn", s.cdn+"/"+s3Prefix, "-gslb-nodes", strconv.Itoa(o.count("gslb")))
 		gslbs = append(gslbs, p.addr)
 	}
 	lb, err := NewProxy(gslbs...)
@@ -229,7 +244,7 @@ func newStack(t *testing.T, o stackOpts) *stack {
 		ingestExtra = []string{"-gift-wait-replicas", "1"}
 	}
 	var ingests []string
-	for i := 1; i <= 2; i++ {
+	for i := 1; i <= o.count("ingest"); i++ {
 		p := s.start("ingest", i, nil, append([]string{"-audit-dir", t.TempDir()}, ingestExtra...)...)
 		ingests = append(ingests, p.addr)
 	}
@@ -238,14 +253,14 @@ func newStack(t *testing.T, o stackOpts) *stack {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.giftLB.Close() })
-	for i := 1; i <= 2; i++ {
+	for i := 1; i <= o.count("edge"); i++ {
 		var env []string
 		if i == 2 && s.edgeRedis != nil {
 			env = []string{"DANMAKU_REDIS=" + s.edgeRedis.Addr()}
 		}
 		s.start("edge", i, env, "-edge-drain", edgeDrain)
 	}
-	for i := 1; i <= 2; i++ {
+	for i := 1; i <= o.count("slicer"); i++ {
 		s.start("slicer", i, nil, "-audit-dir", t.TempDir())
 	}
 	s.createEvent()
@@ -351,7 +366,10 @@ func (s *stack) awaitRoom() {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(time.Minute)
-	for _, n := range []string{"gslb-1", "gslb-2"} {
+	for _, n := range s.order {
+		if s.procs[n].role != "gslb" {
+			continue
+		}
 		for {
 			req, _ := http.NewRequest(http.MethodGet, "http://"+s.procs[n].addr+"/v1/entry?room="+room, nil)
 			req.Header.Set("Authorization", "Bearer "+ticket)

@@ -438,7 +438,7 @@ type Generator struct {
 	refreshes atomic.Int64
 
 	lat struct {
-		entry, post, gift, e2e, giftE2E, sendDelay Histogram
+		entry, post, gift, e2e, giftE2E, sendDelay, genLag Histogram
 	}
 	// window holds the latencies of the current progress second.
 	window atomic.Pointer[secondWindow]
@@ -546,6 +546,7 @@ func (g *Generator) Run(ctx context.Context) (*Report, error) {
 	rctx := context.WithoutCancel(ctx)
 	loadStart := time.Now()
 	g.loadStart = loadStart
+	self := startSelfMeter(&g.lat.genLag)
 	nodesDone := make(chan struct{})
 	var nodes sync.WaitGroup
 	nodes.Go(func() { rep.Nodes = g.scrapeNodes(rctx, loadStart, nodesDone) })
@@ -588,6 +589,7 @@ func (g *Generator) Run(ctx context.Context) (*Report, error) {
 	mctx, mcancel = context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	after := scrape(mctx, g.hc, ingests, g.cfg.SlicerMetrics)
 	mcancel()
+	self.stop(&rep.Generator)
 	close(nodesDone)
 	nodes.Wait()
 	statsAfter := g.pollerStats()

@@ -85,9 +85,12 @@ const (
 	famEntries    = "danmaku_gslb_entries_total"
 	famEdgeConns  = "danmaku_edge_connections"
 	famEdgeFrames = "danmaku_edge_frames_sent_total"
+	// famSlicerRooms is served by every slicer, a standby that has written
+	// no segment yet included: it tells the role.
+	famSlicerRooms = "danmaku_slicer_rooms"
 )
 
-var nodeFamilies = []string{famCPU, famRSS, famGoroutines, famAccepted, famRejected, famEntries, famEdgeConns, famEdgeFrames, famSegments}
+var nodeFamilies = []string{famCPU, famRSS, famGoroutines, famAccepted, famRejected, famEntries, famEdgeConns, famEdgeFrames, famSegments, famSlicerRooms}
 
 // nodeRaw is one read of a node: the counters' values, not yet rates.
 type nodeRaw struct {
@@ -268,7 +271,7 @@ func parseNode(r io.Reader, at time.Time) (*nodeRaw, error) {
 	for _, r := range []struct {
 		role string
 		fams []string
-	}{{"gslb", []string{famEntries}}, {"ingest", []string{famAccepted, famRejected}}, {"slicer", []string{famSegments}}, {"edge", []string{famEdgeConns}}} {
+	}{{"gslb", []string{famEntries}}, {"ingest", []string{famAccepted, famRejected}}, {"slicer", []string{famSegments, famSlicerRooms}}, {"edge", []string{famEdgeConns}}} {
 		if slices.ContainsFunc(r.fams, func(f string) bool { return seen[f] }) {
 			raw.roles = append(raw.roles, r.role)
 		}

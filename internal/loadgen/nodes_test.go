@@ -56,6 +56,10 @@ danmaku_other_total 5
 	if s := a.sample(nil, t0); s.OK || s.CPUCores != 0 || s.RSSMiB != 100 {
 		t.Errorf("first read: %+v", s)
 	}
+	// A standby slicer has written no segment: its rooms gauge tells it.
+	if c, err := parseNode(strings.NewReader("process_cpu_seconds_total 1\ndanmaku_slicer_rooms 1\n"), t0); err != nil || !reflect.DeepEqual(c.roles, []string{"slicer"}) {
+		t.Errorf("standby slicer: roles %v, %v", c.roles, err)
+	}
 	if _, err := parseNode(strings.NewReader("process_cpu_seconds_total{ 1\n"), t0); err == nil {
 		t.Error("malformed metrics parsed")
 	}

@@ -40,6 +40,10 @@ type Report struct {
 	// Histograms are the latency distributions behind Latency, bucket by
 	// bucket, so that Merge combines processes into exact percentiles.
 	Histograms Histograms `json:"histograms"`
+	// Generator is the generator's own CPU; with Latency.GeneratorLag and
+	// SendDelay it says whether the generator bound the run
+	// (GeneratorBound).
+	Generator GeneratorReport `json:"generator"`
 }
 
 // Histograms holds one HistogramData per Latencies field.
@@ -50,6 +54,8 @@ type Histograms struct {
 	BarrageE2E  HistogramData `json:"barrage_e2e"`
 	GiftE2E     HistogramData `json:"gift_e2e"`
 	SendDelay   HistogramData `json:"send_delay"`
+	// GeneratorLag is how late the generator's lag probe fired.
+	GeneratorLag HistogramData `json:"generator_lag"`
 }
 
 // RunInfo says what was asked for (this shard's share of it) and when.
@@ -187,6 +193,10 @@ type Latencies struct {
 	// SendDelay is a comment's scheduled time to a worker taking it up:
 	// above a few ms, the generator is the bottleneck.
 	SendDelay Summary `json:"send_delay"`
+	// GeneratorLag is how late a timer of 10 ms fired in the generator's
+	// processes over the offer and the drain: above a few ms, they were
+	// runnable and not run (the machine's CPU), and polled and sent late.
+	GeneratorLag Summary `json:"generator_lag"`
 }
 
 // DeliveryReport is what the pollers decoded of the generator's own
@@ -368,6 +378,7 @@ func (g *Generator) fillReport(r *Report, before, after sample, sb, sa sdk.Stats
 	r.Histograms = Histograms{
 		Entry: g.lat.entry.Data(), BarragePost: g.lat.post.Data(), GiftPost: g.lat.gift.Data(),
 		BarrageE2E: g.lat.e2e.Data(), GiftE2E: g.lat.giftE2E.Data(), SendDelay: g.lat.sendDelay.Data(),
+		GeneratorLag: g.lat.genLag.Data(),
 	}
 	r.Latency = r.Histograms.latencies()
 
@@ -526,6 +537,7 @@ func (h *Histograms) latencies() Latencies {
 	return Latencies{
 		Entry: sum(h.Entry), BarragePost: sum(h.BarragePost), GiftPost: sum(h.GiftPost),
 		BarrageE2E: sum(h.BarrageE2E), GiftE2E: sum(h.GiftE2E), SendDelay: sum(h.SendDelay),
+		GeneratorLag: sum(h.GeneratorLag),
 	}
 }
 
@@ -694,8 +706,20 @@ func (r *Report) WriteText(w io.Writer) error {
 	}{
 		{"entry", r.Latency.Entry}, {"barrage POST", r.Latency.BarragePost}, {"gift POST", r.Latency.GiftPost},
 		{"barrage end-to-end", r.Latency.BarrageE2E}, {"gift end-to-end", r.Latency.GiftE2E}, {"send delay", r.Latency.SendDelay},
+		{"generator lag", r.Latency.GeneratorLag},
 	} {
 		p("  %-18s %8d %8.1f %8.1f %8.1f %8.1f\n", l.name, l.s.Count, l.s.P50Ms, l.s.P90Ms, l.s.P99Ms, l.s.MaxMs)
+	}
+
+	ge := &r.Generator
+	p("\ngenerator %d process(es): %.2f of %d cores busy over %.0fs", ge.Procs, ge.CPUCores, ge.MachineCores, ge.WindowSeconds)
+	if why := r.GeneratorBound(); len(why) > 0 {
+		p("; GENERATOR-BOUND, the figures above are the generator's, not the servers':\n")
+		for _, w := range why {
+			p("  - %s\n", w)
+		}
+	} else {
+		p("; kept its schedule\n")
 	}
 
 	r.Drops.writeText(p)

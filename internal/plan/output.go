@@ -126,9 +126,14 @@ func (p *Plan) WriteQuota(w io.Writer) error {
 
 func roundUp(n, to int) int { return (n + to - 1) / to * to }
 
-// WriteSLO writes the plan's service levels as JSON.
+// WriteSLO writes the plan's service levels as JSON, with each machine
+// role's planned CPU ("roles") for the rehearsal report to set against
+// what its nodes measured.
 func (p *Plan) WriteSLO(w io.Writer) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	return enc.Encode(p.SLO)
+	return enc.Encode(struct {
+		SLO
+		Roles []RoleCPU `json:"roles"`
+	}{p.SLO, p.RoleCPU})
 }

@@ -85,6 +85,30 @@ type SLO struct {
 	BindingRole         string  `json:"binding_role"`
 }
 
+// RoleCPU is what the plan expects of one role's busiest machine at the
+// peak, for a rehearsal to set against the CPU its nodes' /metrics show
+// (`danmaku plan -slo-out` writes them under "roles").
+type RoleCPU struct {
+	Role  string `json:"role"`
+	Nodes int    `json:"nodes"`
+	VCPU  int    `json:"vcpu"`
+	// CoresPerNode is the CPU the model gives the busiest machine at the
+	// peak; Utilization the role's planned load over its capacity at
+	// headroom (Fleet.Utilization), the figure that names the binding role.
+	CoresPerNode float64 `json:"cpu_cores_per_node"`
+	Utilization  float64 `json:"utilization"`
+	// Limit is what runs out first as the load grows (Fleet.Limit); When
+	// says when the CPU is spent (the gslb's at the join surge, before
+	// the comments).
+	Limit string `json:"limit"`
+	When  string `json:"when,omitempty"`
+	// Unit is the work the model costs the role's CPU by, and UnitCPUUs
+	// the profile's CPU per unit: a rehearsal divides a node's measured
+	// CPU by the units it did, whatever load the generator managed.
+	Unit      string  `json:"unit,omitempty"`
+	UnitCPUUs float64 `json:"cpu_us_per_unit,omitempty"`
+}
+
 // Plan is a computed deployment.
 type Plan struct {
 	Event   *Event
@@ -108,6 +132,8 @@ type Plan struct {
 	VCPU, VCPUMax   int
 	RedisNodes      int
 	SLO             SLO
+	// RoleCPU is each machine role's planned CPU, in Roles' order.
+	RoleCPU []RoleCPU
 }
 
 func (p *Plan) add(section, name string, v float64, unit, formula string, fields ...string) float64 {
@@ -184,6 +210,8 @@ type planner struct {
 	edgeN, ingN, gsN, slN             int
 	edgeUtil, ingUtil, gsUtil, slUtil float64
 	slBind                            string
+	// planned CPU of the busiest machine of each role at the peak
+	edgeCPU, ingCPU, gsCPU, slCPU float64
 }
 
 // planRooms spreads the event over its rooms: what each is offered, stores, shows and pushes.
@@ -266,7 +294,7 @@ func (q *planner) planEdge() error {
 	if u := e.JoinPerS / (float64(edgeN) * joinCap); u > edgeUtil {
 		edgeUtil, edgeLimit = u, "connects per second"
 	}
-	pl.add("edge", "CPU of writes at the peak", float64(int(e.Viewers/float64(edgeN)+0.5))*framesMean*frameUs/1e6, "vCPU per edge", "viewers / edges x frames per viewer x "+frameField, frameField)
+	q.edgeCPU = pl.add("edge", "CPU of writes at the peak", float64(int(e.Viewers/float64(edgeN)+0.5))*framesMean*frameUs/1e6, "vCPU per edge", "viewers / edges x frames per viewer x "+frameField, frameField)
 
 	q.edgeN, q.edgeBind, q.edgeLimit, q.edgeUtil = edgeN, edgeBind, edgeLimit, edgeUtil
 	return nil
@@ -284,6 +312,7 @@ func (q *planner) planIngest() error {
 	pl.IngestCapacity = max(10, int(math.Floor(float64(in.VCPU)*e.Headroom*f.IngestAdmittedPerSCore.Value*ingestSecondsInFlight/100))*100)
 	pl.add("ingest", "ingest_capacity", float64(pl.IngestCapacity), "in flight", fmt.Sprintf("instances.ingest.vcpu x headroom x ingest_admitted_per_s_per_core x %g s, down to hundreds", ingestSecondsInFlight), "ingest_admitted_per_s_per_core")
 	ingUtil := ingVCPU / float64(ingN*in.VCPU)
+	q.ingCPU = ingVCPU * e.Headroom / float64(ingN)
 
 	q.ingN, q.ingUtil = ingN, ingUtil
 	return nil
@@ -299,6 +328,7 @@ func (q *planner) planGSLB() error {
 	gsN := survivors(gsVCPU/float64(gs.VCPU), zones, lost)
 	pl.add("gslb", "gslbs", float64(gsN), "machines", "vCPU / instances.gslb.vcpu; "+zoneNote, "instances.gslb.vcpu")
 	gsUtil := gsVCPU / float64(gsN*gs.VCPU)
+	q.gsCPU = gsVCPU * e.Headroom / float64(gsN)
 	lcu := e.JoinPerS / newConnsPerLCU
 	pl.LoadBalancers = max(1, int(math.Ceil(lcu/maxLCUPerLB)))
 	if pl.LoadBalancers > maxLoadBalancers {
@@ -328,6 +358,9 @@ func (q *planner) planSlicer() error {
 	}
 	pl.add("slicer", "slicers", float64(slN), "machines", "max(vCPU / (instances.slicer.vcpu x headroom) with a zone lost, zones_lost + 1 and at least 2)", "instances.slicer.vcpu", "zones_lost")
 	slUtil := slVCPU / (float64(slN*sl.VCPU) * e.Headroom)
+	// A room is led by one slicer: with fewer rooms than slicers, the
+	// busiest leads one room's share of the work.
+	q.slCPU = slVCPU / float64(max(1, min(slN, q.nRooms)))
 
 	q.slN, q.slBind, q.slUtil = slN, slBind, slUtil
 	return nil
@@ -455,6 +488,20 @@ func (q *planner) planSLO() error {
 	pl.add("slo", "entry p99", pl.SLO.EntryLatencyP99Ms, "ms", "design: queueing at the planned headroom and the network", "headroom")
 	pl.add("slo", "barrage shown ratio", pl.SLO.BarrageShownRatio, "", "comments shown / comments_per_s", "comments_per_s", "budget")
 
+	cpu := map[string]float64{"edge": q.edgeCPU, "ingest": q.ingCPU, "gslb": q.gsCPU, "slicer": q.slCPU}
+	for _, fl := range pl.Fleets {
+		rc := RoleCPU{Role: fl.Role, Nodes: fl.Count, VCPU: fl.Instance.VCPU, CoresPerNode: cpu[fl.Role], Utilization: fl.Utilization, Limit: fl.Limit}
+		switch fl.Role {
+		case "edge":
+			rc.Unit, rc.UnitCPUUs = "frame written", q.frameUs
+		case "ingest":
+			rc.Unit, rc.UnitCPUUs = "comment or gift posted", 1e6/q.f.IngestAdmittedPerSCore.Value
+		case "gslb":
+			rc.When = "the join surge (join_per_s)"
+			rc.Unit, rc.UnitCPUUs = "entry answered", 1e6/q.f.EntryAnswersPerSCore.Value
+		}
+		pl.RoleCPU = append(pl.RoleCPU, rc)
+	}
 	util := map[string]float64{"edge": q.edgeUtil, "ingest": q.ingUtil, "gslb": q.gsUtil, "slicer": q.slUtil, "redis": pl.RedisUtilization}
 	best := -1.0
 	for _, r := range Roles {

@@ -106,6 +106,17 @@ func TestPlanArithmetic(t *testing.T) {
 			t.Errorf("%s: got %+v, want %+v", c.role, got, c.want)
 		}
 	}
+	// The busiest machine's CPU at the peak, for the rehearsal: an edge
+	// writes 24,390 viewers x 10 frames x 20 µs; 100,000 posts / 5,000 per
+	// core over 5 ingests; 100,000 entries / 10,000 per core over 3 gslbs;
+	// one room's slicer work on its leader.
+	for i, want := range []float64{24390 * 10 * 20e-6, 100000.0 / 5000 / 5, 100000.0 / 10000 / 3, 0.0246} {
+		rc := pl.RoleCPU[i]
+		near(rc.Role+" cpu per node", rc.CoresPerNode, want)
+		if rc.Role != Roles[i] || rc.Nodes != pl.Fleet(rc.Role).Count || rc.Utilization != pl.Fleet(rc.Role).Utilization || (rc.UnitCPUUs > 0) != (rc.Role != "slicer") {
+			t.Errorf("role cpu %d: %+v", i, rc)
+		}
+	}
 	if pl.EdgeMaxConns != 40000 || pl.IngestCapacity != 6000 || pl.LoadBalancers != 1 || pl.LCUPerLB != 4000 {
 		t.Errorf("edge_max_conns %d (want 40000), ingest_capacity %d (6000), ALBs %d (1), LCU %d (4000)", pl.EdgeMaxConns, pl.IngestCapacity, pl.LoadBalancers, pl.LCUPerLB)
 	}
@@ -296,12 +307,15 @@ func TestOutputs(t *testing.T) {
 	if err := json.Unmarshal(slo.Bytes(), &back); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"v", "barrage_latency_p99_ms", "gift_latency_p99_ms", "entry_latency_p99_ms", "gift_delivered_ratio", "barrage_shown_ratio", "admitted_per_s", "binding_role"} {
+	for _, k := range []string{"v", "barrage_latency_p99_ms", "gift_latency_p99_ms", "entry_latency_p99_ms", "gift_delivered_ratio", "barrage_shown_ratio", "admitted_per_s", "binding_role", "roles"} {
 		if _, ok := back[k]; !ok {
 			t.Errorf("SLO JSON lacks %s: %s", k, slo.String())
 		}
 	}
-	if len(back) != 8 {
+	if roles, _ := back["roles"].([]any); len(roles) != 4 {
+		t.Errorf("SLO JSON roles: %v, want the 4 machine roles", back["roles"])
+	}
+	if len(back) != 9 {
 		t.Errorf("SLO JSON has %d keys: %s", len(back), slo.String())
 	}
 }

@@ -30,13 +30,15 @@ func fixture() *loadgen.Report {
 		AttemptedPerSec: 150, OKPerSec: 149, PeakPerSec: 151}
 	r.Gifts = loadgen.GiftsReport{Orders: 100, Attempts: 101, Accepted: 100, Answers: map[string]int64{"200": 100, "503 backend_unavailable": 1}, OKPerSec: 10}
 	r.Latency = loadgen.Latencies{
-		Entry:       loadgen.Summary{Count: 250, P50Ms: 9.5, P90Ms: 30, P99Ms: 48, MaxMs: 60},
-		BarragePost: loadgen.Summary{Count: 1500, P50Ms: 70, P90Ms: 130, P99Ms: 160, MaxMs: 200},
-		GiftPost:    loadgen.Summary{Count: 100, P50Ms: 2.5, P90Ms: 6, P99Ms: 40, MaxMs: 41},
-		BarrageE2E:  loadgen.Summary{Count: 29800, P50Ms: 640, P90Ms: 1050, P99Ms: 1190, MaxMs: 1260},
-		GiftE2E:     loadgen.Summary{Count: 2000, P50Ms: 3, P90Ms: 7, P99Ms: 50, MaxMs: 52},
-		SendDelay:   loadgen.Summary{Count: 1500, P50Ms: 1, P90Ms: 3, P99Ms: 20, MaxMs: 60},
+		Entry:        loadgen.Summary{Count: 250, P50Ms: 9.5, P90Ms: 30, P99Ms: 48, MaxMs: 60},
+		BarragePost:  loadgen.Summary{Count: 1500, P50Ms: 70, P90Ms: 130, P99Ms: 160, MaxMs: 200},
+		GiftPost:     loadgen.Summary{Count: 100, P50Ms: 2.5, P90Ms: 6, P99Ms: 40, MaxMs: 41},
+		BarrageE2E:   loadgen.Summary{Count: 29800, P50Ms: 640, P90Ms: 1050, P99Ms: 1190, MaxMs: 1260},
+		GiftE2E:      loadgen.Summary{Count: 2000, P50Ms: 3, P90Ms: 7, P99Ms: 50, MaxMs: 52},
+		SendDelay:    loadgen.Summary{Count: 1500, P50Ms: 1, P90Ms: 3, P99Ms: 20, MaxMs: 60},
+		GeneratorLag: loadgen.Summary{Count: 1400, P50Ms: 0.1, P90Ms: 1, P99Ms: 3, MaxMs: 9},
 	}
+	r.Generator = loadgen.GeneratorReport{Procs: 2, MachineCores: 2, WindowSeconds: 14, CPUSeconds: 7, CPUCores: 0.5}
 	r.Delivery = loadgen.DeliveryReport{Pollers: 20, Joined: 20, Edge: true, CommentsAccepted: 1490, CommentsShown: 1490, CommentsShownByAll: 1488,
 		CommentDecodes: 29800, GiftsAccepted: 100, GiftsShown: 100, GiftsShownByAll: 100, SegmentsFetched: 280, FirstPollHits: 280, FirstPollHitRatio: 1}
 	r.Drops = loadgen.DropsReport{Endpoints: []string{"http://127.0.0.1:7701"}, Accepted: map[string]int64{"barrage": 1480, "gift": 100},
@@ -72,6 +74,10 @@ func fixture() *loadgen.Report {
 func fixtureSLO() SLO {
 	s := DefaultSLO(1000, true)
 	s.AdmittedPerSec, s.BindingRole = 140, "edge"
+	s.Roles = []RolePlan{
+		{Role: "ingest", Nodes: 2, VCPU: 1, CoresPerNode: 0.02, Utilization: 0.03},
+		{Role: "edge", Nodes: 2, VCPU: 1, CoresPerNode: 0.1, Utilization: 0.2, Unit: "frame written", UnitCPUUs: 9},
+	}
 	return s
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 )
 
 // SLOVersion is the version of the service-level file this package reads.
@@ -43,9 +44,36 @@ type SLO struct {
 	// stored over the offer; 0 sets no floor.
 	AdmittedPerSec float64 `json:"admitted_per_s"`
 	// BindingRole is the role the plan says binds first; the report names
-	// it beside the busiest node it measured.
+	// it beside the role it measured binding first.
 	BindingRole string `json:"binding_role,omitempty"`
+	// Roles are the plan's CPU per machine role (optional): the report
+	// sets each against its nodes' measured CPU, and names the role whose
+	// busiest node used the largest share of its vCPU.
+	Roles []RolePlan `json:"roles,omitempty"`
 }
+
+// RolePlan is one machine role as planned (`danmaku plan -slo-out`'s
+// "roles").
+type RolePlan struct {
+	Role  string `json:"role"`
+	Nodes int    `json:"nodes"`
+	VCPU  int    `json:"vcpu"`
+	// CoresPerNode is the CPU the plan gives the role's busiest machine
+	// at the peak; Utilization its planned load over capacity.
+	CoresPerNode float64 `json:"cpu_cores_per_node"`
+	Utilization  float64 `json:"utilization"`
+	Limit        string  `json:"limit,omitempty"`
+	When         string  `json:"when,omitempty"`
+	// Unit is the work the plan costs the role by (edge: "frame written",
+	// ingest: "comment or gift posted", gslb: "entry answered"), and
+	// UnitCPUUs the profile's CPU per unit.
+	Unit      string  `json:"unit,omitempty"`
+	UnitCPUUs float64 `json:"cpu_us_per_unit,omitempty"`
+}
+
+// roleNames are the roles a RolePlan may name: the machine roles whose
+// /metrics the report reads.
+var roleNames = []string{"edge", "ingest", "gslb", "slicer"}
 
 // The defaults of DefaultSLO, from the design's numbers (docs/loadgen.md):
 // a comment within its segment plus 250 ms, a gift over the edge within
@@ -97,14 +125,15 @@ func ReadSLO(r io.Reader) (SLO, error) {
 		return SLO{}, fmt.Errorf("%w: larger than %d bytes", ErrBadSLO, maxSLOBytes)
 	}
 	var raw struct {
-		V                   *int     `json:"v"`
-		BarrageLatencyP99Ms *float64 `json:"barrage_latency_p99_ms"`
-		GiftLatencyP99Ms    *float64 `json:"gift_latency_p99_ms"`
-		EntryLatencyP99Ms   *float64 `json:"entry_latency_p99_ms"`
-		GiftDeliveredRatio  *float64 `json:"gift_delivered_ratio"`
-		BarrageShownRatio   *float64 `json:"barrage_shown_ratio"`
-		AdmittedPerSec      *float64 `json:"admitted_per_s"`
-		BindingRole         string   `json:"binding_role"`
+		V                   *int       `json:"v"`
+		BarrageLatencyP99Ms *float64   `json:"barrage_latency_p99_ms"`
+		GiftLatencyP99Ms    *float64   `json:"gift_latency_p99_ms"`
+		EntryLatencyP99Ms   *float64   `json:"entry_latency_p99_ms"`
+		GiftDeliveredRatio  *float64   `json:"gift_delivered_ratio"`
+		BarrageShownRatio   *float64   `json:"barrage_shown_ratio"`
+		AdmittedPerSec      *float64   `json:"admitted_per_s"`
+		BindingRole         string     `json:"binding_role"`
+		Roles               []RolePlan `json:"roles"`
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
@@ -147,5 +176,25 @@ func ReadSLO(r io.Reader) (SLO, error) {
 	if len(s.BindingRole) > 64 {
 		return SLO{}, fmt.Errorf("%w: binding_role: at most 64 bytes", ErrBadSLO)
 	}
+	seen := map[string]bool{}
+	for i, r := range raw.Roles {
+		switch {
+		case !slices.Contains(roleNames, r.Role):
+			return SLO{}, fmt.Errorf("%w: roles[%d].role %q: one of %v", ErrBadSLO, i, r.Role, roleNames)
+		case seen[r.Role]:
+			return SLO{}, fmt.Errorf("%w: roles[%d].role %q twice", ErrBadSLO, i, r.Role)
+		case r.Nodes < 1 || r.VCPU < 1:
+			return SLO{}, fmt.Errorf("%w: roles[%d]: nodes and vcpu at least 1", ErrBadSLO, i)
+		case !finite(r.CoresPerNode) || !finite(r.Utilization) || !finite(r.UnitCPUUs):
+			return SLO{}, fmt.Errorf("%w: roles[%d]: cpu_cores_per_node, utilization and cpu_us_per_unit finite numbers ≥ 0", ErrBadSLO, i)
+		case len(r.Limit) > 128 || len(r.When) > 128 || len(r.Unit) > 128:
+			return SLO{}, fmt.Errorf("%w: roles[%d]: limit, when and unit at most 128 bytes", ErrBadSLO, i)
+		}
+		seen[r.Role] = true
+		s.Roles = append(s.Roles, r)
+	}
 	return s, nil
 }
+
+// finite: a number ≥ 0, not infinite.
+func finite(f float64) bool { return f >= 0 && !math.IsInf(f, 0) }

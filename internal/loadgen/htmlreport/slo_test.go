@@ -2,6 +2,7 @@ package htmlreport
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -14,8 +15,13 @@ func TestReadSLO(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (SLO{V: 1, BarrageLatencyP99Ms: 1250, GiftLatencyP99Ms: 100, EntryLatencyP99Ms: 500, GiftDeliveredRatio: 1, BarrageShownRatio: 0.99, AdmittedPerSec: 160, BindingRole: "edge"}); s != want {
+	if want := (SLO{V: 1, BarrageLatencyP99Ms: 1250, GiftLatencyP99Ms: 100, EntryLatencyP99Ms: 500, GiftDeliveredRatio: 1, BarrageShownRatio: 0.99, AdmittedPerSec: 160, BindingRole: "edge"}); !reflect.DeepEqual(s, want) {
 		t.Errorf("got %+v, want %+v", s, want)
+	}
+	const role = `{"role":"edge","nodes":2,"vcpu":1,"cpu_cores_per_node":0.05,"utilization":0.1,"limit":"connections"}`
+	withRoles, err := ReadSLO(strings.NewReader(good[:len(good)-1] + `,"roles":[` + role + `]}`))
+	if err != nil || len(withRoles.Roles) != 1 || withRoles.Roles[0] != (RolePlan{Role: "edge", Nodes: 2, VCPU: 1, CoresPerNode: 0.05, Utilization: 0.1, Limit: "connections"}) {
+		t.Errorf("roles: %+v, %v", withRoles.Roles, err)
 	}
 	for _, tc := range []struct{ name, in, says string }{
 		{"not JSON", `{"v":1,`, "unexpected EOF"},
@@ -28,6 +34,10 @@ func TestReadSLO(t *testing.T) {
 		{"a string", strings.Replace(good, `1250`, `"1250"`, 1), "barrage_latency_p99_ms"},
 		{"two values", good + good, "more than one"},
 		{"too long", good[:len(good)-1] + `,"x":"` + strings.Repeat("a", maxSLOBytes) + `"}`, "larger than"},
+		{"unknown role", good[:len(good)-1] + `,"roles":[{"role":"cdn","nodes":1,"vcpu":1,"cpu_cores_per_node":0.1,"utilization":0.1}]}`, `"cdn"`},
+		{"role twice", good[:len(good)-1] + `,"roles":[` + role + `,` + role + `]}`, "twice"},
+		{"role without vcpu", good[:len(good)-1] + `,"roles":[{"role":"edge","nodes":1,"vcpu":0,"cpu_cores_per_node":0.1,"utilization":0.1}]}`, "vcpu"},
+		{"role cpu negative", good[:len(good)-1] + `,"roles":[{"role":"edge","nodes":1,"vcpu":1,"cpu_cores_per_node":-1,"utilization":0.1}]}`, "cpu_cores_per_node"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ReadSLO(strings.NewReader(tc.in))
@@ -65,7 +75,7 @@ func TestJudge(t *testing.T) {
 	if !v.Pass {
 		t.Fatalf("the fixture fails: %+v", v.Lines)
 	}
-	want := []Status{Pass, Pass, Pass, Pass, Pass, Pass, Info}
+	want := []Status{Pass, Pass, Pass, Pass, Pass, Pass, Info, Info, Info, Info, Pass}
 	for i, l := range v.Lines {
 		if l.Status != want[i] {
 			t.Errorf("line %d %q: %s, want %s", i, l.Name, l.Status, want[i])
@@ -87,6 +97,9 @@ func TestJudge(t *testing.T) {
 		{"comments not shown", func(f *fixtureRun) { f.r.Delivery.CommentsShown = 1400 }, 4, Fail},
 		{"admitted too few", func(f *fixtureRun) { f.r.Drops.Accepted["barrage"] = 1300 }, 5, Fail},
 		{"no admitted floor", func(f *fixtureRun) { f.slo.AdmittedPerSec = 0 }, 5, Info},
+		{"generator starved", func(f *fixtureRun) { f.r.Latency.GeneratorLag.P99Ms = 400 }, 10, GeneratorBound},
+		{"generator took the machine", func(f *fixtureRun) { f.r.Generator.CPUCores = 1.9 }, 10, GeneratorBound},
+		{"generator not measured", func(f *fixtureRun) { f.r.Generator = loadgen.GeneratorReport{} }, 10, NoData},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := &fixtureRun{fixture(), slo}
@@ -95,10 +108,41 @@ func TestJudge(t *testing.T) {
 			if got := v.Lines[tc.line]; got.Status != tc.want {
 				t.Errorf("line %q: %s (%s), want %s", got.Name, got.Status, got.Measured, tc.want)
 			}
-			if v.Pass == (tc.want == Fail) {
+			if v.Pass == (tc.want == Fail || tc.want == GeneratorBound) {
 				t.Errorf("verdict pass=%v with a line %s", v.Pass, tc.want)
 			}
+			if v.Inconclusive != (tc.want == GeneratorBound) {
+				t.Errorf("verdict inconclusive=%v with a line %s", v.Inconclusive, tc.want)
+			}
 		})
+	}
+}
+
+// TestJudgeRoles: the role measured binding first is the one whose
+// busiest node used the largest share of its vCPU, set against the plan's;
+// a node holding several roles is not attributed to any.
+func TestJudgeRoles(t *testing.T) {
+	v := Judge(fixture(), fixtureSLO())
+	if v.BindingRole != "edge" || len(v.Roles) != 2 || v.Roles[0].Role != "edge" || v.Roles[1].Nodes != 0 {
+		t.Fatalf("roles %+v, binding %q", v.Roles, v.BindingRole)
+	}
+	if l := v.Lines[6]; !strings.Contains(l.Measured, "edge binds first (the plan's)") {
+		t.Errorf("binding line %+v", l)
+	}
+	if l := v.Lines[7]; !strings.Contains(l.Measured, "0.27 mean") || !strings.Contains(l.Measured, "2.65× the plan") {
+		t.Errorf("edge line %+v", l)
+	}
+	// 0.265 cores over 3,000 frames/s: 88 µs a frame against the profile's 9.
+	if l := v.Lines[8]; !strings.Contains(l.Measured, "88.3 µs") || !strings.Contains(l.Measured, "9.81× the profile") {
+		t.Errorf("edge per-frame line %+v", l)
+	}
+	if l := v.Lines[9]; l.Measured != "no ingest node read" {
+		t.Errorf("ingest line %+v", l)
+	}
+	slo := fixtureSLO()
+	slo.BindingRole = "ingest"
+	if l := Judge(fixture(), slo).Lines[6]; !strings.Contains(l.Measured, "not the plan's ingest") {
+		t.Errorf("binding line against another plan %+v", l)
 	}
 }
 

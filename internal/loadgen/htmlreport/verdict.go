@@ -1,7 +1,9 @@
 package htmlreport
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"strings"
 
 	"danmaku/internal/loadgen"
@@ -18,6 +20,9 @@ const (
 	NoData Status = "no data"
 	// Info is a line with no target: the plan's binding role.
 	Info Status = "info"
+	// GeneratorBound: the load generator could not keep its schedule; the
+	// run measured the generator, and its verdict is inconclusive.
+	GeneratorBound Status = "generator-bound"
 )
 
 // Line is one service level: its target, what the run measured, and the
@@ -30,10 +35,29 @@ type Line struct {
 }
 
 // Verdict is the run judged against service levels: it passes when no
-// line fails.
+// line fails and the generator kept its schedule. A generator-bound run is
+// Inconclusive: neither the servers' pass nor their fail.
 type Verdict struct {
-	Pass  bool   `json:"pass"`
-	Lines []Line `json:"lines"`
+	Pass         bool   `json:"pass"`
+	Inconclusive bool   `json:"inconclusive,omitempty"`
+	Lines        []Line `json:"lines"`
+	// Roles are the machine roles' CPU, measured against planned, the
+	// busiest share first (when the service levels carry the plan's roles).
+	Roles []RoleCPU `json:"roles,omitempty"`
+	// BindingRole is the role measured binding first: the largest share
+	// of its vCPU on its busiest node.
+	BindingRole string `json:"binding_role,omitempty"`
+}
+
+// Word is the verdict in one word for the page's headline.
+func (v Verdict) Word() string {
+	switch {
+	case v.Inconclusive:
+		return "INCONCLUSIVE"
+	case v.Pass:
+		return "PASS"
+	}
+	return "FAIL"
 }
 
 // Judge judges r against s, one line per service level.
@@ -91,19 +115,153 @@ func Judge(r *loadgen.Report, s SLO) Verdict {
 	}
 	add(al)
 
+	v.Roles = roleCPU(r.Nodes, s.Roles)
 	rl := Line{Name: "binding role", Target: "plan: " + orDash(s.BindingRole), Status: Info, Measured: "no node read"}
-	if n, peak := busiest(r.Nodes); n != nil {
+	switch n, peak := busiest(r.Nodes); {
+	case len(v.Roles) > 0 && v.Roles[0].Nodes > 0:
+		b := v.Roles[0]
+		v.BindingRole = b.Role
+		same := "the plan's"
+		if b.Role != s.BindingRole {
+			same = "not the plan's " + orDash(s.BindingRole)
+		}
+		rl.Measured = fmt.Sprintf("%s binds first (%s): its busiest node used %s of %d vCPU (%s), mean over the run", b.Role, same, num2(b.MeasuredCores), b.VCPU, pct(b.MeasuredCores/float64(b.VCPU)))
+	case n != nil:
 		rl.Measured = fmt.Sprintf("busiest node %s (%s): %s cores at its peak", n.Endpoint, n.RolesString(), num(peak))
 	}
 	add(rl)
+	for _, rc := range v.Roles {
+		l := Line{Name: "CPU of the busiest " + rc.Role + " node", Status: Info,
+			Target: fmt.Sprintf("plan: %s cores of %d vCPU", num2(rc.PlannedCores), rc.VCPU)}
+		if rc.When != "" {
+			l.Target += " at " + rc.When
+		}
+		switch {
+		case rc.Nodes == 0:
+			l.Measured = "no " + rc.Role + " node read"
+		case rc.PlannedCores > 0:
+			l.Measured = fmt.Sprintf("%s mean, %s peak over %d node(s): %s× the plan", num2(rc.MeasuredCores), num2(rc.PeakCores), rc.Nodes, num2(rc.MeasuredCores/rc.PlannedCores))
+		default:
+			l.Measured = fmt.Sprintf("%s mean, %s peak over %d node(s)", num2(rc.MeasuredCores), num2(rc.PeakCores), rc.Nodes)
+		}
+		add(l)
+		if rc.Unit == "" || rc.Nodes == 0 {
+			continue
+		}
+		ul := Line{Name: "CPU per " + rc.Unit + " (" + rc.Role + ")", Status: Info,
+			Target: fmt.Sprintf("profile: %s µs", num2(rc.PlannedUnitUs))}
+		if rc.UnitsPerSec > 0 {
+			ul.Measured = fmt.Sprintf("%s µs (%s cores over %s/s, every %s node): %s× the profile", num2(rc.MeasuredUnitUs), num2(rc.RoleCores), num(rc.UnitsPerSec), rc.Role, num2(rc.MeasuredUnitUs/max(rc.PlannedUnitUs, 1e-9)))
+		} else {
+			ul.Measured = fmt.Sprintf("no %s over the run (%s cores)", rc.Unit, num2(rc.RoleCores))
+		}
+		add(ul)
+	}
 
-	v.Pass = true
+	gl2 := Line{Name: "load generator kept its schedule", Target: fmt.Sprintf("CPU < %s of the machine, timer lag p99 ≤ 50 ms, send delay p99 ≤ 100 ms", pct(0.8))}
+	ge := &r.Generator
+	switch why := r.GeneratorBound(); {
+	case ge.MachineCores == 0:
+		gl2.Measured, gl2.Status = "not measured", NoData
+	case len(why) > 0:
+		gl2.Measured, gl2.Status = strings.Join(why, "; "), GeneratorBound
+		v.Inconclusive = true
+	default:
+		gl2.Measured = fmt.Sprintf("%d process(es), %s of %d cores, timer lag p99 %s ms, send delay p99 %s ms", ge.Procs, num2(ge.CPUCores), ge.MachineCores, num(r.Latency.GeneratorLag.P99Ms), num(r.Latency.SendDelay.P99Ms))
+		gl2.Status = Pass
+	}
+	add(gl2)
+
+	v.Pass = !v.Inconclusive
 	for _, l := range v.Lines {
 		if l.Status == Fail {
 			v.Pass = false
 		}
 	}
 	return v
+}
+
+// RoleCPU is one machine role's CPU, measured against planned.
+type RoleCPU struct {
+	Role string `json:"role"`
+	VCPU int    `json:"vcpu"`
+	When string `json:"when,omitempty"`
+	// Nodes is how many nodes of this role alone were read.
+	Nodes int `json:"nodes"`
+	// PlannedCores is the plan's CPU of the busiest node at the peak;
+	// MeasuredCores the busiest node's mean over its samples, PeakCores
+	// its busiest sample.
+	PlannedCores  float64 `json:"planned_cores"`
+	MeasuredCores float64 `json:"measured_cores"`
+	PeakCores     float64 `json:"peak_cores"`
+	// Unit is the work the plan costs the role by; RoleCores and
+	// UnitsPerSec are every node of the role's mean CPU and units a
+	// second over the run, MeasuredUnitUs their quotient (fixed costs
+	// included), PlannedUnitUs the profile's.
+	Unit           string  `json:"unit,omitempty"`
+	RoleCores      float64 `json:"role_cores,omitempty"`
+	UnitsPerSec    float64 `json:"units_per_s,omitempty"`
+	MeasuredUnitUs float64 `json:"measured_us_per_unit,omitempty"`
+	PlannedUnitUs  float64 `json:"planned_us_per_unit,omitempty"`
+}
+
+// units is a sample's work in the unit the plan costs role by.
+func units(role string, s loadgen.NodeSample) float64 {
+	switch role {
+	case "edge":
+		return s.EdgeFramesPerSec
+	case "ingest":
+		return s.AdmittedPerSec + s.GiftsPerSec + s.RejectedPerSec
+	case "gslb":
+		return s.EntriesPerSec
+	}
+	return 0
+}
+
+// roleCPU sets each planned role against the nodes that serve that role
+// alone (a process holding several, as `danmaku dev` does, cannot be
+// split), busiest share of its vCPU first.
+func roleCPU(nr loadgen.NodesReport, plan []RolePlan) []RoleCPU {
+	var out []RoleCPU
+	for _, p := range plan {
+		rc := RoleCPU{Role: p.Role, VCPU: p.VCPU, When: p.When, PlannedCores: p.CoresPerNode, Unit: p.Unit, PlannedUnitUs: p.UnitCPUUs}
+		for i := range nr.Nodes {
+			n := &nr.Nodes[i]
+			if len(n.Roles) != 1 || n.Roles[0] != p.Role {
+				continue
+			}
+			var sum, k, peak, work float64
+			for _, s := range n.Samples {
+				if s.OK {
+					sum, k, peak, work = sum+s.CPUCores, k+1, max(peak, s.CPUCores), work+units(p.Role, s)
+				}
+			}
+			if k == 0 {
+				continue
+			}
+			rc.Nodes++
+			rc.RoleCores += sum / k
+			rc.UnitsPerSec += work / k
+			rc.MeasuredCores = max(rc.MeasuredCores, sum/k)
+			rc.PeakCores = max(rc.PeakCores, peak)
+		}
+		if rc.UnitsPerSec > 0 {
+			rc.MeasuredUnitUs = rc.RoleCores / rc.UnitsPerSec * 1e6
+		}
+		out = append(out, rc)
+	}
+	slices.SortStableFunc(out, func(a, b RoleCPU) int {
+		return cmp.Compare(b.MeasuredCores/float64(b.VCPU), a.MeasuredCores/float64(a.VCPU))
+	})
+	return out
+}
+
+// num2 writes a CPU figure: two decimals below 10.
+func num2(f float64) string {
+	if f >= 10 {
+		return num(f)
+	}
+	return fmt.Sprintf("%.2f", f)
 }
 
 // busiest is the node whose CPU peaked highest, and that peak.

@@ -781,50 +781,65 @@ var jsonCT = []string{"application/json"}
 func (g *Generator) barrageWorker(ctx context.Context, jobs <-chan barrageJob) {
 	for j := range jobs {
 		g.lat.sendDelay.Observe(time.Since(j.at))
-		s, err := g.sessionOf(ctx, j.u)
-		if err != nil {
-			g.noEntry.Add(1)
-			continue
-		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.barrageURL, bytes.NewReader(g.body(j.seq)))
-		if err != nil {
-			g.errs.add("bad_request", 1)
-			continue
-		}
-		req.Header = http.Header{"Authorization": s.authz, "Content-Type": jsonCT}
-		g.attempted.Add(1)
-		resp, err := g.hc.Do(req)
-		if err != nil {
-			g.observePost(time.Since(j.at))
-			g.errs.add(netError(err).Error(), 1)
-			// The SDK moves to the entry's next ingest address when one
-			// cannot be reached.
-			j.u.sess.CompareAndSwap(s, s.next(g.cfg.Room))
-			continue
-		}
-		if resp.StatusCode == http.StatusOK {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			now := time.Now()
-			g.observePost(now.Sub(j.at))
-			g.answeredOK.Add(1)
-			if g.isKeyword(j.seq) {
-				g.keywordOK.Add(1)
-			} else {
-				g.seqs.accept(j.seq, j.at)
-			}
-			continue
-		}
-		e := readError(resp)
-		resp.Body.Close()
-		g.observePost(time.Since(j.at))
-		g.errs.add(e.Error(), 1)
-		if resp.StatusCode == http.StatusUnauthorized {
-			// A refused token (expired, unknown epoch): the next comment
-			// fetches a new entry, as the SDK does.
-			j.u.sess.CompareAndSwap(s, nil)
+		// A fallback ingest that answers 421 not_primary stored nothing:
+		// the comment goes once more to the user's own node, as the SDK
+		// sends it (sdk/send.go).
+		for again := true; again; {
+			again = g.postBarrage(ctx, j)
 		}
 	}
+}
+
+// postBarrage posts one comment and reports whether to post it again (to
+// the primary, after a 421 not_primary from a fallback).
+func (g *Generator) postBarrage(ctx context.Context, j barrageJob) (again bool) {
+	s, err := g.sessionOf(ctx, j.u)
+	if err != nil {
+		g.noEntry.Add(1)
+		return false
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.barrageURL, bytes.NewReader(g.body(j.seq)))
+	if err != nil {
+		g.errs.add("bad_request", 1)
+		return false
+	}
+	req.Header = http.Header{"Authorization": s.authz, "Content-Type": jsonCT}
+	g.attempted.Add(1)
+	resp, err := g.hc.Do(req)
+	if err != nil {
+		g.observePost(time.Since(j.at))
+		g.errs.add(netError(err).Error(), 1)
+		// The SDK moves to the entry's next ingest address when one
+		// cannot be reached.
+		j.u.sess.CompareAndSwap(s, s.next(g.cfg.Room))
+		return false
+	}
+	if resp.StatusCode == http.StatusOK {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		now := time.Now()
+		g.observePost(now.Sub(j.at))
+		g.answeredOK.Add(1)
+		if g.isKeyword(j.seq) {
+			g.keywordOK.Add(1)
+		} else {
+			g.seqs.accept(j.seq, j.at)
+		}
+		return false
+	}
+	e := readError(resp)
+	resp.Body.Close()
+	g.observePost(time.Since(j.at))
+	g.errs.add(e.Error(), 1)
+	switch {
+	case resp.StatusCode == http.StatusUnauthorized:
+		// A refused token (expired, unknown epoch): the next comment
+		// fetches a new entry, as the SDK does.
+		j.u.sess.CompareAndSwap(s, nil)
+	case resp.StatusCode == http.StatusMisdirectedRequest && e.code == "not_primary" && s.ingestIdx != 0:
+		return j.u.sess.CompareAndSwap(s, s.primary(g.cfg.Room))
+	}
+	return false
 }
 
 func (g *Generator) observePost(d time.Duration) {

@@ -64,6 +64,18 @@ func (s *session) next(room string) *session {
 	return &n
 }
 
+// primary is the same entry on its first ingest address, the user's own
+// node: where the SDK goes back when a fallback answers 421 not_primary.
+func (s *session) primary(room string) *session {
+	if s.ingestIdx == 0 {
+		return s
+	}
+	n := *s
+	n.ingestIdx = 0
+	n.barrageURL = s.entry.Ingest[0] + "/v1/rooms/" + url.PathEscape(room) + "/barrage"
+	return &n
+}
+
 // apiError is a coded error answer ({"error":{"code":…}}) or a transport
 // failure, reduced to the key the report counts it under.
 type apiError struct {

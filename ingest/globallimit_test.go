@@ -18,6 +18,7 @@ import (
 	"danmaku/internal/breaker"
 	"danmaku/internal/clock"
 	"danmaku/internal/redisx/redistest"
+	"danmaku/internal/testwait"
 )
 
 // globalBackend is one GlobalLimiter under test; pass lets time go by as
@@ -335,8 +336,11 @@ func TestGlobalGateRedis(t *testing.T) {
 	rdb := redistest.Client(t)
 	lim := ingest.NewRedisGlobalLimiter(rdb)
 	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
-	a := newGate(t, ingest.GlobalGateConfig{Limiter: lim, Batch: 7, Clock: clk})
-	b := newGate(t, ingest.GlobalGateConfig{Limiter: lim, Batch: 7, Clock: clk})
+	// A Take's timeout is real time: a guard here, so that a starved
+	// process does not see Redis as failing (seen under a CPU hog: the
+	// 250 ms default ran out, and the fallback admitted 2, not 7).
+	a := newGate(t, ingest.GlobalGateConfig{Limiter: lim, Batch: 7, Clock: clk, Timeout: testwait.Limit})
+	b := newGate(t, ingest.GlobalGateConfig{Limiter: lim, Batch: 7, Clock: clk, Timeout: testwait.Limit})
 	const rate = 1e-3 // burst: max(rate × 1 s, batch) = 7 tokens, no refill to speak of
 	got := allowN(a, "ev", rate, 5) + allowN(b, "ev", rate, 5) + allowN(a, "ev", rate, 5)
 	if got != 7 {

@@ -34,8 +34,7 @@ type timedStore struct {
 // record adds a call to the Timeline and counts it if a deadline ended it.
 func (s timedStore) record(start time.Time, err error) {
 	s.tl.Record(start, answer(err))
-	var ne interface{ Timeout() bool }
-	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
+	if breakertest.EndedByDeadline(err) {
 		s.deadlines.Add(1)
 	}
 }

@@ -56,7 +56,7 @@ func TestS3StoreOutage(t *testing.T) {
 		}
 		switch {
 		case errors.Is(err, breaker.ErrOpen):
-		case endedByDeadline(err):
+		case breakertest.EndedByDeadline(err):
 			deadline.Add(1)
 		default:
 			mu.Lock()
@@ -118,13 +118,6 @@ func TestS3StoreOutage(t *testing.T) {
 	if len(other) > 0 {
 		t.Fatalf("%d calls of the outage failed by neither their deadline nor the breaker, e.g. %v", len(other), other[0])
 	}
-}
-
-// endedByDeadline: the call was ended by a timeout (its HTTP attempt's or
-// its context's).
-func endedByDeadline(err error) bool {
-	var ne interface{ Timeout() bool }
-	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
 }
 
 // TestS3StoreBreakerCounts: answers (not found, a failed condition, access

@@ -9,6 +9,7 @@ import (
 
 	"danmaku/auth"
 	"danmaku/gslb"
+	"danmaku/internal/clock"
 	"danmaku/internal/ratelimit"
 )
 
@@ -18,7 +19,9 @@ func entryLimiter(t *testing.T, doc string) *ratelimit.Limiter {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lim, err := ratelimit.New(ratelimit.Config{Rules: r, Logger: discard})
+	// A fake clock: the windows do not move while a test runs, however slow
+	// the machine (Retry-After is asserted to the second).
+	lim, err := ratelimit.New(ratelimit.Config{Rules: r, Logger: discard, Clock: clock.NewFake(time.Now())})
 	if err != nil {
 		t.Fatal(err)
 	}

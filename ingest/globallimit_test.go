@@ -18,6 +18,7 @@ import (
 	"danmaku/internal/breaker"
 	"danmaku/internal/clock"
 	"danmaku/internal/redisx/redistest"
+	"danmaku/internal/testwait"
 )
 
 // globalBackend is one GlobalLimiter under test; pass lets time go by as
@@ -327,19 +328,26 @@ func mustCounterVec(t *testing.T, reg *prometheus.Registry, name, result string)
 }
 
 // TestGlobalGateRedis: the gate over Redis on two "nodes" admits about the
-// event's burst, and falls back to its share when Redis is gone.
+// event's burst, and falls back to its share when Redis is gone. The gates'
+// own time (leases, the fallback share's refill) is a fake clock: on a busy
+// machine the real one refilled the share by a token or lapsed a lease
+// between two calls.
 func TestGlobalGateRedis(t *testing.T) {
 	rdb := redistest.Client(t)
 	lim := ingest.NewRedisGlobalLimiter(rdb)
-	a := newGate(t, ingest.GlobalGateConfig{Limiter: lim, Batch: 7})
-	b := newGate(t, ingest.GlobalGateConfig{Limiter: lim, Batch: 7})
+	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+	// A Take's timeout is real time: a guard here, so that a starved
+	// process does not see Redis as failing (seen under a CPU hog: the
+	// 250 ms default ran out, and the fallback admitted 2, not 7).
+	a := newGate(t, ingest.GlobalGateConfig{Limiter: lim, Batch: 7, Clock: clk, Timeout: testwait.Limit})
+	b := newGate(t, ingest.GlobalGateConfig{Limiter: lim, Batch: 7, Clock: clk, Timeout: testwait.Limit})
 	const rate = 1e-3 // burst: max(rate × 1 s, batch) = 7 tokens, no refill to speak of
 	got := allowN(a, "ev", rate, 5) + allowN(b, "ev", rate, 5) + allowN(a, "ev", rate, 5)
 	if got != 7 {
 		t.Fatalf("two nodes admitted %d, want the burst 7", got)
 	}
 	_ = rdb.Close()
-	c := newGate(t, ingest.GlobalGateConfig{Limiter: lim, Nodes: func() int { return 2 }})
+	c := newGate(t, ingest.GlobalGateConfig{Limiter: lim, Nodes: func() int { return 2 }, Clock: clk})
 	if got := allowN(c, "ev2", 200, 1000); got != 100 {
 		t.Fatalf("Redis gone: %d admitted, want the share's burst 100", got)
 	}

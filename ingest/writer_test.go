@@ -11,6 +11,7 @@ import (
 
 	"danmaku/internal/clock"
 	"danmaku/internal/stream"
+	"danmaku/internal/testwait"
 	"danmaku/sdk/wire"
 )
 
@@ -127,21 +128,42 @@ func TestWriterGateDown(t *testing.T) {
 		first = r.w.submit(context.Background(), room, wire.Message{Kind: wire.KindBarrage, User: "first", Text: "hi"}, lim)
 		close(done)
 	}()
-	for r.stored(t, room) == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	// The batch lands in the store before the flusher hears the error:
+	// wait for the queue to be failing, so that the 30 below are all
+	// judged by the share.
+	q := r.w.queueOf(room)
+	testwait.For(t, "the room's queue to be failing", func() bool {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return q.failing
+	})
 	r.gate.landed.Store(false)
-	// 30 more while it is down: the node's share (40/4 = 10) admits 10.
-	var out map[outcome]int
-	all := make(chan struct{})
-	go func() {
-		out = r.submitAll(context.Background(), room, 30, lim)
-		close(all)
-	}()
+	// 30 more while it is down: the node's share (40/4 = 10) admits 10
+	// and drops 20 at once. The gate comes back only once all 30 are
+	// judged — else, on a busy machine, the submits not yet run would meet
+	// a gate that answers again and be stored by the room bucket.
+	var (
+		mu      sync.Mutex
+		out     = map[outcome]int{}
+		wg      sync.WaitGroup
+		dropped atomic.Int64
+	)
+	for i := range 30 {
+		wg.Go(func() {
+			o := r.w.submit(context.Background(), room, wire.Message{Kind: wire.KindBarrage, User: fmt.Sprintf("u%d", i), Text: "hi"}, lim)
+			if o == outRoomShare {
+				dropped.Add(1)
+			}
+			mu.Lock()
+			out[o]++
+			mu.Unlock()
+		})
+	}
 	waitQueued(t, r.w, room, 10)
+	testwait.For(t, "20 comments dropped by the share", func() bool { return dropped.Load() == 20 })
 	r.gate.down.Store(false)
 	<-done
-	<-all
+	wg.Wait()
 	if first != outStored || out[outStored] != 10 || out[outRoomShare] != 20 {
 		t.Fatalf("first %v, outcomes %v; want stored, then 10 stored and 20 dropped by the share", first, out)
 	}
@@ -154,16 +176,11 @@ func TestWriterGateDown(t *testing.T) {
 func waitQueued(t *testing.T, w *writer, room string, n int) {
 	t.Helper()
 	q := w.queueOf(room)
-	for range 10_000 {
+	testwait.For(t, fmt.Sprintf("the queue to hold %d", n), func() bool {
 		q.mu.Lock()
-		got := len(q.queue)
-		q.mu.Unlock()
-		if got == n {
-			return
-		}
-		time.Sleep(time.Millisecond)
-	}
-	t.Fatalf("queue never held %d", n)
+		defer q.mu.Unlock()
+		return len(q.queue) == n
+	})
 }
 
 // TestWriterHold: a comment waits at most hold for a failing gate, then is
@@ -179,36 +196,22 @@ func TestWriterHold(t *testing.T) {
 	wg.Go(func() {
 		outs[0] = r.w.submit(context.Background(), room, wire.Message{Kind: wire.KindBarrage, User: "a", Text: "a"}, lim)
 	})
-	for r.gate.flushes.Load() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	testwait.For(t, "a flush", func() bool { return r.gate.flushes.Load() > 0 })
 	outs[1] = r.w.submit(context.Background(), room, wire.Message{Kind: wire.KindBarrage, User: "b", Text: "b"}, lim)
 	wg.Wait()
 	if outs[0] != outUnavailable || outs[1] != outUnavailable {
 		t.Fatalf("outcomes %v, want both unavailable after hold", outs)
 	}
 	r.gate.down.Store(false)
-	for i := 0; r.stored(t, room) != 1; i++ {
-		if i > 5000 {
-			t.Fatalf("stored %d, want the in-flight batch once", r.stored(t, room))
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testwait.For(t, "the in-flight batch stored", func() bool { return r.stored(t, room) >= 1 })
 	// Once the queue holds no failed batch (head) and nothing queued,
 	// nothing can be sent again: the count is final.
 	q := r.w.queueOf(room)
-	for i := 0; ; i++ {
+	testwait.For(t, "the queue to go idle", func() bool {
 		q.mu.Lock()
-		idle := q.head == nil && len(q.queue) == 0
-		q.mu.Unlock()
-		if idle {
-			break
-		}
-		if i > 5000 {
-			t.Fatal("the queue never went idle")
-		}
-		time.Sleep(time.Millisecond) // polling the queue
-	}
+		defer q.mu.Unlock()
+		return q.head == nil && len(q.queue) == 0
+	})
 	if n := r.stored(t, room); n != 1 {
 		t.Fatalf("stored %d, want 1", n)
 	}

@@ -29,6 +29,7 @@ import (
 	"danmaku/internal/objstore"
 	"danmaku/internal/redisx"
 	"danmaku/internal/testenv"
+	"danmaku/internal/testwait"
 	"danmaku/sdk"
 	"danmaku/sdk/wire"
 )
@@ -157,7 +158,12 @@ func (r *cdnRig) runLoad(t testing.TB, o loadOpts) loadResult {
 		at   time.Time
 		id   string
 	}
+	var gotMu sync.Mutex // got and seen, while the pollers run
 	got := make([][]recv, o.pollers)
+	seen := make([]map[string]bool, o.pollers)
+	for i := range seen {
+		seen[i] = map[string]bool{}
+	}
 	clients := make([]*sdk.Client, o.pollers)
 	var wg sync.WaitGroup
 	for i := range o.pollers {
@@ -176,7 +182,10 @@ func (r *cdnRig) runLoad(t testing.TB, o loadOpts) loadResult {
 			defer wg.Done()
 			for m := range c.Messages() {
 				if m.Kind == wire.KindBarrage {
+					gotMu.Lock()
 					got[i] = append(got[i], recv{m.Text, time.Now(), m.ID})
+					seen[i][m.Text] = true
+					gotMu.Unlock()
 				}
 			}
 		}()
@@ -242,8 +251,26 @@ func (r *cdnRig) runLoad(t testing.TB, o loadOpts) loadResult {
 		}()
 	}
 	swg.Wait()
-	// Everything sent is due within a couple of segments; wait a margin.
-	time.Sleep(3 * time.Second)
+	// Everything sent is due within a couple of segments: wait until every
+	// poller has decoded every accepted comment (a slow machine delays it;
+	// a sleep of a margin once counted those as missing). The guard only
+	// ends the wait for a comment really lost, which the caller reports.
+	guard, stopGuard := context.WithTimeout(ctx, time.Minute)
+	testwait.Poll(guard, func() bool {
+		accMu.Lock()
+		defer accMu.Unlock()
+		gotMu.Lock()
+		defer gotMu.Unlock()
+		for i := range seen {
+			for text := range accepted {
+				if !seen[i][text] {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	stopGuard()
 	res := loadResult{comments: len(accepted)}
 	res.segments = r.written() - segBefore
 	res.originGets = r.origin.segments.Load() - originBefore

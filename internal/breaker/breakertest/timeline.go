@@ -1,6 +1,7 @@
 package breakertest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -89,4 +90,13 @@ func (tl *Timeline) Figures() Figures {
 func (f Figures) String() string {
 	return fmt.Sprintf("open after %v, closed %v after recovery, longest call during the outage %v (%d calls: %d ok, %d failed, %d refused by the breaker)",
 		f.OpenAfter.Round(time.Millisecond), f.ClosedAfter.Round(time.Millisecond), f.Longest.Round(time.Millisecond), f.Calls, f.OK, f.Failed, f.Refused)
+}
+
+// EndedByDeadline reports whether err is a timeout: a call's context
+// deadline, or an I/O deadline (an error with Timeout() true). The outage
+// tests show by it that hung calls were ended by their deadline, rather
+// than timing the calls (a starved test process adds its own delay).
+func EndedByDeadline(err error) bool {
+	var ne interface{ Timeout() bool }
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
 }

@@ -231,6 +231,21 @@ func perSecond(us float64) float64 { return 1e6 / us }
 // the process tree's CPU) counted the client and Redis and spread ±58 %.
 const serverCPU = "DANMAKU_BENCH_CLIENT=process"
 
+// serverStep is an HTTP benchmark run with serverCPU whose figure, field
+// in unit, is 1e6 / server-cpu-µs/op of its median run.
+func serverStep(b Bench, field, unit, what string) step {
+	b.Env = append(b.Env, serverCPU)
+	line := "Benchmark" + b.Pattern
+	return step{bench: b, take: func(m Metrics, how string, set func(string, plan.Figure)) error {
+		v, err := m.get(line, "server-cpu-µs/op")
+		if err != nil {
+			return err
+		}
+		set(field, measuredRuns(v, perSecond, unit, "1e6 / server-cpu-µs/op of "+how+", median run ("+what+")"))
+		return nil
+	}}
+}
+
 // steps are the benchmarks a calibration runs, smaller when quick. The
 // figures most exposed to a neighbour's burst (the HTTP servers' CPU per
 // request, the idle room's CPU per second) run -count 3 (1 when quick)
@@ -262,28 +277,12 @@ func steps(quick bool) []step {
 				return nil
 			},
 		},
-		{
-			bench: Bench{Pkg: "./gslb", Pattern: "EntryHTTP/entry", Benchtime: entries, Count: repeat, Env: []string{serverCPU}},
-			take: func(m Metrics, how string, set func(string, plan.Figure)) error {
-				v, err := m.get("BenchmarkEntryHTTP/entry", "server-cpu-µs/op")
-				if err != nil {
-					return err
-				}
-				set("entry_answers_per_s_per_core", measuredRuns(v, perSecond, "entries/(s·core)", "1e6 / server-cpu-µs/op of "+how+", median run (entry: ticket, allocation, Ed25519 token, over loopback HTTP, 64 in flight; the server's CPU alone, the load client in a child process)"))
-				return nil
-			},
-		},
-		{
-			bench: Bench{Pkg: "./ingest", Pattern: "IngestHTTP/redis", Benchtime: posts, Count: repeat, Env: []string{serverCPU}},
-			take: func(m Metrics, how string, set func(string, plan.Figure)) error {
-				v, err := m.get("BenchmarkIngestHTTP/redis", "server-cpu-µs/op")
-				if err != nil {
-					return err
-				}
-				set("ingest_admitted_per_s_per_core", measuredRuns(v, perSecond, "comments/(s·core)", "1e6 / server-cpu-µs/op of "+how+", median run (every comment through token, bans, buckets, words, duplicates, audit, room gate, XADD on Redis; the ingest's CPU alone: the load client in a child process, Redis in its own)"))
-				return nil
-			},
-		},
+		serverStep(Bench{Pkg: "./gslb", Pattern: "EntryHTTP/entry", Benchtime: entries, Count: repeat},
+			"entry_answers_per_s_per_core", "entries/(s·core)",
+			"entry: ticket, allocation, Ed25519 token, over loopback HTTP, 64 in flight; the gslb's CPU alone, the load client in a child process"),
+		serverStep(Bench{Pkg: "./ingest", Pattern: "IngestHTTP/redis", Benchtime: posts, Count: repeat},
+			"ingest_admitted_per_s_per_core", "comments/(s·core)",
+			"every comment through token, bans, buckets, words, duplicates, audit, room gate, XADD on Redis; the ingest's CPU alone: the load client in a child process, Redis in its own"),
 		{
 			bench: Bench{Pkg: "./slicer", Pattern: "IdleRooms", Benchtime: "1x", Count: repeat,
 				Env: []string{"DANMAKU_ROOMS=100", "DANMAKU_ROOMS_WINDOW=" + window}},

@@ -67,12 +67,9 @@ func (b Bench) String() string {
 	return env + "go " + strings.Join(b.Args(), " ")
 }
 
-// Result is one benchmark run: go test's standard output and the CPU time
-// (user and system) of the test process and the children it waited for
-// (a load client, redis-server).
+// Result is one benchmark run: go test's standard output.
 type Result struct {
 	Out []byte
-	CPU time.Duration
 }
 
 // Runner runs a benchmark.
@@ -184,18 +181,13 @@ func Median(vs []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
-// step is one benchmark and the figures read from its metrics. A step
-// with a marginal function runs its benchmark twice, at small and at
-// bench's benchtime (both "Nx"), and hands it the requests and the CPU
-// time between the two: the CPU one more request costs, setup (tickets,
-// tokens, servers) and the machine's other load left out.
+// step is one benchmark and the figures read from its metrics. Every CPU
+// figure is a benchmark's own reading of the measured process's CPU time
+// over the measured work (getrusage), so that setup (tickets, tokens,
+// servers), the load client and Redis are left out.
 type step struct {
-	bench    Bench
-	small    string
-	take     func(m Metrics, how string, set func(name string, f plan.Figure)) error
-	marginal func(perCPUSecond float64, how string, set func(name string, f plan.Figure))
-	// perOp: what one benchmark iteration counts for marginal (0: 1).
-	perOp float64
+	bench Bench
+	take  func(m Metrics, how string, set func(name string, f plan.Figure)) error
 }
 
 func measured(v float64, unit, how string) plan.Figure {
@@ -301,9 +293,14 @@ func steps(quick bool) []step {
 			},
 		},
 		{
-			bench: Bench{Pkg: "./slicer", Pattern: "StreamToSegment/redis", Benchtime: "6x", CPU: "1"}, small: "2x", perOp: 12000,
-			marginal: func(v float64, how string, set func(string, plan.Figure)) {
-				set("slicer_msgs_per_s_per_core", measured(v, "messages/(s·core)", "messages per CPU second between "+how+" (12,000 messages a slot: read, queue, sample, encode, PUT, ack; the appends' and Redis's CPU included)"))
+			bench: Bench{Pkg: "./slicer", Pattern: "StreamToSegment/redis", Benchtime: "6x", Count: repeat, CPU: "1"},
+			take: func(m Metrics, how string, set func(string, plan.Figure)) error {
+				v, err := m.get("BenchmarkStreamToSegment/redis/perSecond=12000", "cpu-µs/msg")
+				if err != nil {
+					return err
+				}
+				set("slicer_msgs_per_s_per_core", measuredRuns(v, perSecond, "messages/(s·core)", "1e6 / cpu-µs/msg of "+how+", median run (12,000 messages a slot: read, queue, sample, encode, PUT, ack; the slicer's CPU alone: the appends untimed, Redis in its own process)"))
+				return nil
 			},
 		},
 	}
@@ -348,36 +345,13 @@ func Run(ctx context.Context, cfg Config) (*plan.Profile, error) {
 	for _, s := range steps(cfg.Quick) {
 		start := time.Now()
 		how := "`" + s.bench.String() + "`"
-		if s.marginal != nil {
-			small := s.bench
-			small.Benchtime = s.small
-			fmt.Fprintf(cfg.Progress, "calibrate: %s, then -benchtime %s\n", small, s.bench.Benchtime)
-			var rs [2]Result
-			for i, b := range []Bench{small, s.bench} {
-				r, err := runChecked(ctx, cfg.Run, b, cfg.Progress)
-				if err != nil {
-					return nil, err
-				}
-				rs[i] = r
-			}
-			n := float64(times(s.bench.Benchtime) - times(small.Benchtime))
-			if s.perOp > 0 {
-				n *= s.perOp
-			}
-			cpu := (rs[1].CPU - rs[0].CPU).Seconds()
-			if !(n > 0) || !(cpu > 0) {
-				return nil, fmt.Errorf("calibrate: %s: %v more requests took %v more CPU: nothing to measure (run again on a quieter machine)", s.bench, n, rs[1].CPU-rs[0].CPU)
-			}
-			s.marginal(n/cpu, how+" and -benchtime "+s.small, set)
-		} else {
-			fmt.Fprintf(cfg.Progress, "calibrate: %s\n", s.bench)
-			r, err := runChecked(ctx, cfg.Run, s.bench, cfg.Progress)
-			if err != nil {
-				return nil, err
-			}
-			if err := s.take(Parse(r.Out), how, set); err != nil {
-				return nil, err
-			}
+		fmt.Fprintf(cfg.Progress, "calibrate: %s\n", s.bench)
+		r, err := runChecked(ctx, cfg.Run, s.bench, cfg.Progress)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.take(Parse(r.Out), how, set); err != nil {
+			return nil, err
 		}
 		if setErr != nil {
 			return nil, setErr
@@ -421,17 +395,8 @@ func runChecked(ctx context.Context, run Runner, b Bench, progress io.Writer) (R
 	return Result{}, fmt.Errorf("calibrate: %s reported no result (skipped? redis-server must be on PATH):\n%s", b, tail(string(r.Out)))
 }
 
-// times is N of a benchtime "Nx"; 0 for any other.
-func times(benchtime string) int {
-	n, err := strconv.Atoi(strings.TrimSuffix(benchtime, "x"))
-	if err != nil || !strings.HasSuffix(benchtime, "x") {
-		return 0
-	}
-	return n
-}
-
 // goTest builds each package's test binary once (go test -c) and runs it
-// in the package's directory, as go test would, timing its CPU.
+// in the package's directory, as go test would.
 func goTest(dir string) (Runner, func()) {
 	tmp, err := os.MkdirTemp("", "danmaku-calibrate-")
 	built := map[string]string{}
@@ -457,8 +422,7 @@ func goTest(dir string) (Runner, func()) {
 		if err := cmd.Run(); err != nil {
 			return Result{}, fmt.Errorf("%v\n%s%s", err, tail(out.String()), tail(errb.String()))
 		}
-		st := cmd.ProcessState
-		return Result{Out: out.Bytes(), CPU: st.UserTime() + st.SystemTime()}, nil
+		return Result{Out: out.Bytes()}, nil
 	}
 	return run, func() { os.RemoveAll(tmp) }
 }

@@ -244,10 +244,10 @@ func serverStep(b Bench, field, unit, what string) step {
 // and take the median run.
 func steps(quick bool) []step {
 	conns, gifts, window := "2000", "30", "5s"
-	entries, posts, repeat := "10000x", "8000x", 3
+	entries, posts, slots, repeat := "10000x", "8000x", "6x", 3
 	if quick {
 		conns, gifts, window = "1000", "20", "3s"
-		entries, posts, repeat = "5000x", "4000x", 1
+		entries, posts, slots, repeat = "5000x", "4000x", "3x", 1
 	}
 	return []step{
 		{
@@ -293,7 +293,7 @@ func steps(quick bool) []step {
 			},
 		},
 		{
-			bench: Bench{Pkg: "./slicer", Pattern: "StreamToSegment/redis", Benchtime: "6x", Count: repeat, CPU: "1"},
+			bench: Bench{Pkg: "./slicer", Pattern: "StreamToSegment/redis", Benchtime: slots, Count: repeat, CPU: "1"},
 			take: func(m Metrics, how string, set func(string, plan.Figure)) error {
 				v, err := m.get("BenchmarkStreamToSegment/redis/perSecond=12000", "cpu-µs/msg")
 				if err != nil {

@@ -163,20 +163,7 @@ func benchHTTPProcess(b *testing.B, url string, inFlight int, load HTTPLoad) {
 	}
 	// -test.run/-test.bench ^$: a binary whose TestMain is not Main runs
 	// nothing, says nothing, and the benchmark fails below.
-	cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^$")
-	cmd.Env = append(os.Environ(), benchLoadEnv+"="+file)
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
+	cmd, stdin, stdout := StartChild(b, []string{"-test.run=^$", "-test.bench=^$"}, []string{benchLoadEnv + "=" + file})
 	defer func() {
 		stdin.Close()
 		_ = cmd.Process.Kill() // it has said "done" or failed: nothing to wait for
@@ -234,6 +221,29 @@ func runBenchClient(file string, stdin io.Reader, stdout io.Writer) int {
 	failed, firstErr := sendLoad(spec.URL, spec.N, spec.InFlight, spec.Load)
 	fmt.Fprintf(stdout, "%sdone %d %v\n", benchLine, failed, firstErr)
 	return 0
+}
+
+// StartChild starts this test binary again with args, env added to this
+// process's environment and this process's standard error, and returns it
+// with pipes to its standard input and output: a benchmark's load client
+// in a process of its own.
+func StartChild(tb testing.TB, args, env []string) (*exec.Cmd, io.WriteCloser, io.ReadCloser) {
+	tb.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	return cmd, stdin, stdout
 }
 
 // ProcessCPU is this process's user and system CPU time so far (all its

@@ -186,20 +186,7 @@ func closesByReason(srv *Server) map[string]float64 {
 }
 
 func startScaleChild(b *testing.B, name, test string, env []string) *scaleChild {
-	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$")
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
+	cmd, stdin, stdout := testenv.StartChild(b, []string{"-test.run=^" + test + "$"}, env)
 	c := &scaleChild{b: b, name: name, cmd: cmd, stdin: stdin, lines: make(chan string, 4)}
 	go func() {
 		defer close(c.lines)

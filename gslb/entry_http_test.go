@@ -39,10 +39,8 @@ func BenchmarkEntryHTTP(b *testing.B) {
 		h    http.Handler
 	}{{"bare", bare}, {"entry", f.engine}} {
 		b.Run(kind.name, func(b *testing.B) {
-			testenv.BenchHTTP(b, kind.h, inFlight, func(base string, i int64, _ int) *http.Request {
-				req, _ := http.NewRequest(http.MethodGet, base+"/v1/entry?room=r1", nil)
-				req.Header.Set("Authorization", "Bearer "+tickets[i%users])
-				return req
+			testenv.BenchHTTP(b, kind.h, inFlight, testenv.HTTPLoad{
+				Method: http.MethodGet, Path: "/v1/entry?room=r1", Auth: tickets, Stride: 1,
 			})
 		})
 	}

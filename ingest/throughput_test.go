@@ -1,12 +1,10 @@
 package ingest
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strconv"
 	"testing"
 
 	"github.com/gin-gonic/gin"
@@ -38,16 +36,12 @@ func BenchmarkIngestHTTP(b *testing.B) {
 	for _, kind := range []string{"bare", "memory", "redis"} {
 		b.Run(kind, func(b *testing.B) {
 			h, tokens := throughputServer(b, kind)
-			path := barragePath(throughputRoom)
-			testenv.BenchHTTP(b, h, throughputInFlight, func(base string, i int64, w int) *http.Request {
-				// Distinct texts: a repeated one would stop at duplicate
-				// suppression, not reach the stream.
-				body := strconv.AppendInt([]byte(`{"text":"好听！encore  encore `), i, 10)
-				body = append(body, `"}`...)
-				req, _ := http.NewRequest(http.MethodPost, base+path, bytes.NewReader(body))
-				req.Header.Set("Content-Type", "application/json")
-				req.Header.Set("Authorization", "Bearer "+tokens[(int(i)*7919+w)%len(tokens)])
-				return req
+			// Distinct texts: a repeated one would stop at duplicate
+			// suppression, not reach the stream.
+			testenv.BenchHTTP(b, h, throughputInFlight, testenv.HTTPLoad{
+				Method: http.MethodPost, Path: barragePath(throughputRoom),
+				Body: `{"text":"好听！encore  encore {i}"}`, ContentType: "application/json",
+				Auth: tokens, Stride: 7919,
 			})
 		})
 	}

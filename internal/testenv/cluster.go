@@ -686,7 +686,13 @@ var shared struct {
 // through redistest.Cluster, needs
 //
 //	func TestMain(m *testing.M) { testenv.Main(m) }
+//
+// It is also the entry of BenchHTTP's load client in a child process: with
+// that process's environment it sends the load and exits, running no test.
 func Main(m *testing.M) {
+	if file := os.Getenv(benchLoadEnv); file != "" {
+		os.Exit(runBenchClient(file, os.Stdin, os.Stdout))
+	}
 	shared.mu.Lock()
 	shared.inMain = true
 	shared.mu.Unlock()

@@ -63,6 +63,8 @@ type Server struct {
 	bans     *ban.List      // nil: no bans (Config.Bans)
 	running  atomic.Bool
 	wg       sync.WaitGroup // hub goroutines and the load reporter
+	// reporter is Run's load reporter (danmaku_edge_load_report_age_seconds).
+	reporter atomic.Pointer[loadtable.Reporter]
 
 	mu   sync.Mutex
 	hubs map[string]*hub
@@ -380,6 +382,7 @@ func (s *Server) Run(ctx context.Context) error {
 			Now:         s.cfg.Clock.Now,
 			Ready:       s.verifierReady,
 		}
+		s.reporter.Store(rep)
 		if ot := s.onlineTable(); ot != nil {
 			online = &loadtable.OnlineReporter{Table: ot, Node: s.cfg.NodeID, Rooms: s.OnlineRooms, Now: s.cfg.Clock.Now, Ready: s.verifierReady}
 		}

@@ -30,6 +30,23 @@ func kill(name string, sig syscall.Signal) func(t *testing.T, s *stack) {
 	return func(t *testing.T, s *stack) { s.procs[name].signal(sig) }
 }
 
+// skewed is a clock row's moment: nothing to do, the node has run off
+// since its start; what the gslbs make of the nodes then goes into the
+// row's note (a node the gslbs take for stale gets no new viewer, which
+// no other column shows).
+func skewed(t *testing.T, s *stack) {
+	stale, err := s.instant(`max by (kind) (max_over_time(danmaku_gslb_nodes{state="stale"}[5s]))`, "kind")
+	if err != nil {
+		t.Errorf("gslb node states: %v", err)
+	}
+	conns, err := s.instant(`danmaku_edge_connections`, "instance")
+	if err != nil {
+		t.Errorf("edge connections: %v", err)
+	}
+	s.note = fmt.Sprintf("at the fault the gslbs counted %.0f edge and %.0f ingest nodes stale; connections edge-1 %.0f, edge-2 %.0f",
+		stale["edge"], stale["ingest"], conns[s.procs["edge-1"].metrics], conns[s.procs["edge-2"].metrics])
+}
+
 var faultRows = []fault{
 	{name: "slicer leader SIGKILL", apply: func(t *testing.T, s *stack) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -68,6 +85,12 @@ var faultRows = []fault{
 	{name: "Redis Cluster master SIGKILL, 2 replicas a master (gift-wait-replicas 1)", opts: stackOpts{cluster: true, replicas: 2}, apply: func(t *testing.T, s *stack) {
 		s.cluster.MasterOf(t, redisx.RoomKey(room, "live")).Kill()
 	}},
+	// A clock fault is there from the node's start (a host whose clock is
+	// off, not a step: a constant offset keeps its intervals exact); the
+	// row's moment only splits the alerts into before and after.
+	{name: "ingest-1 clock 2 s ahead", opts: stackOpts{clocks: map[string]string{"ingest-1": "2s"}}, apply: skewed},
+	{name: "edge-2 clock 2 s behind", opts: stackOpts{clocks: map[string]string{"edge-2": "-2s"}}, apply: skewed},
+	{name: "slicer-1 clock 2 s behind", opts: stackOpts{clocks: map[string]string{"slicer-1": "-2s"}}, apply: skewed},
 	{name: "edge-2 partitioned from Redis 10 s", opts: stackOpts{partitionEdge: true}, apply: func(t *testing.T, s *stack) {
 		s.edgeRedis.Cut()
 		time.Sleep(10 * time.Second) // the partition itself
@@ -188,6 +211,9 @@ func runRow(t *testing.T, f fault, l load, warm time.Duration) Row {
 		if strings.Contains(e, s.procs["ingest-1"].metrics) || strings.Contains(e, s.procs["ingest-2"].metrics) {
 			row.Note = "admitted counts the surviving ingest only (the killed one's counters are gone)"
 		}
+	}
+	if s.note != "" {
+		row.Note = strings.TrimPrefix(row.Note+"; "+s.note, "; ")
 	}
 	row.Recovery, row.Unwell = recovery(faultAt, offerStart, rep.Timeline, cn.unwell(), l.gifts > 0)
 	return row

@@ -48,6 +48,19 @@ type NodeLoad struct {
 	// At is when the report was made, by the reporter's clock; tables keep
 	// it to the millisecond.
 	At time.Time `json:"at"`
+	// Heard is when this reader first read the report, by its own clock
+	// (View sets it; never stored): what Age judges by, so that a reporter
+	// whose clock is off neither ages its reports nor keeps them young.
+	Heard time.Time `json:"-"`
+}
+
+// Age is how old the report is at now by the reader's clock: since the
+// reader first read it (Heard), or since At when it has no Heard.
+func (l NodeLoad) Age(now time.Time) time.Duration {
+	if !l.Heard.IsZero() {
+		return now.Sub(l.Heard)
+	}
+	return now.Sub(l.At)
 }
 
 // Table is where nodes report their load and allocators read it. The

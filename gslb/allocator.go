@@ -375,7 +375,7 @@ func (a *Allocator) build(loads []loadtable.NodeLoad, now time.Time) *snapshot {
 			continue
 		}
 		s.nodes[kind][stateHealthy]++
-		if by := now.Add(a.cfg.Stale - l.Age(now)); by.Before(s.rebuildBy) {
+		if by := l.Seen().Add(a.cfg.Stale); by.Before(s.rebuildBy) {
 			s.rebuildBy = by
 		}
 		n := snapNode{id: l.ID, addr: l.Addr, key: hash64(l.ID), weight: room}

@@ -54,14 +54,17 @@ type NodeLoad struct {
 	Heard time.Time `json:"-"`
 }
 
-// Age is how old the report is at now by the reader's clock: since the
-// reader first read it (Heard), or since At when it has no Heard.
-func (l NodeLoad) Age(now time.Time) time.Duration {
+// Seen is when the report is from by the reader's clock: when the reader
+// first read it (Heard), or At when it has no Heard.
+func (l NodeLoad) Seen() time.Time {
 	if !l.Heard.IsZero() {
-		return now.Sub(l.Heard)
+		return l.Heard
 	}
-	return now.Sub(l.At)
+	return l.At
 }
+
+// Age is how old the report is at now by the reader's clock (Seen).
+func (l NodeLoad) Age(now time.Time) time.Duration { return now.Sub(l.Seen()) }
 
 // Table is where nodes report their load and allocators read it. The
 // Redis implementation spreads the reports over shards (hashes in slots of

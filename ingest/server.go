@@ -755,7 +755,7 @@ func (s *Server) live(c *gin.Context, room string) bool {
 	if s.cfg.Events == nil {
 		return true
 	}
-	if err := s.cfg.Events.Check(room); err != nil {
+	if err := s.cfg.Events.CheckIssued(room); err != nil {
 		s.reject(c, "room", event.RoomHTTPError(err))
 		return false
 	}

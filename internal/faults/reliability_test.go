@@ -3,6 +3,7 @@ package faults
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"regexp"
 	"slices"
@@ -43,8 +44,15 @@ func skewed(t *testing.T, s *stack) {
 	if err != nil {
 		t.Errorf("edge connections: %v", err)
 	}
+	refused, err := s.instant(`sum by (code) (danmaku_edge_handshake_rejections_total) > 0`, "code")
+	if err != nil {
+		t.Errorf("edge refusals: %v", err)
+	}
 	s.note = fmt.Sprintf("at the fault the gslbs counted %.0f edge and %.0f ingest nodes stale; connections edge-1 %.0f, edge-2 %.0f",
 		stale["edge"], stale["ingest"], conns[s.procs["edge-1"].metrics], conns[s.procs["edge-2"].metrics])
+	for _, code := range slices.Sorted(maps.Keys(refused)) {
+		s.note += fmt.Sprintf("; edges refused %.0f handshakes %s", refused[code], code)
+	}
 }
 
 var faultRows = []fault{

@@ -20,6 +20,7 @@ import (
 	"danmaku/auth"
 	"danmaku/internal/backoff"
 	"danmaku/internal/ban"
+	"danmaku/internal/event"
 	"danmaku/internal/httpx"
 	"danmaku/internal/loadtable"
 	"danmaku/sdk/wire"
@@ -431,7 +432,9 @@ func (s *Server) closeEndedRooms(ctx context.Context) {
 		s.mu.Lock()
 		var ended []*hub
 		for room, h := range s.hubs {
-			if !s.cfg.Events.Live(room) {
+			// Ended (or gone), not merely not live: a room let in before
+			// its start by this node's clock (CheckIssued) is not closed.
+			if v, ok := s.cfg.Events.Lookup(room); !ok || v.State == event.Ended {
 				ended = append(ended, h)
 			}
 		}

@@ -432,9 +432,7 @@ func (s *Server) closeEndedRooms(ctx context.Context) {
 		s.mu.Lock()
 		var ended []*hub
 		for room, h := range s.hubs {
-			// Ended (or gone), not merely not live: a room let in before
-			// its start by this node's clock (CheckIssued) is not closed.
-			if v, ok := s.cfg.Events.Lookup(room); !ok || v.State == event.Ended {
+			if roomEnded(s.cfg.Events, room) {
 				ended = append(ended, h)
 			}
 		}
@@ -547,4 +545,12 @@ func (s *Server) verifierReady() bool {
 		return r.Ready()
 	}
 	return true
+}
+
+// roomEnded says whether room's event has ended or is gone: not merely not
+// live, since a room let in before its start by this node's clock
+// (CheckIssued: the gslb's may run ahead) must not be closed as ended.
+func roomEnded(d *event.Directory, room string) bool {
+	v, ok := d.Lookup(room)
+	return !ok || v.State == event.Ended
 }

@@ -106,7 +106,7 @@ func (s *Server) checkToken(tok string) (*auth.Claims, *refusal) {
 		return nil, &refusal{http.StatusBadRequest, CodeBadRequest, CloseBadHello, "token names an invalid room"}
 	}
 	if s.cfg.Events != nil {
-		if err := s.cfg.Events.Check(claims.Room); err != nil {
+		if err := s.cfg.Events.CheckIssued(claims.Room); err != nil {
 			// 4404 / 4409 / 4503: the HTTP status, in the private range.
 			e := event.RoomHTTPError(err)
 			return nil, &refusal{e.Status, e.Code, 4000 + e.Status, e.Message}

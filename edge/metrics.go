@@ -206,6 +206,15 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 			Name: "danmaku_edge_hello_waits",
 			Help: "Upgraded sockets waiting for their first frame, the hello (browsers; at most MaxHelloWaits, beyond: 503 hello_waits).",
 		}, func() float64 { return float64(s.hellos.n.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "danmaku_edge_load_report_age_seconds",
+			Help: "Seconds since this node last wrote its load to the load table (Redis), or since it started while it has not: past the gslb's staleness (1 s) it is no longer handed to viewers, and growing it is cut off from Redis (its live lanes unread too); 0 without a load table.",
+		}, func() float64 {
+			if r := s.reporter.Load(); r != nil {
+				return r.Silence(s.cfg.Clock.Now()).Seconds()
+			}
+			return 0
+		}),
 		newRoomConnections(s),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "danmaku_edge_rooms",

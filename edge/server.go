@@ -20,6 +20,7 @@ import (
 	"danmaku/auth"
 	"danmaku/internal/backoff"
 	"danmaku/internal/ban"
+	"danmaku/internal/event"
 	"danmaku/internal/httpx"
 	"danmaku/internal/loadtable"
 	"danmaku/sdk/wire"
@@ -63,6 +64,8 @@ type Server struct {
 	bans     *ban.List      // nil: no bans (Config.Bans)
 	running  atomic.Bool
 	wg       sync.WaitGroup // hub goroutines and the load reporter
+	// reporter is Run's load reporter (danmaku_edge_load_report_age_seconds).
+	reporter atomic.Pointer[loadtable.Reporter]
 
 	mu   sync.Mutex
 	hubs map[string]*hub
@@ -380,6 +383,7 @@ func (s *Server) Run(ctx context.Context) error {
 			Now:         s.cfg.Clock.Now,
 			Ready:       s.verifierReady,
 		}
+		s.reporter.Store(rep)
 		if ot := s.onlineTable(); ot != nil {
 			online = &loadtable.OnlineReporter{Table: ot, Node: s.cfg.NodeID, Rooms: s.OnlineRooms, Now: s.cfg.Clock.Now, Ready: s.verifierReady}
 		}
@@ -428,7 +432,7 @@ func (s *Server) closeEndedRooms(ctx context.Context) {
 		s.mu.Lock()
 		var ended []*hub
 		for room, h := range s.hubs {
-			if !s.cfg.Events.Live(room) {
+			if roomEnded(s.cfg.Events, room) {
 				ended = append(ended, h)
 			}
 		}
@@ -541,4 +545,12 @@ func (s *Server) verifierReady() bool {
 		return r.Ready()
 	}
 	return true
+}
+
+// roomEnded says whether room's event has ended or is gone: not merely not
+// live, since a room let in before its start by this node's clock
+// (CheckIssued: the gslb's may run ahead) must not be closed as ended.
+func roomEnded(d *event.Directory, room string) bool {
+	v, ok := d.Lookup(room)
+	return !ok || v.State == event.Ended
 }

@@ -364,7 +364,7 @@ func (a *Allocator) build(loads []loadtable.NodeLoad, now time.Time) *snapshot {
 		}
 		room, ok := loadtable.Headroom(l, a.cfg.Overload, a.cfg.MaxCPU)
 		switch {
-		case now.Sub(l.At) > a.cfg.Stale:
+		case l.Age(now) > a.cfg.Stale: // by this gslb's clock, not the node's
 			s.nodes[kind][stateStale]++
 			continue
 		case l.Draining:
@@ -375,7 +375,7 @@ func (a *Allocator) build(loads []loadtable.NodeLoad, now time.Time) *snapshot {
 			continue
 		}
 		s.nodes[kind][stateHealthy]++
-		if by := l.At.Add(a.cfg.Stale); by.Before(s.rebuildBy) {
+		if by := l.Seen().Add(a.cfg.Stale); by.Before(s.rebuildBy) {
 			s.rebuildBy = by
 		}
 		n := snapNode{id: l.ID, addr: l.Addr, key: hash64(l.ID), weight: room}

@@ -1062,3 +1062,51 @@ func TestIngestChoiceSameAcrossAllocators(t *testing.T) {
 		}
 	}
 }
+
+// TestAllocatorNodeClockSkew: staleness is judged by the gslb's clock, from
+// when it first read each report, not by the reporter's stamp — an edge
+// whose clock is 2 s behind is handed out from its second report on (by
+// its stamps every report was over the 1 s staleness old: it was never
+// handed out, the fault table's "edge-2 clock 2 s behind"), one 2 s ahead
+// goes stale 1 s after its last report was read (not 3 s), and a dead
+// node's report found at the first read is stale at once.
+func TestAllocatorNodeClockSkew(t *testing.T) {
+	behind, ahead := edge("behind", 0, 100), edge("ahead", 0, 100)
+	dead := edge("dead", 0, 100)
+	f := newFixture(t, gslb.AllocatorConfig{Stale: time.Second}, edge("e1", 0, 100), ingest("i1", 0, 0))
+	reportAll := func(withAhead bool) {
+		b, a := behind, ahead
+		b.At, a.At = f.clk.Now().Add(-2*time.Second), f.clk.Now().Add(2*time.Second)
+		f.report(t, edge("e1", 0, 100), ingest("i1", 0, 0), b)
+		if withAhead {
+			f.report(t, a)
+		}
+	}
+	dead.At = f.clk.Now().Add(-30 * time.Second)
+	f.report(t, dead)
+	reportAll(true)
+	f.sync(t)
+	if got := edgesSeen(t, f, 64); !slices.Equal(got, []string{"ws://ahead", "ws://e1"}) {
+		t.Fatalf("first read: edges %v, want ahead and e1 (behind's first report looks 2 s old, dead's 30 s)", got)
+	}
+	for range 4 {
+		f.clk.Advance(250 * time.Millisecond)
+		reportAll(true)
+		f.sync(t)
+	}
+	if got := edgesSeen(t, f, 64); !slices.Equal(got, []string{"ws://ahead", "ws://behind", "ws://e1"}) {
+		t.Fatalf("reporting every 250 ms: edges %v, want ahead, behind and e1", got)
+	}
+	f.clk.Advance(800 * time.Millisecond)
+	reportAll(false) // ahead falls silent
+	f.sync(t)
+	if got := edgesSeen(t, f, 64); !slices.Equal(got, []string{"ws://ahead", "ws://behind", "ws://e1"}) {
+		t.Fatalf("ahead silent 800 ms: edges %v, want all three", got)
+	}
+	f.clk.Advance(400 * time.Millisecond)
+	reportAll(false)
+	f.sync(t)
+	if got := edgesSeen(t, f, 64); !slices.Equal(got, []string{"ws://behind", "ws://e1"}) {
+		t.Fatalf("ahead silent 1.2 s (its stamp still 0.8 s ahead): edges %v, want behind and e1", got)
+	}
+}

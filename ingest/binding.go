@@ -93,8 +93,9 @@ func (b *Binding) Update(loads []loadtable.NodeLoad) {
 		if l.Kind != loadtable.KindIngest || l.Draining || l.Addr == "" {
 			continue
 		}
-		if at, ok := m[l.Addr]; !ok || l.At.After(at) {
-			m[l.Addr] = l.At
+		// Seen: by this node's clock (the view's), not the reporter's.
+		if at, ok := m[l.Addr]; !ok || l.Seen().After(at) {
+			m[l.Addr] = l.Seen()
 		}
 	}
 	b.live.Store(&m)

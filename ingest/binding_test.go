@@ -53,6 +53,10 @@ func TestBindingCheck(t *testing.T) {
 		{"fallback, an edge at the primary's address does not count", ingB, []loadtable.NodeLoad{{ID: "x", Kind: loadtable.KindEdge, Addr: ingA, At: now}}, bound, Fallback},
 		{"fallback, one of two reports of the primary's address is fresh", ingB, []loadtable.NodeLoad{ingestAt("a-old", ingA, time.Hour), ingestAt("a-new", ingA, 0)}, bound, NotPrimary},
 		{"fallback before the first snapshot", ingB, nil, bound, Fallback},
+		// The primary's clock 5 s behind: its stamp looks stale, but this
+		// node's view read the report just now (Heard), which is what counts.
+		{"fallback, primary's clock behind, its report just read", ingB, []loadtable.NodeLoad{{ID: "a", Kind: loadtable.KindIngest, Addr: ingA, At: now.Add(-5 * time.Second), Heard: now}}, bound, NotPrimary},
+		{"fallback, primary's clock ahead, its report read long ago", ingB, []loadtable.NodeLoad{{ID: "a", Kind: loadtable.KindIngest, Addr: ingA, At: now.Add(5 * time.Second), Heard: now.Add(-defaultBindingStale - time.Millisecond)}}, bound, Fallback},
 		{"old token without ingests", ingB, allLive, tokenFor(0, ingA, ingB, ingC, edgA), Unbound},
 		{"this node does not know its address", "", allLive, bound, Unbound},
 		{"this node named only as an edge", edgA, allLive, bound, NotIngest},

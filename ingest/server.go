@@ -573,7 +573,7 @@ func (s *Server) syncOnline(ctx context.Context) {
 	ingests, rank := 0, 0
 	liveEdges := map[string]bool{}
 	for _, l := range loads {
-		if l.Kind == loadtable.KindIngest && now.Sub(l.At) <= onlineStale {
+		if l.Kind == loadtable.KindIngest && l.Age(now) <= onlineStale {
 			ingests++
 			if l.ID < s.cfg.NodeID {
 				rank++
@@ -581,7 +581,7 @@ func (s *Server) syncOnline(ctx context.Context) {
 		}
 		// An edge that stopped reporting (crashed without removing itself)
 		// no longer counts its viewers.
-		if l.Kind == loadtable.KindEdge && now.Sub(l.At) <= onlineStale {
+		if l.Kind == loadtable.KindEdge && l.Age(now) <= onlineStale {
 			liveEdges[l.ID] = true
 		}
 	}
@@ -755,7 +755,7 @@ func (s *Server) live(c *gin.Context, room string) bool {
 	if s.cfg.Events == nil {
 		return true
 	}
-	if err := s.cfg.Events.Check(room); err != nil {
+	if err := s.cfg.Events.CheckIssued(room); err != nil {
 		s.reject(c, "room", event.RoomHTTPError(err))
 		return false
 	}

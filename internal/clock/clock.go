@@ -16,8 +16,9 @@ type Clock interface {
 // Real is the system clock.
 type Real struct{}
 
-// Now returns time.Now().
-func (Real) Now() time.Time { return time.Now() }
+// Now returns time.Now(): always in a production build; a binary built
+// with the test-only tag faultclock adds its fault offset (offset_fault.go).
+func (Real) Now() time.Time { return now() }
 
 // Or returns c, or Real when c is nil; components call it when applying defaults.
 func Or(c Clock) Clock {

@@ -64,3 +64,15 @@ func TestFollower(t *testing.T) {
 		t.Fatal("Sync of a failing remote succeeded")
 	}
 }
+
+// A production build (no faultclock tag) has no clock offset, whatever
+// the environment says.
+func TestRealHasNoFaultOffset(t *testing.T) {
+	if FaultOffset() != 0 {
+		t.Skip("built with -tags faultclock")
+	}
+	t.Setenv("DANMAKU_FAULT_CLOCK_OFFSET", "1h")
+	if d := (Real{}).Now().Sub(time.Now()); d > time.Minute || d < -time.Minute {
+		t.Fatalf("Real is %v off the system clock", d)
+	}
+}

@@ -168,7 +168,23 @@ func TestDirectory(t *testing.T) {
 		event.RoomHTTPError(d.Check("nowhere")).Code != "no_such_room" || len(d.LiveRooms()) != 2 {
 		t.Fatal("live rooms")
 	}
+	// Before the show: a gslb refuses it; a node serving a token the gslb
+	// issued takes it from 5 s before the start (its clock may be behind).
+	clk.Set(show.Start.Add(-6 * time.Second))
+	if err := d.CheckIssued("main"); !errors.Is(err, event.ErrRoomNotLive) {
+		t.Fatalf("6 s before the start, CheckIssued: %v", err)
+	}
+	clk.Set(show.Start.Add(-event.IssuedLeeway))
+	if err := d.Check("main"); !errors.Is(err, event.ErrRoomNotLive) {
+		t.Fatalf("5 s before the start, Check: %v", err)
+	}
+	if err := d.CheckIssued("main"); err != nil || !errors.Is(d.CheckIssued("nowhere"), event.ErrNoSuchRoom) {
+		t.Fatalf("5 s before the start, CheckIssued: %v", err)
+	}
 	clk.Set(show.End)
+	if err := d.CheckIssued("main"); !errors.Is(err, event.ErrRoomNotLive) {
+		t.Fatalf("after the end, CheckIssued: %v", err)
+	}
 	if err := d.Check("main"); !errors.Is(err, event.ErrRoomNotLive) {
 		t.Fatalf("after the end: %v", err)
 	}

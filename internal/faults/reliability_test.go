@@ -3,6 +3,7 @@ package faults
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"regexp"
 	"slices"
@@ -34,6 +35,33 @@ func kill(name string, sig syscall.Signal) func(t *testing.T, s *stack) {
 // outage is how long the outage rows last (S3 stopped, edge-2 cut off
 // from Redis): 10 s in the table, less in its short variant.
 var outage = 10 * time.Second
+
+// skewed is a clock row's moment: nothing to do, the node has run off
+// since its start; what the gslbs make of the nodes then goes into the
+// row's note (a node the gslbs take for stale gets no new viewer, which
+// no other column shows).
+func skewed(t *testing.T, s *stack) {
+	if s.prom == "" { // the short variant runs no Prometheus to ask
+		return
+	}
+	stale, err := s.instant(`max by (kind) (max_over_time(danmaku_gslb_nodes{state="stale"}[5s]))`, "kind")
+	if err != nil {
+		t.Errorf("gslb node states: %v", err)
+	}
+	conns, err := s.instant(`max_over_time(danmaku_edge_connections[5s])`, "instance") // a scrape missed under load must not read as 0
+	if err != nil {
+		t.Errorf("edge connections: %v", err)
+	}
+	refused, err := s.instant(`sum by (code) (danmaku_edge_handshake_rejections_total) > 0`, "code")
+	if err != nil {
+		t.Errorf("edge refusals: %v", err)
+	}
+	s.note = fmt.Sprintf("at the fault the gslbs counted %.0f edge and %.0f ingest nodes stale; connections edge-1 %.0f, edge-2 %.0f",
+		stale["edge"], stale["ingest"], conns[s.procs["edge-1"].metrics], conns[s.procs["edge-2"].metrics])
+	for _, code := range slices.Sorted(maps.Keys(refused)) {
+		s.note += fmt.Sprintf("; edges refused %.0f handshakes %s", refused[code], code)
+	}
+}
 
 var faultRows = []fault{
 	{name: "slicer leader SIGKILL", apply: func(t *testing.T, s *stack) {
@@ -80,6 +108,12 @@ var faultRows = []fault{
 	{name: "Redis Cluster master SIGKILL, 2 replicas a master (gift-wait-replicas 1)", opts: stackOpts{cluster: true, replicas: 2}, apply: func(t *testing.T, s *stack) {
 		s.cluster.MasterOf(t, redisx.RoomKey(room, "live")).Kill()
 	}},
+	// A clock fault is there from the node's start (a host whose clock is
+	// off, not a step: a constant offset keeps its intervals exact); the
+	// row's moment only splits the alerts into before and after.
+	{name: "ingest-1 clock 2 s ahead", opts: stackOpts{clocks: map[string]string{"ingest-1": "2s"}}, apply: skewed},
+	{name: "edge-2 clock 2 s behind", opts: stackOpts{clocks: map[string]string{"edge-2": "-2s"}}, apply: skewed},
+	{name: "slicer-1 clock 2 s behind", opts: stackOpts{clocks: map[string]string{"slicer-1": "-2s"}}, apply: skewed},
 	{name: "edge-2 partitioned from Redis 10 s", opts: stackOpts{partitionEdge: true}, apply: func(t *testing.T, s *stack) {
 		s.edgeRedis.Cut()
 		time.Sleep(outage) // the partition itself
@@ -216,6 +250,9 @@ func runRow(t *testing.T, f fault, l load, warm time.Duration) Row {
 		if strings.Contains(e, s.procs["ingest-1"].metrics) || strings.Contains(e, s.procs["ingest-2"].metrics) {
 			row.Note = "admitted counts the surviving ingest only (the killed one's counters are gone)"
 		}
+	}
+	if s.note != "" {
+		row.Note = strings.TrimPrefix(row.Note+"; "+s.note, "; ")
 	}
 	row.Recovery, row.Unwell = recovery(faultAt, offerStart, rep.Timeline, cn.unwell(), l.gifts > 0)
 	return row

@@ -68,7 +68,9 @@ func danmakuBinary(t testing.TB) string {
 			return
 		}
 		binPath = filepath.Join(binDir, "danmaku")
-		out, err := exec.Command("go", "build", "-o", binPath, "danmaku/cmd/danmaku").CombinedOutput()
+		// The test-only tag faultclock lets a role run with its clock off
+		// (stackOpts.clocks); production builds have no such code.
+		out, err := exec.Command("go", "build", "-tags", "faultclock", "-o", binPath, "danmaku/cmd/danmaku").CombinedOutput()
 		if err != nil {
 			binErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}
@@ -152,6 +154,9 @@ type stackOpts struct {
 	// roleEnv is added to every role's environment (GOMAXPROCS as the
 	// plan's vCPU).
 	roleEnv []string
+	// clocks runs nodes ("ingest-1") with their clock off by a duration
+	// ("2s", "-2s") from their start (DANMAKU_FAULT_CLOCK_OFFSET).
+	clocks map[string]string
 }
 
 // count is how many of role the stack runs.
@@ -178,6 +183,8 @@ type stack struct {
 	giftLB    *Proxy // in front of the ingests: the business server's way in
 	edgeRedis *Proxy // edge-2's way to Redis (partitionEdge)
 	procs     map[string]*proc
+	clocks    map[string]string // stackOpts.clocks
+	note      string            // a row's own observation, added to its Note
 	order     []string
 	prom      string
 	env       []string
@@ -195,7 +202,7 @@ func freeAddr(t testing.TB) string {
 
 func newStack(t *testing.T, o stackOpts) *stack {
 	t.Helper()
-	s := &stack{t: t, bin: danmakuBinary(t), procs: map[string]*proc{}}
+	s := &stack{t: t, bin: danmakuBinary(t), procs: map[string]*proc{}, clocks: o.clocks}
 	s.s3, s.s3srv = testenv.S3Restartable(t)
 	s.cdn, s.varnish = testenv.VarnishRestartable(t, s.s3.BucketURL())
 	if o.cluster {
@@ -293,6 +300,9 @@ func (s *stack) start(role string, i int, env []string, extra ...string) *proc {
 	}
 	p.cmd = exec.Command(s.bin, args...)
 	p.cmd.Env = append(slices.Clone(s.env), env...)
+	if off, ok := s.clocks[p.name]; ok {
+		p.cmd.Env = append(p.cmd.Env, "DANMAKU_FAULT_CLOCK_OFFSET="+off)
+	}
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
 	// Its own group (a signal reaches it alone), and killed with the
 	// driver should the driver die first.
@@ -318,6 +328,9 @@ func (s *stack) start(role string, i int, env []string, extra ...string) *proc {
 	for {
 		b, _ := os.ReadFile(p.logPath)
 		if strings.Contains(string(b), roleReady) {
+			if off, ok := s.clocks[p.name]; ok && !strings.Contains(string(b), "faultclock: this process's clock is") {
+				t.Fatalf("%s was to run %s off, but its binary did not say so (built without -tags faultclock?)", p.name, off)
+			}
 			break
 		}
 		if p.exited() || time.Now().After(deadline) {
@@ -691,4 +704,35 @@ func (lr *loadRun) report() (*loadgen.Report, error) {
 	}
 	var r loadgen.Report
 	return &r, json.Unmarshal(b, &r)
+}
+
+// instant evaluates a PromQL query now and returns each series' value by
+// the label named by, as reported by Prometheus.
+func (s *stack) instant(query, by string) (map[string]float64, error) {
+	resp, err := http.Get(s.prom + "/api/v1/query?" + url.Values{"query": {query}}.Encode())
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Data struct {
+			Result []struct {
+				Metric map[string]string `json:"metric"`
+				Value  [2]any            `json:"value"`
+			} `json:"result"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	for _, r := range body.Data.Result {
+		v, _ := r.Value[1].(string)
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%s: value %q", query, v)
+		}
+		out[r.Metric[by]] = f
+	}
+	return out, nil
 }

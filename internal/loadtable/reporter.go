@@ -76,6 +76,21 @@ type Reporter struct {
 	Ready func() bool
 	// Sent counts the reports made, for tests and benchmarks.
 	Sent atomic.Int64
+	// Reported is when the last report was written (unix ns, by Now) —
+	// from Run's start until the first one is: how long the node has been
+	// missing from the table, which allocators drop it from after their
+	// staleness (a node cut off from the store; its metrics say so).
+	Reported atomic.Int64
+}
+
+// Silence is how long the node has gone unreported at now: since the last
+// report written, or since Run began; 0 before Run.
+func (r *Reporter) Silence(now time.Time) time.Duration {
+	at := r.Reported.Load()
+	if at == 0 {
+		return 0
+	}
+	return max(0, now.Sub(time.Unix(0, at)))
 }
 
 // Run reports until ctx is done, then removes the node from the table so that
@@ -86,6 +101,7 @@ func (r *Reporter) Run(ctx context.Context) error {
 	if now == nil {
 		now = time.Now
 	}
+	r.Reported.Store(now().UnixNano())
 	t := time.NewTimer(g.iv)
 	defer t.Stop()
 	var id string
@@ -100,6 +116,7 @@ func (r *Reporter) Run(ctx context.Context) error {
 				g.Done(l, at, err == nil) // a failed report is tried again; staleness handles the rest
 				if err == nil {
 					r.Sent.Add(1)
+					r.Reported.Store(at.UnixNano())
 				}
 			}
 			wait = g.Wait(now())

@@ -353,3 +353,53 @@ func (f *failingTable) Report(context.Context, loadtable.NodeLoad) error {
 	f.tries.Add(1)
 	return errors.New("down")
 }
+
+// TestReporterSilence: on the bubble's clock, Silence is 0 before Run,
+// grows from Run's start while nothing is written (not ready, then a
+// table that refuses: a node cut off from the store), and is back under a
+// keep-alive interval once writes go through.
+func TestReporterSilence(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		table := &switchTable{Table: loadtable.NewMemoryTable()}
+		table.down.Store(true)
+		var ready atomic.Bool
+		r := &loadtable.Reporter{Table: table, Now: time.Now, Ready: ready.Load, Load: func() loadtable.NodeLoad { return ingestAt(0.1) }}
+		if d := r.Silence(time.Now()); d != 0 {
+			t.Fatalf("before Run: silence %v, want 0", d)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- r.Run(ctx) }()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if d := r.Silence(time.Now()); d != time.Second {
+			t.Errorf("not ready for 1 s: silence %v, want 1s", d)
+		}
+		ready.Store(true)
+		time.Sleep(2 * time.Second) // refused: still silent
+		synctest.Wait()
+		if d := r.Silence(time.Now()); d != 3*time.Second {
+			t.Errorf("refused for 2 s more: silence %v, want 3s", d)
+		}
+		table.down.Store(false)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if d := r.Silence(time.Now()); d > 250*time.Millisecond {
+			t.Errorf("writing again for 1 s: silence %v, want at most the 250 ms keep-alive", d)
+		}
+		cancel()
+		<-done
+	})
+}
+
+type switchTable struct {
+	loadtable.Table
+	down atomic.Bool
+}
+
+func (s *switchTable) Report(ctx context.Context, l loadtable.NodeLoad) error {
+	if s.down.Load() {
+		return errors.New("down")
+	}
+	return s.Table.Report(ctx, l)
+}

@@ -48,7 +48,23 @@ type NodeLoad struct {
 	// At is when the report was made, by the reporter's clock; tables keep
 	// it to the millisecond.
 	At time.Time `json:"at"`
+	// Heard is when this reader first read the report, by its own clock
+	// (View sets it; never stored): what Age judges by, so that a reporter
+	// whose clock is off neither ages its reports nor keeps them young.
+	Heard time.Time `json:"-"`
 }
+
+// Seen is when the report is from by the reader's clock: when the reader
+// first read it (Heard), or At when it has no Heard.
+func (l NodeLoad) Seen() time.Time {
+	if !l.Heard.IsZero() {
+		return l.Heard
+	}
+	return l.At
+}
+
+// Age is how old the report is at now by the reader's clock (Seen).
+func (l NodeLoad) Age(now time.Time) time.Duration { return now.Sub(l.Seen()) }
 
 // Table is where nodes report their load and allocators read it. The
 // Redis implementation spreads the reports over shards (hashes in slots of

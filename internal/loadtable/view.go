@@ -2,6 +2,8 @@ package loadtable
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -37,11 +39,37 @@ type View struct {
 	dirty  bool      // sorted is to be rebuilt
 	last   time.Time // of the last whole read
 	good   time.Time // of the last good read
+	heard  map[string]heard
+}
+
+// heard is a node's newest report as a View first read it: its At and the
+// reader's time then (NodeLoad.Heard).
+type heard struct{ at, heard time.Time }
+
+// hear sets l.Heard: the time the view first read this report. A report
+// read again (a whole read) keeps it. A node's first report is heard at
+// now, or at its At when that is earlier — a dead node's report, read
+// after a reader's start, must not look new; a live node whose clock is
+// behind looks stale only until its next report (within 250 ms).
+func (v *View) hear(l *NodeLoad, now time.Time) {
+	h, ok := v.heard[l.ID]
+	switch {
+	case ok && h.at.Equal(l.At):
+	case ok:
+		h = heard{at: l.At, heard: now}
+	default:
+		h = heard{at: l.At, heard: now}
+		if l.At.Before(now) {
+			h.heard = l.At
+		}
+	}
+	v.heard[l.ID] = h
+	l.Heard = h.heard
 }
 
 // NewView returns a view of table that has read nothing yet.
 func NewView(table Table) *View {
-	v := &View{table: table, nodes: map[string]NodeLoad{}}
+	v := &View{table: table, nodes: map[string]NodeLoad{}, heard: map[string]heard{}}
 	v.cr, _ = table.(ChangeReader)
 	return v
 }
@@ -67,6 +95,10 @@ func (v *View) Sync(ctx context.Context, now time.Time) ([]NodeLoad, SyncStats, 
 		if err != nil {
 			return nil, SyncStats{}, err
 		}
+		for i := range loads {
+			v.hear(&loads[i], now)
+		}
+		v.forget(func(id string) bool { _, ok := slices.BinarySearchFunc(loads, id, byID); return ok })
 		v.sorted = loads
 		return loads, SyncStats{Changed: len(loads), Full: true}, nil
 	}
@@ -112,13 +144,28 @@ func (v *View) Sync(ctx context.Context, now time.Time) ([]NodeLoad, SyncStats, 
 		if _, ok := v.nodes[l.ID]; !ok {
 			v.dirty = true
 		}
+		v.hear(&l, now)
 		v.nodes[l.ID] = l
+	}
+	if v.dirty {
+		v.forget(func(id string) bool { _, ok := v.nodes[id]; return ok })
 	}
 	if v.dirty || len(ch.Loads) > 0 {
 		v.rebuild()
 	}
 	return v.sorted, st, nil
 }
+
+// forget drops what the view heard of nodes it no longer holds.
+func (v *View) forget(holds func(id string) bool) {
+	for id := range v.heard {
+		if !holds(id) {
+			delete(v.heard, id)
+		}
+	}
+}
+
+func byID(l NodeLoad, id string) int { return strings.Compare(l.ID, id) }
 
 // rebuild refreshes sorted from nodes: in place when the set of nodes is
 // the same (the common case: loads changed, nobody came or went), sorted

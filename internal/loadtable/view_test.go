@@ -98,3 +98,53 @@ func TestTableView(t *testing.T) {
 		t.Fatalf("%d whole reads in 5 s of syncs, want 1", whole)
 	}
 }
+
+// TestViewHeard: a view stamps each report with when it first read it, by
+// the reader's clock — a report read again (the whole read every few
+// seconds) keeps its stamp, a new one gets the read's time, and a node's
+// first report is heard at its At when that is earlier (a dead node's
+// report is not made new by a reader's start) — and Age judges by it.
+func TestViewHeard(t *testing.T) {
+	ctx := context.Background()
+	table := loadtable.NewMemoryTable()
+	t0 := time.UnixMilli(1_700_000_000_000)
+	report := func(id string, at time.Time) {
+		if err := table.Report(ctx, loadtable.NodeLoad{ID: id, Kind: loadtable.KindEdge, Addr: "ws://" + id, At: at}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	heard := func(v *loadtable.View, now time.Time) map[string]time.Time {
+		loads, _, err := v.Sync(ctx, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]time.Time{}
+		for _, l := range loads {
+			m[l.ID] = l.Heard
+		}
+		return m
+	}
+	report("dead", t0.Add(-30*time.Second))
+	report("behind", t0.Add(-2*time.Second))
+	report("ahead", t0.Add(2*time.Second))
+	v := loadtable.NewView(table)
+	h := heard(v, t0)
+	if !h["dead"].Equal(t0.Add(-30*time.Second)) || !h["behind"].Equal(t0.Add(-2*time.Second)) || !h["ahead"].Equal(t0) {
+		t.Fatalf("first read: heard %v", h)
+	}
+	t1 := t0.Add(250 * time.Millisecond)
+	report("behind", t1.Add(-2*time.Second))
+	if h = heard(v, t1); !h["behind"].Equal(t1) || !h["ahead"].Equal(t0) {
+		t.Fatalf("behind reported again: heard %v", h)
+	}
+	t2 := t0.Add(6 * time.Second) // past the whole read's interval
+	if h = heard(v, t2); !h["behind"].Equal(t1) || !h["ahead"].Equal(t0) || !h["dead"].Equal(t0.Add(-30*time.Second)) {
+		t.Fatalf("whole read: heard %v, want the stamps kept", h)
+	}
+	if age := (loadtable.NodeLoad{At: t0, Heard: t1}).Age(t2); age != t2.Sub(t1) {
+		t.Errorf("Age by Heard: %v", age)
+	}
+	if age := (loadtable.NodeLoad{At: t0}).Age(t2); age != 6*time.Second {
+		t.Errorf("Age without Heard: %v", age)
+	}
+}

@@ -57,6 +57,7 @@ lint: ## staticcheck over both modules at the version pinned in go.mod's tool bl
 
 test: deps fmt-check vet lint ## deps + fmt-check + vet + lint + race tests against real servers + every benchmark once
 	DANMAKU_REQUIRE_SERVERS=1 $(GO) test -race -count=1 -timeout 20m $(PKGS)
+	$(GO) test -race -count=1 -tags faultclock ./internal/clock # the fault table's test-only clock offset
 	DANMAKU_REQUIRE_SERVERS=1 $(GO) test -run '^$$' -bench . -benchtime=1x -timeout 10m $(PKGS)
 
 # The show's load for `make reliability` and `make soak`; scale it down on a

@@ -65,6 +65,8 @@ test: deps fmt-check vet lint ## deps + fmt-check + vet + lint + race tests agai
 VIEWERS ?= 1000
 SENDERS ?= 200
 GIFTS ?= 20
+# EVENT is the show `make rehearse` plans and runs (an event file).
+EVENT ?= infra/rehearse/small-show.event.json
 # ROWS picks fault rows by regexp; SOAK is the soak's length (30m for the long one).
 ROWS ?= .
 SOAK ?= 10m
@@ -77,7 +79,7 @@ soak: deps ## the same load for SOAK (default 10m; SOAK=30m), every role, Redis 
 	$(FAULTS_ENV) DANMAKU_SOAK=$(SOAK) $(GO) test -count=1 -run '^TestSoak$$' -v -timeout 90m ./internal/faults
 
 rehearse: deps ## plan vs reality: plans the small show (infra/rehearse) on infra/profiles/this-machine.json, starts the real stack with the plan's counts, loadgen -procs 2 at the plan's peak and 1.5x for 60 s each; HTML reports and summary.txt in .local/rehearse
-	DANMAKU_REQUIRE_SERVERS=1 DANMAKU_REHEARSE=1 DANMAKU_REHEARSE_OUT=$(CURDIR)/.local/rehearse $(GO) test -count=1 -run '^TestRehearse$$' -v -timeout 30m ./internal/faults
+	DANMAKU_REQUIRE_SERVERS=1 DANMAKU_REHEARSE=1 DANMAKU_REHEARSE_EVENT=$(EVENT) DANMAKU_REHEARSE_OUT=$(CURDIR)/.local/rehearse $(GO) test -count=1 -run '^TestRehearse$$' -v -timeout 30m ./internal/faults
 
 bench: deps ## benchmarks, 5 runs each, for docs/benchmarks.md (pipe to a file, compare with benchstat)
 	DANMAKU_REQUIRE_SERVERS=1 $(GO) test -run '^$$' -bench . -benchmem -count=5 -timeout 60m $(PKGS)

@@ -23,10 +23,19 @@ import (
 // The rehearsal's show and profile: the small show sized for this machine
 // (every role a 1-vCPU machine, two zones of which one may be lost) and
 // the profile `danmaku calibrate` took here.
-const (
-	rehearseEvent   = "../../infra/rehearse/small-show.event.json"
-	rehearseProfile = "../../infra/profiles/this-machine.json"
-)
+// DANMAKU_REHEARSE_EVENT (make rehearse EVENT=file, relative to the
+// repository's root) rehearses another show.
+const rehearseProfile = "../../infra/profiles/this-machine.json"
+
+var rehearseEvent = func() string {
+	if ev := os.Getenv("DANMAKU_REHEARSE_EVENT"); ev != "" {
+		if filepath.IsAbs(ev) {
+			return ev
+		}
+		return filepath.Join("..", "..", ev)
+	}
+	return "../../infra/rehearse/small-show.event.json"
+}()
 
 // rehearseLoad is one run of the rehearsal, at scale times the plan's peak.
 type rehearseLoad struct {

@@ -191,8 +191,10 @@ var acls = map[string]aclRule{
 			[]string{"multi", "exec", "hset", "hdel", "xadd", "xrevrange", "xrange"},
 			// site stream, room registry
 			[]string{"xread", "xinfo|stream", "hsetnx", "time"},
-			// gate, fast lane, gift log
-			[]string{"get", "set", "hmget", "pexpire", "wait"},
+			// gate, fast lane, gift log; the gift script counts its
+			// master's online replicas (-gift-wait-replicas) with INFO's
+			// replication section only
+			[]string{"get", "set", "hmget", "pexpire", "wait", "info|replication"},
 			// bans, lotteries
 			[]string{"hget", "hscan", "incr", "zadd", "zrem", "zrangebyscore", "sadd", "scard", "sscan", "pexpireat"},
 			// reports (the add and decide scripts, the review's reads)

@@ -63,7 +63,6 @@ func (v Verdict) Word() string {
 // Judge judges r against s, one line per service level.
 func Judge(r *loadgen.Report, s SLO) Verdict {
 	var v Verdict
-	add := func(l Line) { v.Lines = append(v.Lines, l) }
 	latency := func(name string, sum loadgen.Summary, target float64) {
 		l := Line{Name: name, Target: fmt.Sprintf("p99 ≤ %s ms", num(target))}
 		if sum.Count == 0 {
@@ -72,7 +71,7 @@ func Judge(r *loadgen.Report, s SLO) Verdict {
 			l.Measured = fmt.Sprintf("p99 %s ms (p50 %s, %d samples)", num(sum.P99Ms), num(sum.P50Ms), sum.Count)
 			l.Status = status(sum.P99Ms <= target)
 		}
-		add(l)
+		v.add(l)
 	}
 	via := "segments"
 	if r.Delivery.Edge {
@@ -91,7 +90,7 @@ func Judge(r *loadgen.Report, s SLO) Verdict {
 		gl.Measured = fmt.Sprintf("%s (%d of %d accepted gifts by all %d pollers, %d failed orders)", pct(ratio), d.GiftsShownByAll, d.GiftsAccepted, d.Joined, g.Failed)
 		gl.Status = status(ratio >= s.GiftDeliveredRatio)
 	}
-	add(gl)
+	v.add(gl)
 
 	bl := Line{Name: "barrage shown", Target: "≥ " + pct(s.BarrageShownRatio)}
 	if d.Joined == 0 || d.CommentsAccepted == 0 {
@@ -101,7 +100,7 @@ func Judge(r *loadgen.Report, s SLO) Verdict {
 		bl.Measured = fmt.Sprintf("%s (%d of %d answered 200)", pct(ratio), d.CommentsShown, d.CommentsAccepted)
 		bl.Status = status(ratio >= s.BarrageShownRatio)
 	}
-	add(bl)
+	v.add(bl)
 
 	admitted := float64(r.Drops.Accepted["barrage"]) / max(r.Run.LoadSeconds, 1e-3)
 	al := Line{Name: "admitted comments/s (stored by the ingests)", Measured: num(admitted) + "/s"}
@@ -113,14 +112,35 @@ func Judge(r *loadgen.Report, s SLO) Verdict {
 	default:
 		al.Target, al.Status = "≥ "+num(s.AdmittedPerSec)+"/s", status(admitted >= s.AdmittedPerSec)
 	}
-	add(al)
+	v.add(al)
 
 	v.Roles = roleCPU(r.Nodes, s.Roles)
+	v.BindingRole = v.addRoleLines(r, s)
+
+	v.addGeneratorLine(r)
+
+	v.Pass = !v.Inconclusive
+	for _, l := range v.Lines {
+		if l.Status == Fail {
+			v.Pass = false
+		}
+	}
+	return v
+}
+
+// add appends a line to the verdict.
+func (v *Verdict) add(l Line) { v.Lines = append(v.Lines, l) }
+
+// addRoleLines adds the binding role's line and, per machine role, its
+// busiest node's CPU against the plan and its CPU per unit of work against
+// the profile; it returns the role that bound first ("" if no node of a
+// planned role was read).
+func (v *Verdict) addRoleLines(r *loadgen.Report, s SLO) (binding string) {
 	rl := Line{Name: "binding role", Target: "plan: " + orDash(s.BindingRole), Status: Info, Measured: "no node read"}
 	switch n, peak := busiest(r.Nodes); {
 	case len(v.Roles) > 0 && v.Roles[0].Nodes > 0:
 		b := v.Roles[0]
-		v.BindingRole = b.Role
+		binding = b.Role
 		same := "the plan's"
 		if b.Role != s.BindingRole {
 			same = "not the plan's " + orDash(s.BindingRole)
@@ -129,7 +149,7 @@ func Judge(r *loadgen.Report, s SLO) Verdict {
 	case n != nil:
 		rl.Measured = fmt.Sprintf("busiest node %s (%s): %s cores at its peak", n.Endpoint, n.RolesString(), num(peak))
 	}
-	add(rl)
+	v.add(rl)
 	for _, rc := range v.Roles {
 		l := Line{Name: "CPU of the busiest " + rc.Role + " node", Status: Info,
 			Target: fmt.Sprintf("plan: %s cores of %d vCPU", num2(rc.PlannedCores), rc.VCPU)}
@@ -144,7 +164,7 @@ func Judge(r *loadgen.Report, s SLO) Verdict {
 		default:
 			l.Measured = fmt.Sprintf("%s mean, %s peak over %d node(s)", num2(rc.MeasuredCores), num2(rc.PeakCores), rc.Nodes)
 		}
-		add(l)
+		v.add(l)
 		if rc.Unit == "" || rc.Nodes == 0 {
 			continue
 		}
@@ -155,9 +175,14 @@ func Judge(r *loadgen.Report, s SLO) Verdict {
 		} else {
 			ul.Measured = fmt.Sprintf("no %s over the run (%s cores)", rc.Unit, num2(rc.RoleCores))
 		}
-		add(ul)
+		v.add(ul)
 	}
+	return binding
+}
 
+// addGeneratorLine adds whether the load generator kept its schedule; a
+// generator-bound run is inconclusive, whatever the other lines say.
+func (v *Verdict) addGeneratorLine(r *loadgen.Report) {
 	gl2 := Line{Name: "load generator kept its schedule", Target: fmt.Sprintf("CPU < %s of the machine, timer lag p99 ≤ 50 ms, send delay p99 ≤ 100 ms", pct(0.8))}
 	ge := &r.Generator
 	switch why := r.GeneratorBound(); {
@@ -170,15 +195,7 @@ func Judge(r *loadgen.Report, s SLO) Verdict {
 		gl2.Measured = fmt.Sprintf("%d process(es), %s of %d cores, timer lag p99 %s ms, send delay p99 %s ms", ge.Procs, num2(ge.CPUCores), ge.MachineCores, num(r.Latency.GeneratorLag.P99Ms), num(r.Latency.SendDelay.P99Ms))
 		gl2.Status = Pass
 	}
-	add(gl2)
-
-	v.Pass = !v.Inconclusive
-	for _, l := range v.Lines {
-		if l.Status == Fail {
-			v.Pass = false
-		}
-	}
-	return v
+	v.add(gl2)
 }
 
 // RoleCPU is one machine role's CPU, measured against planned.

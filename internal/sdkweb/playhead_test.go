@@ -9,6 +9,7 @@ import (
 
 	"danmaku/internal/stack"
 	"danmaku/internal/stack/stacktest"
+	"danmaku/internal/testenv"
 )
 
 // TestBrowserPlayhead runs test/playhead.mjs: three chromium viewers of the
@@ -21,7 +22,11 @@ import (
 // deps installs it), and skips without it.
 func TestBrowserPlayhead(t *testing.T) {
 	if _, err := exec.LookPath("ffmpeg"); err != nil {
-		t.Skip("no ffmpeg (Debian package ffmpeg; make deps installs it): no live HLS stream to play")
+		msg := "no ffmpeg (Debian package ffmpeg; make deps installs it): no live HLS stream to play"
+		if testenv.RequireServers() {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
 	}
 	node := tools(t, true)
 	st := startStack(t, stack.Config{DevVideo: true, EdgeReportEvery: time.Nanosecond})

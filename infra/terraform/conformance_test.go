@@ -106,7 +106,8 @@ func TestConformance(t *testing.T) {
 	t.Parallel()
 	// The slow parts side by side: Terraform, the build, the servers.
 	rendered := make(chan scriptRun, 1)
-	go func() { rendered <- execScript(10*time.Minute, nil, "render") }()
+	limit := guardLimit(t, 10*time.Minute)
+	go func() { rendered <- execScript(limit, nil, "render") }()
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "danmaku")
 	built := make(chan error, 1)

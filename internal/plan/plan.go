@@ -311,17 +311,15 @@ func (q *planner) planEdge() error {
 
 // planIngest sizes the ingests by CPU per post.
 func (q *planner) planIngest() error {
-	e, f, pl, zones, lost, zoneNote := q.e, q.f, q.pl, q.zones, q.lost, q.zoneNote
+	e, f, pl := q.e, q.f, q.pl
 	// Ingest.
 	in := e.Instances.Ingest
 	idle := f.IngestIdleCPUCores.Value
 	work := pl.add("ingest", "CPU of the posts", q.offered/f.IngestAdmittedPerSCore.Value, "vCPU", "comments_per_s / ingest_admitted_per_s_per_core", "comments_per_s", "ingest_admitted_per_s_per_core")
-	use, err := usable(pl, "ingest", in.VCPU, e.Headroom, idle)
+	ingN, use, err := q.byWork("ingest", "ingests", "CPU of the posts", in.VCPU, idle, work)
 	if err != nil {
 		return err
 	}
-	ingN := survivors(work/use, zones, lost)
-	pl.add("ingest", "ingests", float64(ingN), "machines", "CPU of the posts / usable CPU; "+zoneNote, "instances.ingest.vcpu", "headroom", "ingest_idle_cpu_cores")
 	pl.IngestCapacity = max(10, int(math.Floor(use*f.IngestAdmittedPerSCore.Value*ingestSecondsInFlight/100))*100)
 	pl.add("ingest", "ingest_capacity", float64(pl.IngestCapacity), "in flight", fmt.Sprintf("usable CPU x ingest_admitted_per_s_per_core x %g s, down to hundreds", ingestSecondsInFlight), "ingest_admitted_per_s_per_core", "ingest_idle_cpu_cores")
 	q.ingCPU = pl.add("ingest", "CPU at the peak", idle+work/float64(ingN), "vCPU per ingest", "ingest_idle_cpu_cores + CPU of the posts / ingests", "ingest_idle_cpu_cores", "ingest_admitted_per_s_per_core")
@@ -333,17 +331,15 @@ func (q *planner) planIngest() error {
 
 // planGSLB sizes the gslbs by CPU per entry, and their load balancers.
 func (q *planner) planGSLB() error {
-	e, f, pl, zones, lost, zoneNote := q.e, q.f, q.pl, q.zones, q.lost, q.zoneNote
+	e, f, pl := q.e, q.f, q.pl
 	// gslb.
 	gs := e.Instances.Gslb
 	idle := f.GslbIdleCPUCores.Value
 	work := pl.add("gslb", "CPU of the entries", e.JoinPerS/f.EntryAnswersPerSCore.Value, "vCPU", "join_per_s / entry_answers_per_s_per_core (at the join surge)", "join_per_s", "entry_answers_per_s_per_core")
-	use, err := usable(pl, "gslb", gs.VCPU, e.Headroom, idle)
+	gsN, _, err := q.byWork("gslb", "gslbs", "CPU of the entries", gs.VCPU, idle, work)
 	if err != nil {
 		return err
 	}
-	gsN := survivors(work/use, zones, lost)
-	pl.add("gslb", "gslbs", float64(gsN), "machines", "CPU of the entries / usable CPU; "+zoneNote, "instances.gslb.vcpu", "headroom", "gslb_idle_cpu_cores")
 	pl.add("gslb", "CPU outside the surge", idle, "vCPU per gslb", "gslb_idle_cpu_cores: the load table's sync and the background reads, all show long", "gslb_idle_cpu_cores")
 	q.gsCPU = pl.add("gslb", "CPU at the join surge", idle+work/float64(gsN), "vCPU per gslb", "gslb_idle_cpu_cores + CPU of the entries / gslbs", "gslb_idle_cpu_cores", "entry_answers_per_s_per_core")
 	gsUtil := q.gsCPU / (float64(gs.VCPU) * e.Headroom)
@@ -399,6 +395,18 @@ func usable(pl *Plan, role string, vcpu int, headroom, idle float64) (float64, e
 		return 0, fieldErr(CodeInfeasible, "instances."+role, "a %s idles at %.3g cores (%s_idle_cpu_cores), at or above its %d vCPU x headroom %g: a bigger instance type, or a higher headroom", role, idle, role, vcpu, headroom)
 	}
 	return pl.add(role, "usable CPU", u, "vCPU per "+role, "instances."+role+".vcpu x headroom - "+role+"_idle_cpu_cores", "instances."+role+".vcpu", "headroom", role+"_idle_cpu_cores"), nil
+}
+
+// byWork counts a role's machines: its work (cores) over each machine's
+// usable CPU, a zone lost, as a line.
+func (q *planner) byWork(role, machines, workName string, vcpu int, idle, work float64) (int, float64, error) {
+	use, err := usable(q.pl, role, vcpu, q.e.Headroom, idle)
+	if err != nil {
+		return 0, 0, err
+	}
+	n := survivors(work/use, q.zones, q.lost)
+	q.pl.add(role, machines, float64(n), "machines", workName+" / usable CPU; "+q.zoneNote, "instances."+role+".vcpu", "headroom", role+"_idle_cpu_cores")
+	return n, use, nil
 }
 
 // planRedis counts Redis commands per room and sizes the shards: a room's keys share one.

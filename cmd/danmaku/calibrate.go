@@ -18,7 +18,7 @@ func runCalibrate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs := newFlags("calibrate", stderr)
 	out := fs.String("out", "", "write the profile (JSON) to this file; empty: standard output")
 	quick := fs.Bool("quick", false, "smaller benchmark runs (about half the time)")
-	src := fs.String("src", ".", "root of the danmaku source tree (the benchmarks are its test code; needs the go command and redis-server)")
+	src := fs.String("src", ".", "root of the danmaku source tree (the benchmarks are its test code; needs the go command, redis-server and versitygw)")
 	compare := fs.Bool("compare", false, "measure nothing: print the measured figures of the profiles named as arguments (2 or more), their median and run-to-run spread (± (max-min)/2/median)")
 	limit := fs.Float64("limit", 15, "with -compare: the spread, in percent, above which a figure is marked over")
 	if err := parse(fs, args); err != nil {

@@ -16,7 +16,7 @@ func TestCalibrateCompare(t *testing.T) {
 	if code := run([]string{"calibrate", "-compare", profile, profile}, &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
-	for _, want := range []string{"ingest_admitted_per_s_per_core", "0 %", "every measured figure within ±15 %"} {
+	for _, want := range []string{"ingest_admitted_per_s_per_core", "gslb_idle_cpu_cores", "0 %", "every measured figure within ±15 %"} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("no %q in\n%s", want, stdout.String())
 		}

@@ -50,6 +50,20 @@ func TestPlanCommand(t *testing.T) {
 	if code := run([]string{"plan", "-event", bad, "-profile", profile}, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), "out_of_range: headroom") {
 		t.Errorf("bad event: exit %d, %s", code, stderr.String())
 	}
+	// A profile of the version before the idle figures is refused, saying
+	// to calibrate again: it is never planned with an idle of 0.
+	pb, err := os.ReadFile(profile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := filepath.Join(dir, "old.json")
+	if err := os.WriteFile(old, bytes.Replace(pb, []byte(`"v": 2,`), []byte(`"v": 1,`), 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stderr.Reset()
+	if code := run([]string{"plan", "-event", event, "-profile", old}, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), "old_profile: v: profile version 1") || !strings.Contains(stderr.String(), "danmaku calibrate") {
+		t.Errorf("old profile: exit %d, %s", code, stderr.String())
+	}
 	stderr.Reset()
 	if code := run([]string{"plan", "-event", event}, &stdout, &stderr); code != 2 {
 		t.Errorf("no -profile: exit %d, %s", code, stderr.String())

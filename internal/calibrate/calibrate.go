@@ -2,9 +2,10 @@
 // a plan needs (internal/plan's Profile), by running the repository's own
 // benchmarks — the harnesses docs/benchmarks.md reports — at a bounded size
 // and reading their metrics. It needs the module's source and a Go
-// toolchain (the benchmarks are test code), and redis-server on PATH (the
-// ingest and slicer figures are taken on Redis, as production runs them).
-// Everything runs on loopback.
+// toolchain (the benchmarks are test code), redis-server on PATH (the
+// ingest and slicer figures are taken on Redis, as production runs them)
+// and versitygw (the idle figures: every role its own `danmaku` process on
+// Redis and S3, with no load). Everything runs on loopback.
 //
 // A Run is sequential (one benchmark at a time, so that each has the
 // machine to itself); Run is safe to call from one goroutine at a time.
@@ -243,10 +244,10 @@ func serverStep(b Bench, field, unit, what string) step {
 // shared machine spread ±15-23 % (the edge's CPU per frame and connect
 // from load averages of 32 to 81).
 func steps(quick bool) []step {
-	conns, gifts, window := "2000", "30", "5s"
+	conns, gifts, window, idleWindow := "2000", "30", "5s", "10s"
 	entries, posts, slots, repeat := "10000x", "8000x", "6x", 3
 	if quick {
-		conns, gifts, window = "1000", "20", "3s"
+		conns, gifts, window, idleWindow = "1000", "20", "3s", "5s"
 		entries, posts, slots, repeat = "5000x", "4000x", "3x", 1
 	}
 	return []step{
@@ -279,18 +280,43 @@ func steps(quick bool) []step {
 			"every comment through token, bans, buckets, words, duplicates, audit, room gate, XADD on Redis; the ingest's CPU alone: the load client in a child process, Redis in its own"),
 		{
 			bench: Bench{Pkg: "./slicer", Pattern: "IdleRooms", Benchtime: "1x", Count: repeat,
-				Env: []string{"DANMAKU_ROOMS=100", "DANMAKU_ROOMS_WINDOW=" + window}},
+				Env: []string{"DANMAKU_ROOMS=1,100", "DANMAKU_ROOMS_WINDOW=" + window}},
 			take: func(m Metrics, how string, set func(string, plan.Figure)) error {
 				name := "BenchmarkIdleRooms/rooms=100"
 				v, err := m.getAll(name, "redis-calls/room/s", "redis-cmds/room/s", "cpu-ms/room/s")
 				if err != nil {
 					return err
 				}
+				one, err := m.get("BenchmarkIdleRooms/rooms=1", "cpu-ms/room/s")
+				if err != nil {
+					return err
+				}
 				calls, cmds, cpu := v[0], v[1], v[2]
+				marginal, err := perRoom(one, cpu)
+				if err != nil {
+					return err
+				}
 				h := how + ", median run (100 live rooms, a leader and a standby, over " + window + ")"
 				set("slicer_redis_calls_per_room_s", measuredRuns(calls, same, "calls/(room·s)", "redis-calls/room/s of "+h))
 				set("slicer_redis_cmds_per_room_s", measuredRuns(cmds, same, "commands/(room·s)", "redis-cmds/room/s of "+h))
-				set("slicer_cpu_ms_per_room_s", measuredRuns(cpu, same, "ms/(room·s)", "cpu-ms/room/s (the process's CPU time over the window) of "+h))
+				set("slicer_cpu_ms_per_room_s", measuredRuns(marginal, same, "ms/(room·s)",
+					"(100 x cpu-ms/room/s at 100 rooms - cpu-ms/room/s at 1 room) / 99, the process's CPU time over the window, of "+how+
+						", median run (1 and 100 live rooms, a leader and a standby, over "+window+"): a room's own cost, the processes' fixed cost left to slicer_idle_cpu_cores"))
+				return nil
+			},
+		},
+		{
+			bench: Bench{Pkg: "./internal/calibrate", Pattern: "Idle$", Benchtime: "1x", Count: repeat,
+				Env: []string{"DANMAKU_IDLE_WINDOW=" + idleWindow}},
+			take: func(m Metrics, how string, set func(string, plan.Figure)) error {
+				h := how + ", median run (every role its own `danmaku` process against redis-server and versitygw, live with no load: 2 gslbs syncing the load table, 2 edges and 2 ingests reporting load, a slicer leading one idle room and its standby; each process's CPU time over " + idleWindow + ", the mean of the role's nodes)"
+				for _, role := range []string{"edge", "ingest", "gslb", "slicer"} {
+					v, err := m.get("BenchmarkIdle", role+"-idle-cores")
+					if err != nil {
+						return err
+					}
+					set(role+"_idle_cpu_cores", measuredRuns(v, same, "cores", role+"-idle-cores of "+h))
+				}
 				return nil
 			},
 		},
@@ -306,6 +332,24 @@ func steps(quick bool) []step {
 			},
 		},
 	}
+}
+
+// perRoom is each run's CPU of one more idle room in ms a second: from
+// the process's CPU per room at 1 room and at 100 in the same run, so
+// that the fixed cost (the leader's and the standby's loops, the lease)
+// cancels — it is slicer_idle_cpu_cores, added per node by a plan.
+func perRoom(one, hundred []float64) ([]float64, error) {
+	if len(one) != len(hundred) {
+		return nil, fmt.Errorf("calibrate: IdleRooms reported %d runs at 1 room and %d at 100", len(one), len(hundred))
+	}
+	out := make([]float64, len(one))
+	for i := range one {
+		out[i] = (100*hundred[i] - one[i]) / 99
+		if !(out[i] > 0) {
+			return nil, fmt.Errorf("calibrate: IdleRooms run %d: 100 rooms cost %.3g ms/s, 1 room %.3g: no room's own cost left (too loaded a machine?)", i+1, 100*hundred[i], one[i])
+		}
+	}
+	return out, nil
 }
 
 // Run measures the figures and returns the profile.
@@ -394,7 +438,7 @@ func runChecked(ctx context.Context, run Runner, b Bench, progress io.Writer) (R
 			return r, nil
 		}
 	}
-	return Result{}, fmt.Errorf("calibrate: %s reported no result (skipped? redis-server must be on PATH):\n%s", b, tail(string(r.Out)))
+	return Result{}, fmt.Errorf("calibrate: %s reported no result (skipped? redis-server and versitygw must be on PATH):\n%s", b, tail(string(r.Out)))
 }
 
 // goTest builds each package's test binary once (go test -c) and runs it

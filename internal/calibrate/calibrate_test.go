@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -23,8 +24,13 @@ PASS`,
 	"./gslb": "BenchmarkEntryHTTP/entry-2 \t 10000 \t 50000 ns/op \t 20000 req/s \t 40.00 server-cpu-µs/op\n" +
 		"BenchmarkEntryHTTP/entry-2 \t 10000 \t 50000 ns/op \t 20000 req/s \t 80.00 server-cpu-µs/op\n" +
 		"BenchmarkEntryHTTP/entry-2 \t 10000 \t 50000 ns/op \t 20000 req/s \t 50.00 server-cpu-µs/op\n",
-	"./ingest":                       "BenchmarkIngestHTTP/redis-2 \t 8000 \t 70000 ns/op \t 13000 req/s \t 125.0 server-cpu-µs/op\n",
-	"./slicer IdleRooms":             "BenchmarkIdleRooms/rooms=100-2 1 5000000000 ns/op 3.6 redis-calls/room/s 9.0 redis-cmds/room/s 0.15 cpu-ms/room/s 80 heap-KiB/room\n",
+	"./ingest": "BenchmarkIngestHTTP/redis-2 \t 8000 \t 70000 ns/op \t 13000 req/s \t 125.0 server-cpu-µs/op\n",
+	// 1 and 100 rooms: a room's own cost is (100 x 0.15 - 5.1) / 99 = 0.1.
+	"./slicer IdleRooms": "BenchmarkIdleRooms/rooms=1-2 1 5000000000 ns/op 4.0 redis-calls/room/s 9.5 redis-cmds/room/s 5.1 cpu-ms/room/s 80 heap-KiB/room\n" +
+		"BenchmarkIdleRooms/rooms=100-2 1 5000000000 ns/op 3.6 redis-calls/room/s 9.0 redis-cmds/room/s 0.15 cpu-ms/room/s 80 heap-KiB/room\n",
+	"./internal/calibrate": "BenchmarkIdle-2 1 13000000000 ns/op 0.007 edge-idle-cores 0.08 gslb-idle-cores 0.01 ingest-idle-cores 0.003 slicer-idle-cores\n" +
+		"BenchmarkIdle-2 1 13000000000 ns/op 0.009 edge-idle-cores 0.06 gslb-idle-cores 0.012 ingest-idle-cores 0.002 slicer-idle-cores\n" +
+		"BenchmarkIdle-2 1 13000000000 ns/op 0.008 edge-idle-cores 0.07 gslb-idle-cores 0.011 ingest-idle-cores 0.004 slicer-idle-cores\n",
 	"./slicer StreamToSegment/redis": "BenchmarkStreamToSegment/redis/perSecond=12000 6 200000000 ns/op 20.00 cpu-µs/msg 60000 msgs/s\n",
 }
 
@@ -84,12 +90,20 @@ func TestRunAssemblesAProfile(t *testing.T) {
 		{"connects tls", f.EdgeConnectsPerSCoreTLS, 1e6 / 1600},
 		{"entry", f.EntryAnswersPerSCore, 20000}, // 1e6 / the median 50 µs of the server's CPU
 		{"ingest", f.IngestAdmittedPerSCore, 8000},
-		{"slicer cpu", f.SlicerCPUMsPerRoomS, 0.15},
+		{"slicer cpu", f.SlicerCPUMsPerRoomS, 0.1},   // a room's own: the fixed cost is the idle figure's
 		{"slicer msgs", f.SlicerMsgsPerSCore, 50000}, // 20 µs a message
+		// The median of three runs of each role's idle CPU.
+		{"edge idle", f.EdgeIdleCPUCores, 0.008},
+		{"ingest idle", f.IngestIdleCPUCores, 0.011},
+		{"gslb idle", f.GslbIdleCPUCores, 0.07},
+		{"slicer idle", f.SlicerIdleCPUCores, 0.003},
 	} {
-		if c.got.Value != c.want || c.got.Source != plan.SourceMeasured {
+		if math.Abs(c.got.Value-c.want) > 1e-12 || c.got.Source != plan.SourceMeasured {
 			t.Errorf("%s = %+v, want %v measured", c.name, c.got, c.want)
 		}
+	}
+	if !slices.Equal(f.GslbIdleCPUCores.Runs, []float64{0.08, 0.06, 0.07}) || f.GslbIdleCPUCores.Unit != "cores" {
+		t.Errorf("gslb idle %+v", f.GslbIdleCPUCores)
 	}
 	if !slices.Equal(f.EntryAnswersPerSCore.Runs, []float64{25000, 12500, 20000}) {
 		t.Errorf("entry runs %v", f.EntryAnswersPerSCore.Runs)
@@ -134,6 +148,17 @@ func TestRunRefusesAMissingMetric(t *testing.T) {
 	_, err := Run(context.Background(), Config{Run: broken})
 	if err == nil || !strings.Contains(err.Error(), "redis-cmds/room/s") {
 		t.Fatalf("err = %v, want one naming redis-cmds/room/s", err)
+	}
+	// A room's own cost is what 100 rooms cost above 1: none left is refused.
+	noRoom := func(ctx context.Context, b Bench) (Result, error) {
+		if b.Pkg == "./slicer" && b.Pattern == "IdleRooms" {
+			return Result{Out: []byte("BenchmarkIdleRooms/rooms=1-2 1 5 ns/op 4 redis-calls/room/s 9 redis-cmds/room/s 20 cpu-ms/room/s\n" +
+				"BenchmarkIdleRooms/rooms=100-2 1 5 ns/op 4 redis-calls/room/s 9 redis-cmds/room/s 0.15 cpu-ms/room/s\n")}, nil
+		}
+		return fake(ctx, b)
+	}
+	if _, err := Run(context.Background(), Config{Run: noRoom}); err == nil || !strings.Contains(err.Error(), "no room's own cost left") {
+		t.Fatalf("err = %v, want one saying no room's own cost is left", err)
 	}
 	skipped := func(ctx context.Context, b Bench) (Result, error) {
 		if b.Pkg == "./ingest" {

@@ -12,6 +12,9 @@ import (
 const (
 	// CodeBadVersion: the document's "v" is not one this build reads.
 	CodeBadVersion = "bad_version"
+	// CodeOldProfile: a profile of an older version than this build reads,
+	// without figures the plan needs: re-run `danmaku calibrate`.
+	CodeOldProfile = "old_profile"
 	// CodeMissing: a required field is absent or zero.
 	CodeMissing = "missing_field"
 	// CodeRange: a field's value is outside what it may take.

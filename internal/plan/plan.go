@@ -263,11 +263,16 @@ func (q *planner) planEdge() error {
 		cps, cpsField = f.EdgeConnectsPerSCoreTLS.Value, "edge_connects_per_s_per_core_tls"
 	}
 	frameUs, frameField, framesMean := q.frameUs, q.frameField, q.framesMean
+	idle := f.EdgeIdleCPUCores.Value
+	usableCPU, err := usable(pl, "edge", ed.VCPU, e.Headroom, idle)
+	if err != nil {
+		return err
+	}
 	byCPU := math.Inf(1)
 	if framesMean > 0 {
-		byCPU = float64(ed.VCPU) * e.Headroom / (framesMean * frameUs / 1e6)
+		byCPU = usableCPU / (framesMean * frameUs / 1e6)
 	}
-	pl.add("edge", "connections by CPU", byCPU, "per edge", "instances.edge.vcpu x headroom / (frames per viewer x "+frameField+")", "instances.edge.vcpu", "headroom", frameField)
+	pl.add("edge", "connections by CPU", byCPU, "per edge", "usable CPU / (frames per viewer x "+frameField+")", "instances.edge.vcpu", "headroom", "edge_idle_cpu_cores", frameField)
 	byMem := ed.MemoryGiB * (1 << 30) * edgeMemoryShare / connBytes
 	pl.add("edge", "connections by memory", byMem, "per edge", fmt.Sprintf("instances.edge.memory_gib x %g / %s", edgeMemoryShare, connField), "instances.edge.memory_gib", connField)
 	maxConns := math.Floor(math.Min(math.Min(byCPU, byMem), 1e7)/100) * 100
@@ -294,7 +299,11 @@ func (q *planner) planEdge() error {
 	if u := e.JoinPerS / (float64(edgeN) * joinCap); u > edgeUtil {
 		edgeUtil, edgeLimit = u, "connects per second"
 	}
-	q.edgeCPU = pl.add("edge", "CPU of writes at the peak", float64(int(e.Viewers/float64(edgeN)+0.5))*framesMean*frameUs/1e6, "vCPU per edge", "viewers / edges x frames per viewer x "+frameField, frameField)
+	writes := pl.add("edge", "CPU of writes at the peak", float64(int(e.Viewers/float64(edgeN)+0.5))*framesMean*frameUs/1e6, "vCPU per edge", "viewers / edges x frames per viewer x "+frameField, frameField)
+	q.edgeCPU = pl.add("edge", "CPU at the peak", idle+writes, "vCPU per edge", "edge_idle_cpu_cores + CPU of writes at the peak", "edge_idle_cpu_cores", frameField)
+	if u := q.edgeCPU / (float64(ed.VCPU) * e.Headroom); u > edgeUtil {
+		edgeUtil, edgeLimit = u, "CPU (idle + writes)"
+	}
 
 	q.edgeN, q.edgeBind, q.edgeLimit, q.edgeUtil = edgeN, edgeBind, edgeLimit, edgeUtil
 	return nil
@@ -302,17 +311,19 @@ func (q *planner) planEdge() error {
 
 // planIngest sizes the ingests by CPU per post.
 func (q *planner) planIngest() error {
-	e, f, pl, zones, lost, zoneNote := q.e, q.f, q.pl, q.zones, q.lost, q.zoneNote
+	e, f, pl := q.e, q.f, q.pl
 	// Ingest.
 	in := e.Instances.Ingest
-	ingVCPU := q.offered / (f.IngestAdmittedPerSCore.Value * e.Headroom)
-	pl.add("ingest", "vCPU for the posts", ingVCPU, "vCPU", "comments_per_s / (ingest_admitted_per_s_per_core x headroom)", "comments_per_s", "ingest_admitted_per_s_per_core", "headroom")
-	ingN := survivors(ingVCPU/float64(in.VCPU), zones, lost)
-	pl.add("ingest", "ingests", float64(ingN), "machines", "vCPU / instances.ingest.vcpu; "+zoneNote, "instances.ingest.vcpu")
-	pl.IngestCapacity = max(10, int(math.Floor(float64(in.VCPU)*e.Headroom*f.IngestAdmittedPerSCore.Value*ingestSecondsInFlight/100))*100)
-	pl.add("ingest", "ingest_capacity", float64(pl.IngestCapacity), "in flight", fmt.Sprintf("instances.ingest.vcpu x headroom x ingest_admitted_per_s_per_core x %g s, down to hundreds", ingestSecondsInFlight), "ingest_admitted_per_s_per_core")
-	ingUtil := ingVCPU / float64(ingN*in.VCPU)
-	q.ingCPU = ingVCPU * e.Headroom / float64(ingN)
+	idle := f.IngestIdleCPUCores.Value
+	work := pl.add("ingest", "CPU of the posts", q.offered/f.IngestAdmittedPerSCore.Value, "vCPU", "comments_per_s / ingest_admitted_per_s_per_core", "comments_per_s", "ingest_admitted_per_s_per_core")
+	ingN, use, err := q.byWork("ingest", "ingests", "CPU of the posts", in.VCPU, idle, work)
+	if err != nil {
+		return err
+	}
+	pl.IngestCapacity = max(10, int(math.Floor(use*f.IngestAdmittedPerSCore.Value*ingestSecondsInFlight/100))*100)
+	pl.add("ingest", "ingest_capacity", float64(pl.IngestCapacity), "in flight", fmt.Sprintf("usable CPU x ingest_admitted_per_s_per_core x %g s, down to hundreds", ingestSecondsInFlight), "ingest_admitted_per_s_per_core", "ingest_idle_cpu_cores")
+	q.ingCPU = pl.add("ingest", "CPU at the peak", idle+work/float64(ingN), "vCPU per ingest", "ingest_idle_cpu_cores + CPU of the posts / ingests", "ingest_idle_cpu_cores", "ingest_admitted_per_s_per_core")
+	ingUtil := q.ingCPU / (float64(in.VCPU) * e.Headroom)
 
 	q.ingN, q.ingUtil = ingN, ingUtil
 	return nil
@@ -320,15 +331,18 @@ func (q *planner) planIngest() error {
 
 // planGSLB sizes the gslbs by CPU per entry, and their load balancers.
 func (q *planner) planGSLB() error {
-	e, f, pl, zones, lost, zoneNote := q.e, q.f, q.pl, q.zones, q.lost, q.zoneNote
+	e, f, pl := q.e, q.f, q.pl
 	// gslb.
 	gs := e.Instances.Gslb
-	gsVCPU := e.JoinPerS / (f.EntryAnswersPerSCore.Value * e.Headroom)
-	pl.add("gslb", "vCPU for the entries", gsVCPU, "vCPU", "join_per_s / (entry_answers_per_s_per_core x headroom)", "join_per_s", "entry_answers_per_s_per_core", "headroom")
-	gsN := survivors(gsVCPU/float64(gs.VCPU), zones, lost)
-	pl.add("gslb", "gslbs", float64(gsN), "machines", "vCPU / instances.gslb.vcpu; "+zoneNote, "instances.gslb.vcpu")
-	gsUtil := gsVCPU / float64(gsN*gs.VCPU)
-	q.gsCPU = gsVCPU * e.Headroom / float64(gsN)
+	idle := f.GslbIdleCPUCores.Value
+	work := pl.add("gslb", "CPU of the entries", e.JoinPerS/f.EntryAnswersPerSCore.Value, "vCPU", "join_per_s / entry_answers_per_s_per_core (at the join surge)", "join_per_s", "entry_answers_per_s_per_core")
+	gsN, _, err := q.byWork("gslb", "gslbs", "CPU of the entries", gs.VCPU, idle, work)
+	if err != nil {
+		return err
+	}
+	pl.add("gslb", "CPU outside the surge", idle, "vCPU per gslb", "gslb_idle_cpu_cores: the load table's sync and the background reads, all show long", "gslb_idle_cpu_cores")
+	q.gsCPU = pl.add("gslb", "CPU at the join surge", idle+work/float64(gsN), "vCPU per gslb", "gslb_idle_cpu_cores + CPU of the entries / gslbs", "gslb_idle_cpu_cores", "entry_answers_per_s_per_core")
+	gsUtil := q.gsCPU / (float64(gs.VCPU) * e.Headroom)
 	lcu := e.JoinPerS / newConnsPerLCU
 	pl.LoadBalancers = max(1, int(math.Ceil(lcu/maxLCUPerLB)))
 	if pl.LoadBalancers > maxLoadBalancers {
@@ -351,19 +365,48 @@ func (q *planner) planSlicer() error {
 	stored := q.admitted + q.gifts
 	slVCPU := float64(q.nRooms)*f.SlicerCPUMsPerRoomS.Value/1000 + stored/f.SlicerMsgsPerSCore.Value
 	pl.add("slicer", "vCPU for the rooms", slVCPU, "vCPU", "rooms x slicer_cpu_ms_per_room_s / 1000 + (stored comments + gifts) / slicer_msgs_per_s_per_core", "slicer_cpu_ms_per_room_s", "slicer_msgs_per_s_per_core", "gifts_per_s")
-	slCPU := survivors(slVCPU/(float64(sl.VCPU)*e.Headroom), zones, lost)
+	idle := f.SlicerIdleCPUCores.Value
+	use, err := usable(pl, "slicer", sl.VCPU, e.Headroom, idle)
+	if err != nil {
+		return err
+	}
+	slCPU := survivors(slVCPU/use, zones, lost)
 	slN, slBind := slCPU, "CPU of the rooms led"
 	if need := max(2, lost+1); slN <= need {
 		slN, slBind = need, fmt.Sprintf("a standby after %d zone(s) lost", lost)
 	}
-	pl.add("slicer", "slicers", float64(slN), "machines", "max(vCPU / (instances.slicer.vcpu x headroom) with a zone lost, zones_lost + 1 and at least 2)", "instances.slicer.vcpu", "zones_lost")
-	slUtil := slVCPU / (float64(slN*sl.VCPU) * e.Headroom)
-	// A room is led by one slicer: with fewer rooms than slicers, the
-	// busiest leads one room's share of the work.
-	q.slCPU = slVCPU / float64(max(1, min(slN, q.nRooms)))
+	pl.add("slicer", "slicers", float64(slN), "machines", "max(vCPU for the rooms / usable CPU with a zone lost, zones_lost + 1 and at least 2)", "instances.slicer.vcpu", "headroom", "slicer_idle_cpu_cores", "zones_lost")
+	// Every slicer idles, a standby too; a room is led by one slicer:
+	// with fewer rooms than slicers, the busiest leads one room's share.
+	pl.add("slicer", "CPU of a standby", idle, "vCPU per slicer", "slicer_idle_cpu_cores, all show long", "slicer_idle_cpu_cores")
+	q.slCPU = pl.add("slicer", "CPU at the peak, busiest", idle+slVCPU/float64(max(1, min(slN, q.nRooms))), "vCPU per slicer", "slicer_idle_cpu_cores + vCPU for the rooms / min(slicers, rooms)", "slicer_idle_cpu_cores", "slicer_cpu_ms_per_room_s", "slicer_msgs_per_s_per_core")
+	slUtil := (float64(slN)*idle + slVCPU) / (float64(slN*sl.VCPU) * e.Headroom)
 
 	q.slN, q.slBind, q.slUtil = slN, slBind, slUtil
 	return nil
+}
+
+// usable is the CPU of one machine of role left for its work at the
+// planned headroom once it idles (vcpu x headroom - idle), as a line;
+// infeasible when the idle takes all of it.
+func usable(pl *Plan, role string, vcpu int, headroom, idle float64) (float64, error) {
+	u := float64(vcpu)*headroom - idle
+	if u <= 0 {
+		return 0, fieldErr(CodeInfeasible, "instances."+role, "a %s idles at %.3g cores (%s_idle_cpu_cores), at or above its %d vCPU x headroom %g: a bigger instance type, or a higher headroom", role, idle, role, vcpu, headroom)
+	}
+	return pl.add(role, "usable CPU", u, "vCPU per "+role, "instances."+role+".vcpu x headroom - "+role+"_idle_cpu_cores", "instances."+role+".vcpu", "headroom", role+"_idle_cpu_cores"), nil
+}
+
+// byWork counts a role's machines: its work (cores) over each machine's
+// usable CPU, a zone lost, as a line.
+func (q *planner) byWork(role, machines, workName string, vcpu int, idle, work float64) (int, float64, error) {
+	use, err := usable(q.pl, role, vcpu, q.e.Headroom, idle)
+	if err != nil {
+		return 0, 0, err
+	}
+	n := survivors(work/use, q.zones, q.lost)
+	q.pl.add(role, machines, float64(n), "machines", workName+" / usable CPU; "+q.zoneNote, "instances."+role+".vcpu", "headroom", role+"_idle_cpu_cores")
+	return n, use, nil
 }
 
 // planRedis counts Redis commands per room and sizes the shards: a room's keys share one.
@@ -451,9 +494,9 @@ func (q *planner) planFleets() error {
 	margin := func(n int) int { return int(math.Ceil(float64(n) * (1 + e.ScaleOutMargin))) }
 	pl.Fleets = []Fleet{
 		{Role: "edge", Instance: e.Instances.Edge, Count: q.edgeN, MaxCount: margin(q.edgeN), Binding: q.edgeBind, Limit: q.edgeLimit, Utilization: q.edgeUtil},
-		{Role: "ingest", Instance: e.Instances.Ingest, Count: q.ingN, MaxCount: margin(q.ingN), Binding: "CPU per post", Limit: "CPU per post", Utilization: q.ingUtil},
-		{Role: "gslb", Instance: e.Instances.Gslb, Count: q.gsN, MaxCount: margin(q.gsN), Binding: "CPU per entry (join surge)", Limit: "CPU per entry", Utilization: q.gsUtil},
-		{Role: "slicer", Instance: e.Instances.Slicer, Count: q.slN, MaxCount: q.slN, Binding: q.slBind, Limit: "CPU of the rooms led", Utilization: q.slUtil},
+		{Role: "ingest", Instance: e.Instances.Ingest, Count: q.ingN, MaxCount: margin(q.ingN), Binding: "CPU per post", Limit: "CPU (idle + posts)", Utilization: q.ingUtil},
+		{Role: "gslb", Instance: e.Instances.Gslb, Count: q.gsN, MaxCount: margin(q.gsN), Binding: "CPU per entry (join surge)", Limit: "CPU (idle + entries at the join surge)", Utilization: q.gsUtil},
+		{Role: "slicer", Instance: e.Instances.Slicer, Count: q.slN, MaxCount: q.slN, Binding: q.slBind, Limit: "CPU (idle + rooms led)", Utilization: q.slUtil},
 	}
 	for _, fl := range pl.Fleets {
 		pl.VCPU += fl.Count * fl.Instance.VCPU

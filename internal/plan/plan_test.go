@@ -23,6 +23,7 @@ func testProfile() *Profile {
 		"ingest_admitted_per_s_per_core": 5000, "entry_answers_per_s_per_core": 10000,
 		"slicer_cpu_ms_per_room_s": 0.2, "slicer_redis_calls_per_room_s": 4, "slicer_redis_cmds_per_room_s": 9,
 		"slicer_msgs_per_s_per_core": 50000, "segment_bytes_per_message": 100,
+		"edge_idle_cpu_cores": 0.5, "ingest_idle_cpu_cores": 0.5, "gslb_idle_cpu_cores": 1, "slicer_idle_cpu_cores": 0.1,
 	} {
 		if !p.Figures.Set(name, Figure{Value: v, Unit: "u", Source: SourceMeasured, How: "test"}) {
 			panic(name)
@@ -89,16 +90,21 @@ func TestPlanArithmetic(t *testing.T) {
 		role string
 		want fleet
 	}{
-		// by CPU 16 x 0.5 / (10 frames x 20 µs) = 40,000 (memory: 858,993);
-		// usable 38,000; 1e6/38,000 = 26.3 with a zone of 3 lost -> 41;
-		// the surge needs 100,000 / (1,000 x 16 x 0.5) = 12.5 -> 13.
-		{"edge", fleet{41, 48, "CPU per frame written", 1e6 / (41 * 38000.0)}},
-		// 100,000 / (5,000 x 0.5) = 40 vCPU = 2.5 machines -> 5.
-		{"ingest", fleet{5, 6, "CPU per post", 40.0 / 80}},
-		// 100,000 / (10,000 x 0.5) = 20 vCPU = 1.25 machines -> 3.
-		{"gslb", fleet{3, 4, "CPU per entry (join surge)", 20.0 / 48}},
-		// 0.2 ms x 1 room + (1,200 + 20) / 50,000 = 0.0246 vCPU: a standby binds.
-		{"slicer", fleet{2, 2, "a standby after 1 zone(s) lost", 0.0246 / 4}},
+		// by CPU (16 x 0.5 - 0.5 idle) / (10 frames x 20 µs) = 37,500
+		// (memory: 858,993); usable 35,625; 1e6/35,625 = 28.1 with a zone
+		// of 3 lost -> 44; the surge needs 100,000 / (1,000 x 16 x 0.5) =
+		// 12.5 -> 13. Connections (0.638) run out before the CPU (0.5 +
+		// 22,727 x 10 x 20 µs = 5.05 of 8: 0.631).
+		{"edge", fleet{44, 51, "CPU per frame written", 1e6 / (44 * 35625.0)}},
+		// 100,000 / 5,000 = 20 cores over (16 x 0.5 - 0.5) = 7.5 a machine
+		// = 2.7 machines -> 5; each at 0.5 + 20/5 = 4.5 of 8.
+		{"ingest", fleet{5, 6, "CPU per post", 4.5 / 8}},
+		// 100,000 / 10,000 = 10 cores over (8 - 1) = 1.4 machines -> 3;
+		// each at 1 + 10/3 of 8.
+		{"gslb", fleet{3, 4, "CPU per entry (join surge)", (1 + 10.0/3) / 8}},
+		// 0.2 ms x 1 room + (1,200 + 20) / 50,000 = 0.0246 vCPU: a standby
+		// binds; both idle at 0.1.
+		{"slicer", fleet{2, 2, "a standby after 1 zone(s) lost", (2*0.1 + 0.0246) / 4}},
 	} {
 		f := pl.Fleet(c.role)
 		got := fleet{f.Count, f.MaxCount, f.Binding, f.Utilization}
@@ -106,24 +112,25 @@ func TestPlanArithmetic(t *testing.T) {
 			t.Errorf("%s: got %+v, want %+v", c.role, got, c.want)
 		}
 	}
-	// The busiest machine's CPU at the peak, for the rehearsal: an edge
-	// writes 24,390 viewers x 10 frames x 20 µs; 100,000 posts / 5,000 per
-	// core over 5 ingests; 100,000 entries / 10,000 per core over 3 gslbs;
-	// one room's slicer work on its leader.
-	for i, want := range []float64{24390 * 10 * 20e-6, 100000.0 / 5000 / 5, 100000.0 / 10000 / 3, 0.0246} {
+	// The busiest machine's CPU at the peak, for the rehearsal, its idle
+	// and its work: an edge writes 22,727 viewers x 10 frames x 20 µs;
+	// 100,000 posts / 5,000 per core over 5 ingests; 100,000 entries /
+	// 10,000 per core over 3 gslbs; one room's slicer work on its leader.
+	for i, want := range []float64{0.5 + 22727*10*20e-6, 0.5 + 100000.0/5000/5, 1 + 100000.0/10000/3, 0.1 + 0.0246} {
 		rc := pl.RoleCPU[i]
 		near(rc.Role+" cpu per node", rc.CoresPerNode, want)
 		if rc.Role != Roles[i] || rc.Nodes != pl.Fleet(rc.Role).Count || rc.Utilization != pl.Fleet(rc.Role).Utilization || (rc.UnitCPUUs > 0) != (rc.Role != "slicer") {
 			t.Errorf("role cpu %d: %+v", i, rc)
 		}
 	}
-	if pl.EdgeMaxConns != 40000 || pl.IngestCapacity != 6000 || pl.LoadBalancers != 1 || pl.LCUPerLB != 4000 {
-		t.Errorf("edge_max_conns %d (want 40000), ingest_capacity %d (6000), ALBs %d (1), LCU %d (4000)", pl.EdgeMaxConns, pl.IngestCapacity, pl.LoadBalancers, pl.LCUPerLB)
+	// ingest_capacity: 7.5 usable cores x 5,000 x 0.15 s = 5,625 -> 5,600.
+	if pl.EdgeMaxConns != 37500 || pl.IngestCapacity != 5600 || pl.LoadBalancers != 1 || pl.LCUPerLB != 4000 {
+		t.Errorf("edge_max_conns %d (want 37500), ingest_capacity %d (5600), ALBs %d (1), LCU %d (4000)", pl.EdgeMaxConns, pl.IngestCapacity, pl.LoadBalancers, pl.LCUPerLB)
 	}
 	// The room: 1,200 XADD + 5 ingests x 40 + 20 gifts x 9 + 9 (slicer) +
-	// 41 edges x 10 reads = 1,999; reports (41 + 5) x 16 + syncs 3 x 400
-	// = 1,936.
-	near("redis ops", pl.RedisOpsPerS, 1999+1936)
+	// 44 edges x 10 reads = 2,029; reports (44 + 5) x 16 + syncs 3 x 400
+	// = 1,984.
+	near("redis ops", pl.RedisOpsPerS, 2029+1984)
 	if pl.RedisShards != 1 || pl.RedisNodes != 3 {
 		t.Errorf("redis shards %d (want 1), nodes %d (3)", pl.RedisShards, pl.RedisNodes)
 	}
@@ -132,10 +139,11 @@ func TestPlanArithmetic(t *testing.T) {
 	near("cdn Gbps", pl.CDNGbps, 1e6*6064*8*1.15/1e9)
 	near("origin", pl.OriginGetsPerS, 1)
 	near("s3 puts", pl.S3PutsPerS, 1)
-	if pl.VCPU != 41*16+5*16+3*16+2*4 || pl.VCPUMax != 48*16+6*16+4*16+2*4 {
+	if pl.VCPU != 44*16+5*16+3*16+2*4 || pl.VCPUMax != 51*16+6*16+4*16+2*4 {
 		t.Errorf("vCPU %d / %d", pl.VCPU, pl.VCPUMax)
 	}
-	want := SLO{V: 1, BarrageLatencyP99Ms: 1250, GiftLatencyP99Ms: 155, EntryLatencyP99Ms: 250,
+	// gift p99: 55 + 37,500 x 20 µs / 16 + 50 = 151.9 -> 152.
+	want := SLO{V: 1, BarrageLatencyP99Ms: 1250, GiftLatencyP99Ms: 152, EntryLatencyP99Ms: 250,
 		GiftDeliveredRatio: 1, BarrageShownRatio: 0.0004, AdmittedPerS: 1200, BindingRole: "edge"}
 	if pl.SLO != want {
 		t.Errorf("SLO %+v, want %+v", pl.SLO, want)
@@ -168,6 +176,14 @@ func TestPlanBindings(t *testing.T) {
 		{"slow entries bind the gslb", func(e *Event, p *Profile) {
 			p.Figures.EntryAnswersPerSCore.Value = 900
 		}, "gslb", "CPU per entry (join surge)", "gslb"},
+		{"a small show: the gslb's idle binds first", func(e *Event, p *Profile) {
+			e.Viewers, e.CommentsPerS, e.JoinPerS = 600, 60, 10
+			for _, i := range []*Instance{&e.Instances.Edge, &e.Instances.Ingest, &e.Instances.Gslb, &e.Instances.Slicer} {
+				i.VCPU, i.MemoryGiB = 1, 2
+			}
+			p.Figures.EdgeIdleCPUCores.Value, p.Figures.IngestIdleCPUCores.Value = 0.008, 0.011
+			p.Figures.GslbIdleCPUCores.Value, p.Figures.SlicerIdleCPUCores.Value = 0.07, 0.003
+		}, "gslb", "CPU per entry (join surge)", "gslb"},
 		{"many rooms: the slicers' CPU", func(e *Event, p *Profile) {
 			e.Rooms = []RoomGroup{{Name: "many", Count: 100000, ViewerShare: 1, SegmentMs: 250}}
 		}, "slicer", "CPU of the rooms led", "redis"},
@@ -197,6 +213,15 @@ func TestPlanInfeasible(t *testing.T) {
 	if !errors.As(err, &pe) || pe.Code != CodeInfeasible || pe.Field != "join_per_s" {
 		t.Fatalf("err = %v, want infeasible join_per_s", err)
 	}
+	for _, role := range []string{"edge", "ingest", "gslb", "slicer"} {
+		p := testProfile()
+		// Idle at the whole planned CPU of a 4-vCPU slicer or a 16-vCPU other.
+		p.Figures.Set(role+"_idle_cpu_cores", Figure{Value: 8, Unit: "cores", Source: SourceMeasured, How: "test"})
+		if _, err := New(testEvent(), p); !errors.As(err, &pe) || pe.Code != CodeInfeasible || pe.Field != "instances."+role {
+			t.Fatalf("%s idle at 8 cores: err = %v, want infeasible instances.%s", role, err, role)
+		}
+	}
+	p = testProfile()
 	e = testEvent()
 	e.GiftsPerS = 61 // above the budget of 60
 	if _, err := New(e, p); !errors.As(err, &pe) || pe.Code != CodeInfeasible || pe.Field != "gifts_per_s" {
@@ -260,7 +285,10 @@ func TestDecodeErrors(t *testing.T) {
 	for _, c := range []struct {
 		name, from, to, code, fld string
 	}{
-		{"version", `"v":1`, `"v":0`, CodeBadVersion, "v"},
+		{"version", `"v":2`, `"v":0`, CodeBadVersion, "v"},
+		{"newer version", `"v":2`, `"v":3`, CodeBadVersion, "v"},
+		// A version 1 profile has no idle figures: re-run calibrate.
+		{"old version", `"v":2`, `"v":1`, CodeOldProfile, "v"},
 		{"zero figure", `"value":20000`, `"value":0`, CodeRange, "figures.edge_bytes_per_conn_tls.value"},
 		{"source", `"source":"measured"`, `"source":"guessed"`, CodeRange, "figures.edge_cpu_us_per_frame.source"},
 		{"unknown figure", `"figures":{`, `"figures":{"edge_magic":{},`, "bad_json", ""},
@@ -287,14 +315,14 @@ func TestOutputs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, want := range []string{"edge_max_conns", "binds first as the load grows: edge", "edge_cpu_us_per_frame_tls"} {
+	for _, want := range []string{"edge_max_conns", "binds first as the load grows: edge", "edge_cpu_us_per_frame_tls", "usable CPU", "edge_idle_cpu_cores", "gslb_idle_cpu_cores", "CPU of a standby"} {
 		if !strings.Contains(tab.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, tab.String())
 		}
 	}
 	for _, want := range []string{
-		`edge_fleet = { instance_type = "c6in.4xlarge", count = 41, max_count = 48, alternate_instance_types = ["c6i.4xlarge"] }`,
-		"edge_max_conns      = 40000", "ingest_capacity     = 6000", "redis_shards             = 1", "default_segment_ms = 1000",
+		`edge_fleet = { instance_type = "c6in.4xlarge", count = 44, max_count = 51, alternate_instance_types = ["c6i.4xlarge"] }`,
+		"edge_max_conns      = 37500", "ingest_capacity     = 5600", "redis_shards             = 1", "default_segment_ms = 1000",
 	} {
 		if !strings.Contains(tf.String(), want) {
 			t.Errorf("tfvars lack %q:\n%s", want, tf.String())

@@ -8,7 +8,10 @@ import (
 )
 
 // ProfileVersion is the profile document's "v" this build writes and reads.
-const ProfileVersion = 1
+// Version 2 added each role's idle CPU (*_idle_cpu_cores): a version 1
+// profile has none, and is refused (CodeOldProfile) rather than planned
+// without them.
+const ProfileVersion = 2
 
 // Sources of a figure.
 const (
@@ -79,6 +82,13 @@ type Figures struct {
 	SlicerRedisCallsPerRoomS Figure `json:"slicer_redis_calls_per_room_s"`
 	SlicerRedisCmdsPerRoomS  Figure `json:"slicer_redis_cmds_per_room_s"`
 	SlicerMsgsPerSCore       Figure `json:"slicer_msgs_per_s_per_core"`
+	// Idle CPU of one node of each role, live with no load (the slicer:
+	// the leader of one idle room, or a standby), in cores: a plan adds it
+	// to every node of the role, whatever its work.
+	EdgeIdleCPUCores   Figure `json:"edge_idle_cpu_cores"`
+	IngestIdleCPUCores Figure `json:"ingest_idle_cpu_cores"`
+	GslbIdleCPUCores   Figure `json:"gslb_idle_cpu_cores"`
+	SlicerIdleCPUCores Figure `json:"slicer_idle_cpu_cores"`
 	// Redis, from the design.
 	RedisCmdsPerAdmitted     Figure `json:"redis_cmds_per_admitted_comment"`
 	RedisFlushCmdsPerRoomS   Figure `json:"redis_flush_cmds_per_room_node_s"`
@@ -107,6 +117,9 @@ func DecodeProfile(data []byte) (*Profile, error) {
 // Check refuses a profile with a figure missing, not positive or of an
 // unknown source, naming the field.
 func (p *Profile) Check() error {
+	if p.V >= 1 && p.V < ProfileVersion {
+		return fieldErr(CodeOldProfile, "v", "profile version %d has no idle CPU per role (edge_idle_cpu_cores, ingest_idle_cpu_cores, gslb_idle_cpu_cores, slicer_idle_cpu_cores), which this build's plan adds per node: re-run `danmaku calibrate` on the target machine (docs/benchmarks.md, Calibration)", p.V)
+	}
 	if p.V != ProfileVersion {
 		return fieldErr(CodeBadVersion, "v", "profile version %d, this build reads %d", p.V, ProfileVersion)
 	}

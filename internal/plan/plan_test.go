@@ -135,7 +135,7 @@ func TestPlanArithmetic(t *testing.T) {
 	if pl.VCPU != 41*16+5*16+3*16+2*4 || pl.VCPUMax != 48*16+6*16+4*16+2*4 {
 		t.Errorf("vCPU %d / %d", pl.VCPU, pl.VCPUMax)
 	}
-	want := SLO{V: 1, BarrageLatencyP99Ms: 1250, GiftLatencyP99Ms: 155, EntryLatencyP99Ms: 250,
+	want := SLO{V: 1, BarrageLatencyP99Ms: 1400, GiftLatencyP99Ms: 155, EntryLatencyP99Ms: 250,
 		GiftDeliveredRatio: 1, BarrageShownRatio: 0.0004, AdmittedPerS: 1200, BindingRole: "edge"}
 	if pl.SLO != want {
 		t.Errorf("SLO %+v, want %+v", pl.SLO, want)

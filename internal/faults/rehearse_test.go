@@ -344,8 +344,11 @@ func rehearseSummary(l rehearseLoad, r *loadgen.Report, v htmlreport.Verdict, sl
 		fmt.Fprintf(&b, "  %-16s %s: %s (target %s)\n", line.Status, line.Name, line.Measured, line.Target)
 	}
 	sp := r.Latency.BarrageSplit
-	fmt.Fprintf(&b, "  barrage p99 %.0f ms, split p50/p99: send→store %.0f/%.0f ms, store→slot end %.0f/%.0f ms, slot end→shown %.0f/%.0f ms\n",
-		r.Latency.BarrageE2E.P99Ms, sp.ToStore.P50Ms, sp.ToStore.P99Ms, sp.ToSlotEnd.P50Ms, sp.ToSlotEnd.P99Ms, sp.AfterSlotEnd.P50Ms, sp.AfterSlotEnd.P99Ms)
+	fmt.Fprintf(&b, "  barrage p99 %.0f ms, split p50/p99: send→store %.0f/%.0f ms, store→slot end %.0f/%.0f ms, slot end→shown %.0f/%.0f ms; first polls hit %.1f %% (%d 404 retries), clock margin ≤ %d ms\n",
+		r.Latency.BarrageE2E.P99Ms, sp.ToStore.P50Ms, sp.ToStore.P99Ms, sp.ToSlotEnd.P50Ms, sp.ToSlotEnd.P99Ms, sp.AfterSlotEnd.P50Ms, sp.AfterSlotEnd.P99Ms,
+		100*r.Delivery.FirstPollHitRatio, r.Delivery.NotFoundRetries, r.Delivery.MaxClockMarginMs)
+	fmt.Fprintf(&b, "  entry p99: joins %.0f ms of %d, during the offer %.0f ms of %d\n",
+		r.Latency.EntryJoins.P99Ms, r.Latency.EntryJoins.Count, r.Latency.EntryOffer.P99Ms, r.Latency.EntryOffer.Count)
 	fmt.Fprintf(&b, "  bound first: %s (plan: %s); generator %d processes, %.2f of %d cores, timer lag p99 %.0f ms\n",
 		v.BindingRole, slo.BindingRole, r.Generator.Procs, r.Generator.CPUCores, r.Generator.MachineCores, r.Latency.GeneratorLag.P99Ms)
 	return b.String()

@@ -139,6 +139,7 @@ service key (default: dev-service-key).
 		return cfg, o, usageError{fmt.Errorf("-shard %q: i/n with 0 ≤ i < n", raw.shard)}
 	}
 	cfg.Rate, cfg.PulsePeak, cfg.GiftRate = off(raw.rate.v), off(raw.peak.v), off(raw.gifts.v)
+	cfg.JoinRate = raw.joinRate.v
 	if cfg.Keyword != "" {
 		cfg.KeywordShare = raw.kwShr
 	}
@@ -168,6 +169,7 @@ service key (default: dev-service-key).
 // checks them into the Config.
 type loadgenRaw struct {
 	rate, peak, gifts rateFlag
+	joinRate          rateFlag
 	shard, slcr, ingm string
 	nodem             string
 	kwShr             float64
@@ -201,6 +203,7 @@ func declareLoadgenFlags(fs *flag.FlagSet, cfg *loadgen.Config, o *loadgenOpts, 
 	fs.StringVar(&raw.slcr, "slicer-metrics", "", "comma-separated slicer base URLs to read segment counters from (default: the ingests', which in dev hold them)")
 	fs.IntVar(&cfg.Concurrency, "concurrency", 0, "comment POSTs in flight at most (workers and pooled connections; default: the peak rate × 250 ms, 256 to 8192)")
 	fs.IntVar(&cfg.EntryConcurrency, "entry-concurrency", 64, "entry fetches in flight at most while users join")
+	fs.Var(&raw.joinRate, "join-rate", "pollers and users join at this many a second (all shards together), as the plan's join_per_s has an audience arrive (0: all at once, -entry-concurrency users at a time)")
 	fs.DurationVar(&cfg.HTTPTimeout, "http-timeout", 10*time.Second, "bound of every request")
 	fs.IntVar(&o.procs, "procs", 1, "run the load in this many child processes (each -shard i/procs, with its own descriptor limit) and merge their reports")
 	fs.BoolVar(&o.merge, "merge", false, "merge the JSON reports named as arguments (one run's shards) instead of running: danmaku loadgen -merge [-json out] a.json b.json")
@@ -212,7 +215,7 @@ func declareLoadgenFlags(fs *flag.FlagSet, cfg *loadgen.Config, o *loadgenOpts, 
 	fs.IntVar(&o.pulseWorkers, "pulse-workers", 256, "-entry-pulse: requests in flight at the peak")
 	fs.StringVar(&o.jsonPath, "json", "", "write the report as JSON to this file (-: stdout, and the summary to stderr)")
 	fs.StringVar(&o.htmlPath, "html", "", "also write the report as one self-contained HTML page (charts, per-node figures, a verdict against -slo) to this file")
-	fs.StringVar(&o.sloPath, "slo", "", "service levels the -html report judges the run against: a JSON file as danmaku plan -slo-out writes it (default: segment + 250 ms barrage p99, 100 ms gift p99 over the edge, 500 ms entry p99, every gift delivered, 99 % of comments shown; docs/loadgen.md)")
+	fs.StringVar(&o.sloPath, "slo", "", "service levels the -html report judges the run against: a JSON file as danmaku plan -slo-out writes it (default: segment + 400 ms barrage p99, 100 ms gift p99 over the edge, 500 ms entry p99, every gift delivered, 99 % of comments shown; docs/loadgen.md)")
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress line")
 	fs.StringVar(&o.logLevel, "log-level", "error", "level of the pollers' SDK logs on stderr")
 }

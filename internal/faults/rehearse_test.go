@@ -45,6 +45,7 @@ type rehearseLoad struct {
 	senders int
 	rate    float64 // comments/s
 	gifts   float64 // gifts/s
+	joins   float64 // joins/s: the plan's join_per_s, scaled
 	offer   time.Duration
 }
 
@@ -67,7 +68,7 @@ func TestRehearse(t *testing.T) {
 	} else if err := os.MkdirAll(out, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	sloPath, planTable := rehearsePlan(t, out)
+	sloPath, planTable := rehearsePlan(t, rehearseEvent, out, "")
 	slo := readSLO(t, sloPath)
 	ev := readEvent(t)
 	vcpu := slo.Roles[0].VCPU
@@ -84,7 +85,7 @@ func TestRehearse(t *testing.T) {
 		scale float64
 	}{{"1x", 1}, {"1.5x", 1.5}} {
 		l := rehearseLoad{name: sc.name, scale: sc.scale, offer: 60 * time.Second,
-			pollers: int(math.Round(ev.Viewers * sc.scale)), rate: ev.CommentsPerS * sc.scale, gifts: ev.GiftsPerS * sc.scale}
+			pollers: int(math.Round(ev.Viewers * sc.scale)), rate: ev.CommentsPerS * sc.scale, gifts: ev.GiftsPerS * sc.scale, joins: ev.JoinPerS * sc.scale}
 		if !heavy {
 			if sc.scale != 1 {
 				continue // the code path once is enough
@@ -97,12 +98,29 @@ func TestRehearse(t *testing.T) {
 		l.senders = int(math.Ceil(l.rate*1.2*1.25/10)) * 10
 		runs = append(runs, l)
 	}
+	// Each scale's service levels, planned even when only 1x runs: more
+	// comments over the same budget show a smaller share, and the
+	// ingests must store more.
+	type runSLO struct {
+		path string
+		slo  htmlreport.SLO
+	}
+	slos := map[float64]runSLO{}
+	for _, sc := range []float64{1, 1.5} {
+		p, sl := scaledSLO(t, ev, sc, out, sloPath, slo)
+		slos[sc] = runSLO{p, sl}
+	}
+	if hi, lo := slos[1.5].slo, slo; hi.BarrageShownRatio > lo.BarrageShownRatio || hi.AdmittedPerSec < lo.AdmittedPerSec || hi.BindingRole != lo.BindingRole {
+		t.Errorf("the plan at 1.5x: shown %v (1x %v), admitted %v/s (1x %v/s), binding %q (1x %q)",
+			hi.BarrageShownRatio, lo.BarrageShownRatio, hi.AdmittedPerSec, lo.AdmittedPerSec, hi.BindingRole, lo.BindingRole)
+	}
 	s := newStack(t, stackOpts{counts: counts, roleEnv: []string{"GOMAXPROCS=" + strconv.Itoa(vcpu)}})
 	var summary strings.Builder
 	fmt.Fprintf(&summary, "%s\n", planTable)
 	for _, l := range runs {
-		r, v := s.rehearse(l, out, sloPath, slo)
-		fmt.Fprintf(&summary, "%s", rehearseSummary(l, r, v, slo))
+		rs := slos[l.scale]
+		r, v := s.rehearse(l, out, rs.path, rs.slo)
+		fmt.Fprintf(&summary, "%s", rehearseSummary(l, r, v, rs.slo))
 		if len(v.Roles) != len(slo.Roles) {
 			t.Errorf("%s: the verdict sets %d roles against the plan, want %d", l.name, len(v.Roles), len(slo.Roles))
 		}
@@ -134,19 +152,69 @@ func TestRehearse(t *testing.T) {
 // thousands of viewers) before the servers do.
 const rehearseProcs = 2
 
-// rehearsePlan runs `danmaku plan` on the small show and the shipped
+// rehearsePlan runs `danmaku plan` on the show (event) and the shipped
 // profile, as an operator does, writing the service levels (with the
-// roles' counts and CPU) into out; it returns their path and the plan's
-// summary (its fleets and the role it says binds first).
-func rehearsePlan(t *testing.T, out string) (string, string) {
+// roles' counts and CPU) into out as slo<suffix>.json; it returns their
+// path and the plan's summary (its fleets and the role it says binds
+// first).
+func rehearsePlan(t *testing.T, event, out, suffix string) (string, string) {
 	t.Helper()
-	sloPath := filepath.Join(out, "slo.json")
-	b, err := exec.Command(danmakuBinary(t), "plan", "-event", rehearseEvent, "-profile", rehearseProfile, "-slo-out", sloPath).CombinedOutput()
+	sloPath := filepath.Join(out, "slo"+suffix+".json")
+	b, err := exec.Command(danmakuBinary(t), "plan", "-event", event, "-profile", rehearseProfile, "-slo-out", sloPath).CombinedOutput()
 	if err != nil {
 		t.Fatalf("danmaku plan: %v\n%s", err, b)
 	}
 	table, _, _ := strings.Cut(string(b), "\nsection ")
 	return sloPath, strings.TrimSpace(table)
+}
+
+// scaledSLO is the service levels a run at scale times the show is judged
+// against: at 1 the plan's own; above, the plan's arithmetic on the show
+// scaled (viewers, comments, gifts and joins a second; the same rooms,
+// budget and machines), so that the shown ratio (the budget over more
+// comments), the admitted floor and the latencies are what the model
+// says for that load. The binding role stays the 1× plan's (the stack runs
+// the 1× plan's fleet, and the question is which of its roles binds first
+// under more load), and so do its roles' CPU unless the scaled plan has
+// the same fleet. It returns the file loadgen -slo
+// reads and its contents.
+func scaledSLO(t *testing.T, ev *plan.Event, scale float64, out, basePath string, base htmlreport.SLO) (string, htmlreport.SLO) {
+	t.Helper()
+	if scale == 1 {
+		return basePath, base
+	}
+	sc := *ev
+	sc.Viewers, sc.CommentsPerS, sc.GiftsPerS, sc.JoinPerS = ev.Viewers*scale, ev.CommentsPerS*scale, ev.GiftsPerS*scale, ev.JoinPerS*scale
+	b, err := json.Marshal(&sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	suffix := "-" + strconv.FormatFloat(scale, 'f', -1, 64) + "x"
+	evPath := filepath.Join(out, "event"+suffix+".json")
+	if err := os.WriteFile(evPath, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, _ := rehearsePlan(t, evPath, out, suffix)
+	slo := readSLO(t, p)
+	// The scaled plan's CPU per role holds when it plans the same fleet
+	// (its counts are the zones' floor); otherwise the 1× plan's.
+	same := len(slo.Roles) == len(base.Roles)
+	for i := 0; same && i < len(slo.Roles); i++ {
+		same = slo.Roles[i].Role == base.Roles[i].Role && slo.Roles[i].Nodes == base.Roles[i].Nodes && slo.Roles[i].VCPU == base.Roles[i].VCPU
+	}
+	if !same {
+		t.Logf("the plan at %gx has other fleets than at 1x: its run is judged against the 1x plan's CPU per role", scale)
+		slo.Roles = base.Roles
+	}
+	slo.BindingRole = base.BindingRole
+	b, err = json.Marshal(&slo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p, slo
 }
 
 func readSLO(t *testing.T, path string) htmlreport.SLO {
@@ -207,6 +275,7 @@ func (s *stack) rehearse(l rehearseLoad, out, sloPath string, slo htmlreport.SLO
 		"-users", strconv.Itoa(l.senders), "-rate", strconv.FormatFloat(l.rate, 'f', 1, 64)+"/s",
 		"-gifts", strconv.FormatFloat(l.gifts, 'f', 1, 64)+"/s", "-gift-ingest", "http://"+s.giftLB.Addr(),
 		"-pollers", strconv.Itoa(l.pollers), "-poller-edge", "-duration", l.offer.String(),
+		"-join-rate", strconv.FormatFloat(l.joins, 'f', 1, 64)+"/s",
 		"-ingest-metrics", strings.Join(s.metricURLs("ingest"), ","), "-slicer-metrics", strings.Join(s.metricURLs("slicer"), ","),
 		"-node-metrics", strings.Join(s.metricURLs(""), ","),
 		"-user-prefix", "rh"+strings.ReplaceAll(l.name, ".", "")+"-",
@@ -269,11 +338,17 @@ func (s *stack) redisCPU(ctx context.Context) redisReading {
 // rehearseSummary is one run's lines for people.
 func rehearseSummary(l rehearseLoad, r *loadgen.Report, v htmlreport.Verdict, slo htmlreport.SLO) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s (%.1fx the plan): %d pollers holding the edge, %d senders at %.0f/s, %.1f gifts/s for %v: verdict %s\n",
-		l.name, l.scale, l.pollers, l.senders, l.rate, l.gifts, l.offer, v.Word())
+	fmt.Fprintf(&b, "%s (%.1fx the plan): %d pollers holding the edge, %d senders at %.0f/s, %.1f gifts/s for %v, joins offered at %.0f/s (made %.1f/s): verdict %s\n",
+		l.name, l.scale, l.pollers, l.senders, l.rate, l.gifts, l.offer, l.joins, r.Users.JoinsPerSec, v.Word())
 	for _, line := range v.Lines {
 		fmt.Fprintf(&b, "  %-16s %s: %s (target %s)\n", line.Status, line.Name, line.Measured, line.Target)
 	}
+	sp := r.Latency.BarrageSplit
+	fmt.Fprintf(&b, "  barrage p99 %.0f ms, split p50/p99: send→store %.0f/%.0f ms, store→slot end %.0f/%.0f ms, slot end→shown %.0f/%.0f ms; first polls hit %.1f %% (%d 404 retries), clock margin ≤ %d ms\n",
+		r.Latency.BarrageE2E.P99Ms, sp.ToStore.P50Ms, sp.ToStore.P99Ms, sp.ToSlotEnd.P50Ms, sp.ToSlotEnd.P99Ms, sp.AfterSlotEnd.P50Ms, sp.AfterSlotEnd.P99Ms,
+		100*r.Delivery.FirstPollHitRatio, r.Delivery.NotFoundRetries, r.Delivery.MaxClockMarginMs)
+	fmt.Fprintf(&b, "  entry p99: joins %.0f ms of %d, during the offer %.0f ms of %d\n",
+		r.Latency.EntryJoins.P99Ms, r.Latency.EntryJoins.Count, r.Latency.EntryOffer.P99Ms, r.Latency.EntryOffer.Count)
 	fmt.Fprintf(&b, "  bound first: %s (plan: %s); generator %d processes, %.2f of %d cores, timer lag p99 %.0f ms\n",
 		v.BindingRole, slo.BindingRole, r.Generator.Procs, r.Generator.CPUCores, r.Generator.MachineCores, r.Latency.GeneratorLag.P99Ms)
 	return b.String()

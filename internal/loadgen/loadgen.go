@@ -156,6 +156,12 @@ type Config struct {
 	// EntryConcurrency bounds the entry fetches in flight while users
 	// join. Zero: 64.
 	EntryConcurrency int
+	// JoinRate paces the joins (the pollers' and the users' entries, all
+	// shards together) at this many a second, as the plan's join_per_s
+	// has an audience arrive; the entry latency is then timed at that
+	// rate. Zero: every join at once (EntryConcurrency users at a time and
+	// every poller), a surge the plan may never have counted.
+	JoinRate float64
 	// HTTPTimeout bounds every request. Zero: 10 s.
 	HTTPTimeout time.Duration
 	// JoinTimeout bounds the joining of users and pollers. Zero: 2 min.
@@ -317,6 +323,9 @@ func (c *Config) loadDefaults() error {
 	if c.Concurrency < 0 || c.GiftConcurrency < 1 || c.EntryConcurrency < 1 {
 		return errors.New("loadgen: concurrencies must be positive")
 	}
+	if c.JoinRate < 0 {
+		return errors.New("loadgen: JoinRate is negative")
+	}
 	switch {
 	case c.GiftRetryFor < 0:
 		return fmt.Errorf("loadgen: gift retry budget %v is negative", c.GiftRetryFor)
@@ -414,6 +423,8 @@ type Generator struct {
 	usersTotal  int     // this shard's, joined or not
 	usersJoined int     // this shard's with an entry
 
+	joins *joinPacer
+
 	// The room's timing, from the first entry: how long delivery takes.
 	segmentMs, publishDelayMs atomic.Int64
 
@@ -439,6 +450,11 @@ type Generator struct {
 
 	lat struct {
 		entry, post, gift, e2e, giftE2E, sendDelay, genLag Histogram
+		// e2e cut in three (observeBarrageSplit)
+		toStore, toEnd, afterEnd Histogram
+		// entry cut in two: the joins, and the probes and refreshes
+		// during the offer
+		entryJoin, entryOffer Histogram
 	}
 	// window holds the latencies of the current progress second.
 	window atomic.Pointer[secondWindow]
@@ -460,7 +476,7 @@ func New(cfg Config) (*Generator, error) {
 	if err := cfg.applyDefaults(); err != nil {
 		return nil, err
 	}
-	g := &Generator{cfg: cfg, giftIDs: map[string]*giftSample{}}
+	g := &Generator{cfg: cfg, giftIDs: map[string]*giftSample{}, joins: &joinPacer{rate: cfg.rateShare(cfg.JoinRate)}}
 	g.sched = schedule{pulse: cfg.Pattern == PatternPulse, base: cfg.rateShare(cfg.Rate), peak: cfg.rateShare(cfg.PulsePeak), ramp: cfg.PulseRamp, hold: cfg.PulseHold}
 	if g.sched.hold == 0 {
 		g.sched.hold = -1
@@ -520,10 +536,11 @@ func (g *Generator) Run(ctx context.Context) (*Report, error) {
 	// before the first comment is sent.
 	pctx, stopPollers := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopPollers()
+	joinStart := time.Now()
+	g.joins.start = joinStart
 	g.startPollers(pctx)
 	defer g.waitPollers()
 
-	joinStart := time.Now()
 	if err := g.joinUsers(ctx); err != nil {
 		return nil, err
 	}
@@ -531,6 +548,8 @@ func (g *Generator) Run(ctx context.Context) (*Report, error) {
 		return nil, err
 	}
 	rep.Users.JoinSeconds = time.Since(joinStart).Seconds()
+	rep.Users.JoinRatePerSec = g.joins.rate
+	rep.Users.Joins = int64(g.usersJoined + g.joinedPollers())
 	g.progressf(true, "joined %d users and %d pollers in %.1fs; offering %s for %v\n",
 		g.usersJoined, len(g.pollers), rep.Users.JoinSeconds, g.sched, g.cfg.Duration)
 
@@ -607,7 +626,7 @@ func (g *Generator) Run(ctx context.Context) (*Report, error) {
 // key or a room outside a live event fails the run at once with a hint
 // rather than ten thousand times.
 func (g *Generator) joinUsers(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, g.cfg.JoinTimeout)
+	ctx, cancel := context.WithTimeout(ctx, g.joinTimeout())
 	defer cancel()
 	var all []*user
 	for i := g.cfg.Shard; i < g.cfg.Users; i += g.cfg.Shards {
@@ -638,6 +657,9 @@ func (g *Generator) joinUsers(ctx context.Context) error {
 	for range min(g.cfg.EntryConcurrency, len(all)) {
 		wg.Go(func() {
 			for u := range next {
+				if g.joins.wait(ctx) != nil {
+					continue // the join timed out
+				}
 				s, err := g.fetchEntry(ctx, u)
 				if err != nil {
 					continue // counted in entryErrs; the user stays out
@@ -867,6 +889,13 @@ func (g *Generator) observeGiftE2E(d time.Duration) {
 func (g *Generator) observeEntry(d time.Duration) {
 	g.lat.entry.Observe(d)
 	g.window.Load().entry.Observe(d)
+	// The joins are over before loadStart is set (Run), and the probes
+	// and refreshes start after it.
+	if g.loadStart.IsZero() {
+		g.lat.entryJoin.Observe(d)
+	} else {
+		g.lat.entryOffer.Observe(d)
+	}
 }
 
 // phrases are typical comments (10-20 characters, mostly Chinese), so that

@@ -52,6 +52,7 @@ func (out *Report) derive(shards int) {
 	ru := &out.Run
 	ru.Shards, ru.Merged = shards, shards
 	out.Latency = out.Histograms.latencies()
+	out.Users.deriveJoins()
 	out.Generator.derive()
 	s := schedule{pulse: ru.Pattern == PatternPulse, base: ru.RatePerSec, peak: ru.PulsePeakPerSec,
 		ramp: time.Duration(ru.PulseRampSeconds * float64(time.Second)), hold: time.Duration(ru.PulseHoldSeconds * float64(time.Second))}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"danmaku/sdk"
+	"danmaku/sdk/wire"
 )
 
 // pollerState is one SDK viewer timing delivery.
@@ -67,8 +68,11 @@ func (g *Generator) startPollers(ctx context.Context) {
 		pi := len(g.pollers)
 		g.pollers = append(g.pollers, p)
 		g.pc.wg.Go(func() {
+			defer close(p.done)
+			if p.runErr = g.joins.wait(ctx); p.runErr != nil {
+				return
+			}
 			p.runErr = c.Run(ctx)
-			close(p.done)
 		})
 		g.pc.wg.Go(func() { g.consume(pi, c) })
 	}
@@ -82,7 +86,7 @@ func (g *Generator) consume(pi int, c *sdk.Client) {
 		switch m.Kind {
 		case sdk.KindBarrage:
 			if seq, ok := g.ownSeq(m.Text); ok {
-				g.barrageDecoded(seq, now)
+				g.barrageDecoded(seq, m.ID, now)
 			}
 		case sdk.KindGift:
 			if len(m.Merged) == 0 {
@@ -95,14 +99,35 @@ func (g *Generator) consume(pi int, c *sdk.Client) {
 	}
 }
 
-func (g *Generator) barrageDecoded(seq int64, at time.Time) {
+func (g *Generator) barrageDecoded(seq int64, id string, at time.Time) {
 	g.seqs.decoded(seq)
 	g.pc.pairs.Add(1)
 	if acc := g.seqs.acceptedAt(seq); acc != 0 {
 		g.observeBarrageE2E(at.Sub(time.Unix(0, acc)))
+		g.observeBarrageSplit(acc, id, at)
 		return
 	}
-	g.addPending(decodeEvent{seq: seq, at: at})
+	g.addPending(decodeEvent{seq: seq, id: id, at: at})
+}
+
+// observeBarrageSplit cuts one (poller, comment) delivery at the stream
+// id's time (when the ingest appended it, by the store clock) and at the
+// end of its segment's slot: the send's way to the store, the wait for the
+// slot to end (0 to a segment), and the slot's end to the decode (the
+// publish delay, the clock margin, the poll, the CDN, the decode). The
+// store clock is taken for the generator's: true on one machine, within
+// NTP's error across machines.
+func (g *Generator) observeBarrageSplit(schedNs int64, id string, decoded time.Time) {
+	dur := g.segmentMs.Load()
+	idMs, _, err := wire.ParseID(id)
+	if err != nil || dur <= 0 {
+		return
+	}
+	stored := time.UnixMilli(idMs)
+	end := time.UnixMilli(wire.Timing{SegmentMs: dur}.End(idMs / dur))
+	g.lat.toStore.Observe(stored.Sub(time.Unix(0, schedNs)))
+	g.lat.toEnd.Observe(end.Sub(stored))
+	g.lat.afterEnd.Observe(decoded.Sub(end))
 }
 
 func (g *Generator) giftDecoded(pi int, id string, at time.Time) {
@@ -140,6 +165,7 @@ func (g *Generator) resolvePending() {
 		if !e.gift {
 			if acc := g.seqs.acceptedAt(e.seq); acc != 0 {
 				g.observeBarrageE2E(e.at.Sub(time.Unix(0, acc)))
+				g.observeBarrageSplit(acc, e.id, e.at)
 			} else {
 				g.decodeUnacc.Add(1)
 			}
@@ -160,7 +186,7 @@ func (g *Generator) resolvePending() {
 
 // awaitPollers waits until every poller has joined (or failed to).
 func (g *Generator) awaitPollers(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, g.cfg.JoinTimeout)
+	ctx, cancel := context.WithTimeout(ctx, g.joinTimeout())
 	defer cancel()
 	for {
 		waiting := 0

@@ -56,6 +56,13 @@ type Histograms struct {
 	SendDelay   HistogramData `json:"send_delay"`
 	// GeneratorLag is how late the generator's lag probe fired.
 	GeneratorLag HistogramData `json:"generator_lag"`
+	// Entry cut in two (Latencies.EntryJoins, EntryOffer).
+	EntryJoins HistogramData `json:"entry_joins"`
+	EntryOffer HistogramData `json:"entry_offer"`
+	// BarrageE2E cut in three (Latencies.BarrageSplit).
+	BarrageToStore      HistogramData `json:"barrage_to_store"`
+	BarrageToSlotEnd    HistogramData `json:"barrage_to_slot_end"`
+	BarrageAfterSlotEnd HistogramData `json:"barrage_after_slot_end"`
 }
 
 // RunInfo says what was asked for (this shard's share of it) and when.
@@ -104,6 +111,12 @@ type UsersReport struct {
 	Users       int     `json:"users"`
 	Joined      int     `json:"joined"`
 	JoinSeconds float64 `json:"join_s" merge:"max"`
+	// JoinRatePerSec is the join rate offered (Config.JoinRate; 0: every
+	// join at once), Joins the users' and pollers' joins that got an
+	// entry, and JoinsPerSec what that made over JoinSeconds.
+	JoinRatePerSec float64 `json:"join_rate_per_s,omitempty"`
+	Joins          int64   `json:"joins"`
+	JoinsPerSec    float64 `json:"joins_per_s" merge:"derived"`
 	// Refreshes are entries fetched during the offer: a token near its
 	// end, or refused (401).
 	Refreshes int64 `json:"refreshes"`
@@ -114,6 +127,24 @@ type UsersReport struct {
 	// the entry endpoint (Config.EntryProbeEvery); their answers are
 	// discarded.
 	EntryProbes int64 `json:"entry_probes,omitempty"`
+}
+
+// joinPace says how fast users and pollers joined, against the rate
+// offered.
+func (u *UsersReport) joinPace() string {
+	offered := "all at once"
+	if u.JoinRatePerSec > 0 {
+		offered = fmt.Sprintf("paced at %.1f/s", u.JoinRatePerSec)
+	}
+	return fmt.Sprintf("%d joins with pollers, %.1f/s, %s", u.Joins, u.JoinsPerSec, offered)
+}
+
+// deriveJoins fills JoinsPerSec.
+func (u *UsersReport) deriveJoins() {
+	u.JoinsPerSec = 0
+	if u.JoinSeconds > 0 {
+		u.JoinsPerSec = float64(u.Joins) / u.JoinSeconds
+	}
 }
 
 // BarrageReport counts the comments. Due = HeldBack + NotOffered + NoEntry
@@ -176,6 +207,11 @@ type GiftsReport struct {
 type Latencies struct {
 	// Entry is GET /v1/entry, answered (joins and refreshes).
 	Entry Summary `json:"entry"`
+	// EntryJoins are the users' entries while they join (at
+	// Config.JoinRate with the pollers' joins, or all at once);
+	// EntryOffer the probes and refreshes during the offer.
+	EntryJoins Summary `json:"entry_joins"`
+	EntryOffer Summary `json:"entry_offer"`
 	// BarragePost is POST …/barrage, from its scheduled time to its answer
 	// (any answer, or a network failure).
 	BarragePost Summary `json:"barrage_post"`
@@ -197,6 +233,27 @@ type Latencies struct {
 	// processes over the offer and the drain: above a few ms, they were
 	// runnable and not run (the machine's CPU), and polled and sent late.
 	GeneratorLag Summary `json:"generator_lag"`
+	// BarrageSplit cuts each BarrageE2E delivery in three at the
+	// comment's stream id (its append, by the store clock) and at its
+	// slot's end.
+	BarrageSplit BarrageSplit `json:"barrage_split"`
+}
+
+// BarrageSplit is where a comment's end-to-end time goes, per (poller,
+// comment) as BarrageE2E: the three parts add up to it pair by pair, not
+// percentile by percentile.
+type BarrageSplit struct {
+	// ToStore is the scheduled send to the append (the generator's
+	// lateness, the POST, the ingest's flush window).
+	ToStore Summary `json:"to_store"`
+	// ToSlotEnd is the append to its slot's end: the wait for the
+	// segment, from 0 to a segment's duration.
+	ToSlotEnd Summary `json:"to_slot_end"`
+	// AfterSlotEnd is the slot's end to the poller's decode: the publish
+	// delay and the client's clock margin (when it asks), the slicer's
+	// write if it comes later (a first poll missed), the fetch through
+	// the CDN and the decode.
+	AfterSlotEnd Summary `json:"after_slot_end"`
 }
 
 // DeliveryReport is what the pollers decoded of the generator's own
@@ -358,7 +415,7 @@ func (g *Generator) fillReport(r *Report, before, after sample, sb, sa sdk.Stats
 		r.Run.ThrottleCapPerSec = float64(g.usersJoined) / c.SendInterval.Seconds()
 	}
 	r.Users = UsersReport{Users: g.usersTotal, Joined: g.usersJoined, JoinSeconds: r.Users.JoinSeconds,
-		Refreshes: g.refreshes.Load(), EntryErrors: nonEmptyMap(g.entryErrs.snapshot()), EntryProbes: g.entryProbes.Load()}
+		JoinRatePerSec: r.Users.JoinRatePerSec, Joins: r.Users.Joins, Refreshes: g.refreshes.Load(), EntryErrors: nonEmptyMap(g.entryErrs.snapshot()), EntryProbes: g.entryProbes.Load()}
 
 	b := &r.Barrage
 	b.Due, b.HeldBack, b.NotOffered, b.NoEntry = g.due.Load(), g.held.Load(), g.overrun.Load(), g.noEntry.Load()
@@ -379,6 +436,8 @@ func (g *Generator) fillReport(r *Report, before, after sample, sb, sa sdk.Stats
 		Entry: g.lat.entry.Data(), BarragePost: g.lat.post.Data(), GiftPost: g.lat.gift.Data(),
 		BarrageE2E: g.lat.e2e.Data(), GiftE2E: g.lat.giftE2E.Data(), SendDelay: g.lat.sendDelay.Data(),
 		GeneratorLag: g.lat.genLag.Data(),
+		EntryJoins:   g.lat.entryJoin.Data(), EntryOffer: g.lat.entryOffer.Data(),
+		BarrageToStore: g.lat.toStore.Data(), BarrageToSlotEnd: g.lat.toEnd.Data(), BarrageAfterSlotEnd: g.lat.afterEnd.Data(),
 	}
 	r.Latency = r.Histograms.latencies()
 
@@ -535,9 +594,10 @@ func (h *Histograms) latencies() Latencies {
 		return x.Summary()
 	}
 	return Latencies{
-		Entry: sum(h.Entry), BarragePost: sum(h.BarragePost), GiftPost: sum(h.GiftPost),
+		Entry: sum(h.Entry), EntryJoins: sum(h.EntryJoins), EntryOffer: sum(h.EntryOffer), BarragePost: sum(h.BarragePost), GiftPost: sum(h.GiftPost),
 		BarrageE2E: sum(h.BarrageE2E), GiftE2E: sum(h.GiftE2E), SendDelay: sum(h.SendDelay),
 		GeneratorLag: sum(h.GeneratorLag),
+		BarrageSplit: BarrageSplit{ToStore: sum(h.BarrageToStore), ToSlotEnd: sum(h.BarrageToSlotEnd), AfterSlotEnd: sum(h.BarrageAfterSlotEnd)},
 	}
 }
 
@@ -684,7 +744,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 
 	u := &r.Users
-	p("\nusers     %d/%d joined in %.1fs, %d entries re-fetched%s\n", u.Joined, u.Users, u.JoinSeconds, u.Refreshes, countsSuffix("entry errors", u.EntryErrors))
+	p("\nusers     %d/%d joined in %.1fs (%s), %d entries re-fetched%s\n", u.Joined, u.Users, u.JoinSeconds, u.joinPace(), u.Refreshes, countsSuffix("entry errors", u.EntryErrors))
 
 	br := &r.Barrage
 	p("barrage   due %d: attempted %d (%.0f/s, peak %d/s), answered ok %d (%.0f/s), errors %d%s\n",
@@ -704,8 +764,11 @@ func (r *Report) WriteText(w io.Writer) error {
 		name string
 		s    Summary
 	}{
-		{"entry", r.Latency.Entry}, {"barrage POST", r.Latency.BarragePost}, {"gift POST", r.Latency.GiftPost},
-		{"barrage end-to-end", r.Latency.BarrageE2E}, {"gift end-to-end", r.Latency.GiftE2E}, {"send delay", r.Latency.SendDelay},
+		{"entry", r.Latency.Entry}, {"  joins", r.Latency.EntryJoins}, {"  during the offer", r.Latency.EntryOffer}, {"barrage POST", r.Latency.BarragePost}, {"gift POST", r.Latency.GiftPost},
+		{"barrage end-to-end", r.Latency.BarrageE2E},
+		{"  send → store", r.Latency.BarrageSplit.ToStore}, {"  store → slot end", r.Latency.BarrageSplit.ToSlotEnd},
+		{"  slot end → shown", r.Latency.BarrageSplit.AfterSlotEnd},
+		{"gift end-to-end", r.Latency.GiftE2E}, {"send delay", r.Latency.SendDelay},
 		{"generator lag", r.Latency.GeneratorLag},
 	} {
 		p("  %-18s %8d %8.1f %8.1f %8.1f %8.1f\n", l.name, l.s.Count, l.s.P50Ms, l.s.P90Ms, l.s.P99Ms, l.s.MaxMs)

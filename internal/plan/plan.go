@@ -3,6 +3,8 @@ package plan
 import (
 	"fmt"
 	"math"
+
+	"danmaku/sdk/wire"
 )
 
 // Design constants of the arithmetic, each a property of the code or of
@@ -30,10 +32,18 @@ const (
 	segmentHeaderBytes = 64.0
 	// httpOverhead: HTTP headers and TLS records over a segment's bytes.
 	httpOverhead = 1.15
-	// sloMarginMs: what a barrage's p99 adds to the segment's duration
-	// (publish delay 50 ms, the poll burst, the clock margin; make
-	// bench-latency: p99 1,098 ms at 1000 ms, 579 ms at 500 ms).
-	sloMarginMs = 250.0
+	// The barrage's p99 is the segment's duration plus what a comment
+	// waits besides its slot (planSLO; docs/benchmarks.md, "Plan vs
+	// reality on this machine"): flushWindowMs, the ingest's write-behind
+	// window (its FlushWindow default: a comment gets its stream id, and
+	// so its slot, when its room's batch is appended, up to 150 ms after
+	// it arrived), the publish delay (wire.DefaultPublishDelayMs, 50 ms),
+	// and pollBurstMs for the client's clock margin, every viewer's fetch
+	// of the segment in the same millisecond through the CDN, and its
+	// decode (make bench-latency: p99 1,098 ms at 1000 ms, 579 ms at 500 ms
+	// with few comments in flush windows).
+	flushWindowMs = 150.0
+	pollBurstMs   = 200.0
 	// giftNetMs: a gift's way besides the merge window and the fan-out
 	// (the live lane's read, the network).
 	giftNetMs = 50.0
@@ -41,6 +51,10 @@ const (
 	// ~22 µs; the rest is queueing and the network).
 	entryP99Ms = 250.0
 )
+
+// barrageSlackMs is what the barrage's p99 adds to the longest segment:
+// the waits of a comment besides its slot's.
+const barrageSlackMs = flushWindowMs + wire.DefaultPublishDelayMs + pollBurstMs
 
 // Roles planned, in the order a plan prints them.
 var Roles = []string{"edge", "ingest", "gslb", "slicer", "redis"}
@@ -519,14 +533,14 @@ func (q *planner) planSLO() error {
 	fanoutMs := q.maxConns * q.frameUs / float64(e.Instances.Edge.VCPU) / 1000
 	pl.SLO = SLO{
 		V:                   1,
-		BarrageLatencyP99Ms: float64(maxSeg) + sloMarginMs,
+		BarrageLatencyP99Ms: float64(maxSeg) + barrageSlackMs,
 		GiftLatencyP99Ms:    math.Ceil(giftMergeMs + fanoutMs + giftNetMs),
 		EntryLatencyP99Ms:   entryP99Ms,
 		GiftDeliveredRatio:  1,
 		BarrageShownRatio:   math.Round(q.shown/q.offered*1e6) / 1e6,
 		AdmittedPerS:        math.Round(q.admitted),
 	}
-	pl.add("slo", "barrage p99", pl.SLO.BarrageLatencyP99Ms, "ms", fmt.Sprintf("longest segment_ms + %g (publish delay, poll burst, clock margin)", sloMarginMs), "rooms[].segment_ms")
+	pl.add("slo", "barrage p99", pl.SLO.BarrageLatencyP99Ms, "ms", fmt.Sprintf("longest segment_ms + %g ingest flush window + %d publish delay + %g clock margin, poll burst and decode", flushWindowMs, wire.DefaultPublishDelayMs, pollBurstMs), "rooms[].segment_ms")
 	pl.add("slo", "gift p99", pl.SLO.GiftLatencyP99Ms, "ms", fmt.Sprintf("%g ms merge + edge_max_conns x %s / vcpu + %g ms", giftMergeMs, q.frameField, giftNetMs), q.frameField)
 	pl.add("slo", "entry p99", pl.SLO.EntryLatencyP99Ms, "ms", "design: queueing at the planned headroom and the network", "headroom")
 	pl.add("slo", "barrage shown ratio", pl.SLO.BarrageShownRatio, "", "comments shown / comments_per_s", "comments_per_s", "budget")

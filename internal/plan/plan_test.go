@@ -143,7 +143,7 @@ func TestPlanArithmetic(t *testing.T) {
 		t.Errorf("vCPU %d / %d", pl.VCPU, pl.VCPUMax)
 	}
 	// gift p99: 55 + 37,500 x 20 µs / 16 + 50 = 151.9 -> 152.
-	want := SLO{V: 1, BarrageLatencyP99Ms: 1250, GiftLatencyP99Ms: 152, EntryLatencyP99Ms: 250,
+	want := SLO{V: 1, BarrageLatencyP99Ms: 1400, GiftLatencyP99Ms: 152, EntryLatencyP99Ms: 250,
 		GiftDeliveredRatio: 1, BarrageShownRatio: 0.0004, AdmittedPerS: 1200, BindingRole: "edge"}
 	if pl.SLO != want {
 		t.Errorf("SLO %+v, want %+v", pl.SLO, want)

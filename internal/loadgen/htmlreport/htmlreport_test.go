@@ -25,18 +25,25 @@ func fixture() *loadgen.Report {
 	r.Run = loadgen.RunInfo{ID: "fix01", GSLB: "http://127.0.0.1:7700", Room: "demo", Shards: 1, Pattern: loadgen.PatternSteady,
 		Schedule: "steady 150/s", RatePerSec: 150, DurationSeconds: 10, GiftRatePerSec: 10, Throttle: "1.2s", ThrottleCapPerSec: 166,
 		Concurrency: 256, SegmentMs: 1000, Start: start, End: start.Add(14 * time.Second), LoadSeconds: 10}
-	r.Users = loadgen.UsersReport{Users: 200, Joined: 200, JoinSeconds: 0.4, EntryProbes: 50, EntryErrors: map[string]int64{"503 backend_unavailable": 2}}
+	r.Users = loadgen.UsersReport{Users: 200, Joined: 200, JoinSeconds: 4, JoinRatePerSec: 60, Joins: 220, JoinsPerSec: 55, EntryProbes: 50, EntryErrors: map[string]int64{"503 backend_unavailable": 2}}
 	r.Barrage = loadgen.BarrageReport{Due: 1500, Attempted: 1500, OK: 1490, Errors: map[string]int64{"429 rate_limited": 7, "network: timeout": 3},
 		AttemptedPerSec: 150, OKPerSec: 149, PeakPerSec: 151}
 	r.Gifts = loadgen.GiftsReport{Orders: 100, Attempts: 101, Accepted: 100, Answers: map[string]int64{"200": 100, "503 backend_unavailable": 1}, OKPerSec: 10}
 	r.Latency = loadgen.Latencies{
 		Entry:        loadgen.Summary{Count: 250, P50Ms: 9.5, P90Ms: 30, P99Ms: 48, MaxMs: 60},
+		EntryJoins:   loadgen.Summary{Count: 200, P50Ms: 9, P90Ms: 28, P99Ms: 45, MaxMs: 60},
+		EntryOffer:   loadgen.Summary{Count: 50, P50Ms: 11, P90Ms: 35, P99Ms: 52, MaxMs: 55},
 		BarragePost:  loadgen.Summary{Count: 1500, P50Ms: 70, P90Ms: 130, P99Ms: 160, MaxMs: 200},
 		GiftPost:     loadgen.Summary{Count: 100, P50Ms: 2.5, P90Ms: 6, P99Ms: 40, MaxMs: 41},
 		BarrageE2E:   loadgen.Summary{Count: 29800, P50Ms: 640, P90Ms: 1050, P99Ms: 1190, MaxMs: 1260},
 		GiftE2E:      loadgen.Summary{Count: 2000, P50Ms: 3, P90Ms: 7, P99Ms: 50, MaxMs: 52},
 		SendDelay:    loadgen.Summary{Count: 1500, P50Ms: 1, P90Ms: 3, P99Ms: 20, MaxMs: 60},
 		GeneratorLag: loadgen.Summary{Count: 1400, P50Ms: 0.1, P90Ms: 1, P99Ms: 3, MaxMs: 9},
+		BarrageSplit: loadgen.BarrageSplit{
+			ToStore:      loadgen.Summary{Count: 29800, P50Ms: 80, P90Ms: 140, P99Ms: 170, MaxMs: 210},
+			ToSlotEnd:    loadgen.Summary{Count: 29800, P50Ms: 500, P90Ms: 900, P99Ms: 990, MaxMs: 999},
+			AfterSlotEnd: loadgen.Summary{Count: 29800, P50Ms: 60, P90Ms: 75, P99Ms: 110, MaxMs: 130},
+		},
 	}
 	r.Generator = loadgen.GeneratorReport{Procs: 2, MachineCores: 2, WindowSeconds: 14, CPUSeconds: 7, CPUCores: 0.5}
 	r.Delivery = loadgen.DeliveryReport{Pollers: 20, Joined: 20, Edge: true, CommentsAccepted: 1490, CommentsShown: 1490, CommentsShownByAll: 1488,

@@ -87,7 +87,7 @@ func TestJudge(t *testing.T) {
 		line   int
 		want   Status
 	}{
-		{"barrage slow", func(f *fixtureRun) { f.r.Latency.BarrageE2E.P99Ms = 1300 }, 0, Fail},
+		{"barrage slow", func(f *fixtureRun) { f.r.Latency.BarrageE2E.P99Ms = 1401 }, 0, Fail},
 		{"no barrage timed", func(f *fixtureRun) { f.r.Latency.BarrageE2E.Count = 0 }, 0, NoData},
 		{"gift slow", func(f *fixtureRun) { f.r.Latency.GiftE2E.P99Ms = 101 }, 1, Fail},
 		{"entry slow", func(f *fixtureRun) { f.r.Latency.Entry.P99Ms = 501 }, 2, Fail},
@@ -97,6 +97,15 @@ func TestJudge(t *testing.T) {
 		{"comments not shown", func(f *fixtureRun) { f.r.Delivery.CommentsShown = 1400 }, 4, Fail},
 		{"admitted too few", func(f *fixtureRun) { f.r.Drops.Accepted["barrage"] = 1300 }, 5, Fail},
 		{"no admitted floor", func(f *fixtureRun) { f.slo.AdmittedPerSec = 0 }, 5, Info},
+		// The plan's 140/s over a 10 s offer is 1,400 comments; the pacer
+		// ending 50 ms late offered no fewer (139.3/s over the load's time).
+		{"admitted all, the pacer ending late", func(f *fixtureRun) { f.r.Drops.Accepted["barrage"], f.r.Run.LoadSeconds = 1400, 10.05 }, 5, Pass},
+		// 1 % under the plan passes (floor 138.6/s), more does not.
+		{"admitted within the tolerance", func(f *fixtureRun) { f.r.Drops.Accepted["barrage"] = 1387 }, 5, Pass},
+		{"admitted under the tolerance", func(f *fixtureRun) { f.r.Drops.Accepted["barrage"] = 1385 }, 5, Fail},
+		// A plan's rounding: 59.6/s planned is written 60; 59.5/s passes.
+		{"admitted within the plan's rounding", func(f *fixtureRun) { f.slo.AdmittedPerSec, f.r.Drops.Accepted["barrage"] = 60, 595 }, 5, Pass},
+		{"admitted a run cut short", func(f *fixtureRun) { f.r.Drops.Accepted["barrage"], f.r.Run.LoadSeconds = 700, 5 }, 5, Pass},
 		{"generator starved", func(f *fixtureRun) { f.r.Latency.GeneratorLag.P99Ms = 400 }, 10, GeneratorBound},
 		{"generator took the machine", func(f *fixtureRun) { f.r.Generator.CPUCores = 1.9 }, 10, GeneratorBound},
 		{"generator not measured", func(f *fixtureRun) { f.r.Generator = loadgen.GeneratorReport{} }, 10, NoData},

@@ -80,6 +80,14 @@ func Judge(r *loadgen.Report, s SLO) Verdict {
 	latency("barrage end to end (via the CDN)", r.Latency.BarrageE2E, s.BarrageLatencyP99Ms)
 	latency("gift end to end (via "+via+")", r.Latency.GiftE2E, s.GiftLatencyP99Ms)
 	latency("entry (GET /v1/entry)", r.Latency.Entry, s.EntryLatencyP99Ms)
+	if j, o := r.Latency.EntryJoins, r.Latency.EntryOffer; j.Count+o.Count > 0 {
+		l := &v.Lines[len(v.Lines)-1]
+		pace := "offered all at once"
+		if r.Users.JoinRatePerSec > 0 {
+			pace = "offered at " + num(r.Users.JoinRatePerSec) + "/s"
+		}
+		l.Measured += fmt.Sprintf("; joins p99 %s ms of %d (%s), during the offer p99 %s ms of %d", num(j.P99Ms), j.Count, pace, num(o.P99Ms), o.Count)
+	}
 
 	d, g := &r.Delivery, &r.Gifts
 	gl := Line{Name: "gifts delivered to every poller", Target: "≥ " + pct(s.GiftDeliveredRatio)}
@@ -102,17 +110,7 @@ func Judge(r *loadgen.Report, s SLO) Verdict {
 	}
 	v.add(bl)
 
-	admitted := float64(r.Drops.Accepted["barrage"]) / max(r.Run.LoadSeconds, 1e-3)
-	al := Line{Name: "admitted comments/s (stored by the ingests)", Measured: num(admitted) + "/s"}
-	switch {
-	case s.AdmittedPerSec == 0:
-		al.Target, al.Status = "no floor", Info
-	case len(r.Drops.Endpoints) == 0 || len(r.Drops.ScrapeErrors) > 0 && r.Drops.Accepted["barrage"] == 0:
-		al.Target, al.Measured, al.Status = "≥ "+num(s.AdmittedPerSec)+"/s", "the ingests' /metrics were not read", NoData
-	default:
-		al.Target, al.Status = "≥ "+num(s.AdmittedPerSec)+"/s", status(admitted >= s.AdmittedPerSec)
-	}
-	v.add(al)
+	v.add(admittedLine(r, s))
 
 	v.Roles = roleCPU(r.Nodes, s.Roles)
 	v.BindingRole = v.addRoleLines(r, s)
@@ -126,6 +124,38 @@ func Judge(r *loadgen.Report, s SLO) Verdict {
 		}
 	}
 	return v
+}
+
+// admittedTolerance is how far under the plan's admitted rate a run may
+// fall and pass: the plan's figure is rounded to the comment, and the
+// schedule's first and last ticks, the client throttle's random refusals
+// and a comment or two still in the ingest's flush window when the
+// counters are read move a minute's rate by a few tenths of a comment a
+// second.
+const admittedTolerance = 0.01
+
+// admittedLine judges the comments the ingests stored a second, over the
+// offer as scheduled (Run.DurationSeconds, or less if the run was cut
+// short): a run whose pacer ended a few milliseconds late offered no
+// fewer comments for it.
+func admittedLine(r *loadgen.Report, s SLO) Line {
+	secs := r.Run.LoadSeconds
+	if d := r.Run.DurationSeconds; d > 0 && d < secs {
+		secs = d
+	}
+	admitted := float64(r.Drops.Accepted["barrage"]) / max(secs, 1e-3)
+	floor := min(s.AdmittedPerSec*(1-admittedTolerance), s.AdmittedPerSec-0.5)
+	al := Line{Name: "admitted comments/s (stored by the ingests)", Measured: fmt.Sprintf("%.1f/s (%d over %s s)", admitted, r.Drops.Accepted["barrage"], num(secs))}
+	target := fmt.Sprintf("≥ %s/s (pass from %.1f/s: %s and the plan's rounding)", num(s.AdmittedPerSec), floor, pct(admittedTolerance))
+	switch {
+	case s.AdmittedPerSec == 0:
+		al.Target, al.Status = "no floor", Info
+	case len(r.Drops.Endpoints) == 0 || len(r.Drops.ScrapeErrors) > 0 && r.Drops.Accepted["barrage"] == 0:
+		al.Target, al.Measured, al.Status = target, "the ingests' /metrics were not read", NoData
+	default:
+		al.Target, al.Status = target, status(admitted >= floor)
+	}
+	return al
 }
 
 // add appends a line to the verdict.

@@ -77,7 +77,7 @@ var (
 // it (allocators judge staleness by the report, so a node that dies without
 // Remove ages out of every snapshot's use). Each write also appends to the
 // shard's change log (a stream), in the same MULTI, so that an allocator's
-// sync — every 5 ms — reads only the records written since its last one:
+// sync — every 5 to 50 ms — reads only the records written since its last one:
 // one pipelined round trip of plain commands (no script: Lua costs Redis
 // about a microsecond per record it moves, a stream range a fraction of
 // that), carrying nothing for a shard where nothing changed.

@@ -20,13 +20,14 @@ const (
 
 // View is one reader's copy of a load table, kept up to date by
 // reading what changed (ChangeReader) rather than the whole table, for a
-// reader that looks often: an allocator every 5 ms, an ingest every
+// reader that looks often: an allocator every 5 to 50 ms, an ingest every
 // second. A table that is no ChangeReader is read whole each time. Not safe
 // for concurrent use.
 type View struct {
 	// WholeAfterGap: a read this long after the last good one reads the
 	// table whole. Zero: 100 ms, for a reader that looks every few
-	// milliseconds and must not miss a removal. A reader that looks once a
+	// milliseconds and must not miss a removal (an allocator: at least
+	// every 50 ms, so that a quiet one does not read whole every time). A reader that looks once a
 	// second and can bear a missed entry for a few seconds (every live
 	// node reports again within 250 ms) sets more.
 	WholeAfterGap time.Duration

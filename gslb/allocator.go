@@ -246,6 +246,9 @@ func NewAllocator(cfg AllocatorConfig) (*Allocator, error) {
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 8),
 		}),
 	}
+	// A quiet allocator syncs every MaxSync: it must not read whole each
+	// time.
+	a.view.WholeAfterGap = max(loadtable.DefaultWholeAfterGap, 2*cfg.MaxSync)
 	a.view.News = func(l, last loadtable.NodeLoad) bool {
 		return loadtable.News(l, last, cfg.Overload, cfg.MaxCPU)
 	}

@@ -11,11 +11,12 @@ import (
 // change log continues (a store that failed over may have lost writes
 // behind a log that then went on, and a report pruned while a reader held
 // it is otherwise never forgotten), after a failed read (a failover shows
-// as errors first), and after a gap of wholeAfterGap without a good read
-// (the log may have been trimmed past the reader's position meanwhile).
+// as errors first), and after a gap without a good read (the log may have
+// been trimmed past the reader's position meanwhile): View.WholeAfterGap,
+// DefaultWholeAfterGap unless set.
 const (
-	fullReadEvery = 5 * time.Second
-	wholeAfterGap = 100 * time.Millisecond
+	fullReadEvery        = 5 * time.Second
+	DefaultWholeAfterGap = 100 * time.Millisecond
 )
 
 // View is one reader's copy of a load table, kept up to date by
@@ -129,7 +130,7 @@ func (v *View) Sync(ctx context.Context, now time.Time) ([]NodeLoad, SyncStats, 
 	cursor := v.cursor
 	gap := v.WholeAfterGap
 	if gap <= 0 {
-		gap = wholeAfterGap
+		gap = DefaultWholeAfterGap
 	}
 	full := cursor == nil || now.Sub(v.last) >= fullReadEvery || now.Sub(v.good) > gap
 	if full {

@@ -213,28 +213,3 @@ func TestAllocatorDropsDeadNodeWhileQuiet(t *testing.T) {
 		}
 	})
 }
-
-// MaxSync's bounds: at most Stale, under MaxAge; its default fits a short
-// Stale or MaxAge rather than refusing a configuration that worked before it.
-func TestAllocatorMaxSyncConfig(t *testing.T) {
-	table := loadtable.NewMemoryTable()
-	for _, tc := range []struct {
-		name string
-		cfg  gslb.AllocatorConfig
-		ok   bool
-	}{
-		{"default", gslb.AllocatorConfig{Table: table}, true},
-		{"every sync", gslb.AllocatorConfig{Table: table, MaxSync: time.Nanosecond}, true},
-		{"max sync", gslb.AllocatorConfig{Table: table, MaxSync: 200 * time.Millisecond}, true},
-		{"over stale", gslb.AllocatorConfig{Table: table, MaxSync: 2 * time.Second}, false},
-		{"at max age", gslb.AllocatorConfig{Table: table, MaxSync: time.Second, Stale: 2 * time.Second, MaxAge: time.Second}, false},
-		{"default under a short stale", gslb.AllocatorConfig{Table: table, Stale: 20 * time.Millisecond}, true},
-		{"default under a short max age", gslb.AllocatorConfig{Table: table, MaxAge: 30 * time.Millisecond}, true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if _, err := gslb.NewAllocator(tc.cfg); (err == nil) != tc.ok {
-				t.Fatalf("NewAllocator: err = %v, want ok=%v", err, tc.ok)
-			}
-		})
-	}
-}

@@ -23,6 +23,7 @@ import (
 // Allocator defaults.
 const (
 	defaultSync     = 5 * time.Millisecond
+	defaultMaxSync  = 50 * time.Millisecond
 	defaultStale    = time.Second
 	defaultMaxAge   = 3 * time.Second
 	defaultOverload = loadtable.DefaultOverload
@@ -66,8 +67,20 @@ var (
 type AllocatorConfig struct {
 	// Table is the load table to sync. Required.
 	Table loadtable.Table
-	// Sync is how often the table is synced. Zero: 5 ms.
+	// Sync is how often the table is synced while it brings news. Zero:
+	// 5 ms.
 	Sync time.Duration
+	// MaxSync is the longest time between two syncs. After a sync that
+	// read no news (loadtable.SyncStats.News: no node came, went, or moved
+	// what the allocator decides from — keep-alives are not news) the
+	// interval doubles, from Sync up to MaxSync; a sync that read news, or
+	// failed, brings it back to Sync. A load written to the table is in
+	// the snapshot within MaxSync (and the read's own time) of its write.
+	// The loop also wakes Sync after the first healthy node could turn
+	// stale, so a dead node is dropped within Stale + Sync as before.
+	// Zero: 50 ms; below Sync: every Sync whatever was read (the allocator
+	// as it was, kept for comparisons).
+	MaxSync time.Duration
 	// Stale drops a node whose newest report is older than this. Zero: 1 s.
 	Stale time.Duration
 	// MaxAge is how long the last good table is used while syncs fail;
@@ -201,6 +214,16 @@ func NewAllocator(cfg AllocatorConfig) (*Allocator, error) {
 	if cfg.Sync < 0 || cfg.Stale < cfg.Sync || cfg.MaxAge <= cfg.Sync {
 		return nil, errors.New("gslb: allocator: need 0 < Sync <= Stale and Sync < MaxAge")
 	}
+	if cfg.MaxSync == 0 {
+		// Within the bounds below for a short Stale or MaxAge.
+		cfg.MaxSync = max(cfg.Sync, min(defaultMaxSync, cfg.Stale, cfg.MaxAge/2))
+	}
+	if cfg.MaxSync < cfg.Sync {
+		cfg.MaxSync = cfg.Sync // every Sync
+	}
+	if cfg.Stale < cfg.MaxSync || cfg.MaxAge <= cfg.MaxSync {
+		return nil, errors.New("gslb: allocator: need MaxSync <= Stale and MaxSync < MaxAge")
+	}
 	if cfg.Fallbacks > maxFallbacks {
 		return nil, fmt.Errorf("gslb: allocator: Fallbacks %d over %d", cfg.Fallbacks, maxFallbacks)
 	}
@@ -222,6 +245,12 @@ func NewAllocator(cfg AllocatorConfig) (*Allocator, error) {
 			// 100 µs .. 1.6 s: a sync should take well under the 5 ms interval.
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 8),
 		}),
+	}
+	// A quiet allocator syncs every MaxSync: it must not read whole each
+	// time.
+	a.view.WholeAfterGap = max(loadtable.DefaultWholeAfterGap, 2*cfg.MaxSync)
+	a.view.News = func(l, last loadtable.NodeLoad) bool {
+		return loadtable.News(l, last, cfg.Overload, cfg.MaxCPU)
 	}
 	// No table yet: allocations answer ErrTableStale, not ErrNoNodes, until
 	// the first good sync.
@@ -263,20 +292,23 @@ const (
 	pruneAge   = time.Minute
 )
 
-// Run syncs the table every Sync interval until ctx is done, and prunes
-// long-dead nodes when the table supports it.
+// Run syncs the table until ctx is done — every Sync while syncs read
+// news, backing off to every MaxSync while they do not (AllocatorConfig) —
+// and prunes long-dead nodes when the table supports it.
 func (a *Allocator) Run(ctx context.Context) error {
-	t := time.NewTicker(a.cfg.Sync)
+	t := time.NewTimer(a.cfg.Sync)
 	defer t.Stop()
 	pruner, _ := a.cfg.Table.(loadtable.Pruner)
 	lastPrune := a.cfg.Clock.Now()
 	// A table call that hangs must not hold the loop past MaxAge: the loop
 	// is what finds an old table while allocations are few.
 	timeout := a.cfg.MaxAge / 2
+	wait := a.cfg.Sync
 	for {
 		sctx, cancel := context.WithTimeout(ctx, timeout)
-		err := a.SyncOnce(sctx)
+		news, err := a.syncOnce(sctx)
 		cancel()
+		wait = a.nextWait(wait, news, err)
 		if err != nil && ctx.Err() == nil && a.syncErrors.Load()%1000 == 1 {
 			a.cfg.Logger.Warn("gslb: load table sync failed; keeping last good table", "err", err, "age", a.SnapshotAge())
 		}
@@ -290,6 +322,7 @@ func (a *Allocator) Run(ctx context.Context) error {
 			}
 			cancel()
 		}
+		t.Reset(wait)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -298,9 +331,32 @@ func (a *Allocator) Run(ctx context.Context) error {
 	}
 }
 
+// nextWait is how long Run waits after a sync that read news (or not) or
+// failed, when it waited wait before it: Sync after news or a failure,
+// else twice wait up to MaxSync — but no later than Sync after the
+// snapshot's first healthy node could turn stale, so that a dead node is
+// dropped on time.
+func (a *Allocator) nextWait(wait time.Duration, news bool, err error) time.Duration {
+	if news || err != nil {
+		return a.cfg.Sync
+	}
+	wait = min(2*wait, a.cfg.MaxSync)
+	if s := a.snap.Load(); !s.at.IsZero() {
+		wait = min(wait, max(a.cfg.Sync, s.rebuildBy.Sub(a.cfg.Clock.Now())+a.cfg.Sync))
+	}
+	return wait
+}
+
 // SyncOnce reads the table and publishes a new snapshot. On error the
 // previous snapshot stays in use until it is older than MaxAge.
 func (a *Allocator) SyncOnce(ctx context.Context) error {
+	_, err := a.syncOnce(ctx)
+	return err
+}
+
+// syncOnce is SyncOnce, also saying whether the read carried news
+// (loadtable.SyncStats.News) — every read does when MaxSync is Sync.
+func (a *Allocator) syncOnce(ctx context.Context) (news bool, err error) {
 	a.viewMu.Lock()
 	defer a.viewMu.Unlock()
 	start := a.cfg.Clock.Now()
@@ -312,7 +368,7 @@ func (a *Allocator) SyncOnce(ctx context.Context) error {
 		if s := a.snap.Load(); now.Sub(s.at) > a.cfg.MaxAge {
 			s.expired.Store(true)
 		}
-		return fmt.Errorf("gslb: sync: %w", err)
+		return false, fmt.Errorf("gslb: sync: %w", err)
 	}
 	a.syncBytes.Add(uint64(st.Bytes))
 	a.syncChanged.Add(uint64(st.Changed))
@@ -330,7 +386,7 @@ func (a *Allocator) SyncOnce(ctx context.Context) error {
 		a.snap.Store(a.build(loads, now))
 	}
 	a.syncDuration.Observe(a.cfg.Clock.Now().Sub(start).Seconds())
-	return nil
+	return st.News > 0 || a.cfg.MaxSync == a.cfg.Sync, nil
 }
 
 // build turns the table's reports into a snapshot.

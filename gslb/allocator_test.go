@@ -754,6 +754,14 @@ func TestAllocatorConfig(t *testing.T) {
 		{"max age", gslb.AllocatorConfig{Table: table, MaxAge: time.Minute}, true},
 		{"negative max age", gslb.AllocatorConfig{Table: table, MaxAge: -time.Second}, false},
 		{"max age not over sync", gslb.AllocatorConfig{Table: table, Sync: time.Second, MaxAge: time.Second}, false},
+		// MaxSync: at most Stale, under MaxAge; its default fits a short
+		// Stale or MaxAge rather than refusing what worked before it.
+		{"every sync", gslb.AllocatorConfig{Table: table, MaxSync: time.Nanosecond}, true},
+		{"max sync", gslb.AllocatorConfig{Table: table, MaxSync: 200 * time.Millisecond}, true},
+		{"max sync over stale", gslb.AllocatorConfig{Table: table, MaxSync: 2 * time.Second}, false},
+		{"max sync at max age", gslb.AllocatorConfig{Table: table, MaxSync: time.Second, Stale: 2 * time.Second, MaxAge: time.Second}, false},
+		{"default max sync, short stale", gslb.AllocatorConfig{Table: table, Stale: 20 * time.Millisecond}, true},
+		{"default max sync, short max age", gslb.AllocatorConfig{Table: table, MaxAge: 30 * time.Millisecond}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := gslb.NewAllocator(tc.cfg)

@@ -2,8 +2,9 @@
 // load into the load table (internal/loadtable) when what the allocator decides from has changed —
 // headroom by a step, a bound crossed, draining, capacity — at most every
 // 50 ms, and at least every 250 ms (loadtable.Reporter, ReportGate);
-// the Allocator syncs that table in its own goroutine (every 5 ms by default,
-// never per request), drops stale and overloaded nodes, and hands edge
+// the Allocator syncs that table in its own goroutine (every 5 ms while the
+// syncs bring news, backing off to every 50 ms while they do not; never per
+// request), drops stale and overloaded nodes, and hands edge
 // addresses out in proportion to each node's headroom (a golden-ratio
 // sequence over the nodes' headroom), with per-user fallbacks drawn in
 // proportion to headroom, so that stale load data never stampedes one node

@@ -17,7 +17,7 @@ import (
 // OnlineTable is where edges report how many viewers each room has on them
 // and ingest nodes read them: a room bucket's capacity follows its room's
 // online count. It is kept apart from the load table on purpose: the
-// allocators read loads every 5 ms and need no per-room counts, which made
+// allocators read loads every 5 to 50 ms and need no per-room counts, which made
 // the table grow with nodes × rooms; the room buckets need the counts about
 // once a second. Both tables of this package implement it.
 type OnlineTable interface {

@@ -258,16 +258,26 @@ func (g *ReportGate) Wait(now time.Time) time.Duration {
 
 // isNews reports whether the allocators would decide differently from l
 // (now, CPU smoothed) than from last (reported): see ReportGate.
-func isNews(l, last NodeLoad) bool {
+func isNews(l, last NodeLoad) bool { return News(l, last, DefaultOverload, DefaultMaxCPU) }
+
+// News reports whether an allocator with these bounds (its Overload and
+// MaxCPU) would decide differently from node load l than from last, the
+// same node's earlier load: its headroom moved by a step (5 % of it, at
+// least half a point), it crossed a bound (or, back, cleared it by a
+// point), or its draining, capacity, line, region or address changed. A
+// Reporter writes what is news by the default bounds (ReportGate); a
+// View counts the news it reads (SyncStats.News), which an allocator's
+// sync interval follows.
+func News(l, last NodeLoad, overload, maxCPU float64) bool {
 	if l.ID != last.ID || l.Kind != last.Kind || l.Addr != last.Addr || l.Line != last.Line ||
 		l.Region != last.Region || l.Capacity != last.Capacity || l.Draining != last.Draining {
 		return true
 	}
-	w0, ok0 := Headroom(last, DefaultOverload, DefaultMaxCPU)
+	w0, ok0 := Headroom(last, overload, maxCPU)
 	if !ok0 {
-		_, clear := Headroom(l, DefaultOverload-boundMargin, DefaultMaxCPU-boundMargin)
+		_, clear := Headroom(l, overload-boundMargin, maxCPU-boundMargin)
 		return clear
 	}
-	w, ok := Headroom(l, DefaultOverload, DefaultMaxCPU)
+	w, ok := Headroom(l, overload, maxCPU)
 	return !ok || math.Abs(w-w0) >= max(headroomStep*w0, headroomFloor)
 }

@@ -23,9 +23,10 @@ const Shards = 16
 
 // logMaxLen bounds each shard's change log (approximately: Redis trims
 // whole blocks). Readers do not look for entries trimmed before they read
-// them; a View reads whole after any gap longer than wholeAfterGap,
-// and 4,096 entries a shard cannot be written within that gap (65k reports
-// a second on one shard, a million on the table, is far beyond what one
+// them; a View reads whole after any gap longer than its WholeAfterGap
+// (100 ms by default and for an allocator at its default MaxSync), and
+// 4,096 entries a shard cannot be written within that gap (65k reports a
+// second on one shard, a million on the table, is far beyond what one
 // Redis takes). Full, the logs hold a few MB.
 const logMaxLen = 4096
 
@@ -77,7 +78,7 @@ var (
 // it (allocators judge staleness by the report, so a node that dies without
 // Remove ages out of every snapshot's use). Each write also appends to the
 // shard's change log (a stream), in the same MULTI, so that an allocator's
-// sync — every 5 ms — reads only the records written since its last one:
+// sync — every 5 to 50 ms — reads only the records written since its last one:
 // one pipelined round trip of plain commands (no script: Lua costs Redis
 // about a microsecond per record it moves, a stream range a fraction of
 // that), carrying nothing for a shard where nothing changed.

@@ -11,25 +11,31 @@ import (
 // change log continues (a store that failed over may have lost writes
 // behind a log that then went on, and a report pruned while a reader held
 // it is otherwise never forgotten), after a failed read (a failover shows
-// as errors first), and after a gap of wholeAfterGap without a good read
-// (the log may have been trimmed past the reader's position meanwhile).
+// as errors first), and after a gap without a good read (the log may have
+// been trimmed past the reader's position meanwhile): View.WholeAfterGap,
+// DefaultWholeAfterGap unless set.
 const (
-	fullReadEvery = 5 * time.Second
-	wholeAfterGap = 100 * time.Millisecond
+	fullReadEvery        = 5 * time.Second
+	DefaultWholeAfterGap = 100 * time.Millisecond
 )
 
 // View is one reader's copy of a load table, kept up to date by
 // reading what changed (ChangeReader) rather than the whole table, for a
-// reader that looks often: an allocator every 5 ms, an ingest every
+// reader that looks often: an allocator every 5 to 50 ms, an ingest every
 // second. A table that is no ChangeReader is read whole each time. Not safe
 // for concurrent use.
 type View struct {
 	// WholeAfterGap: a read this long after the last good one reads the
 	// table whole. Zero: 100 ms, for a reader that looks every few
-	// milliseconds and must not miss a removal. A reader that looks once a
+	// milliseconds and must not miss a removal (an allocator: at least
+	// every 50 ms, so that a quiet one does not read whole every time). A reader that looks once a
 	// second and can bear a missed entry for a few seconds (every live
 	// node reports again within 250 ms) sets more.
 	WholeAfterGap time.Duration
+	// News judges whether l, a report read, is news against last, the
+	// node's report the view held (SyncStats.News). Nil: News by the
+	// default bounds.
+	News func(l, last NodeLoad) bool
 
 	table  Table
 	cr     ChangeReader
@@ -84,6 +90,12 @@ type SyncStats struct {
 	Full bool
 	// Skipped counts records that did not decode.
 	Skipped int
+	// News is how many of the changes read would change an allocator's
+	// decision: a node the view did not hold, a node removed (or gone from
+	// a whole read), a report that is news against the node's report the
+	// view held (View.News). Keep-alives, and whole reads of a table that
+	// did not change, carry none.
+	News int
 }
 
 // Sync brings the view up to date and returns every node's newest report,
@@ -95,17 +107,30 @@ func (v *View) Sync(ctx context.Context, now time.Time) ([]NodeLoad, SyncStats, 
 		if err != nil {
 			return nil, SyncStats{}, err
 		}
+		news, held := 0, 0
 		for i := range loads {
+			last, ok := v.nodes[loads[i].ID]
+			if ok {
+				held++
+			}
+			if !ok || v.news(loads[i], last) {
+				news++
+			}
 			v.hear(&loads[i], now)
+		}
+		news += len(v.nodes) - held // held before, gone now
+		clear(v.nodes)
+		for _, l := range loads {
+			v.nodes[l.ID] = l
 		}
 		v.forget(func(id string) bool { _, ok := slices.BinarySearchFunc(loads, id, byID); return ok })
 		v.sorted = loads
-		return loads, SyncStats{Changed: len(loads), Full: true}, nil
+		return loads, SyncStats{Changed: len(loads), Full: true, News: news}, nil
 	}
 	cursor := v.cursor
 	gap := v.WholeAfterGap
 	if gap <= 0 {
-		gap = wholeAfterGap
+		gap = DefaultWholeAfterGap
 	}
 	full := cursor == nil || now.Sub(v.last) >= fullReadEvery || now.Sub(v.good) > gap
 	if full {
@@ -122,13 +147,18 @@ func (v *View) Sync(ctx context.Context, now time.Time) ([]NodeLoad, SyncStats, 
 	v.good = now
 	v.cursor = next
 	st := SyncStats{Changed: len(ch.Loads) + len(ch.Removed), Bytes: ch.Bytes, Full: full, Skipped: ch.Skipped}
+	var gone map[string]NodeLoad // held in a shard read whole, not yet read again
 	if len(ch.Reset) > 0 {
 		reset := make([]bool, v.cr.Shards())
 		for _, k := range ch.Reset {
 			reset[k] = true
 		}
-		for id := range v.nodes {
+		for id, l := range v.nodes {
 			if reset[ch.ShardOf(id)] {
+				if gone == nil {
+					gone = map[string]NodeLoad{}
+				}
+				gone[id] = l // news only if the whole read lacks it or changed it
 				delete(v.nodes, id)
 				v.dirty = true
 			}
@@ -138,15 +168,24 @@ func (v *View) Sync(ctx context.Context, now time.Time) ([]NodeLoad, SyncStats, 
 		if _, ok := v.nodes[id]; ok {
 			delete(v.nodes, id)
 			v.dirty = true
+			st.News++
 		}
 	}
 	for _, l := range ch.Loads {
-		if _, ok := v.nodes[l.ID]; !ok {
+		last, ok := v.nodes[l.ID]
+		if !ok {
 			v.dirty = true
+			if last, ok = gone[l.ID]; ok {
+				delete(gone, l.ID)
+			}
+		}
+		if !ok || v.news(l, last) {
+			st.News++
 		}
 		v.hear(&l, now)
 		v.nodes[l.ID] = l
 	}
+	st.News += len(gone)
 	if v.dirty {
 		v.forget(func(id string) bool { _, ok := v.nodes[id]; return ok })
 	}
@@ -154,6 +193,14 @@ func (v *View) Sync(ctx context.Context, now time.Time) ([]NodeLoad, SyncStats, 
 		v.rebuild()
 	}
 	return v.sorted, st, nil
+}
+
+// news judges l against last (View.News).
+func (v *View) news(l, last NodeLoad) bool {
+	if v.News != nil {
+		return v.News(l, last)
+	}
+	return News(l, last, DefaultOverload, DefaultMaxCPU)
 }
 
 // forget drops what the view heard of nodes it no longer holds.

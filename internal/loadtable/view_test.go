@@ -2,6 +2,7 @@ package loadtable_test
 
 import (
 	"danmaku/internal/loadtable"
+	"danmaku/internal/redisx/redistest"
 
 	"context"
 	"errors"
@@ -146,5 +147,64 @@ func TestViewHeard(t *testing.T) {
 	}
 	if age := (loadtable.NodeLoad{At: t0}).Age(t2); age != 6*time.Second {
 		t.Errorf("Age without Heard: %v", age)
+	}
+}
+
+// snapshotOnly hides a table's change log: a View reads it whole each time.
+type snapshotOnly struct{ loadtable.Table }
+
+// TestViewNews: a sync counts as news what would change an allocator's
+// decision — a new node, a removal, a node a whole read no longer shows, a
+// load moved by a step — and not keep-alives or whole reads of a table
+// that did not change, whichever way the view reads the table.
+func TestViewNews(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		table func(t *testing.T) loadtable.Table
+	}{
+		{"memory", func(*testing.T) loadtable.Table { return loadtable.NewMemoryTable() }},
+		{"redis", func(t *testing.T) loadtable.Table { return loadtable.NewRedisTable(redistest.Client(t)) }},
+		{"snapshot-only", func(*testing.T) loadtable.Table { return snapshotOnly{loadtable.NewMemoryTable()} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			tab := tc.table(t)
+			v := loadtable.NewView(tab)
+			now := t0
+			step := func(what string, wantNews int, write func()) {
+				t.Helper()
+				now = now.Add(50 * time.Millisecond)
+				write()
+				_, st, err := v.Sync(ctx, now)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if st.News != wantNews {
+					t.Errorf("%s: News = %d, want %d (stats %+v)", what, st.News, wantNews, st)
+				}
+			}
+			at := func(l loadtable.NodeLoad) loadtable.NodeLoad { l.At = now; return l }
+			step("first read", 2, func() { mustReport(t, tab, at(edge("a", 10, 100)), at(edge("b", 10, 100))) })
+			step("nothing written", 0, func() {})
+			step("keep-alives", 0, func() { mustReport(t, tab, at(edge("a", 10, 100)), at(edge("b", 11, 100))) })
+			step("a moved by a step", 1, func() { mustReport(t, tab, at(edge("a", 40, 100))) })
+			drained := edge("b", 11, 100)
+			drained.Draining = true
+			step("b drained", 1, func() { mustReport(t, tab, at(drained)) })
+			step("c came", 1, func() { mustReport(t, tab, at(edge("c", 0, 100))) })
+			step("c removed", 1, func() {
+				if err := tab.Remove(ctx, "c"); err != nil {
+					t.Fatal(err)
+				}
+			})
+			now = now.Add(5 * time.Second) // the next read is whole
+			step("whole read, unchanged", 0, func() {})
+			now = now.Add(5 * time.Second)
+			step("whole read, a removed", 1, func() {
+				if err := tab.Remove(ctx, "a"); err != nil {
+					t.Fatal(err)
+				}
+			})
+		})
 	}
 }

@@ -29,8 +29,10 @@ import (
 const (
 	// readyTimeout bounds how long a server may take to answer after start.
 	// Varnish compiles its VCL with the C compiler first, which is the slowest
-	// of the three on a loaded 2-core CI machine.
-	readyTimeout = 15 * time.Second
+	// of the three on a loaded 2-core CI machine: under a CPU hog it took
+	// more than 15 s. A guard against a server that never comes up, not a
+	// measurement.
+	readyTimeout = 60 * time.Second
 	// readyPoll is the pause between readiness probes.
 	readyPoll = 25 * time.Millisecond
 	// stopTimeout is how long a server gets to exit after SIGTERM before its

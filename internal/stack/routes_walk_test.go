@@ -882,13 +882,7 @@ func (w *walk) setUp(t *testing.T) {
 	w.op(t, "PUT", RoleIngest, "/v1/admin/bans/banned-walker", `{"reason":"walk"}`, http.StatusOK)
 
 	// The word list is read by the ingest's own loop: wait for it.
-	deadline := time.Now().Add(10 * time.Second)
-	for !w.wordsLoaded(t) {
-		if time.Now().After(deadline) {
-			t.Fatal("the ingest did not load its word list")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.For(t, "the ingest to load its word list", func() bool { return w.wordsLoaded(t) })
 
 	op := func(method, path, body string, want int) {
 		t.Helper()

@@ -14,6 +14,7 @@ import (
 	"danmaku/internal/redisx"
 	"danmaku/internal/redisx/redistest"
 	"danmaku/internal/testenv"
+	"danmaku/internal/testwait"
 )
 
 // TestRedisOutageKeepsLastGoodTable cuts the path to the Redis load table
@@ -66,7 +67,7 @@ func TestRedisOutageKeepsLastGoodTable(t *testing.T) {
 		}
 		return "ok"
 	}
-	for deadline := time.Now().Add(5 * time.Second); allocate() != "ok"; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(testwait.Limit); allocate() != "ok"; time.Sleep(10 * time.Millisecond) { // a guard against a hung wait, not a measurement
 		if time.Now().After(deadline) {
 			t.Fatalf("no allocation before the outage: %s", allocate())
 		}
@@ -102,7 +103,7 @@ func TestRedisOutageKeepsLastGoodTable(t *testing.T) {
 	proxy.Restore()
 	restored := time.Now()
 	var closed, resumed time.Duration
-	for deadline := restored.Add(10 * time.Second); closed == 0 || resumed == 0; time.Sleep(5 * time.Millisecond) {
+	for deadline := restored.Add(testwait.Limit); closed == 0 || resumed == 0; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("after recovery: breaker %v, allocation %q", b.State(), allocate())
 		}

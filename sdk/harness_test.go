@@ -438,7 +438,7 @@ func (w *world) startClient(c *Client) {
 // against a hung test; nothing asserts how long it took.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second) // as internal/testwait.Limit
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)

@@ -88,6 +88,7 @@ func TestSendThrottle(t *testing.T) {
 		t.Errorf("SendsDropped = %d, SendsHeldBack = %d; want 2 and 6", st.SendsDropped, st.SendsHeldBack)
 	}
 	t0 := w.clk.Now()
+	w.clk.Watch(".(*Client).sendLoop")
 	w.startClient(c)
 	posts := func() (n int) {
 		w.lock(func() { n = len(w.posts) })
@@ -97,7 +98,10 @@ func TestSendThrottle(t *testing.T) {
 		at := t0.Add(time.Duration(i) * defaultSendInterval)
 		if i > 0 {
 			w.clk.Set(at.Add(-time.Millisecond))
-			time.Sleep(20 * time.Millisecond) // room to misbehave
+			// Two reads by the send loop of the time 1 ms early: it has
+			// acted on the first (a post it made is recorded by then,
+			// the ingest answering before the loop reads again).
+			eventually(t, "the send loop reading the clock twice", func() bool { return w.clk.Reads() >= 2 })
 			if n := posts(); n != i {
 				t.Fatalf("%d posts 1 ms before post %d was allowed", n, i+1)
 			}

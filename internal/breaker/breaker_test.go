@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"danmaku/internal/breaker"
+	"danmaku/internal/testwait"
 )
 
 var (
@@ -45,7 +46,7 @@ func newBreaker(t *testing.T, cfg breaker.Config) *breaker.Breaker {
 // two of the test's own steps.
 func waitState(t *testing.T, b *breaker.Breaker, want breaker.State) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); b.State() != want; {
+	for deadline := time.Now().Add(testwait.Limit); b.State() != want; { // a guard against a hung wait, not a measurement
 		if time.Now().After(deadline) {
 			t.Fatalf("breaker stays %v, want %v", b.State(), want)
 		}

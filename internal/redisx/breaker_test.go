@@ -14,6 +14,7 @@ import (
 	"danmaku/internal/breaker"
 	"danmaku/internal/breaker/breakertest"
 	"danmaku/internal/testenv"
+	"danmaku/internal/testwait"
 )
 
 func TestIsFailure(t *testing.T) {
@@ -181,7 +182,7 @@ func TestRedisOutage(t *testing.T) {
 	}
 	proxy.Restore()
 	tl.Restored()
-	for deadline := time.Now().Add(10 * time.Second); b.State() != breaker.Closed || tl.Figures().ClosedAfter == 0; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(testwait.Limit); b.State() != breaker.Closed || tl.Figures().ClosedAfter == 0; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the breaker stays %v after Redis came back: %v", b.State(), tl.Figures())
 		}
@@ -324,7 +325,7 @@ func TestBreakerProbeThroughANewConnection(t *testing.T) {
 		}
 	}
 	proxy.Restore()
-	for deadline := time.Now().Add(5 * time.Second); c.Get(ctx, "k").Err() != redis.Nil; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(testwait.Limit); c.Get(ctx, "k").Err() != redis.Nil; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no answer after recovery; breaker %v", b.State())
 		}

@@ -139,6 +139,7 @@ type loadResult struct {
 	originGets int64 // segment GETs that reached the origin
 	maxLagMs   int64 // the largest LastSegmentLagMs of any poller at the end
 	maxMargin  int64 // the largest ClockMarginMs of any poller
+	jumps      int64 // jumps to live (none: FarBehind is off)
 	// afterEnd is, per sample, decoded minus the end of the comment's
 	// segment: the pipeline's own delay, without the wait for the segment
 	// to end.
@@ -170,6 +171,10 @@ func (r *cdnRig) runLoad(t testing.TB, o loadOpts) loadResult {
 		c, err := sdk.New(sdk.Config{
 			EntryURL: r.st.URLs[RoleGSLB], Room: o.room, Ticket: mintTicket(t, fmt.Sprintf("poller%d", i)),
 			NoEdge: true, FirstJoinJitter: -1, Logger: log,
+			// Never jump to live: a poller starved on a loaded machine
+			// falls 10 s behind and would skip, by design, what the run
+			// counts as delivered (under a CPU hog it did).
+			FarBehind:  -1,
 			HTTPClient: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 4}},
 		})
 		if err != nil {
@@ -281,6 +286,7 @@ func (r *cdnRig) runLoad(t testing.TB, o loadOpts) loadResult {
 		res.notFound += st.NotFoundRetries - statsBefore[i].NotFoundRetries
 		res.maxLagMs = max(res.maxLagMs, st.LastSegmentLagMs)
 		res.maxMargin = max(res.maxMargin, st.ClockMarginMs)
+		res.jumps += st.JumpsToLive - statsBefore[i].JumpsToLive
 	}
 	cancel()
 	wg.Wait()
@@ -362,10 +368,10 @@ func (r loadResult) hitRatio() float64 {
 }
 
 func (r loadResult) String() string {
-	return fmt.Sprintf("comments %d, samples %d, missing %d, duplicates %d; latency p50 %v p99 %v max %v; after the segment's end p50 %v p99 %v max %v (largest clock margin %d ms); first-poll hits %.4f (%d/%d, %d 404 retries); origin segment GETs %d for %d segments (%.2f each)",
+	return fmt.Sprintf("comments %d, samples %d, missing %d, duplicates %d; latency p50 %v p99 %v max %v; after the segment's end p50 %v p99 %v max %v (largest clock margin %d ms); first-poll hits %.4f (%d/%d, %d 404 retries); origin segment GETs %d for %d segments (%.2f each); %d jumps to live",
 		r.comments, len(r.latencies), r.missing, r.duplicates, r.pct(50), r.pct(99), r.pct(100),
 		pctOf(r.afterEnd, 50), pctOf(r.afterEnd, 99), pctOf(r.afterEnd, 100), r.maxMargin,
-		r.hitRatio(), r.firstHits, r.fetched, r.notFound, r.originGets, r.segments, float64(r.originGets)/math.Max(float64(r.segments), 1))
+		r.hitRatio(), r.firstHits, r.fetched, r.notFound, r.originGets, r.segments, float64(r.originGets)/math.Max(float64(r.segments), 1), r.jumps)
 }
 
 // latTicketKey is the rig's ticket key: only `danmaku dev` takes the
@@ -441,8 +447,10 @@ func TestFirstPollHits(t *testing.T) {
 
 // TestStoreClockSkew: the gslb host's clock 2 s ahead of or behind Redis
 // TIME changes nothing for viewers: the entry hands out the store clock, so
-// pollers neither ask early (404s) nor late (2 s more latency), and every
-// comment arrives exactly once.
+// pollers neither ask early nor late, and every comment arrives exactly
+// once. What is asserted is the clock handed out, against bounds the
+// clocks' own samples give (not a wall-clock window); the hit ratio and the
+// lag a loaded machine moves are logged, measured by BenchmarkPollLatency.
 func TestStoreClockSkew(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs real servers for several seconds")
@@ -450,18 +458,41 @@ func TestStoreClockSkew(t *testing.T) {
 	for _, skew := range []time.Duration{2 * time.Second, -2 * time.Second} {
 		t.Run(skew.String(), func(t *testing.T) {
 			r := newCDNRig(t, cdnRigOpts{room: "skew", entryClock: skewed(skew)})
+			checkEntryClock(t, r, skew)
 			res := r.runLoad(t, loadOpts{room: "skew", segmentMs: 1000, pollers: 4, senders: 4, rate: 4, duration: 5 * time.Second})
 			t.Log(res)
 			checkDelivery(t, res, 4)
-			if res.hitRatio() < 0.5 {
-				t.Fatalf("first-poll hit ratio %.2f with the gslb host %v off", res.hitRatio(), skew)
-			}
-			// A poller following the gslb host's clock would decode each
-			// segment 2 s after its end (or never on its first poll).
-			if res.maxLagMs >= 1000 {
-				t.Fatalf("a segment was decoded %d ms after its end: pollers follow the gslb host's clock", res.maxLagMs)
-			}
 		})
+	}
+}
+
+// checkEntryClock: the stack's follower of the store clock cancels the
+// gslb host's skew — Redis runs on this machine's clock, so what is left
+// is within half the round trip of the sample it kept — and the entry
+// answers that clock: its server_time_ms falls between this machine's
+// times around the request, shifted by what is left (±1 ms of rounding).
+// A gslb host answering its own clock would be the whole skew off.
+func checkEntryClock(t *testing.T, r *cdnRig, skew time.Duration) {
+	t.Helper()
+	off, rtt, ok := r.st.storeTime.Offset()
+	if !ok {
+		t.Fatal("the stack started without a sample of the store clock")
+	}
+	left := skew + off // the follower's clock minus this machine's
+	if left.Abs() > rtt/2+time.Millisecond {
+		t.Fatalf("store-clock offset %v against a skew of %v: %v left, more than half the sample's round trip %v", off, skew, left, rtt)
+	}
+	ticket := mintTicket(t, "clock")
+	t0 := time.Now()
+	e := fetchEntry(t, r.st.URLs[RoleGSLB], "skew", ticket)
+	t1 := time.Now()
+	if now, _, _ := r.st.storeTime.Offset(); now != off {
+		return // re-synced during the request: the bracket below no longer holds; the offset was checked
+	}
+	lo, hi := t0.Add(left).UnixMilli()-1, t1.Add(left).UnixMilli()+1
+	if e.ServerTimeMs < lo || e.ServerTimeMs > hi {
+		t.Fatalf("entry server_time_ms %d outside [%d, %d]: %d ms from this machine's clock, the gslb host's is %v off",
+			e.ServerTimeMs, lo, hi, e.ServerTimeMs-t0.UnixMilli(), skew)
 	}
 }
 

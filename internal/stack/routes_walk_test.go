@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -31,6 +32,7 @@ import (
 	"danmaku/internal/ratelimit"
 	"danmaku/internal/rules"
 	"danmaku/internal/stream"
+	"danmaku/internal/testwait"
 	"danmaku/sdk/wire"
 	"danmaku/slicer"
 )
@@ -69,9 +71,15 @@ type walkCase struct {
 	// and, after the last "; ", where it is provoked instead.
 	notWalked string
 	req       probe
-	// tries repeats req until the answer comes (rate limits, a manifest
-	// not written yet, a load report not synced yet), pause apart.
+	// tries sends req that many times, all at once, and takes the
+	// answer looked for if one of them got it: a rate limit, whose bucket
+	// the requests empty together faster than it refills however slow
+	// each is on a loaded machine (one after the other, slower than the
+	// refill, they never emptied a bucket of 20 refilling at 5/s).
 	tries int
+	// pause, when set, repeats req pause apart until the answer comes (a
+	// manifest not written yet, a load report not synced yet):
+	// testwait.Limit at most, a guard against a hung wait, not a bound.
 	pause time.Duration
 	// before runs once, just before the case.
 	before func(t *testing.T, w *walk)
@@ -90,9 +98,10 @@ const (
 	// stackUnloaded's events store never lists: its roles never load the
 	// events.
 	stackUnloaded = "unloaded"
-	// stackCrowded's edge takes one connection, and one new connection a
-	// second.
+	// stackCrowded's edge takes one new connection an hour.
 	stackCrowded = "crowded"
+	// stackFull's edge takes one connection.
+	stackFull = "full"
 	// stackLimited runs limitedRules: the walk comes from loopback, which
 	// the built-in rules allowlist, so their 429s need rules of its own.
 	stackLimited = "limited"
@@ -320,7 +329,7 @@ func walkCases() []walkCase {
 	// Last of the barrage rows: it makes a second ingest node look live,
 	// which the gslb would hand out from then on.
 	c = add(RoleIngest, "POST /v1/rooms/:room/barrage", 421, "not_primary", probe{method: "POST", path: "/v1/rooms/demo/barrage", auth: "fallback", body: `{"text":"hello"}`})
-	c.tries, c.pause = 50, 100*time.Millisecond
+	c.pause = 100 * time.Millisecond
 	c.before = func(t *testing.T, w *walk) { w.ghostIngest(t) }
 
 	// ingest: gifts, with a service key.
@@ -395,7 +404,7 @@ func walkCases() []walkCase {
 	c = add(RoleIngest, reports, 429, "report_rate", probe{method: "POST", path: "/v1/rooms/demo/reports", auth: "reporter", body: report("1000-0")})
 	c.tries = 10
 	c = add(RoleIngest, reports, 421, "not_primary", probe{method: "POST", path: "/v1/rooms/demo/reports", auth: "fallback", body: report("1000-0")})
-	c.tries, c.pause = 50, 100*time.Millisecond // until the ghost's load report is synced
+	c.pause = 100 * time.Millisecond // until the ghost's load report is synced
 	c.before = func(t *testing.T, w *walk) { w.ghostIngest(t) }
 
 	// ingest: the review queue (an operator key, or a host's token of the
@@ -516,15 +525,18 @@ func walkCases() []walkCase {
 	c.before = func(t *testing.T, w *walk) { w.holdConnection(t) }
 	add(RoleEdge, ws, 503, "room_full", probe{method: "GET", path: "/v1/ws", auth: "fullViewer", header: wsUpgrade})
 	not(RoleEdge, ws, 503, "draining", "the node drains; edge tests")
-	// On a stack whose edge takes one connection, and one a second: the
-	// held connection takes both.
+	// On a stack whose edge takes one new connection an hour: the held
+	// connection took it. (One a second refilled the bucket between the
+	// hold and the probe on a loaded machine.)
 	c = add(RoleEdge, ws, 503, "connect_rate", probe{method: "GET", path: "/v1/ws", auth: "holder"})
 	c.on, c.before = stackCrowded, func(t *testing.T, w *walk) { w.holdConnection(t) }
+	// On a stack whose edge takes one connection, at any rate: the held
+	// connection fills it.
 	c = add(RoleEdge, ws, 503, "over_capacity", probe{method: "GET", path: "/v1/ws", auth: "holder"})
-	c.on, c.tries, c.pause = stackCrowded, 30, 100*time.Millisecond // once the rate lets one in again
+	c.on, c.before = stackFull, func(t *testing.T, w *walk) { w.holdConnection(t) }
 	// And the gslb then has no edge to hand out.
 	c = add(RoleGSLB, entry, 503, "no_nodes", probe{method: "GET", path: "/v1/entry?room=demo", auth: "ticket"})
-	c.on, c.tries, c.pause = stackCrowded, 50, 100*time.Millisecond // once the edge's load is reported
+	c.on, c.pause = stackFull, 100*time.Millisecond // once the edge's load is reported
 	not(RoleEdge, ws, 503, "unavailable", "the room's stream cannot be opened; edge tests")
 	not(RoleEdge, ws, 503, "hello_waits", "10,000 sockets waiting for their hello; edge tests (TestHelloWaitsCapped)")
 	not(RoleEdge, ws, 429, "hello_waits_addr", "256 sockets of one address waiting for their hello; edge tests (TestHelloWaitsCapped)")
@@ -559,7 +571,7 @@ func walkCases() []walkCase {
 	add(RoleOrigin, object, 404, "not_found", probe{method: "GET", path: "/rooms/demo/s/1.msgpack"})
 	add(RoleOrigin, object, 404, "not_found", probe{method: "GET", path: "/rooms%2Fdemo%2Flive.json"})
 	c = add(RoleOrigin, object, 412, "precondition_failed", probe{method: "GET", path: "/rooms/demo/live.json", header: map[string]string{"If-Match": `"stale"`}})
-	c.tries, c.pause = 50, 100*time.Millisecond // until the first manifest is written
+	c.pause = 100 * time.Millisecond // until the first manifest is written
 	down(RoleOrigin, object, 503, "unavailable", probe{method: "GET", path: "/rooms/demo/live.json"})
 	return cs
 }
@@ -641,18 +653,8 @@ func TestWalkEveryAnswer(t *testing.T) {
 				w.faults.down.Store(true)
 				defer w.faults.down.Store(false)
 			}
-			var status int
-			var body []byte
-			var resp *http.Response
-			for try := 0; try < max(tc.tries, 1); try++ {
-				if try > 0 {
-					time.Sleep(tc.pause)
-				}
-				resp, body = w.send(t, client, tc.role, tc.req)
-				if status = resp.StatusCode; status == tc.status && strings.Contains(string(body), `"code":"`+tc.code+`"`) {
-					break
-				}
-			}
+			resp, body := w.answer(t, client, tc)
+			status := resp.StatusCode
 			if status != tc.status {
 				t.Fatalf("%s %s: status %d, want %d: %s", tc.req.method, tc.req.path, status, tc.status, body)
 			}
@@ -680,6 +682,27 @@ func TestWalkEveryAnswer(t *testing.T) {
 
 func (w *walk) send(t *testing.T, client *http.Client, role string, p probe) (*http.Response, []byte) {
 	t.Helper()
+	req := w.request(t, role, p)
+	var continued atomic.Bool
+	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{Got100Continue: func() { continued.Store(true) }}))
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if continued.Load() && resp.StatusCode == http.StatusRequestEntityTooLarge {
+		t.Errorf("413 after a 100 Continue: the client was told to send the body it is then refused")
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, b
+}
+
+// request builds p's request to role's server.
+func (w *walk) request(t *testing.T, role string, p probe) *http.Request {
+	t.Helper()
 	var body io.Reader
 	if p.body != "" {
 		body = strings.NewReader(p.body)
@@ -701,21 +724,69 @@ func (w *walk) send(t *testing.T, client *http.Client, role string, p probe) (*h
 	for k, v := range p.header {
 		req.Header.Set(k, v)
 	}
-	var continued atomic.Bool
-	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{Got100Continue: func() { continued.Store(true) }}))
-	resp, err := client.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	return req
+}
+
+// answer sends tc's request as tc says (once, tries at once, or pause
+// apart until the answer comes) and returns the answer looked for, or the
+// last one.
+func (w *walk) answer(t *testing.T, client *http.Client, tc walkCase) (*http.Response, []byte) {
+	t.Helper()
+	want := func(resp *http.Response, body []byte) bool {
+		return resp.StatusCode == tc.status && strings.Contains(string(body), `"code":"`+tc.code+`"`)
 	}
-	if continued.Load() && resp.StatusCode == http.StatusRequestEntityTooLarge {
-		t.Errorf("413 after a 100 Continue: the client was told to send the body it is then refused")
+	switch {
+	case tc.pause > 0:
+		var resp *http.Response
+		var body []byte
+		// testwait.Poll would do, but the answer is kept: the pause
+		// between two probes is a poll's, not a synchronisation.
+		deadline := time.Now().Add(testwait.Limit)
+		for {
+			if resp, body = w.send(t, client, tc.role, tc.req); want(resp, body) || time.Now().After(deadline) {
+				return resp, body
+			}
+			time.Sleep(tc.pause)
+		}
+	case tc.tries > 1:
+		type result struct {
+			resp *http.Response
+			body []byte
+			err  error
+		}
+		reqs := make([]*http.Request, tc.tries)
+		for i := range reqs {
+			reqs[i] = w.request(t, tc.role, tc.req)
+		}
+		results := make([]result, len(reqs))
+		var wg sync.WaitGroup
+		for i, req := range reqs {
+			wg.Go(func() {
+				resp, err := client.Do(req)
+				if err != nil {
+					results[i].err = err
+					return
+				}
+				defer resp.Body.Close()
+				b, err := io.ReadAll(resp.Body)
+				results[i] = result{resp, b, err}
+			})
+		}
+		wg.Wait()
+		for _, r := range results {
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+		}
+		for _, r := range results {
+			if want(r.resp, r.body) {
+				return r.resp, r.body
+			}
+		}
+		last := results[len(results)-1]
+		return last.resp, last.body
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp, b
+	return w.send(t, client, tc.role, tc.req)
 }
 
 // stack returns the walk's other stack of that name, starting it (on
@@ -731,7 +802,9 @@ func (w *walk) stack(t *testing.T, name string) *walk {
 		f.neverList.Store(true)
 		cfg.Backends.Shared.Events = flakyEvents{event.NewMemoryStore(), f}
 	case stackCrowded:
-		cfg.EdgeCapacity, cfg.EdgeConnectRate = 1, 1
+		cfg.EdgeConnectRate = 1.0 / 3600
+	case stackFull:
+		cfg.EdgeCapacity, cfg.EdgeConnectRate = 1, -1
 	case stackLimited:
 		cfg.RateLimits = limitedRules()
 	}
@@ -809,13 +882,7 @@ func (w *walk) setUp(t *testing.T) {
 	w.op(t, "PUT", RoleIngest, "/v1/admin/bans/banned-walker", `{"reason":"walk"}`, http.StatusOK)
 
 	// The word list is read by the ingest's own loop: wait for it.
-	deadline := time.Now().Add(10 * time.Second)
-	for !w.wordsLoaded(t) {
-		if time.Now().After(deadline) {
-			t.Fatal("the ingest did not load its word list")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.For(t, "the ingest to load its word list", func() bool { return w.wordsLoaded(t) })
 
 	op := func(method, path, body string, want int) {
 		t.Helper()

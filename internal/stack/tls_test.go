@@ -17,6 +17,7 @@ import (
 
 	"danmaku/auth"
 	"danmaku/internal/event"
+	"danmaku/internal/testwait"
 	"danmaku/internal/tlsx"
 	"danmaku/internal/tlsx/tlsxtest"
 )
@@ -167,7 +168,7 @@ func TestIngestTLS(t *testing.T) {
 // restart. Every connect must succeed meanwhile.
 func awaitRenewal(t *testing.T, renewed tlsxtest.Cert, connect func() (string, error)) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second) // a guard, not a speed requirement
+	deadline := time.Now().Add(testwait.Limit) // a guard, not a speed requirement
 	for {
 		got, err := connect()
 		if err != nil {

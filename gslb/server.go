@@ -89,7 +89,11 @@ type ServerConfig struct {
 	RateLimit *ratelimit.Limiter
 	// LastEntries is how many users' last entry answers the server keeps
 	// to answer them again near a limit, without allocating or signing.
-	// Zero: 32,768 (about 40 MiB at 1.2 KiB each); negative: none.
+	// An answer is kept only while it can be reused (its token has half
+	// its life left) and up to half a token life more: the cache holds
+	// the users who entered within the last token life, never more than
+	// LastEntries. Zero: 32,768 (about 40 MiB at 1.2 KiB each); negative:
+	// none.
 	LastEntries int
 	// Registerer receives the metrics (the entry server's and the
 	// allocator's). Nil: a private registry.
@@ -193,7 +197,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		s.limit = cfg.RateLimit.Handler(s.identify)
 		s.degraded = s.entries.WithLabelValues("200", codeDegraded)
 		if cfg.LastEntries > 0 {
-			s.last = newLastEntries(cfg.LastEntries)
+			s.last = newLastEntries(cfg.LastEntries, cfg.Keyring.TokenTTL()/2, cfg.Clock)
 		}
 	}
 	inflight := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -587,8 +591,20 @@ type lastEntry struct {
 // lastEntries holds users' last entry answers, at most max, sharded. A
 // full shard forgets an arbitrary entry: near a limit a missing one costs
 // a normal entry, nothing more.
+//
+// An answer is reused only while its token has half its life left (keep),
+// so each shard keeps two generations and rotates them every keep: an
+// answer put in the current one moves to the previous at the next
+// rotation and is dropped at the one after, at least keep after it was
+// put (never while it can be reused) and about a token life at most. The
+// cache holds the users who entered within the last token life: without
+// the rotation it held every user that ever entered, up to max (a 10-minute
+// soak's token refresh raised the gslbs' heap by the users new to each, and
+// a show's churn would have filled it to max, ~40 MiB, with dead tokens).
 type lastEntries struct {
 	perShard int
+	keep     time.Duration
+	clock    clock.Clock
 	shards   [lastShards]lastShard
 }
 
@@ -596,13 +612,18 @@ const lastShards = 32
 
 type lastShard struct {
 	mu sync.Mutex
-	m  map[string]*lastEntry
+	// cur holds the answers put since rotated, prev those of the
+	// generation before.
+	cur, prev map[string]*lastEntry
+	rotated   time.Time
 }
 
-func newLastEntries(max int) *lastEntries {
-	l := &lastEntries{perShard: (max + lastShards - 1) / lastShards}
+func newLastEntries(max int, keep time.Duration, clk clock.Clock) *lastEntries {
+	l := &lastEntries{perShard: (max + lastShards - 1) / lastShards, keep: keep, clock: clock.Or(clk)}
+	now := l.clock.Now()
 	for i := range l.shards {
-		l.shards[i].m = map[string]*lastEntry{}
+		l.shards[i].cur, l.shards[i].prev = map[string]*lastEntry{}, map[string]*lastEntry{}
+		l.shards[i].rotated = now
 	}
 	return l
 }
@@ -613,25 +634,63 @@ func (l *lastEntries) shard(key string) *lastShard {
 	return &l.shards[mix(hash64(key))%lastShards]
 }
 
+// rotate moves sh's generations on if keep has passed since the last
+// rotation (both, if twice keep has: nothing in either can be reused). The
+// caller holds sh.mu.
+func (l *lastEntries) rotate(sh *lastShard, now time.Time) {
+	age := now.Sub(sh.rotated)
+	if age < l.keep {
+		return
+	}
+	// New maps, not cleared ones: a map keeps the table of its largest
+	// size, and a burst's would stay.
+	sh.prev, sh.cur = sh.cur, map[string]*lastEntry{}
+	if age >= 2*l.keep {
+		sh.prev = map[string]*lastEntry{}
+	}
+	sh.rotated = now
+}
+
 func (l *lastEntries) get(user, room string) *lastEntry {
 	k := lastKey(user, room)
 	sh := l.shard(k)
 	sh.mu.Lock()
-	e := sh.m[k]
-	sh.mu.Unlock()
-	return e
+	defer sh.mu.Unlock()
+	l.rotate(sh, l.clock.Now())
+	if e, ok := sh.cur[k]; ok {
+		return e
+	}
+	return sh.prev[k]
 }
 
 func (l *lastEntries) put(user, room string, e *lastEntry) {
 	k := lastKey(user, room)
 	sh := l.shard(k)
 	sh.mu.Lock()
-	if _, ok := sh.m[k]; !ok && len(sh.m) >= l.perShard {
-		for old := range sh.m {
-			delete(sh.m, old)
+	defer sh.mu.Unlock()
+	l.rotate(sh, l.clock.Now())
+	delete(sh.prev, k)
+	if _, ok := sh.cur[k]; !ok && len(sh.cur)+len(sh.prev) >= l.perShard {
+		from := sh.prev
+		if len(from) == 0 {
+			from = sh.cur
+		}
+		for old := range from {
+			delete(from, old)
 			break
 		}
 	}
-	sh.m[k] = e
-	sh.mu.Unlock()
+	sh.cur[k] = e
+}
+
+// len is how many answers l holds.
+func (l *lastEntries) len() int {
+	n := 0
+	for i := range l.shards {
+		sh := &l.shards[i]
+		sh.mu.Lock()
+		n += len(sh.cur) + len(sh.prev)
+		sh.mu.Unlock()
+	}
+	return n
 }

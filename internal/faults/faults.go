@@ -16,7 +16,9 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -254,4 +256,76 @@ func NoNewHigh(ys []float64, fitted int) bool {
 	}
 	cut := len(ys) - fitted/3
 	return slices.Max(ys[cut:]) <= slices.Max(ys[:cut])
+}
+
+// goArenaRange is where the Go heap's arenas lie on linux/amd64 and
+// linux/arm64 in a binary built with GOEXPERIMENT=norandomizedheapbase64
+// (Go 1.26 otherwise places the heap at a random address): the runtime
+// asks the kernel for them at its first hint address (0x00c0<<32 on amd64,
+// 0x0040<<32 on arm64) and grows up from there, 64 MiB at a time; only a
+// heap past 256 GiB moves on to the next hint (1<<40 above). The kernel
+// places every mapping asked without an address (libc's malloc arenas,
+// thread stacks, shared libraries, the runtime's own metadata) top-down
+// from near the top of the user address space (0x7f… on amd64), and the
+// brk heap (`[heap]`) sits just past the binary, so nothing else falls in
+// this range.
+func goArenaRange() (lo, hi uint64, ok bool) {
+	switch runtime.GOARCH {
+	case "amd64":
+		return 0x00c0 << 32, 1 << 40, true
+	case "arm64":
+		return 0x0040 << 32, 1 << 40, true
+	}
+	return 0, 0, false
+}
+
+// AnonOutsideGoHeap reads a process's /proc/PID/smaps and returns the
+// anonymous resident bytes outside the Go heap's arenas (libc's malloc —
+// the brk `[heap]` and its 64 MiB thread arenas —, the stacks of the
+// threads it starts, C libraries' mmaps, and the Go runtime's own
+// metadata: span and cache structures, GC work buffers, profiling
+// buckets, a few MiB sized off the heap) and those inside them (the Go
+// heap, goroutine stacks included, as far as it is touched: pages the
+// runtime has mapped and never written are not resident, so neither is
+// counted). It fails on a process with no mapping in the arena range
+// (not a Go process, or one built with the heap's base randomized): a
+// measure that would count the heap as outside it.
+func AnonOutsideGoHeap(smaps []byte) (outside, arenas int64, err error) {
+	goArenaLo, goArenaHi, ok := goArenaRange()
+	if !ok {
+		return 0, 0, fmt.Errorf("faults: smaps: the Go heap's place on %s is not known", runtime.GOARCH)
+	}
+	inArena, found := false, false
+	for line := range strings.Lines(string(smaps)) {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		if lo, hi, ok := strings.Cut(f[0], "-"); ok && !strings.HasSuffix(f[0], ":") {
+			start, err1 := strconv.ParseUint(lo, 16, 64)
+			end, err2 := strconv.ParseUint(hi, 16, 64)
+			if err1 != nil || err2 != nil {
+				return 0, 0, fmt.Errorf("faults: smaps: bad mapping line %q", strings.TrimSpace(line))
+			}
+			inArena = start >= goArenaLo && end <= goArenaHi
+			found = found || inArena
+			continue
+		}
+		if f[0] != "Anonymous:" || len(f) != 3 || f[2] != "kB" {
+			continue
+		}
+		kb, err := strconv.ParseInt(f[1], 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("faults: smaps: bad line %q", strings.TrimSpace(line))
+		}
+		if inArena {
+			arenas += kb << 10
+		} else {
+			outside += kb << 10
+		}
+	}
+	if !found {
+		return 0, 0, fmt.Errorf("faults: smaps: no mapping in the Go heap's arena range [%#x, %#x): built with the heap's base randomized (GOEXPERIMENT=norandomizedheapbase64 fixes it)?", goArenaLo, goArenaHi)
+	}
+	return outside, arenas, nil
 }

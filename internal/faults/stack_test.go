@@ -60,6 +60,10 @@ var (
 )
 
 // danmakuBinary builds cmd/danmaku once per test run.
+// binEnv is added to the build environment of danmakuBinary, if set
+// before its first call.
+var binEnv []string
+
 func danmakuBinary(t testing.TB) string {
 	t.Helper()
 	binOnce.Do(func() {
@@ -70,7 +74,9 @@ func danmakuBinary(t testing.TB) string {
 		binPath = filepath.Join(binDir, "danmaku")
 		// The test-only tag faultclock lets a role run with its clock off
 		// (stackOpts.clocks); production builds have no such code.
-		out, err := exec.Command("go", "build", "-tags", "faultclock", "-o", binPath, "danmaku/cmd/danmaku").CombinedOutput()
+		build := exec.Command("go", "build", "-tags", "faultclock", "-o", binPath, "danmaku/cmd/danmaku")
+		build.Env = append(os.Environ(), binEnv...) // the soak's: fixedHeapBase
+		out, err := build.CombinedOutput()
 		if err != nil {
 			binErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}

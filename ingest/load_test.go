@@ -344,7 +344,7 @@ func TestLoadRoundTrips(t *testing.T) {
 
 	// Idle: the nodes run (load sync, sweeps) and nothing is sent.
 	r0, c0 := redisStats(t, probe)
-	time.Sleep(idle)
+	time.Sleep(idle) // the idle period whose Redis calls are counted: a real duration, not synchronisation
 	r1, c1 := redisStats(t, probe)
 	// Each INFO is one read and one command of the probe itself.
 	idleReads, idleCmds := (r1-r0-1)/idle.Seconds(), (c1-c0-1)/idle.Seconds()
@@ -408,10 +408,10 @@ func TestLoadRedisOutage(t *testing.T) {
 
 	var killed, restarted time.Time
 	go func() {
-		time.Sleep(killAt)
+		time.Sleep(killAt) // when in the load Redis is killed: a phase of the scenario
 		killed = time.Now()
 		srv.Kill()
-		time.Sleep(downFor)
+		time.Sleep(downFor) // Redis stays down this long: the outage under test
 		srv.Start()
 		restarted = time.Now()
 	}()

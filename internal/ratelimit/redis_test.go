@@ -59,7 +59,7 @@ func TestRuleChangeReachesEveryNode(t *testing.T) {
 		})
 	}
 	// Both nodes have read the first document.
-	waitPolls( func() bool { return len(nodes[0].lim.Rules().Rules) == 1 && len(nodes[1].lim.Rules().Rules) == 1 })
+	waitPolls(func() bool { return len(nodes[0].lim.Rules().Rules) == 1 && len(nodes[1].lim.Rules().Rules) == 1 })
 
 	user := func(n *server, u string) int {
 		return n.do("GET", "/v1/entry", "198.51.100.1", "X-Verified-User", u).code

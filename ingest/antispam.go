@@ -242,15 +242,16 @@ func (d *Duplicates) SetWindow(w time.Duration) {
 	}
 }
 
-// Run sweeps every window (the one it started with) until ctx is done.
+// Run sweeps every window (the one it started with) until ctx is done, on
+// its clock's timers when it has them (clock.TimersOf).
 func (d *Duplicates) Run(ctx context.Context) error {
-	t := time.NewTicker(time.Duration(d.window.Load()) * time.Millisecond)
+	t, tick := clock.TimersOf(d.clk).NewTicker(time.Duration(d.window.Load()) * time.Millisecond)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-t.C:
+		case <-tick:
 			d.Sweep(d.clk.Now())
 		}
 	}

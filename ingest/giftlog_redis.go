@@ -69,8 +69,9 @@ type RedisGiftLogConfig struct {
 	// time), so that a registry lost with a Redis restart is rebuilt.
 	// Zero: 1 minute.
 	RegisterEvery time.Duration
-	// Clock times RegisterEvery and nothing else: entry ids and the order
-	// TTL run on Redis's clock. Nil: the real clock.
+	// Clock times RegisterEvery and, with its timers when it has them
+	// (clock.TimersOf), the pause before a MOVED retry; entry ids and the
+	// order TTL run on Redis's clock. Nil: the real clock.
 	Clock clock.Clock
 	// Logger receives registration warnings. Nil: slog.Default().
 	Logger *slog.Logger
@@ -144,6 +145,7 @@ type RedisGiftLog struct {
 	waitReplicas int
 	waitTimeout  time.Duration
 	bound        backlogBound
+	timers       clock.Timers // the config's Clock's (clock.TimersOf): the MOVED pause
 }
 
 // NewRedisGiftLog checks cfg, applies its defaults and returns the gift log.
@@ -188,6 +190,7 @@ func NewRedisGiftLog(cfg RedisGiftLogConfig) (*RedisGiftLog, error) {
 		rooms:        registrar{streams: cfg.Streams, every: cfg.RegisterEvery, clock: clock.Or(cfg.Clock), log: cfg.Logger},
 		waitReplicas: cfg.WaitReplicas,
 		waitTimeout:  cfg.WaitTimeout,
+		timers:       clock.TimersOf(cfg.Clock),
 	}
 	l.bound.set(cfg.BacklogBound)
 	return l, nil
@@ -432,10 +435,8 @@ func (l *RedisGiftLog) runAndWait(ctx context.Context, keys []string, args ...an
 			// a slot in migration, is answered again until the
 			// migration ends; then the caller's retry succeeds.)
 			cc.ReloadState(ctx)
-			select {
-			case <-ctx.Done():
+			if clock.Sleep(ctx, l.timers, time.Duration(attempt)*50*time.Millisecond) != nil {
 				return nil, err
-			case <-time.After(time.Duration(attempt) * 50 * time.Millisecond):
 			}
 		default:
 			if cluster && staleMap(err) {

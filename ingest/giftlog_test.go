@@ -512,7 +512,7 @@ func backlogBackends() []backlogBackend {
 					if time.Now().After(deadline) {
 						t.Fatalf("backlog of %s still %v, %v long after its ttl %v", room, v, err, ttl)
 					}
-					time.Sleep(ttl / 4)
+					time.Sleep(ttl / 4) // polls an expiry on Redis's own clock, with the deadline above: not synchronisation
 				}
 			}
 			return store, l, backlog, lapse

@@ -57,7 +57,7 @@ func TestRedisOutageFallsBackToShare(t *testing.T) {
 		defer close(done)
 		res = r.drive(tokens, before+outage+after, func(time.Duration) float64 { return offered })
 	})
-	time.Sleep(before)
+	time.Sleep(before) // the load runs this long before the cut: a phase of the scenario, not synchronisation
 	cut := time.Now()
 	proxy.Cut()
 	// The room gate's flushes, backed off, are the only Redis calls here:

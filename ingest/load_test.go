@@ -3,6 +3,7 @@ package ingest
 import (
 	"bytes"
 	"context"
+	"danmaku/internal/testwait"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -59,6 +60,21 @@ type loadRig struct {
 	nodes []*loadNode
 	store *stream.RedisStore // the first node's, for reading back
 	room  string
+}
+
+// waitPeers waits until every node counts every node live (ingestNodes,
+// from the load table): a condition, where a fixed 1.5 s sleep was a guess
+// that a loaded machine could miss.
+func (r *loadRig) waitPeers(t *testing.T) {
+	t.Helper()
+	testwait.For(t, "the nodes to see each other", func() bool {
+		for _, n := range r.nodes {
+			if n.srv.liveIngestNodes() != len(r.nodes) {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 func newLoadRig(t *testing.T, rc redisx.Config, nodes int, room string, capacity, refill float64) *loadRig {
@@ -328,7 +344,7 @@ func TestLoadRoundTrips(t *testing.T) {
 
 	// Idle: the nodes run (load sync, sweeps) and nothing is sent.
 	r0, c0 := redisStats(t, probe)
-	time.Sleep(idle)
+	time.Sleep(idle) // the idle period whose Redis calls are counted: a real duration, not synchronisation
 	r1, c1 := redisStats(t, probe)
 	// Each INFO is one read and one command of the probe itself.
 	idleReads, idleCmds := (r1-r0-1)/idle.Seconds(), (c1-c0-1)/idle.Seconds()
@@ -386,16 +402,16 @@ func TestLoadRedisOutage(t *testing.T) {
 	addr, srv := testenv.RedisRestartable(t)
 	r := newLoadRig(t, redisx.Config{URL: addr}, nodes, "outage-room", capacity, refill)
 	tokens := r.tokens(t, users)
-	// Let the nodes see each other in the load table (the share divides
-	// by the live ingest nodes).
-	time.Sleep(1500 * time.Millisecond)
+	// The nodes see each other in the load table (the share divides by
+	// the live ingest nodes).
+	r.waitPeers(t)
 
 	var killed, restarted time.Time
 	go func() {
-		time.Sleep(killAt)
+		time.Sleep(killAt) // when in the load Redis is killed: a phase of the scenario
 		killed = time.Now()
 		srv.Kill()
-		time.Sleep(downFor)
+		time.Sleep(downFor) // Redis stays down this long: the outage under test
 		srv.Start()
 		restarted = time.Now()
 	}()
@@ -466,7 +482,7 @@ func TestLoadPulse(t *testing.T) {
 	addr := testenv.Redis(t)
 	r := newLoadRig(t, redisx.Config{URL: addr}, nodes, "pulse-room", capacity, refill)
 	tokens := r.tokens(t, users)
-	time.Sleep(1500 * time.Millisecond) // the nodes see each other
+	r.waitPeers(t) // the nodes see each other
 	start := time.Now()
 	// The pulse goes on a window past the last second judged: the tokens
 	// of a second's last window are taken at the next flush slot, which

@@ -179,8 +179,15 @@ type Config struct {
 	PlayheadBehind time.Duration
 	// Registerer receives the metrics. Nil: a private registry.
 	Registerer prometheus.Registerer
-	// Clock tells the time. Nil: real clock.
+	// Clock tells the time. Nil: real clock. When it makes timers
+	// (clock.TimersOf: a clock.Fake) the node's tickers and retry waits run
+	// on it too; the comment writer's flushes run on FlushClock.
 	Clock clock.Clock
+	// FlushClock times the comment writer: its flush window, hold and
+	// retries (ingest/writer.go). Nil: the real clock, even when Clock is
+	// a Fake, so that a test faking Clock for buckets and epochs still has
+	// its comments flushed; the writer's own tests fake this one.
+	FlushClock clock.Timers
 	// CPU returns the node's CPU use, 0..1, for its load reports (the
 	// allocator stops handing out a node past its CPU bound). Nil: 0.
 	CPU func() float64
@@ -263,7 +270,7 @@ func New(cfg Config) (*Server, error) {
 		// The bound follows the event's room limits, changed at run time.
 		b.SetBacklogBound(s.giftBacklogBound)
 	}
-	s.writer = newWriter(cfg.Gate, cfg.NodeID, cfg.FlushWindow, cfg.Hold, cfg.Clock, cfg.Logger, s.liveIngestNodes, s.flushPhase)
+	s.writer = newWriter(cfg.Gate, cfg.NodeID, cfg.FlushWindow, cfg.Hold, cfg.Clock, cfg.FlushClock, cfg.Logger, s.liveIngestNodes, s.flushPhase)
 	if err := s.antiSpam(); err != nil {
 		return nil, err
 	}
@@ -530,7 +537,7 @@ func (s *Server) Run(ctx context.Context) error {
 			_ = r.Run(ctx)
 		}()
 	}
-	t := time.NewTicker(defaultOnlineSync)
+	t, tick := clock.TimersOf(s.cfg.Clock).NewTicker(defaultOnlineSync)
 	defer t.Stop()
 	for {
 		s.syncOnline(ctx)
@@ -543,7 +550,7 @@ func (s *Server) Run(ctx context.Context) error {
 				s.shutdownAudit()
 			}
 			return nil
-		case <-t.C:
+		case <-tick:
 		}
 	}
 }

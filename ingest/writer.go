@@ -75,7 +75,10 @@ type writer struct {
 	window time.Duration
 	hold   time.Duration
 	clock  clock.Clock
-	log    *slog.Logger
+	// flush times the window, the hold and the retries: its Now and its
+	// timers (the server's FlushClock).
+	flush clock.Timers
+	log   *slog.Logger
 	// nodes returns how many ingest nodes share a room (≥ 1), for the
 	// share while the gate is unreachable.
 	nodes func() int
@@ -188,8 +191,11 @@ type sentBatch struct {
 	entries []*pending
 }
 
-func newWriter(gate RoomGate, node string, window, hold time.Duration, c clock.Clock, log *slog.Logger, nodes func() int, phase func(time.Duration) time.Duration) *writer {
-	return &writer{gate: gate, node: node, window: window, hold: hold, clock: c, log: log, nodes: nodes, phase: phase, m: newWriterMetrics(), rooms: map[string]*roomQueue{}}
+func newWriter(gate RoomGate, node string, window, hold time.Duration, c clock.Clock, flush clock.Timers, log *slog.Logger, nodes func() int, phase func(time.Duration) time.Duration) *writer {
+	if flush == nil {
+		flush = clock.Real{}
+	}
+	return &writer{gate: gate, node: node, window: window, hold: hold, clock: c, flush: flush, log: log, nodes: nodes, phase: phase, m: newWriterMetrics(), rooms: map[string]*roomQueue{}}
 }
 
 func (w *writer) queueOf(room string) *roomQueue {
@@ -207,7 +213,7 @@ func (w *writer) queueOf(room string) *roomQueue {
 // ctx is done: the client went away).
 func (w *writer) submit(ctx context.Context, room string, m wire.Message, lim roomLimit) outcome {
 	q := w.queueOf(room)
-	p := &pending{msg: m, at: time.Now(), done: make(chan outcome, 1)}
+	p := &pending{msg: m, at: w.flush.Now(), done: make(chan outcome, 1)}
 	q.mu.Lock()
 	q.limit = lim
 	if len(q.queue) >= maxQueued {
@@ -340,26 +346,25 @@ func later(a, b time.Time) time.Time {
 // run is the room's flusher. It stops when the queue is empty; the next
 // comment starts it again.
 func (q *roomQueue) run() {
-	timer := time.NewTimer(time.Hour)
+	timer, fired := q.w.flush.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
+		now := q.w.flush.Now()
 		q.mu.Lock()
-		q.expire(time.Now())
-		at, ok := q.due(time.Now())
+		q.expire(now)
+		at, ok := q.due(now)
 		if !ok {
 			q.running = false
 			q.mu.Unlock()
 			return
 		}
 		q.mu.Unlock()
-		if wait := time.Until(at); wait > 0 {
-			timer.Reset(wait)
+		if wait := at.Sub(now); wait > 0 {
+			timer.Reset(wait) // drops a stale value (Go 1.23 timers; Fake too)
 			select {
-			case <-timer.C:
+			case <-fired:
 			case <-q.kick:
-				if !timer.Stop() {
-					<-timer.C
-				}
+				timer.Stop()
 			}
 			continue // re-judge: a kick may only mean "look again"
 		}
@@ -433,7 +438,7 @@ func (q *roomQueue) flush() {
 	}
 	q.mu.Unlock()
 
-	sent := time.Now()
+	sent := q.w.flush.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
 	res, err := q.w.gate.Flush(ctx, q.room, sb.batch)
 	cancel()
@@ -446,7 +451,7 @@ func (q *roomQueue) flush() {
 		q.w.m.flushes.WithLabelValues("error").Inc()
 		q.head = sb // sent again, unchanged: the gate answers it once
 		q.failures++
-		q.retryAt = time.Now().Add(backoff.Policy{Base: q.w.window, Max: maxRetryWait}.Delay(q.failures))
+		q.retryAt = q.w.flush.Now().Add(backoff.Policy{Base: q.w.window, Max: maxRetryWait}.Delay(q.failures))
 		if !q.failing {
 			q.failing = true
 			q.w.m.failing.Inc()

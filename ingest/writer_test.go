@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -37,22 +38,39 @@ func (g *switchGate) Flush(ctx context.Context, room string, b Batch) (FlushResu
 	return FlushResult{}, errors.New("gate down")
 }
 
+// The rig's writer flushes on the fake clock (its window, hold and
+// retries): a test moves it with await, never waits for real time.
 type writerRig struct {
-	clk   *clock.Fake
-	store *stream.MemoryStore
-	gate  *switchGate
-	w     *writer
-	nodes atomic.Int64
+	clk    *clock.Fake
+	window time.Duration
+	store  *stream.MemoryStore
+	gate   *switchGate
+	w      *writer
+	nodes  atomic.Int64
 }
 
 func newWriterRig(t *testing.T, window, hold time.Duration) *writerRig {
 	t.Helper()
-	r := &writerRig{clk: clock.NewFake(t0)}
+	r := &writerRig{clk: clock.NewFake(t0), window: window}
 	r.store = stream.NewMemoryStore(r.clk)
 	r.gate = &switchGate{RoomGate: NewMemoryRoomGate(r.store, r.clk)}
 	r.nodes.Store(1)
-	r.w = newWriter(r.gate, "n1", window, hold, r.clk, discard, func() int { return int(r.nodes.Load()) }, nil)
+	r.w = newWriter(r.gate, "n1", window, hold, r.clk, r.clk, discard, func() int { return int(r.nodes.Load()) }, nil)
 	return r
+}
+
+// await waits for cond, moving the fake clock a window between two looks:
+// the flush, hold and retry timers fire as the clock passes them, however
+// slowly the goroutines run.
+func (r *writerRig) await(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	testwait.For(t, what, func() bool {
+		if cond() {
+			return true
+		}
+		r.clk.Advance(r.window)
+		return false
+	})
 }
 
 func (r *writerRig) stored(t *testing.T, room string) int {
@@ -66,29 +84,32 @@ func (r *writerRig) stored(t *testing.T, room string) int {
 
 // submitAll submits n comments to room at once and returns their outcomes
 // by kind, once every one is answered.
-func (r *writerRig) submitAll(ctx context.Context, room string, n int, lim roomLimit) map[outcome]int {
+func (r *writerRig) submitAll(t *testing.T, ctx context.Context, room string, n int, lim roomLimit) map[outcome]int {
 	var (
-		mu  sync.Mutex
-		out = map[outcome]int{}
-		wg  sync.WaitGroup
+		mu       sync.Mutex
+		out      = map[outcome]int{}
+		answered atomic.Int64
 	)
 	for i := range n {
-		wg.Go(func() {
+		go func() {
 			o := r.w.submit(ctx, room, wire.Message{Kind: wire.KindBarrage, User: fmt.Sprintf("u%d", i), Text: "hi"}, lim)
 			mu.Lock()
 			out[o]++
 			mu.Unlock()
-		})
+			answered.Add(1)
+		}()
 	}
-	wg.Wait()
-	return out
+	r.await(t, "every comment answered", func() bool { return answered.Load() == int64(n) })
+	mu.Lock()
+	defer mu.Unlock()
+	return maps.Clone(out)
 }
 
 // TestWriterBatches: comments arriving together go to the gate in a few
 // flushes, not one each, and every one is stored.
 func TestWriterBatches(t *testing.T) {
 	r := newWriterRig(t, 200*time.Millisecond, time.Minute)
-	out := r.submitAll(context.Background(), room, 300, roomLimit{1000, 1000})
+	out := r.submitAll(t, context.Background(), room, 300, roomLimit{1000, 1000})
 	if out[outStored] != 300 || r.stored(t, room) != 300 {
 		t.Fatalf("outcomes %v, stored %d; want 300 stored", out, r.stored(t, room))
 	}
@@ -104,7 +125,7 @@ func TestWriterBatches(t *testing.T) {
 // that waited with them.
 func TestWriterDryBucket(t *testing.T) {
 	r := newWriterRig(t, time.Millisecond, time.Minute)
-	out := r.submitAll(context.Background(), room, 100, roomLimit{40, 1e-6})
+	out := r.submitAll(t, context.Background(), room, 100, roomLimit{40, 1e-6})
 	if out[outStored] != 40 || out[outRoomBucket] != 60 || r.stored(t, room) != 40 {
 		t.Fatalf("outcomes %v, stored %d; want 40 stored, 60 dropped", out, r.stored(t, room))
 	}
@@ -162,7 +183,17 @@ func TestWriterGateDown(t *testing.T) {
 	waitQueued(t, r.w, room, 10)
 	testwait.For(t, "20 comments dropped by the share", func() bool { return dropped.Load() == 20 })
 	r.gate.down.Store(false)
-	<-done
+	// The failed batch and the 10 admitted go at the next retries.
+	r.await(t, "every comment answered", func() bool {
+		select {
+		case <-done:
+		default:
+			return false
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return out[outStored]+out[outRoomShare] == 30
+	})
 	wg.Wait()
 	if first != outStored || out[outStored] != 10 || out[outRoomShare] != 20 {
 		t.Fatalf("first %v, outcomes %v; want stored, then 10 stored and 20 dropped by the share", first, out)
@@ -197,17 +228,23 @@ func TestWriterHold(t *testing.T) {
 		outs[0] = r.w.submit(context.Background(), room, wire.Message{Kind: wire.KindBarrage, User: "a", Text: "a"}, lim)
 	})
 	testwait.For(t, "a flush", func() bool { return r.gate.flushes.Load() > 0 })
-	outs[1] = r.w.submit(context.Background(), room, wire.Message{Kind: wire.KindBarrage, User: "b", Text: "b"}, lim)
+	var answered atomic.Int64
+	wg.Go(func() {
+		outs[1] = r.w.submit(context.Background(), room, wire.Message{Kind: wire.KindBarrage, User: "b", Text: "b"}, lim)
+		answered.Add(1)
+	})
+	// Both wait hold (50 ms of the fake clock, passed a window at a time).
+	r.await(t, "the second comment answered", func() bool { return answered.Load() == 1 })
 	wg.Wait()
 	if outs[0] != outUnavailable || outs[1] != outUnavailable {
 		t.Fatalf("outcomes %v, want both unavailable after hold", outs)
 	}
 	r.gate.down.Store(false)
-	testwait.For(t, "the in-flight batch stored", func() bool { return r.stored(t, room) >= 1 })
+	r.await(t, "the in-flight batch stored", func() bool { return r.stored(t, room) >= 1 })
 	// Once the queue holds no failed batch (head) and nothing queued,
 	// nothing can be sent again: the count is final.
 	q := r.w.queueOf(room)
-	testwait.For(t, "the queue to go idle", func() bool {
+	r.await(t, "the queue to go idle", func() bool {
 		q.mu.Lock()
 		defer q.mu.Unlock()
 		return q.head == nil && len(q.queue) == 0

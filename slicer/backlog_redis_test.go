@@ -47,7 +47,7 @@ func backlogBackends() []backlogBackend {
 					if time.Now().After(deadline) {
 						t.Fatalf("backlog of %s still %v, %v long after its ttl %v", room, v, err, ttl)
 					}
-					time.Sleep(ttl / 4)
+					time.Sleep(ttl / 4) // polls an expiry on Redis's own clock, with the deadline above: not synchronisation
 				}
 			}, rdb
 		}}
@@ -178,7 +178,7 @@ func TestGiftFloodRedis(t *testing.T) {
 			mu.Lock()
 			maxCarry = max(maxCarry, c)
 			mu.Unlock()
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond) // the watcher's sampling period; it asserts no window
 		}
 	}()
 

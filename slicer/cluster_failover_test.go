@@ -147,7 +147,7 @@ func testClusterFailover(t *testing.T, mode string, replicas, waitReplicas int) 
 		}
 	}()
 
-	time.Sleep(before)
+	time.Sleep(before) // load before the failover: a phase of the scenario, not synchronisation
 	master := cl.MasterOf(t, redisx.RoomKey(room, "live"))
 	var failedAt time.Time
 	switch mode {
@@ -184,7 +184,7 @@ func testClusterFailover(t *testing.T, mode string, replicas, waitReplicas int) 
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	time.Sleep(after)
+	time.Sleep(after) // load after the failover: a phase of the scenario, not synchronisation
 	stopProducer()
 	<-prodDone
 	barrageFailed := <-barrageDone
@@ -242,7 +242,7 @@ func (p *giftProducer) run(ctx context.Context, every time.Duration) {
 			p.mu.Lock()
 			p.failed++
 			p.mu.Unlock()
-			time.Sleep(every)
+			time.Sleep(every) // the producer's retry pacing against a real Cluster
 		}
 	}
 }

@@ -5,10 +5,11 @@ package slicer
 
 import (
 	"context"
-	"danmaku/internal/backoff"
 	"errors"
 	"time"
 
+	"danmaku/internal/backoff"
+	"danmaku/internal/clock"
 	"danmaku/internal/stream"
 	"danmaku/sdk/wire"
 )
@@ -45,10 +46,7 @@ func (s *Slicer) runRoom(ctx context.Context, room string, opened time.Time, h *
 		}
 		// A standby asks every third of a TTL: an idle room's leader and
 		// standby together stay within a few calls a second.
-		select {
-		case <-ctx.Done():
-		case <-time.After(s.cfg.LeaseTTL / 3):
-		}
+		_ = clock.Sleep(ctx, s.timers, s.cfg.LeaseTTL/3) // ctx's end ends the loop
 	}
 }
 
@@ -132,7 +130,7 @@ func (s *Slicer) lead(ctx context.Context, room string, opened, acquired time.Ti
 		}
 		if err != nil {
 			s.cfg.Logger.Warn("slicer: read failed", "room", room, "err", err)
-			if !backoff.Sleep(ctx, s.cfg.Tick) {
+			if clock.Sleep(ctx, s.timers, s.cfg.Tick) != nil {
 				return nil
 			}
 			continue
@@ -182,7 +180,7 @@ func (s *Slicer) lead(ctx context.Context, room string, opened, acquired time.Ti
 		} else {
 			s.m.behind.Set(0)
 		}
-		if !backoff.Sleep(ctx, s.nextWake(st, retryAt)) {
+		if clock.Sleep(ctx, s.timers, s.nextWake(st, retryAt)) != nil {
 			return nil
 		}
 	}

@@ -131,7 +131,7 @@ func runS3Outage(t *testing.T, mode string) {
 		prodWG.Go(func() { p.Run(prodCtx, 50*time.Millisecond) })
 	}
 
-	time.Sleep(3 * time.Second)
+	time.Sleep(3 * time.Second) // the producers' load before the outage: a phase of the scenario, not synchronisation
 	tl.Cut()
 	if proxy != nil {
 		proxy.Cut()
@@ -164,7 +164,7 @@ func runS3Outage(t *testing.T, mode string) {
 			closed = time.Since(restored)
 		}
 	}
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // load after the recovery, so that the last segments carry it: a phase, not synchronisation
 	stopProducers()
 	prodWG.Wait()
 

@@ -99,17 +99,17 @@ func TestRedisRestart(t *testing.T) {
 	go func() { defer close(prodDone); p.Run(prodCtx, 50*time.Millisecond) }()
 	defer func() { stopProducer(); <-prodDone }()
 
-	time.Sleep(before)
+	time.Sleep(before) // load before Redis goes down: a phase, not synchronisation
 	justBefore := gate.crashAfterNextAccept(ctx, redisSrv.Kill)
 	if justBefore == nil {
 		t.Fatal("no append was accepted before the crash")
 	}
 	t.Logf("redis killed right after accepting %s", ids(justBefore))
-	time.Sleep(downtime)
+	time.Sleep(downtime) // Redis stays down this long: the outage under test
 	redisSrv.Start()
 	restarted := time.Now()
 	t.Log("redis started again")
-	time.Sleep(after)
+	time.Sleep(after) // load after the restart: a phase, not synchronisation
 	stopProducer()
 	<-prodDone
 

@@ -165,7 +165,14 @@ func TestLeasesOutliveBusyLoops(t *testing.T) {
 	a := r.start(t, "a", slow)
 	waitUntil(t, "a to lead every room", func() bool { return led(a) == n })
 	b := r.start(t, "b", objstore.NewMemoryStore())
-	time.Sleep(time.Second) // b is a standby for every room now
+	waitUntil(t, "b to stand by for every room", func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return len(b.rooms) == n
+	})
+	// From here on this test runs in real time by design: the lease TTL
+	// against a CPU hog and hung writes is what it checks, so the waits
+	// below are the duration under test, not synchronisation.
 
 	slow.delay.Store(int64(3 * defaultLeaseTTL))
 	stop := make(chan struct{})

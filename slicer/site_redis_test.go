@@ -116,7 +116,7 @@ func testSiteBroadcastsRedis(t *testing.T, rdb redis.UniversalClient) {
 	stopB := start("b", streams)
 	defer stopB()
 	broadcast(2, "in flight")
-	time.Sleep(300 * time.Millisecond) // a reads them; its slot may not be written yet
+	time.Sleep(300 * time.Millisecond) // gives a time to read them before it stops; its slot may not be written yet. Either way the test holds (b writes what a did not): a scenario, not synchronisation
 	stopA()
 	broadcast(2, "after")
 	waitPast(all[len(all)-1].ID)

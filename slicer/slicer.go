@@ -108,7 +108,9 @@ type Config struct {
 	Audit Auditor
 	// Registerer receives the metrics. Nil: a private registry.
 	Registerer prometheus.Registerer
-	// Clock tells local time. Nil: real clock.
+	// Clock tells local time. Nil: real clock. When it makes timers
+	// (clock.TimersOf: a clock.Fake) the discovery and renewal tickers, the
+	// leader's tick and retry waits and the standby's wait run on it too.
 	Clock clock.Clock
 	// Logger. Nil: slog.Default().
 	Logger *slog.Logger
@@ -126,7 +128,8 @@ type Auditor interface {
 
 // Slicer writes one segment per room per second.
 type Slicer struct {
-	cfg Config
+	cfg    Config
+	timers clock.Timers // cfg.Clock's when it makes them (clock.TimersOf)
 	// holder is this process's lease identity: the node id plus a random
 	// nonce, so two processes given the same node id never both lead.
 	holder string
@@ -238,7 +241,7 @@ func New(cfg Config) (*Slicer, error) {
 	if _, err := rand.Read(nonce); err != nil {
 		return nil, err
 	}
-	s := &Slicer{cfg: cfg, holder: cfg.NodeID + "#" + hex.EncodeToString(nonce), rooms: map[string]*roomHandle{}, leases: map[string]*heldLease{},
+	s := &Slicer{cfg: cfg, timers: clock.TimersOf(cfg.Clock), holder: cfg.NodeID + "#" + hex.EncodeToString(nonce), rooms: map[string]*roomHandle{}, leases: map[string]*heldLease{},
 		maxPending: maxPending, backlogs: map[string]float64{}}
 	if err := s.SetBudget(cfg.Budget, cfg.Shares); err != nil {
 		return nil, err
@@ -328,7 +331,7 @@ func checkBudget(budget int, shares Shares) error {
 // Run discovers rooms, leads those whose lease it wins, and writes their
 // segments until ctx is done. It returns after every room loop has stopped.
 func (s *Slicer) Run(ctx context.Context) error {
-	t := time.NewTicker(s.cfg.Discover)
+	t, tick := s.timers.NewTicker(s.cfg.Discover)
 	defer t.Stop()
 	defer s.wg.Wait()
 	s.wg.Add(1)
@@ -343,7 +346,7 @@ func (s *Slicer) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-t.C:
+		case <-tick:
 		}
 	}
 }
@@ -375,13 +378,13 @@ func (s *Slicer) unhold(room string) {
 // keeps its leases: its segments fall behind, but no standby flip-flops
 // the rooms back and forth.
 func (s *Slicer) renewLoop(ctx context.Context) {
-	t := time.NewTicker(s.cfg.LeaseTTL / 4)
+	t, tick := s.timers.NewTicker(s.cfg.LeaseTTL / 4)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-tick:
 		}
 		s.leasesMu.Lock()
 		due := make(map[string]*heldLease, len(s.leases))

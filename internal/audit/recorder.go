@@ -77,6 +77,7 @@ type Config struct {
 type Recorder struct {
 	cfg    Config
 	clk    clock.Clock
+	timers clock.Timers // clk's timers when it has them (clock.TimersOf)
 	log    *slog.Logger
 	node   string
 	nonce  string
@@ -206,7 +207,7 @@ func New(cfg Config) (*Recorder, error) {
 		cfg.Logger = slog.Default()
 	}
 	r := &Recorder{
-		cfg: cfg, clk: clock.Or(cfg.Clock), log: cfg.Logger, node: node, nonce: newNonce(),
+		cfg: cfg, clk: clock.Or(cfg.Clock), timers: clock.TimersOf(cfg.Clock), log: cfg.Logger, node: node, nonce: newNonce(),
 		seed: maphash.MakeSeed(), lister: lister, wake: make(chan struct{}, 1),
 	}
 	for i := range r.shards {
@@ -474,14 +475,14 @@ func (r *Recorder) Run(ctx context.Context) error {
 	if r.cfg.SweepEvery > 0 {
 		wg.Go(func() { r.sweeper(ctx) })
 	}
-	t := time.NewTicker(tickEvery)
+	t, tick := r.timers.NewTicker(tickEvery)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			wg.Wait()
 			return nil
-		case <-t.C:
+		case <-tick:
 			r.sealEnded(r.clk.Now(), false)
 			r.kickAll()
 		}
@@ -518,10 +519,8 @@ func (r *Recorder) writer(ctx context.Context) {
 				return
 			}
 			r.log.Warn("audit: write failed; retrying", "room", p.room, "records", p.n, "retry_in", backoff, "err", err)
-			select {
-			case <-ctx.Done():
+			if clock.Sleep(ctx, r.timers, backoff) != nil {
 				return
-			case <-time.After(backoff):
 			}
 			backoff = min(2*backoff, retryMax)
 			continue
@@ -542,10 +541,7 @@ func (r *Recorder) Shutdown(ctx context.Context) error {
 			if err = r.drain(ctx, "final"); err == nil || ctx.Err() != nil {
 				break
 			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(retryMin):
-			}
+			_ = clock.Sleep(ctx, r.timers, retryMin) // ctx's end ends the loop
 		}
 		if err == nil {
 			return
@@ -563,7 +559,7 @@ func (r *Recorder) Shutdown(ctx context.Context) error {
 }
 
 func (r *Recorder) sweeper(ctx context.Context) {
-	t := time.NewTicker(r.cfg.SweepEvery)
+	t, tick := r.timers.NewTicker(r.cfg.SweepEvery)
 	defer t.Stop()
 	for {
 		if n, err := r.Sweep(ctx); err != nil {
@@ -578,7 +574,7 @@ func (r *Recorder) sweeper(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-tick:
 		}
 	}
 }

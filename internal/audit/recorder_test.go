@@ -2,6 +2,7 @@ package audit_test
 
 import (
 	"context"
+	"danmaku/internal/testwait"
 	"errors"
 	"fmt"
 	"io"
@@ -288,8 +289,14 @@ func TestRecorderRun(t *testing.T) {
 		f.rec.Record(rec(f.clk.Now(), "a", fmt.Sprint("u", i), strings.Repeat("x", 80), audit.Stored, ""))
 	}
 	poll(t, func() bool { return len(f.keys(t)) >= 1 })
+	// The minute ends on the fake clock; Run's ticker (1 s) seals it on the
+	// first tick after. The wait moves the clock a tick at a time, so it
+	// never depends on Run having armed its ticker before the minute ended.
 	f.clk.Advance(time.Minute)
-	poll(t, func() bool { return metric(t, f.reg, "danmaku_audit_records_written_total") == 3 })
+	poll(t, func() bool {
+		f.clk.Advance(time.Second)
+		return metric(t, f.reg, "danmaku_audit_records_written_total") == 3
+	})
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -301,13 +308,7 @@ func TestRecorderRun(t *testing.T) {
 
 func poll(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 20 s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.For(t, "the recorder", cond)
 }
 
 // TestRecorderConcurrent: many writers, then shutdown: every record is in

@@ -1,10 +1,12 @@
-// Package clock lets components read the time through an interface so that
-// segment boundaries, token epochs and bucket refills are tested without
-// sleeping. Real is safe for concurrent use; so is Fake.
+// Package clock lets components read the time, and wait for it to pass,
+// through an interface so that segment boundaries, token epochs, bucket
+// refills, flush timers and sweep tickers are tested without sleeping.
+// Clock tells the time; Timers (timers.go) also makes timers, tickers and
+// AfterFuncs. Real is package time; Fake (fake.go) moves only when told to.
+// Both are safe for concurrent use.
 package clock
 
 import (
-	"sync"
 	"time"
 )
 
@@ -26,34 +28,4 @@ func Or(c Clock) Clock {
 		return Real{}
 	}
 	return c
-}
-
-// Fake is a clock that moves only when told to.
-type Fake struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-// NewFake returns a Fake clock set to t.
-func NewFake(t time.Time) *Fake { return &Fake{now: t} }
-
-// Now returns the fake time.
-func (f *Fake) Now() time.Time {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.now
-}
-
-// Advance moves the clock forward by d.
-func (f *Fake) Advance(d time.Duration) {
-	f.mu.Lock()
-	f.now = f.now.Add(d)
-	f.mu.Unlock()
-}
-
-// Set moves the clock to t.
-func (f *Fake) Set(t time.Time) {
-	f.mu.Lock()
-	f.now = t
-	f.mu.Unlock()
 }

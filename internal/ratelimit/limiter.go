@@ -306,22 +306,24 @@ func (l *Limiter) Refresh(ctx context.Context) error {
 }
 
 // Run reloads the rules every Poll and forgets idle buckets every second
-// until ctx is done. It returns nil then.
+// until ctx is done, on the Config's clock (its timers when it has them:
+// clock.TimersOf). It returns nil then.
 func (l *Limiter) Run(ctx context.Context) error {
-	poll := time.NewTicker(l.cfg.Poll)
+	timers := clock.TimersOf(l.cfg.Clock)
+	poll, pollC := timers.NewTicker(l.cfg.Poll)
 	defer poll.Stop()
-	sweep := time.NewTicker(sweepEvery)
+	sweep, sweepC := timers.NewTicker(sweepEvery)
 	defer sweep.Stop()
 	_ = l.Refresh(ctx)
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-poll.C:
+		case <-pollC:
 			// A failure is counted and logged by Refresh; the rules in
 			// force stay.
 			_ = l.Refresh(ctx)
-		case <-sweep.C:
+		case <-sweepC:
 			l.Sweep()
 		}
 	}

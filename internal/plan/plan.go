@@ -423,6 +423,19 @@ func (q *planner) byWork(role, machines, workName string, vcpu int, idle, work f
 	return n, use, nil
 }
 
+// The gslb's load-table sync (gslb.AllocatorConfig Sync and MaxSync): 200
+// syncs a second at its fastest (every 5 ms), backing off to 20 (every
+// 50 ms) while the table brings no news; the back-off's steps after a
+// piece of news (5, 10, 20, 40 ms) are about 4 syncs. A node's report is
+// news about once a second at a show's steady load (design, checked
+// against the 600-viewer rehearsal's Redis commands).
+const (
+	fastestSyncsPerS = 200
+	quietSyncShare   = 0.1
+	syncsPerNews     = 4
+	newsPerNodeS     = 1.0
+)
+
 // planRedis counts Redis commands per room and sizes the shards: a room's keys share one.
 func (q *planner) planRedis() error {
 	e, f, pl := q.e, q.f, q.pl
@@ -445,13 +458,23 @@ func (q *planner) planRedis() error {
 			hot, hotName = ops, r.group.Name
 		}
 	}
-	shared = (edgesAll+ingAll)*f.RedisReportCmdsPerNodeS.Value + float64(q.gsN)*f.RedisSyncCmdsPerGslbS.Value
+	// A gslb syncs at its fastest (redis_sync_cmds_per_gslb_s) only while
+	// the table brings news; after a sync without it the gslb backs off (5,
+	// 10, 20, 40, then 50 ms), about 4 syncs a piece of news, never under
+	// its quiet 20 a second. A keep-alive report is not news; a node's
+	// report is, about once a second at a show's steady load (the
+	// 600-viewer rehearsal's Redis ran 1,113 commands/s with the joins,
+	// which this puts at ~900 without them). A fleet of a few hundred
+	// nodes keeps every gslb at its fastest.
+	syncShare := math.Min(1, math.Max(quietSyncShare, (edgesAll+ingAll)*newsPerNodeS*syncsPerNews/fastestSyncsPerS))
+	syncs := pl.add("redis", "gslb sync rate", syncShare, "of the fastest", fmt.Sprintf("min(1, max(%g, (edges + ingests) x %g news/s x %d syncs a piece of news / %d syncs a second)): the sync backs off while nothing changes", quietSyncShare, newsPerNodeS, syncsPerNews, fastestSyncsPerS), "redis_sync_cmds_per_gslb_s")
+	shared = (edgesAll+ingAll)*f.RedisReportCmdsPerNodeS.Value + float64(q.gsN)*f.RedisSyncCmdsPerGslbS.Value*syncs
 	total += shared
 	pl.RedisOpsPerS = total
 	pl.add("redis", "commands of the hottest room ("+hotName+")", hot, "/s",
 		"stored x redis_cmds_per_admitted_comment + ingests flushing x redis_flush_cmds_per_room_node_s + gifts x redis_cmds_per_gift + slicer_redis_cmds_per_room_s + edges reading x max(1, frames)",
 		"redis_cmds_per_admitted_comment", "redis_flush_cmds_per_room_node_s", "redis_cmds_per_gift", "slicer_redis_cmds_per_room_s")
-	pl.add("redis", "commands of load reports and syncs", shared, "/s", "(edges + ingests) x redis_report_cmds_per_node_s + gslbs x redis_sync_cmds_per_gslb_s", "redis_report_cmds_per_node_s", "redis_sync_cmds_per_gslb_s")
+	pl.add("redis", "commands of load reports and syncs", shared, "/s", "(edges + ingests) x redis_report_cmds_per_node_s + gslbs x redis_sync_cmds_per_gslb_s x gslb sync rate", "redis_report_cmds_per_node_s", "redis_sync_cmds_per_gslb_s")
 	pl.add("redis", "commands", total, "/s", "sum over rooms + reports and syncs", "redis_ops_per_s_per_shard")
 	capShard := f.RedisOpsPerSShard.Value * e.Headroom
 	if hot > capShard {

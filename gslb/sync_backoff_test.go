@@ -206,7 +206,7 @@ func TestAllocatorDropsDeadNodeWhileQuiet(t *testing.T) {
 		if _, err := s.alloc.Allocate("u1", anyIP); err != nil {
 			t.Fatalf("Allocate before the edge turned stale: %v", err)
 		}
-		time.Sleep(last.Add(stale + maxSync + sync).Sub(time.Now()))
+		time.Sleep(time.Until(last.Add(stale + maxSync + sync)))
 		synctest.Wait()
 		if _, err := s.alloc.Allocate("u1", anyIP); !errors.Is(err, gslb.ErrNoNodes) {
 			t.Fatalf("Allocate Stale+MaxSync+Sync after the edge's last report: err = %v, want ErrNoNodes", err)

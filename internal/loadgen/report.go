@@ -444,7 +444,20 @@ func (g *Generator) fillReport(r *Report, before, after sample, sb, sa sdk.Stats
 	g.fillDelivery(&r.Delivery, sb, sa)
 	g.seqs.shownBySecond(g.nextSeq, g.loadStart, r.Timeline)
 
-	dr := &r.Drops
+	g.fillDrops(&r.Drops, b, before, after, endpoints)
+	if b.Errors == nil {
+		b.Errors = map[string]int64{}
+	}
+	if r.Timeline == nil {
+		r.Timeline = []Second{}
+	}
+}
+
+// fillDrops fills dr with the nodes' counters' increase from before to
+// after: accepted, rejected by layer and reason, the slicer's sampling and
+// the ingest's own counters; b's admitted count is checked against them.
+func (g *Generator) fillDrops(dr *DropsReport, b *BarrageReport, before, after sample, endpoints []string) {
+	c := &g.cfg
 	dr.Endpoints, dr.SlicerEndpoints = endpoints, c.SlicerMetrics
 	dr.ScrapeErrors = append(before.errors, after.errors...)
 	deltas, reset := delta(before, after)
@@ -501,12 +514,6 @@ func (g *Generator) fillReport(r *Report, before, after sample, sb, sa sdk.Stats
 			}
 			dr.IngestCounters[s.family+"{"+s.labels+"}"] += int64(v)
 		}
-	}
-	if b.Errors == nil {
-		b.Errors = map[string]int64{}
-	}
-	if r.Timeline == nil {
-		r.Timeline = []Second{}
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 
 	"danmaku/auth"
 	"danmaku/internal/testenv"
+	"danmaku/internal/testwait"
 )
 
 // The idle stack's keys and names (loopback only, thrown away with it).
@@ -190,22 +191,15 @@ func (s *idleStack) start(b *testing.B, role string, i int, extra ...string) {
 	}()
 	s.procs[name] = p
 	s.order = append(s.order, name)
-	deadline := time.Now().Add(time.Minute)
-	for {
+	testwait.For(b, name+" to serve", func() bool {
 		out, _ := os.ReadFile(p.log)
-		if strings.Contains(string(out), idleReady) {
-			return
-		}
 		select {
 		case <-p.done:
 			b.Fatalf("%s exited:\n%s", name, out)
 		default:
 		}
-		if time.Now().After(deadline) {
-			b.Fatalf("%s did not start:\n%s", name, out)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return strings.Contains(string(out), idleReady)
+	})
 }
 
 // stop kills every process and waits for it (safe to call twice).
@@ -241,15 +235,7 @@ func (s *idleStack) awaitLive(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	deadline := time.Now().Add(time.Minute)
-	wait := func(what string, ok func() bool) {
-		for !ok() {
-			if time.Now().After(deadline) {
-				b.Fatalf("the idle stack: %s never came", what)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
+	wait := func(what string, ok func() bool) { testwait.For(b, "the idle stack: "+what, ok) }
 	for _, n := range s.order {
 		if !strings.HasPrefix(n, "gslb-") {
 			continue

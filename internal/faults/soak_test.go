@@ -613,7 +613,7 @@ func TestOutsideGoHeap(t *testing.T) {
 	build := exec.Command("go", "build", "-o", bin, "./testdata/memhog")
 	build.Env = append(os.Environ(), "CGO_ENABLED=1", fixedHeapBase)
 	if out, err := build.CombinedOutput(); err != nil {
-		if os.Getenv("DANMAKU_REQUIRE_SERVERS") != "" {
+		if testenv.RequireServers() {
 			t.Fatalf("building the cgo helper: %v\n%s", err, out)
 		}
 		t.Skipf("building the cgo helper (a C compiler: make deps): %v\n%s", err, out)

@@ -204,6 +204,7 @@ func declareLoadgenFlags(fs *flag.FlagSet, cfg *loadgen.Config, o *loadgenOpts, 
 	fs.IntVar(&cfg.Concurrency, "concurrency", 0, "comment POSTs in flight at most (workers and pooled connections; default: the peak rate × 250 ms, 256 to 8192)")
 	fs.IntVar(&cfg.EntryConcurrency, "entry-concurrency", 64, "entry fetches in flight at most while users join")
 	fs.Var(&raw.joinRate, "join-rate", "pollers and users join at this many a second (all shards together), as the plan's join_per_s has an audience arrive (0: all at once, -entry-concurrency users at a time)")
+	fs.DurationVar(&cfg.RefreshEvery, "refresh-every", 0, "users re-fetch their entry at least this often (0: at 80 % of the token's life, as the SDK does); a soak shorter than a token's life sets it to see several refreshes")
 	fs.DurationVar(&cfg.HTTPTimeout, "http-timeout", 10*time.Second, "bound of every request")
 	fs.IntVar(&o.procs, "procs", 1, "run the load in this many child processes (each -shard i/procs, with its own descriptor limit) and merge their reports")
 	fs.BoolVar(&o.merge, "merge", false, "merge the JSON reports named as arguments (one run's shards) instead of running: danmaku loadgen -merge [-json out] a.json b.json")

@@ -26,6 +26,17 @@ import (
 	"danmaku/internal/testenv"
 )
 
+// soakRefresh is how often the soak's senders re-fetch their entries
+// (loadgen -refresh-every). At the SDK's 80 % of a 10-minute token they
+// would do it once, all together, 8 minutes in: a burst of entries that
+// opens a dozen keep-alive connections at each gslb, held until the
+// gslb's idle timeout (goroutines 20 → 30 for 90 s, the heap goal +0.3
+// MiB), a bounded step in the last fifth of a 10-minute soak that the
+// line fitted after the warm-up reads as growth. Every 2 minutes puts
+// three to four refreshes inside the fits, so their cost is steady state
+// and what a refresh leaked would climb with each of them.
+const soakRefresh = 2 * time.Minute
+
 // soakInterval is how often the soak samples every series.
 const soakInterval = 10 * time.Second
 
@@ -110,6 +121,7 @@ func TestSoak(t *testing.T) {
 		t.Skip("the soak takes 10 minutes or more; set DANMAKU_SOAK=10m (make soak)")
 	}
 	l := showLoad(t, d)
+	l.refresh = soakRefresh
 	if err != nil || d < 2*warmFor(l) {
 		t.Fatalf("DANMAKU_SOAK=%q: want a duration of at least %v (twice what is left out of the fits at %.0f gifts/s)", os.Getenv("DANMAKU_SOAK"), 2*warmFor(l), l.gifts)
 	}
@@ -214,8 +226,8 @@ func TestSoak(t *testing.T) {
 // the warm-up the fits leave out. A gslb keeps each user's last answer for
 // a token life (gslb's lastEntries) to answer again near a rate limit; the
 // balancer sends a user's entry to either gslb, so without this each
-// gslb's cache first meets half the viewers at their first token refresh
-// (80 % of the token's 10 minutes, inside the fits), and its heap steps up
+// gslb's cache first meets half the users at their first refresh (inside
+// the fits: soakRefresh, or 80 % of a token's life), and its heap steps up
 // by them (~0.9 KiB a user, about twice that in heap goal) — growth that
 // stops at the load's users. Entered everywhere here, every cache holds
 // the most this load can put in it before the fits begin: a refresh only

@@ -618,6 +618,10 @@ type load struct {
 	viewers, senders int
 	gifts            float64
 	offer, drain     time.Duration
+	// refresh is loadgen's -refresh-every: how often each sender
+	// re-fetches its entry at the least (zero: at 80 % of the token's
+	// life, as the SDK does).
+	refresh time.Duration
 }
 
 func (s *stack) startLoad(l load) *loadRun {
@@ -651,6 +655,9 @@ func (s *stack) startLoad(l load) *loadRun {
 		"-duration", l.offer.String(), "-drain", l.drain.String(),
 		"-ingest-metrics", strings.Join(ingm, ","), "-slicer-metrics", strings.Join(slm, ","),
 		"-json", lr.jsonPath)
+	if l.refresh > 0 {
+		lr.cmd.Args = append(lr.cmd.Args, "-refresh-every", l.refresh.String())
+	}
 	lr.cmd.Env = append(os.Environ(), "DANMAKU_TICKET_KEY="+ticketKey, "DANMAKU_GIFT_KEY="+giftKey)
 	lr.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	pr, err := lr.cmd.StderrPipe()

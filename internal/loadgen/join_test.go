@@ -6,6 +6,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"danmaku/sdk/wire"
 )
 
 // TestJoinPacer: joins start at the rate, one every 1/rate from the
@@ -86,5 +88,32 @@ func TestBarrageSplit(t *testing.T) {
 	g.observeBarrageSplit(sched.UnixNano(), "nope", decoded)
 	if g.lat.toStore.Count() != 1 {
 		t.Error("a bad id was timed")
+	}
+}
+
+// TestRefreshEvery: a user re-fetches its entry at 80 % of the token's
+// life, as the SDK does, or sooner with RefreshEvery; never later, and
+// never within a second of the fetch.
+func TestRefreshEvery(t *testing.T) {
+	fetched := time.Unix(1_000, 0)
+	entry := func(life time.Duration) wire.Entry {
+		now := fetched.UnixMilli()
+		return wire.Entry{Ingest: []string{"http://ingest"}, Token: "t", ServerTimeMs: now, TokenExpiresMs: now + life.Milliseconds()}
+	}
+	for _, c := range []struct {
+		life, every, want time.Duration
+	}{
+		{10 * time.Minute, 0, 8 * time.Minute},
+		{10 * time.Minute, 2 * time.Minute, 2 * time.Minute},
+		{time.Minute, 2 * time.Minute, 48 * time.Second}, // the token's 80 % comes first
+		{10 * time.Minute, time.Millisecond, time.Second},
+	} {
+		if got := newSession(entry(c.life), "demo", fetched, c.every).refreshAt.Sub(fetched); got != c.want {
+			t.Errorf("token life %v, RefreshEvery %v: re-fetched after %v, want %v", c.life, c.every, got, c.want)
+		}
+	}
+	cfg := Config{GSLB: "http://gslb", Room: "demo", RefreshEvery: -time.Second}
+	if err := cfg.applyDefaults(); err == nil {
+		t.Error("a negative RefreshEvery was accepted")
 	}
 }

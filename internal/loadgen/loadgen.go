@@ -162,6 +162,12 @@ type Config struct {
 	// rate. Zero: every join at once (EntryConcurrency users at a time and
 	// every poller), a surge the plan may never have counted.
 	JoinRate float64
+	// RefreshEvery has each user re-fetch its entry at least this often,
+	// sooner than the SDK's 80 % of the token's life: a soak shorter than
+	// a token's life then sees its refreshes as steady state, several of
+	// them, not one burst near its end (docs/reliability.md, "Soak").
+	// Zero: at 80 % of the token's life only.
+	RefreshEvery time.Duration
 	// HTTPTimeout bounds every request. Zero: 10 s.
 	HTTPTimeout time.Duration
 	// JoinTimeout bounds the joining of users and pollers. Zero: 2 min.
@@ -325,6 +331,9 @@ func (c *Config) loadDefaults() error {
 	}
 	if c.JoinRate < 0 {
 		return errors.New("loadgen: JoinRate is negative")
+	}
+	if c.RefreshEvery < 0 {
+		return fmt.Errorf("loadgen: RefreshEvery %v is negative", c.RefreshEvery)
 	}
 	switch {
 	case c.GiftRetryFor < 0:

@@ -45,13 +45,19 @@ type session struct {
 	refreshAt  time.Time
 }
 
-func newSession(e wire.Entry, room string, fetched time.Time) *session {
+// newSession is entry e fetched at fetched. every (Config.RefreshEvery)
+// brings the re-fetch forward when positive.
+func newSession(e wire.Entry, room string, fetched time.Time, every time.Duration) *session {
 	s := &session{entry: e, authz: []string{"Bearer " + e.Token}}
 	s.barrageURL = e.Ingest[0] + "/v1/rooms/" + url.PathEscape(room) + "/barrage"
 	// Re-fetch at 80 % of the token's life, as the SDK does, before the
 	// ingest starts refusing it.
 	life := time.Duration(e.TokenExpiresMs-e.ServerTimeMs) * time.Millisecond
-	s.refreshAt = fetched.Add(max(life*8/10, time.Second))
+	after := life * 8 / 10
+	if every > 0 {
+		after = min(after, every)
+	}
+	s.refreshAt = fetched.Add(max(after, time.Second))
 	return s
 }
 
@@ -219,7 +225,7 @@ func (g *Generator) fetchEntry(ctx context.Context, u *user) (*session, error) {
 			err = &apiError{status: http.StatusOK, code: "no_ingest"}
 		}
 		if err == nil {
-			return newSession(e, g.cfg.Room, start), nil
+			return newSession(e, g.cfg.Room, start, g.cfg.RefreshEvery), nil
 		}
 		key := err.Error()
 		if ae != nil {

@@ -36,10 +36,11 @@ var (
 )
 
 var page = template.Must(template.New("report").Funcs(template.FuncMap{
-	"num": num,
-	"pct": pct,
-	"ms":  func(f float64) string { return num(f) },
-	"utc": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") },
+	"num":  num,
+	"num2": num2, // cores: a node at 0.03 of a core is not "0"
+	"pct":  pct,
+	"ms":   func(f float64) string { return num(f) },
+	"utc":  func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") },
 }).Parse(pageTmpl))
 
 // inlined are the files the page inlines.

@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -56,7 +55,7 @@ func BenchmarkIdle(b *testing.B) {
 		window = v
 	}
 	t0 := time.Now()
-	bin := idleBinary(b)
+	bin := idleBuild.Path(b)
 	b.Logf("built in %v", time.Since(t0).Round(time.Second))
 	for range b.N {
 		t0 = time.Now()
@@ -81,41 +80,13 @@ func BenchmarkIdle(b *testing.B) {
 	}
 }
 
-var (
-	idleBinOnce sync.Once
-	idleBinPath string
-	idleBinErr  error
-)
-
-// idleBinary builds the danmaku command once for the test binary (-count
-// runs the benchmark again), in a directory TestMain removes.
-func idleBinary(b *testing.B) string {
-	b.Helper()
-	idleBinOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "danmaku-calibrate-idle-")
-		if err != nil {
-			idleBinErr = err
-			return
-		}
-		idleBinDir = dir
-		idleBinPath = filepath.Join(dir, "danmaku")
-		if out, err := exec.Command("go", "build", "-o", idleBinPath, "danmaku/cmd/danmaku").CombinedOutput(); err != nil {
-			idleBinErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if idleBinErr != nil {
-		b.Fatal(idleBinErr)
-	}
-	return idleBinPath
-}
-
-var idleBinDir string
+// idleBuild is the danmaku command, built once for the test binary
+// (-count runs the benchmark again) and removed by TestMain.
+var idleBuild = &testenv.Build{Pkg: "danmaku/cmd/danmaku"}
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if idleBinDir != "" {
-		os.RemoveAll(idleBinDir)
-	}
+	idleBuild.Remove()
 	os.Exit(code)
 }
 

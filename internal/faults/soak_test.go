@@ -125,7 +125,7 @@ func TestSoak(t *testing.T) {
 	if err != nil || d < 2*warmFor(l) {
 		t.Fatalf("DANMAKU_SOAK=%q: want a duration of at least %v (twice what is left out of the fits at %.0f gifts/s)", os.Getenv("DANMAKU_SOAK"), 2*warmFor(l), l.gifts)
 	}
-	binEnv = []string{fixedHeapBase} // AnonOutsideGoHeap finds the heap by its address
+	danmakuBuild.Env = []string{fixedHeapBase} // AnonOutsideGoHeap finds the heap by its address
 	s := newStack(t, stackOpts{})
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup

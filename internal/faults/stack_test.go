@@ -52,46 +52,20 @@ const (
 	giftRetryFor = 30 * time.Second
 )
 
-var (
-	binOnce sync.Once
-	binPath string
-	binErr  error
-	binDir  string
-)
-
-// danmakuBinary builds cmd/danmaku once per test run.
-// binEnv is added to the build environment of danmakuBinary, if set
-// before its first call.
-var binEnv []string
+// danmakuBuild is the danmaku command the roles run, built once per test
+// binary. The test-only tag faultclock lets a role run with its clock off
+// (stackOpts.clocks); production builds have no such code. The soak adds
+// to its Env (fixedHeapBase) before its first use.
+var danmakuBuild = &testenv.Build{Pkg: "danmaku/cmd/danmaku", Tags: []string{"faultclock"}}
 
 func danmakuBinary(t testing.TB) string {
 	t.Helper()
-	binOnce.Do(func() {
-		binDir, binErr = os.MkdirTemp("", "danmaku-faults-bin-")
-		if binErr != nil {
-			return
-		}
-		binPath = filepath.Join(binDir, "danmaku")
-		// The test-only tag faultclock lets a role run with its clock off
-		// (stackOpts.clocks); production builds have no such code.
-		build := exec.Command("go", "build", "-tags", "faultclock", "-o", binPath, "danmaku/cmd/danmaku")
-		build.Env = append(os.Environ(), binEnv...) // the soak's: fixedHeapBase
-		out, err := build.CombinedOutput()
-		if err != nil {
-			binErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if binErr != nil {
-		t.Fatal(binErr)
-	}
-	return binPath
+	return danmakuBuild.Path(t)
 }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
+	danmakuBuild.Remove()
 	os.Exit(code)
 }
 

@@ -1,0 +1,5 @@
+//go:build !testtag
+
+package main
+
+const tag = "untagged"

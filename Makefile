@@ -29,7 +29,7 @@ GOBIN_DIR := $(firstword $(subst :, ,$(shell $(GO) env GOPATH)))/bin
 endif
 export PATH := $(GOBIN_DIR):$(PATH):/usr/sbin:/usr/local/sbin
 
-.PHONY: help deps fmt-check vet lint test fuzz reliability soak rehearse bench bench-latency bench-web bench-rooms bench-ingest bench-limits bench-roundtrips bench-takedown local-up local-down
+.PHONY: help deps fmt-check vet lint test fuzz test-hog reliability soak rehearse bench bench-latency bench-web bench-rooms bench-ingest bench-limits bench-roundtrips bench-takedown local-up local-down
 
 help: ## list the targets
 	@echo "Targets:"
@@ -59,6 +59,18 @@ test: deps fmt-check vet lint ## deps + fmt-check + vet + lint + race tests agai
 	DANMAKU_REQUIRE_SERVERS=1 $(GO) test -race -count=1 -timeout 20m $(PKGS)
 	$(GO) test -race -count=1 -tags faultclock ./internal/clock # the fault table's test-only clock offset
 	DANMAKU_REQUIRE_SERVERS=1 $(GO) test -run '^$$' -bench . -benchtime=1x -timeout 10m $(PKGS)
+
+# RUNS is how many whole race suites `make test-hog` wants in a row.
+RUNS ?= 5
+
+test-hog: deps ## the suite under a CPU hog: RUNS (5) consecutive `go test -race` of both modules beside stress-ng --cpu 4, stopping at the first failure; ~30 min a run on 2 cores (docs/reliability.md)
+	@stress-ng --cpu 4 --timeout 12h >/dev/null 2>&1 & hog=$$!; trap 'kill $$hog 2>/dev/null' EXIT; \
+	for i in $$(seq $(RUNS)); do \
+		echo "test-hog: run $$i of $(RUNS), $$(date -u +%T) UTC, load $$(cut -d' ' -f1-3 /proc/loadavg)"; \
+		start=$$(date +%s); \
+		DANMAKU_REQUIRE_SERVERS=1 $(GO) test -race -count=1 -timeout 60m $(PKGS) || { echo "test-hog: run $$i failed: $$((i-1)) consecutive passes"; exit 1; }; \
+		echo "test-hog: run $$i passed in $$(( $$(date +%s) - start )) s"; \
+	done; echo "test-hog: $(RUNS) consecutive passes"
 
 # The show's load for `make reliability` and `make soak`; scale it down on a
 # machine that cannot hold it (docs/reliability.md says what was run).

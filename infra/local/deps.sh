@@ -15,6 +15,7 @@
 #                 promtool; the local stack and its alert test run the server)
 #   ffmpeg        Debian package ffmpeg (the demo's live HLS test stream with
 #                 program date times, internal/hlsdemo; dev runs without it)
+#   stress-ng     Debian package stress-ng (make test-hog's CPU hog)
 #   versitygw     go install github.com/versity/versitygw/cmd/versitygw@v1.8.0
 # apt-get needs root (or sudo). The distribution's own redis and varnish
 # services are not started: the tests and infra/local run their own servers.
@@ -37,6 +38,7 @@ have gcc || packages+=(gcc libc6-dev)
 have javac || packages+=(default-jdk-headless)
 { have promtool && have prometheus; } || packages+=(prometheus)
 have ffmpeg || packages+=(ffmpeg)
+have stress-ng || packages+=(stress-ng)
 
 if ((${#packages[@]} > 0)); then
 	sudo=()
@@ -57,7 +59,7 @@ if ((${#packages[@]} > 0)); then
 	"${sudo[@]}" apt-get update -q
 	"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${packages[@]}"
 else
-	echo "deps: redis-server, varnishd, gcc, javac, prometheus and ffmpeg already installed"
+	echo "deps: redis-server, varnishd, gcc, javac, prometheus, ffmpeg and stress-ng already installed"
 fi
 
 if have versitygw; then

@@ -447,14 +447,21 @@ func soakTable(all map[string]*series, d time.Duration, l load, giftP99, barrage
 	warmed, whole := map[string][]float64{}, map[string][]float64{}
 	for _, n := range names {
 		sr := all[n]
+		// The least of each window is taken over the whole run, so that
+		// every fitted sample has a whole window behind it: a leak comes
+		// out late by the window, its slope the same.
+		src := sr.ys
+		switch {
+		case n == keysRest:
+			src = leastOver(src, time.Minute)
+		case isCount(n):
+			src = leastOver(src, countWindow)
+		}
 		var ts, ys []float64
 		for i := range sr.ts {
 			if sr.ts[i] >= warmFor(l).Minutes() {
-				ts, ys = append(ts, sr.ts[i]), append(ys, sr.ys[i])
+				ts, ys = append(ts, sr.ts[i]), append(ys, src[i])
 			}
-		}
-		if n == keysRest {
-			ys = leastOfMinute(ys)
 		}
 		fits[n], warmed[n], whole[n] = Fit(ts, ys), ys, sr.ys
 	}
@@ -467,6 +474,9 @@ func soakTable(all map[string]*series, d time.Duration, l load, giftP99, barrage
 			// Redis grows by what it holds; with every other key flat,
 			// that is the keys that live out their TTL: say what one costs.
 			ok, why = true, fmt.Sprintf("grows with the TTL-bounded keys alone (the rest are flat): %.0f bytes a key, until their TTL", f.PerMin*(1<<20)/bounded)
+		}
+		if isCount(n) && n != keysRest {
+			why += fmt.Sprintf(" (fitted on the least of each %v)", shortMinutes(countWindow))
 		}
 		verdict := "pass: " + why
 		switch {
@@ -599,17 +609,34 @@ func notJudged(n string) string {
 	return ""
 }
 
-// leastOfMinute replaces each sample by the least of it and the five
-// before (a minute at soakInterval): a key that stays raises every sample
-// from its first, a key living at most a minute (the entry rate-limit
-// windows of the viewers refreshing their tokens) none.
-func leastOfMinute(ys []float64) []float64 {
-	per := int(time.Minute / soakInterval)
+// countWindow is the window a count (goroutines, open descriptors) is
+// fitted on the least of: longer than the 90 s a keep-alive connection may
+// sit idle before its server closes it (httpx's IdleTimeout), the longest
+// a connection the load opened and let go stays counted. A goroutine or a
+// descriptor that leaks stays, and raises every sample from its first;
+// requests in flight and connections that close by design raise none.
+const countWindow = 2 * time.Minute
+
+// leastOver replaces each sample by the least of it and those before it
+// within window (at soakInterval): a key or a goroutine that stays raises
+// every sample from its first, one living less than window (the entry
+// rate-limit windows of the viewers refreshing their tokens, a request in
+// flight) none.
+func leastOver(ys []float64, window time.Duration) []float64 {
+	per := int(window / soakInterval)
 	out := make([]float64, len(ys))
 	for i := range ys {
 		out[i] = slices.Min(ys[max(0, i-per+1) : i+1])
 	}
 	return out
+}
+
+// shortMinutes is d as "2 minutes".
+func shortMinutes(d time.Duration) string {
+	if d == time.Minute {
+		return "minute"
+	}
+	return fmt.Sprintf("%.0f minutes", d.Minutes())
 }
 
 // TestOutsideGoHeap checks the soak's "anonymous RSS outside the Go heap"
@@ -729,5 +756,27 @@ func TestAnonOutsideGoHeapParse(t *testing.T) {
 	noArena := m(0x854a000, 0x856b000, "[heap]", 100) + m(0x1acdc1800000, 0x1acdc1c00000, "", 3000)
 	if _, _, err := AnonOutsideGoHeap([]byte(noArena)); err == nil {
 		t.Error("a randomized heap base (no mapping in the arena range) was measured; want an error")
+	}
+}
+
+// TestLeastOver: a transient (a request in flight, a connection closed
+// within the window) leaves the floor alone; a leak raises it from its
+// first sample on.
+func TestLeastOver(t *testing.T) {
+	transient := []float64{20, 20, 30, 30, 30, 30, 30, 30, 30, 20, 20, 20, 21, 20}
+	if got := leastOver(transient, 2*time.Minute); slices.Max(got) != 20 {
+		t.Errorf("a 70 s step of 10 raised the least of each 2 minutes: %v", got)
+	}
+	var leak []float64
+	for i := range 30 {
+		leak = append(leak, float64(20+i))
+	}
+	got := leastOver(leak, 2*time.Minute)
+	per := int(2 * time.Minute / soakInterval)
+	if !slices.Equal(got[per-1:], leak[:len(leak)-per+1]) {
+		t.Errorf("a leak of one a sample: %v, want it %d samples late, its slope the same", got, per-1)
+	}
+	if got := leastOver([]float64{5, 3, 4}, time.Minute); !slices.Equal(got, []float64{5, 3, 3}) {
+		t.Errorf("least of each minute: %v", got)
 	}
 }

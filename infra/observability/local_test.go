@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -218,12 +217,7 @@ func TestLocalAlert(t *testing.T) {
 	})
 	// A fixed address, so that the slicer started after the fault is the
 	// same target to Prometheus.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	slicerAddr := ln.Addr().String()
-	ln.Close()
+	slicerAddr := testenv.FreeAddr(t)
 	first := startSlicer(t, b, slicerAddr, "slicer-a", log)
 
 	cfg := prometheusConfig(t, map[string]string{

@@ -983,12 +983,7 @@ func redisClient(t *testing.T, ctx context.Context, cfg redisx.Config) redis.Uni
 
 func freePort(t *testing.T) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return testenv.FreePort(t)
 }
 
 func writeFile(t *testing.T, path, content string) {

@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -141,7 +140,7 @@ func newIdleStack(b *testing.B, bin string) *idleStack {
 func (s *idleStack) start(b *testing.B, role string, i int, extra ...string) {
 	b.Helper()
 	name := fmt.Sprintf("%s-%d", role, i)
-	p := &idleProc{addr: freeAddr(b), metric: freeAddr(b), log: filepath.Join(b.TempDir(), name+".log"), done: make(chan struct{})}
+	p := &idleProc{addr: testenv.FreeAddr(b), metric: testenv.FreeAddr(b), log: filepath.Join(b.TempDir(), name+".log"), done: make(chan struct{})}
 	logf, err := os.Create(p.log)
 	if err != nil {
 		b.Fatal(err)
@@ -323,14 +322,4 @@ func metricValue(url, name string) float64 {
 		}
 	}
 	return sum
-}
-
-func freeAddr(b *testing.B) string {
-	b.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -170,16 +169,6 @@ type stack struct {
 	env       []string
 }
 
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 func newStack(t *testing.T, o stackOpts) *stack {
 	t.Helper()
 	s := &stack{t: t, bin: danmakuBinary(t), procs: map[string]*proc{}, clocks: o.clocks}
@@ -270,7 +259,7 @@ func newStack(t *testing.T, o stackOpts) *stack {
 func (s *stack) start(role string, i int, env []string, extra ...string) *proc {
 	t := s.t
 	t.Helper()
-	p := &proc{name: fmt.Sprintf("%s-%d", role, i), role: role, addr: freeAddr(t), metrics: freeAddr(t), done: make(chan struct{})}
+	p := &proc{name: fmt.Sprintf("%s-%d", role, i), role: role, addr: testenv.FreeAddr(t), metrics: testenv.FreeAddr(t), done: make(chan struct{})}
 	args := []string{role, "-" + role, p.addr, "-metrics-addr", p.metrics, "-node-id", p.name, "-log-level", "warn"}
 	args = append(args, extra...)
 	p.logPath = filepath.Join(t.TempDir(), p.name+".log")

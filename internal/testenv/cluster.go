@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -396,7 +395,7 @@ func startCluster(bin, cli, dir string, cfg ClusterConfig) (c *Cluster, err erro
 // bus), retrying on other ports when it loses the race for one.
 func startClusterNode(bin, dir string, nodeTimeout time.Duration) (*ClusterNode, error) {
 	for attempt := 1; ; attempt++ {
-		ports, err := freePorts(2)
+		ports, err := FreePorts(2)
 		if err != nil {
 			return nil, err
 		}
@@ -446,21 +445,6 @@ func startClusterNode(bin, dir string, nodeTimeout time.Duration) (*ClusterNode,
 			return nil, fmt.Errorf("cluster node %s: %w\nlog:\n%s", n.Addr, err, p.logTail())
 		}
 	}
-}
-
-// freePorts returns n distinct loopback TCP ports that were free a moment
-// ago (all held open at once, so no two are the same).
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("find a free port: %w", err)
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 // nodeView is one line of CLUSTER NODES: how one node sees another.

@@ -19,7 +19,7 @@ func RedisRestartable(t testing.TB) (addr string, srv *Server) {
 	t.Helper()
 	bin := redisBinary.require(t)
 	dir := t.TempDir()
-	port := freePort(t)
+	port := FreePort(t)
 	addr = "127.0.0.1:" + strconv.Itoa(port)
 	args := []string{
 		"--port", strconv.Itoa(port),

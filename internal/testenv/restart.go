@@ -61,7 +61,7 @@ func S3Restartable(t testing.TB) (S3Env, *Server) {
 	t.Helper()
 	bin := versitygwBinary.require(t)
 	dir := t.TempDir()
-	port := freePort(t)
+	port := FreePort(t)
 	args, err := versitygwArgs("127.0.0.1:"+strconv.Itoa(port), s3AccessKey, s3SecretKey, S3Region, filepath.Join(dir, "data"))
 	if err != nil {
 		t.Fatalf("testenv: %v", err)

@@ -16,7 +16,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -145,17 +144,6 @@ func (b binary) require(t testing.TB) string {
 	return ""
 }
 
-// freePort returns a loopback TCP port that was free a moment ago.
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("testenv: find a free port: %v", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // process is one running server.
 type process struct {
 	name    string
@@ -269,7 +257,7 @@ func (p *process) waitReady(ready func() error) error {
 func serve(t testing.TB, name, bin string, dir string, args func(port int, dir string) ([]string, error), ready func(port int) error) int {
 	t.Helper()
 	for attempt := 1; ; attempt++ {
-		port := freePort(t)
+		port := FreePort(t)
 		adir := filepath.Join(dir, fmt.Sprintf("%s-%d", name, attempt))
 		if err := os.MkdirAll(adir, 0o755); err != nil {
 			t.Fatalf("testenv: %v", err)

@@ -44,7 +44,7 @@ func VarnishRestartable(t testing.TB, backendURL string) (cdnURL string, srv *Se
 	bin := varnishdBinary.require(t)
 	vcl := varnishVCL(t, backendURL)
 	dir := t.TempDir()
-	port := freePort(t)
+	port := FreePort(t)
 	args, err := varnishArgs(vcl, port, dir)
 	if err != nil {
 		t.Fatalf("testenv: varnish: %v", err)

@@ -298,6 +298,12 @@ func rowOf(name string, rep *loadgen.Report) Row {
 	if d.FetchErrors > 0 {
 		r.Errors["segment fetch errors"] += d.FetchErrors
 	}
+	if d.Untracked > 0 {
+		// The generator lost track of decodes: its delivery counts are
+		// low, and the row can say nothing of gifts lost.
+		r.Incomplete = true
+		r.Note = fmt.Sprintf("the generator lost track of %d decodes (Untracked): delivery not measured", d.Untracked)
+	}
 	return r
 }
 

@@ -117,3 +117,47 @@ func TestRefreshEvery(t *testing.T) {
 		t.Error("a negative RefreshEvery was accepted")
 	}
 }
+
+// TestPendingDecodes: a gift decoded before its POST's answer is read
+// waits for it across the periodic matches and is counted once the answer
+// is in — not dropped at the first match, as when a thousand viewers got
+// it through the edge before the answer; a decode whose answer never comes
+// is let go once no answer can come; and decodes beyond the bound are
+// counted as untracked, never silently lost.
+func TestPendingDecodes(t *testing.T) {
+	g, err := New(Config{GSLB: "http://gslb", Room: "demo", Pollers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	g.giftDecoded(1, "100-0", now)
+	g.resolvePending(false)
+	if len(g.pending) != 1 || g.pc.giftPairs.Load() != 0 {
+		t.Fatalf("before its answer: %d pending, %d pairs; want it kept, uncounted", len(g.pending), g.pc.giftPairs.Load())
+	}
+	g.giftIDs["100-0"] = &giftSample{sentNs: now.Add(-time.Second).UnixNano()}
+	g.resolvePending(false)
+	if s := g.giftIDs["100-0"]; len(g.pending) != 0 || g.pc.giftPairs.Load() != 1 || s.perPoller[1] != 1 || s.seenBy != 1 {
+		t.Fatalf("after its answer: %d pending, %d pairs, sample %+v; want it counted for poller 1", len(g.pending), g.pc.giftPairs.Load(), s)
+	}
+	// Another sender's gift and a comment never answered: kept while an
+	// answer may come, then let go (the comment counted as unanswered).
+	old := now.Add(-g.pendingLife() - time.Second)
+	g.addPending(decodeEvent{gift: true, poller: 0, id: "200-0", at: old})
+	g.addPending(decodeEvent{seq: 7, id: "300-0", at: old})
+	g.addPending(decodeEvent{gift: true, poller: 0, id: "400-0", at: now})
+	g.resolvePending(false)
+	if len(g.pending) != 1 || g.decodeUnacc.Load() != 1 {
+		t.Fatalf("%d pending, %d unanswered; want the fresh one kept and the old comment counted", len(g.pending), g.decodeUnacc.Load())
+	}
+	g.resolvePending(true)
+	if len(g.pending) != 0 {
+		t.Fatalf("%d pending after the last match", len(g.pending))
+	}
+	for range maxPending + 3 {
+		g.addPending(decodeEvent{gift: true, id: "500-0", at: now})
+	}
+	if g.pendingOver.Load() != 3 {
+		t.Fatalf("untracked %d, want 3 past the bound", g.pendingOver.Load())
+	}
+}

@@ -476,6 +476,9 @@ type Generator struct {
 	pendingMu   sync.Mutex
 	pending     []decodeEvent // decoded before its POST's answer was in
 	decodeUnacc atomic.Int64
+	// pendingOver counts decodes not kept for later because pending was
+	// full: each is a delivery the report cannot count (Untracked).
+	pendingOver atomic.Int64
 
 	ran atomic.Bool
 }
@@ -590,6 +593,13 @@ func (g *Generator) Run(ctx context.Context) (*Report, error) {
 	progressDone := make(chan struct{})
 	var progress sync.WaitGroup
 	progress.Go(func() { rep.Timeline = g.progressLoop(loadStart, progressDone) })
+	// Decodes that beat their answers are matched every second, not only
+	// at the end: a gift reaches a thousand viewers through the edge
+	// before its POST's answer is read, and the pending decodes would
+	// outgrow their bound within the run.
+	resolveDone := make(chan struct{})
+	var resolver sync.WaitGroup
+	resolver.Go(func() { g.resolveEvery(time.Second, resolveDone) })
 	var pacers sync.WaitGroup
 	if g.offersBarrage() {
 		pacers.Go(func() { g.paceBarrage(ctx, loadStart, jobs) })
@@ -623,7 +633,9 @@ func (g *Generator) Run(ctx context.Context) (*Report, error) {
 	statsAfter := g.pollerStats()
 	stopPollers()
 	g.waitPollers()
-	g.resolvePending()
+	close(resolveDone)
+	resolver.Wait()
+	g.resolvePending(true)
 
 	rep.Run.End = time.Now().UTC()
 	g.fillReport(rep, before, after, statsBefore, statsAfter, ingests)

@@ -150,38 +150,88 @@ func (g *Generator) addPending(e decodeEvent) {
 	defer g.pendingMu.Unlock()
 	if len(g.pending) < maxPending {
 		g.pending = append(g.pending, e)
+		return
 	}
+	g.pendingOver.Add(1)
+}
+
+// resolveEvery matches the pending decodes to their answers every period
+// until done is closed.
+func (g *Generator) resolveEvery(period time.Duration, done <-chan struct{}) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+			g.resolvePending(false)
+		}
+	}
+}
+
+// pendingLife is how long a decode waits for its POST's answer before it
+// is judged never answered: the longest a request takes (HTTPTimeout),
+// for a gift through all its retries (GiftRetryFor).
+func (g *Generator) pendingLife() time.Duration {
+	return g.cfg.GiftRetryFor + g.cfg.HTTPTimeout
 }
 
 // resolvePending times the decodes that beat their answers. A comment
 // decoded but never answered 200 is counted: the ingest stored it and the
-// answer was lost (a timeout), which the report should show.
-func (g *Generator) resolvePending() {
+// answer was lost (a timeout), which the report should show. A gift never
+// answered is not the generator's (another sender's in the room). Before
+// the end (final false) a decode whose answer may still come — younger
+// than pendingLife — is kept for the next call.
+func (g *Generator) resolvePending(final bool) {
 	g.pendingMu.Lock()
 	pending := g.pending
 	g.pending = nil
 	g.pendingMu.Unlock()
+	var keep []decodeEvent
 	for _, e := range pending {
-		if !e.gift {
-			if acc := g.seqs.acceptedAt(e.seq); acc != 0 {
-				g.observeBarrageE2E(e.at.Sub(time.Unix(0, acc)))
-				g.observeBarrageSplit(acc, e.id, e.at)
-			} else {
-				g.decodeUnacc.Add(1)
-			}
+		if g.resolve(e) {
 			continue
 		}
-		g.giftMu.Lock()
-		s := g.giftIDs[e.id]
-		if s != nil {
-			s.seen(e.poller, g.cfg.share(g.cfg.Pollers))
+		if !final && time.Since(e.at) < g.pendingLife() {
+			keep = append(keep, e)
+			continue
 		}
-		g.giftMu.Unlock()
-		if s != nil {
-			g.pc.giftPairs.Add(1)
-			g.observeGiftE2E(e.at.Sub(time.Unix(0, s.sentNs)))
+		if !e.gift {
+			g.decodeUnacc.Add(1)
 		}
 	}
+	if len(keep) > 0 {
+		g.pendingMu.Lock()
+		g.pending = append(keep, g.pending...)
+		g.pendingMu.Unlock()
+	}
+}
+
+// resolve times decode e if its POST's answer is in, and reports whether
+// it was.
+func (g *Generator) resolve(e decodeEvent) bool {
+	if !e.gift {
+		acc := g.seqs.acceptedAt(e.seq)
+		if acc == 0 {
+			return false
+		}
+		g.observeBarrageE2E(e.at.Sub(time.Unix(0, acc)))
+		g.observeBarrageSplit(acc, e.id, e.at)
+		return true
+	}
+	g.giftMu.Lock()
+	s := g.giftIDs[e.id]
+	if s != nil {
+		s.seen(e.poller, g.cfg.share(g.cfg.Pollers))
+	}
+	g.giftMu.Unlock()
+	if s == nil {
+		return false
+	}
+	g.pc.giftPairs.Add(1)
+	g.observeGiftE2E(e.at.Sub(time.Unix(0, s.sentNs)))
+	return true
 }
 
 // awaitPollers waits until every poller has joined (or failed to).

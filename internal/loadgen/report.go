@@ -279,9 +279,15 @@ type DeliveryReport struct {
 	// DecodedUnanswered were decoded though their POST was not answered
 	// 200 (stored, answer lost).
 	DecodedUnanswered int64 `json:"decoded_unanswered"`
-	GiftsAccepted     int64 `json:"gifts_accepted"`
-	GiftsShown        int64 `json:"gifts_shown"`
-	GiftsShownByAll   int64 `json:"gifts_shown_by_all"`
+	// Untracked are decodes of the pollers the generator could not match
+	// to their POSTs: decoded before the answer was read, with 100,000
+	// such decodes already waiting. Not 0, the delivery counts (shown,
+	// shown to every poller, pairs missing) are low by up to this many:
+	// the generator lost track, which says nothing of the system.
+	Untracked       int64 `json:"untracked,omitempty"`
+	GiftsAccepted   int64 `json:"gifts_accepted"`
+	GiftsShown      int64 `json:"gifts_shown"`
+	GiftsShownByAll int64 `json:"gifts_shown_by_all"`
 	// GiftPairsMissing are (poller, accepted gift) pairs where a poller
 	// that is joined at the end of the drain never decoded the gift;
 	// GiftPairsDoubled those where it decoded it more than once. Both are
@@ -554,7 +560,7 @@ func (g *Generator) fillDelivery(d *DeliveryReport, sb, sa sdk.Stats) {
 		}
 	}
 	d.CommentsAccepted, d.CommentsShown, d.CommentsShownByAll = g.seqs.tally(g.nextSeq, d.Joined)
-	d.CommentDecodes, d.DecodedUnanswered = g.pc.pairs.Load(), g.decodeUnacc.Load()
+	d.CommentDecodes, d.DecodedUnanswered, d.Untracked = g.pc.pairs.Load(), g.decodeUnacc.Load(), g.pendingOver.Load()
 	g.giftMu.Lock()
 	d.GiftsAccepted = int64(len(g.giftIDs))
 	for _, s := range g.giftIDs {
@@ -808,6 +814,9 @@ func (r *Report) WriteText(w io.Writer) error {
 			100*d.FirstPollHitRatio, d.FirstPollHits, d.SegmentsFetched, d.NotFoundRetries, d.FetchErrors, d.DecodeErrors, d.SeqGaps, d.Duplicates, d.DroppedBarrage)
 		if d.DecodedUnanswered > 0 {
 			p("  %d own comments decoded though their POST was not answered 200 (stored, answer lost)\n", d.DecodedUnanswered)
+		}
+		if d.Untracked > 0 {
+			p("  %d decodes untracked (decoded before their answer was read, with too many waiting): the counts above are low by up to this many\n", d.Untracked)
 		}
 	}
 	_, err := io.WriteString(w, b.String())

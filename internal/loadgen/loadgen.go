@@ -593,13 +593,7 @@ func (g *Generator) Run(ctx context.Context) (*Report, error) {
 	progressDone := make(chan struct{})
 	var progress sync.WaitGroup
 	progress.Go(func() { rep.Timeline = g.progressLoop(loadStart, progressDone) })
-	// Decodes that beat their answers are matched every second, not only
-	// at the end: a gift reaches a thousand viewers through the edge
-	// before its POST's answer is read, and the pending decodes would
-	// outgrow their bound within the run.
-	resolveDone := make(chan struct{})
-	var resolver sync.WaitGroup
-	resolver.Go(func() { g.resolveEvery(time.Second, resolveDone) })
+	stopResolver := g.startResolver()
 	var pacers sync.WaitGroup
 	if g.offersBarrage() {
 		pacers.Go(func() { g.paceBarrage(ctx, loadStart, jobs) })
@@ -633,8 +627,7 @@ func (g *Generator) Run(ctx context.Context) (*Report, error) {
 	statsAfter := g.pollerStats()
 	stopPollers()
 	g.waitPollers()
-	close(resolveDone)
-	resolver.Wait()
+	stopResolver()
 	g.resolvePending(true)
 
 	rep.Run.End = time.Now().UTC()

@@ -155,6 +155,17 @@ func (g *Generator) addPending(e decodeEvent) {
 	g.pendingOver.Add(1)
 }
 
+// startResolver matches the decodes that beat their answers every second
+// until the returned stop is called, not only at the end: a gift reaches
+// a thousand viewers through the edge before its POST's answer is read,
+// and the pending decodes would outgrow their bound within the run.
+func (g *Generator) startResolver() (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() { g.resolveEvery(time.Second, done) })
+	return func() { close(done); wg.Wait() }
+}
+
 // resolveEvery matches the pending decodes to their answers every period
 // until done is closed.
 func (g *Generator) resolveEvery(period time.Duration, done <-chan struct{}) {

@@ -67,7 +67,7 @@ test: deps fmt-check vet lint ## deps + fmt-check + vet + lint + race tests agai
 RUNS ?= 5
 HOG_P ?= 4
 
-test-hog: deps ## the suite under a CPU hog: RUNS (5) consecutive `go test -race -p 4` of both modules beside stress-ng --cpu 4, stopping at the first failure; ~30 min a run on 2 cores (docs/reliability.md)
+test-hog: deps ## the suite under a CPU hog: RUNS (5) consecutive `go test -race -p 4` of both modules beside stress-ng --cpu 4, stopping at the first failure; ~10 min a run on 2 cores (docs/reliability.md)
 	@stress-ng --cpu 4 --timeout 12h >/dev/null 2>&1 & hog=$$!; trap 'kill $$hog 2>/dev/null' EXIT; \
 	for i in $$(seq $(RUNS)); do \
 		echo "test-hog: run $$i of $(RUNS), $$(date -u +%T) UTC, load $$(cut -d' ' -f1-3 /proc/loadavg)"; \

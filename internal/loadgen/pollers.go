@@ -131,18 +131,9 @@ func (g *Generator) observeBarrageSplit(schedNs int64, id string, decoded time.T
 }
 
 func (g *Generator) giftDecoded(pi int, id string, at time.Time) {
-	g.giftMu.Lock()
-	s := g.giftIDs[id]
-	if s != nil {
-		s.seen(pi, g.cfg.share(g.cfg.Pollers))
+	if e := (decodeEvent{gift: true, poller: pi, id: id, at: at}); !g.resolve(e) {
+		g.addPending(e) // decoded before its answer was read
 	}
-	g.giftMu.Unlock()
-	if s == nil {
-		g.addPending(decodeEvent{gift: true, poller: pi, id: id, at: at})
-		return
-	}
-	g.pc.giftPairs.Add(1)
-	g.observeGiftE2E(at.Sub(time.Unix(0, s.sentNs)))
 }
 
 func (g *Generator) addPending(e decodeEvent) {

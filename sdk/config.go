@@ -46,6 +46,23 @@ func clockOr(c Clock) Clock {
 	return c
 }
 
+// defaultIdleConnTimeout is how long the default client keeps an idle
+// connection: below every server's idle timeout (60 s at the gslb's load
+// balancer, 90 s at the nodes), so that the client closes it first. With
+// net/http's 90 s, a node closing a connection idle for 90 s as the client
+// took it for a comment failed the POST with EOF (net/http retries only
+// idempotent requests), and the comment went to a fallback ingest, which
+// answered 421 not_primary, and came back a second later.
+const defaultIdleConnTimeout = 50 * time.Second
+
+// defaultTransport is the default client's, one pool shared by every Client
+// of the process (as http.DefaultTransport would be).
+var defaultTransport = func() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.IdleConnTimeout = defaultIdleConnTimeout
+	return t
+}()
+
 // Defaults.
 const (
 	defaultHTTPTimeout     = 10 * time.Second
@@ -84,7 +101,11 @@ type Config struct {
 
 	// HTTPClient makes every HTTP request (entry, CDN, ingest); the
 	// WebSocket dials on its own, honouring the proxy environment. Nil: a
-	// client with a 10 s timeout.
+	// client with a 10 s timeout that closes a connection idle for 50 s.
+	// An app's own client should close idle connections before the
+	// servers do (60 s at the gslb's load balancer, 90 s at every node):
+	// a POST sent on a connection the server is closing fails, and is not
+	// retried by net/http.
 	HTTPClient *http.Client
 	// Logger receives what goes wrong. Nil: slog.Default().
 	Logger *slog.Logger
@@ -184,7 +205,7 @@ func (cfg *Config) applyDefaults() error {
 		return fmt.Errorf("%w: Ticket is required", ErrConfig)
 	}
 	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = &http.Client{Timeout: defaultHTTPTimeout}
+		cfg.HTTPClient = &http.Client{Timeout: defaultHTTPTimeout, Transport: defaultTransport}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

@@ -2,6 +2,7 @@ package sdk
 
 import (
 	"errors"
+	"net/http"
 	"testing"
 	"time"
 )
@@ -43,6 +44,12 @@ func TestNewConfig(t *testing.T) {
 	}
 	if e := c.Entry(); e.Token != "" {
 		t.Errorf("Entry before joining = %+v", e)
+	}
+	// The default client closes an idle connection before any server in
+	// front of it does (the gslb's load balancer at 60 s, the nodes at
+	// 90 s): a comment POSTed on a connection the server is closing fails.
+	if tr, ok := got.HTTPClient.Transport.(*http.Transport); !ok || tr.IdleConnTimeout <= 0 || tr.IdleConnTimeout >= 60*time.Second {
+		t.Errorf("default client's transport %T keeps idle connections %v, want (0, 60 s)", got.HTTPClient.Transport, tr.IdleConnTimeout)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"danmaku/internal/httpx"
 	"danmaku/sdk/wire"
 )
 
@@ -83,5 +84,23 @@ func TestBarrageBackToPrimary(t *testing.T) {
 	}
 	if netErrs != 1 || rep.Barrage.Errors["421 not_primary"] != 1 {
 		t.Errorf("errors %v, want one network error and one 421 not_primary", rep.Barrage.Errors)
+	}
+}
+
+// The generator closes an idle connection before the node does: at equal
+// idle timeouts a node closed connections as senders took them, failing
+// comments with eof (net/http retries no POST), each followed by a 421
+// not_primary from the fallback the sender moved to.
+func TestIdleConnClosedByClientFirst(t *testing.T) {
+	g, err := New(Config{GSLB: "http://gslb", Room: "demo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, ok := g.hc.Transport.(*http.Transport)
+	if !ok {
+		t.Fatalf("transport %T", g.hc.Transport)
+	}
+	if server := httpx.NewServer(nil, 0).IdleTimeout; tr.IdleConnTimeout <= 0 || tr.IdleConnTimeout >= server {
+		t.Errorf("generator keeps idle connections %v, the nodes %v: want the generator's shorter", tr.IdleConnTimeout, server)
 	}
 }

@@ -207,6 +207,15 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// idleConnTimeout is how long the generator keeps an idle connection: below
+// the nodes' 90 s idle timeout (httpx.NewServer), so that the generator, not
+// the node, closes it. At 90 s each, a node closing a connection as a sender
+// took it failed the comment with eof (net/http retries no POST), and the
+// sender's next address, a fallback, answered 421 not_primary: one pair of
+// each in fault rows whose fault was not the ingest. The SDK's default
+// client keeps the same 50 s.
+const idleConnTimeout = 50 * time.Second
+
 // Defaults of Config's zero values.
 const (
 	defaultUsers            = 10_000
@@ -512,7 +521,7 @@ func New(cfg Config) (*Generator, error) {
 		MaxIdleConns:        workers,
 		MaxIdleConnsPerHost: workers,
 		MaxConnsPerHost:     workers,
-		IdleConnTimeout:     90 * time.Second,
+		IdleConnTimeout:     idleConnTimeout,
 		ForceAttemptHTTP2:   true,
 	}
 	g.hc = &http.Client{Timeout: cfg.HTTPTimeout, Transport: tr}

@@ -48,8 +48,10 @@ func TestNewConfig(t *testing.T) {
 	// The default client closes an idle connection before any server in
 	// front of it does (the gslb's load balancer at 60 s, the nodes at
 	// 90 s): a comment POSTed on a connection the server is closing fails.
-	if tr, ok := got.HTTPClient.Transport.(*http.Transport); !ok || tr.IdleConnTimeout <= 0 || tr.IdleConnTimeout >= 60*time.Second {
-		t.Errorf("default client's transport %T keeps idle connections %v, want (0, 60 s)", got.HTTPClient.Transport, tr.IdleConnTimeout)
+	if tr, ok := got.HTTPClient.Transport.(*http.Transport); !ok {
+		t.Errorf("default client's transport is %T, want an *http.Transport", got.HTTPClient.Transport)
+	} else if tr.IdleConnTimeout <= 0 || tr.IdleConnTimeout >= 60*time.Second {
+		t.Errorf("default client keeps idle connections %v, want (0, 60 s)", tr.IdleConnTimeout)
 	}
 }
 

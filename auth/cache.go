@@ -89,7 +89,11 @@ type TokenCacheConfig struct {
 // takes the shard's read lock and allocates nothing. A full shard evicts
 // with the CLOCK algorithm: a hit marks its slot, and the hand sweeping the
 // slots for a victim takes the first expired or unmarked one, unmarking the
-// rest as it passes. TokenCache is safe for concurrent use.
+// rest as it passes. Before a shard is full, the hand looks at a slot or two
+// on each insert and reuses a free or expired one before a never-used one,
+// so the cache holds about the tokens still good (those presented within a
+// token's life), not every token it ever met. TokenCache is safe for
+// concurrent use.
 type TokenCache struct {
 	k      *Keyring
 	seed   maphash.Seed
@@ -102,10 +106,11 @@ type tokenShard struct {
 	index map[string]int32
 	slots []tokenSlot // fixed length: never reallocated under a reader
 	used  int         // slots handed out so far; the rest have never held a token
+	free  []int32     // used slots emptied (dropped, or expired and swept), to reuse first
 	hand  int
 
-	hits, misses, evictions atomic.Uint64
-	_                       [64]byte // keeps neighbouring shards' locks apart
+	hits, misses, evictions, expired atomic.Uint64
+	_                                [64]byte // keeps neighbouring shards' locks apart
 }
 
 // tokenSlot is one cached token: ~80 bytes beside the token and claims.
@@ -202,7 +207,11 @@ func (sh *tokenShard) put(token string, claims *Claims, by signedBy, exp, nbf, n
 		i = sh.victim(now)
 		if old := &sh.slots[i]; old.claims != nil {
 			delete(sh.index, old.token)
-			sh.evictions.Add(1)
+			if now >= old.exp {
+				sh.expired.Add(1)
+			} else {
+				sh.evictions.Add(1)
+			}
 		}
 		sh.index[token] = i
 	}
@@ -211,25 +220,70 @@ func (sh *tokenShard) put(token string, claims *Claims, by signedBy, exp, nbf, n
 	e.ref.Store(0)
 }
 
-// victim returns the slot to reuse: a never-used one, else the first one
-// the hand finds free, expired or not hit since the hand last passed. It
-// ends within two turns of the hand: the first turn unmarks every slot.
+// reclaimProbes is how many slots the hand passes on each put, freeing the
+// expired tokens it finds there; a put takes a freed slot before a
+// never-used one. So what a shard holds stays near the tokens still good,
+// not every token it met (a show's senders bring a new token at each
+// refresh): a shard of U used slots turns the hand once in U/k puts, and
+// carries about U/k expired tokens, freed a turn after they expire
+// (TestTokenCacheReusesExpiredSlots measures it). A probe reads a slot
+// under the lock the put holds anyway, beside a Verify that costs tens of
+// microseconds.
+const reclaimProbes = 4
+
+// victim returns the slot to reuse: a free one (dropped, or expired and
+// freed by the hand's sweep), else a never-used one, else (the shard is
+// full of good tokens) the first one the hand finds not hit since it last
+// passed. That search ends within two turns of the hand: the first turn
+// unmarks every slot.
 func (sh *tokenShard) victim(now int64) int32 {
+	sh.sweep(now)
+	if n := len(sh.free); n > 0 {
+		i := sh.free[n-1]
+		sh.free = sh.free[:n-1]
+		return i
+	}
 	if sh.used < len(sh.slots) {
 		sh.used++
 		return int32(sh.used - 1)
 	}
 	for {
-		i := sh.hand
-		if sh.hand++; sh.hand == len(sh.slots) {
+		if sh.hand >= len(sh.slots) { // the sweep leaves it one past a slot
 			sh.hand = 0
 		}
+		i := sh.hand
+		sh.hand++
 		e := &sh.slots[i]
 		if e.claims == nil || now >= e.exp || e.ref.Load() == 0 {
 			return int32(i)
 		}
 		e.ref.Store(0)
 	}
+}
+
+// sweep moves the hand over the next reclaimProbes used slots, freeing the
+// expired tokens there. It clears no mark: only a full shard's search for
+// a victim does.
+func (sh *tokenShard) sweep(now int64) {
+	for p := 0; p < reclaimProbes && p < sh.used; p++ {
+		if sh.hand >= sh.used {
+			sh.hand = 0
+		}
+		if e := &sh.slots[sh.hand]; e.claims != nil && now >= e.exp {
+			sh.free = append(sh.free, int32(sh.hand))
+			sh.forget(e)
+			sh.expired.Add(1)
+		}
+		sh.hand++
+	}
+}
+
+// forget empties slot e, whose token is held, and drops its index entry,
+// so that neither keeps the token's bytes and claims alive.
+func (sh *tokenShard) forget(e *tokenSlot) {
+	delete(sh.index, e.token)
+	e.token, e.claims, e.by = "", nil, signedBy{}
+	e.ref.Store(0)
 }
 
 // drop forgets token, whose cached copy Verify now refuses (its epoch is
@@ -241,10 +295,8 @@ func (sh *tokenShard) drop(token string) {
 	if !ok {
 		return
 	}
-	delete(sh.index, token)
-	e := &sh.slots[i]
-	e.token, e.claims, e.by = "", nil, signedBy{}
-	e.ref.Store(0)
+	sh.forget(&sh.slots[i])
+	sh.free = append(sh.free, i)
 }
 
 // TokenCacheStats are a TokenCache's counters since it was made.
@@ -254,8 +306,12 @@ type TokenCacheStats struct {
 	// token). An empty, oversized or malformed (not compactJWT) token is
 	// refused without a look-up and counts in neither.
 	Hits, Misses uint64
-	// Evictions are tokens removed to make room for others.
+	// Evictions are good tokens removed to make room for others: the
+	// cache is too small for the tokens in use when they climb.
 	Evictions uint64
+	// Expired are tokens forgotten after their exp (with the leeway),
+	// their slots reused: a cache's normal turnover.
+	Expired uint64
 	// Len is the number of tokens held now.
 	Len int
 }
@@ -268,6 +324,7 @@ func (c *TokenCache) Stats() TokenCacheStats {
 		s.Hits += sh.hits.Load()
 		s.Misses += sh.misses.Load()
 		s.Evictions += sh.evictions.Load()
+		s.Expired += sh.expired.Load()
 		sh.mu.RLock()
 		s.Len += len(sh.index)
 		sh.mu.RUnlock()

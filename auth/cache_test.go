@@ -634,3 +634,53 @@ func TestTokenCacheKeepsAudience(t *testing.T) {
 		t.Fatalf("cache %+v", s)
 	}
 }
+
+// A cache far from full does not keep expired tokens: a show's senders
+// refresh their tokens (a new token each time), and each ingest meets every
+// new one. The cache used to fill never-used slots first and reuse a slot
+// only once its shard was full, so a 65,536-token cache grew by every
+// token a node met, expired or not, until it held 65,536 (~100 MiB): the
+// 30-minute soak's ingest heap growth. Now the hand takes a free or
+// expired slot before a never-used one, and what the cache holds stays
+// near the tokens still good.
+func TestTokenCacheReusesExpiredSlots(t *testing.T) {
+	e := newEnv(t)
+	const (
+		users   = 100
+		refresh = 2 * time.Minute
+		show    = 3 * time.Hour
+	)
+	c := newCache(t, e, 1<<14) // never full here: 90 refreshes × 100 users is 9,000
+	live := users * int(e.ring.TokenTTL()/refresh+1)
+	var at30, most int
+	for m := time.Duration(0); m < show; m += refresh {
+		for u := range users {
+			tok := e.sign(t, userClaims(u))
+			for range 3 { // a few requests with each token
+				if _, err := c.Verify(tok); err != nil {
+					t.Fatalf("%v: %v", m, err)
+				}
+			}
+		}
+		l := c.Stats().Len
+		most = max(most, l)
+		if m == 30*time.Minute {
+			at30 = l
+		}
+		e.advance(t, refresh)
+	}
+	s := c.Stats()
+	t.Logf("good at once %d; held: at most %d, %d at 30 minutes, %d at %v; %+v", live, most, at30, s.Len, show, s)
+	if most > 2*live {
+		t.Fatalf("the cache held up to %d tokens; %d are good at once (%+v)", most, live, s)
+	}
+	if s.Len > at30+users {
+		t.Fatalf("the cache grows: %d tokens at 30 minutes, %d at %v (%+v)", at30, s.Len, show, s)
+	}
+	if s.Evictions != 0 {
+		t.Fatalf("a cache that never filled evicted %d good tokens (%+v)", s.Evictions, s)
+	}
+	if s.Expired == 0 {
+		t.Fatalf("no expired token was reclaimed (%+v)", s)
+	}
+}

@@ -72,13 +72,17 @@ var processFamilies = map[string]string{
 
 // diagFamilies are read to explain the table's memory rows (written with
 // the samples, DANMAKU_SOAK_SAMPLES): the runtime's memory classes as
-// the Go collector exports them from runtime/metrics.
+// the Go collector exports them from runtime/metrics, and what the
+// ingests' token caches hold.
 var diagFamilies = map[string]string{
-	"go_memstats_sys_bytes":           "Go runtime sys MiB",
-	"go_memstats_heap_released_bytes": "Go heap released MiB",
-	"go_memstats_heap_inuse_bytes":    "Go heap in-use spans MiB",
-	"go_memstats_heap_idle_bytes":     "Go heap idle spans MiB",
-	"go_memstats_stack_inuse_bytes":   "Go stacks MiB",
+	// The ingests' verified-token cache, which grows with the tokens the
+	// senders present until they expire (about 1.6 KiB each).
+	"danmaku_ingest_token_cache_tokens": "verified tokens cached",
+	"go_memstats_sys_bytes":             "Go runtime sys MiB",
+	"go_memstats_heap_released_bytes":   "Go heap released MiB",
+	"go_memstats_heap_inuse_bytes":      "Go heap in-use spans MiB",
+	"go_memstats_heap_idle_bytes":       "Go heap idle spans MiB",
+	"go_memstats_stack_inuse_bytes":     "Go stacks MiB",
 }
 
 // The memory rows of a role besides heap and heap goal.

@@ -138,7 +138,7 @@ func (g *Generator) postGift(ctx context.Context, u string, body []byte, due tim
 		var e *apiError
 		switch {
 		case err != nil:
-			e = netError(err)
+			e = g.netError(err)
 		case resp.StatusCode == http.StatusOK:
 			var a giftAnswer
 			derr := json.NewDecoder(io.LimitReader(resp.Body, 4<<10)).Decode(&a)

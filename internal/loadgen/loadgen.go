@@ -453,6 +453,7 @@ type Generator struct {
 	due, attempted, answeredOK, held, overrun, noEntry atomic.Int64
 	keywordOK                                          atomic.Int64 // of answeredOK, keyword entries (not traced)
 	errs                                               counterMap
+	netTexts                                           sync.Map // network error class → its first raw text (Report.NetworkErrors)
 	seqs                                               seqStore
 	nextSeq                                            int64 // pacer only
 
@@ -853,7 +854,7 @@ func (g *Generator) postBarrage(ctx context.Context, j barrageJob) (again bool) 
 	resp, err := g.hc.Do(req)
 	if err != nil {
 		g.observePost(time.Since(j.at))
-		g.errs.add(netError(err).Error(), 1)
+		g.errs.add(g.netError(err).Error(), 1)
 		// The SDK moves to the entry's next ingest address when one
 		// cannot be reached.
 		j.u.sess.CompareAndSwap(s, s.next(g.cfg.Room))

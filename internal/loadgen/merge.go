@@ -95,12 +95,14 @@ const (
 	mergeFirst   = "first"   // the first report's, as is: the same in every shard
 	mergeDerived = "derived" // computed from the merged fields (Report.derive)
 	mergeZero    = "zero"    // left zero: means nothing for a whole run
+	mergeUnion   = "union"   // a map of strings: each key's value from the first report that has it
 )
 
 var (
 	timeType      = reflect.TypeFor[time.Time]()
 	histDataType  = reflect.TypeFor[HistogramData]()
 	countsMapType = reflect.TypeFor[map[string]int64]()
+	textsMapType  = reflect.TypeFor[map[string]string]()
 )
 
 // mergeStruct merges src into dst field by field; first says src is the
@@ -130,6 +132,8 @@ func mergeField(dst, src reflect.Value, rule string, first bool, path string) er
 		return mergeExtreme(dst, src, path, false, func(a, b reflect.Value) bool { return less(a, b) })
 	case mergeMin:
 		return mergeExtreme(dst, src, path, first, func(a, b reflect.Value) bool { return less(b, a) })
+	case mergeUnion:
+		return mergeTexts(dst, src, path)
 	case "", mergeSum:
 	default:
 		return fmt.Errorf("%s: unknown merge rule %q", path, rule)
@@ -159,6 +163,24 @@ func mergeField(dst, src reflect.Value, rule string, first bool, path string) er
 	default:
 		return fmt.Errorf("%s: no merge rule for a %s: tag it (merge:\"first\", \"max\", ...)", path, dst.Type())
 	}
+	return nil
+}
+
+// mergeTexts adds to the string map dst each key of src it lacks.
+func mergeTexts(dst, src reflect.Value, path string) error {
+	if dst.Type() != textsMapType {
+		return fmt.Errorf("%s: union of a %s, not a map of strings", path, dst.Type())
+	}
+	d, _ := dst.Interface().(map[string]string)
+	for k, v := range src.Interface().(map[string]string) {
+		if _, ok := d[k]; !ok {
+			if d == nil {
+				d = map[string]string{}
+			}
+			d[k] = v
+		}
+	}
+	dst.Set(reflect.ValueOf(d))
 	return nil
 }
 

@@ -44,6 +44,14 @@ type Report struct {
 	// SendDelay it says whether the generator bound the run
 	// (GeneratorBound).
 	Generator GeneratorReport `json:"generator"`
+	// NetworkErrors is the first raw text of each class of transport
+	// failure the generator's requests met, by class ("eof": `Post
+	// "http://…/v1/barrage": EOF`): the class of Barrage.Errors',
+	// Gifts.Answers' and Users.EntryErrors' "network: eof" counts says who
+	// gave up, its text why (an idle connection the server closed, a
+	// reset, a timeout at either end). Merged: each class's text from the
+	// first report that has one.
+	NetworkErrors map[string]string `json:"network_errors,omitempty" merge:"union"`
 }
 
 // Histograms holds one HistogramData per Latencies field.
@@ -427,6 +435,7 @@ func (g *Generator) fillReport(r *Report, before, after sample, sb, sa sdk.Stats
 	b.Due, b.HeldBack, b.NotOffered, b.NoEntry = g.due.Load(), g.held.Load(), g.overrun.Load(), g.noEntry.Load()
 	b.Attempted, b.OK, b.Errors = g.attempted.Load(), g.answeredOK.Load(), g.errs.snapshot()
 	b.KeywordOK = g.keywordOK.Load()
+	g.fillNetworkErrors(r)
 	b.AttemptedPerSec, b.OKPerSec = float64(b.Attempted)/load, float64(b.OK)/load
 	for _, s := range r.Timeline {
 		b.PeakPerSec = max(b.PeakPerSec, s.Attempted)
@@ -457,6 +466,17 @@ func (g *Generator) fillReport(r *Report, before, after sample, sb, sa sdk.Stats
 	if r.Timeline == nil {
 		r.Timeline = []Second{}
 	}
+}
+
+// fillNetworkErrors copies the first text of each network error class.
+func (g *Generator) fillNetworkErrors(r *Report) {
+	g.netTexts.Range(func(k, v any) bool {
+		if r.NetworkErrors == nil {
+			r.NetworkErrors = map[string]string{}
+		}
+		r.NetworkErrors[k.(string)] = v.(string)
+		return true
+	})
 }
 
 // fillDrops fills dr with the nodes' counters' increase from before to

@@ -142,6 +142,17 @@ func netError(err error) *apiError {
 	return &apiError{code: code}
 }
 
+// netError is netError(err), the first raw text of its class kept for
+// the report (Report.NetworkErrors): the class alone cannot tell a
+// connection the server closed while idle from one broken mid-answer.
+func (g *Generator) netError(err error) *apiError {
+	e := netError(err)
+	if _, ok := g.netTexts.Load(e.code); !ok {
+		g.netTexts.LoadOrStore(e.code, err.Error())
+	}
+	return e
+}
+
 func containsAny(s string, subs ...string) bool {
 	for _, sub := range subs {
 		if strings.Contains(s, sub) {
@@ -183,7 +194,7 @@ func (g *Generator) getJSON(ctx context.Context, u, bearer string, out any) erro
 	}
 	resp, err := g.hc.Do(req)
 	if err != nil {
-		return netError(err)
+		return g.netError(err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {

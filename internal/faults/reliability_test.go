@@ -228,6 +228,7 @@ func runRow(t *testing.T, f fault, l load, warm time.Duration) Row {
 		t.Fatal(err)
 	}
 	row := rowOf(f.name, rep)
+	logNetworkErrors(t, f.name, rep)
 	sctx, scancel := context.WithTimeout(context.Background(), time.Minute)
 	defer scancel()
 	row.GiftsInSegments, row.GiftsSegmentDoubled, err = s.segmentGifts(sctx)
@@ -259,6 +260,14 @@ func runRow(t *testing.T, f fault, l load, warm time.Duration) Row {
 	}
 	row.Recovery, row.Unwell = recovery(faultAt, offerStart, rep.Timeline, cn.unwell(), l.gifts > 0)
 	return row
+}
+
+// logNetworkErrors logs the first raw text of each class of transport
+// failure the load met: what its "network: eof" counts were.
+func logNetworkErrors(t *testing.T, name string, rep *loadgen.Report) {
+	for _, k := range slices.Sorted(maps.Keys(rep.NetworkErrors)) {
+		t.Logf("%s: network %s, first seen as: %s", name, k, rep.NetworkErrors[k])
+	}
 }
 
 // rowOf reads the load's report into a row.

@@ -181,6 +181,17 @@ func TestSoak(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The gifts and the clients' errors, counted as a fault row counts
+	// them: a soak is a row without a fault, and minutes at load must keep
+	// every gift exactly once too.
+	row := rowOf("soak", rep)
+	logNetworkErrors(t, "soak", rep)
+	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	row.GiftsInSegments, row.GiftsSegmentDoubled, err = s.segmentGifts(sctx)
+	scancel()
+	if err != nil {
+		t.Errorf("segments: %v", err)
+	}
 	// Objects written per minute: the difference of the counts a minute
 	// apart (six samples).
 	if sr := all["S3 objects of the room, per minute"]; sr != nil {
@@ -217,11 +228,14 @@ func TestSoak(t *testing.T) {
 			delete(all, n)
 		}
 	}
-	table := soakTable(all, d, l, rep.Latency.GiftE2E.P99Ms, rep.Latency.BarrageE2E.P99Ms)
+	table := soakTable(all, d, l, rep.Latency.GiftE2E.P99Ms, rep.Latency.BarrageE2E.P99Ms) + soakDelivery(row)
 	fmt.Println(table)
 	writeTable(t, "soak", table)
 	if strings.Contains(table, "**FAIL**") {
 		t.Error("a series grows: see the table")
+	}
+	if !row.Pass() {
+		t.Error("gifts lost or doubled during the soak: see the table")
 	}
 }
 
@@ -434,6 +448,21 @@ func (s *stack) objectCount(ctx context.Context) (int, error) {
 		}
 		token = page.NextContinuationToken
 	}
+}
+
+// soakDelivery is the line under the soak's table: the gifts kept exactly
+// once (Row.Pass, judged), the comments, and what the clients were answered
+// other than success over the whole run, the joins included (shown, not
+// judged: a run without a fault should have none, and any it has is for
+// the text to explain).
+func soakDelivery(r Row) string {
+	verdict := "every gift kept exactly once"
+	if !r.Pass() {
+		verdict = "**FAIL**: gifts lost or doubled"
+	}
+	return fmt.Sprintf("\nGifts accepted / in segments / decoded by every viewer: %d / %d / %d; (viewer, gift) pairs lost %d, doubled %d, ids in two segments %d: %s. Viewers joined %d/%d. Comments answered ok / admitted / shown: %d / %d / %d. Client-visible errors over the run: %s.\n",
+		r.GiftsAccepted, r.GiftsInSegments, r.GiftsToAll, r.Lost, r.Doubled, r.GiftsSegmentDoubled, verdict,
+		r.Viewers, r.ViewersAsked, r.BarrageOK, r.BarrageAdmitted, r.BarrageShown, FormatCounts(r.Errors))
 }
 
 // soakTable renders the fits, warm-up left out.

@@ -89,11 +89,11 @@ type TokenCacheConfig struct {
 // takes the shard's read lock and allocates nothing. A full shard evicts
 // with the CLOCK algorithm: a hit marks its slot, and the hand sweeping the
 // slots for a victim takes the first expired or unmarked one, unmarking the
-// rest as it passes. Before a shard is full, the hand looks at a slot or two
-// on each insert and reuses a free or expired one before a never-used one,
-// so the cache holds about the tokens still good (those presented within a
-// token's life), not every token it ever met. TokenCache is safe for
-// concurrent use.
+// rest as it passes. Every insert, full shard or not, first moves the hand
+// over a few slots freeing the expired tokens it passes, and takes a freed
+// slot before a never-used one, so the cache holds about the tokens still
+// good (those presented within a token's life), not every token it ever
+// met. TokenCache is safe for concurrent use.
 type TokenCache struct {
 	k      *Keyring
 	seed   maphash.Seed
@@ -306,8 +306,10 @@ type TokenCacheStats struct {
 	// token). An empty, oversized or malformed (not compactJWT) token is
 	// refused without a look-up and counts in neither.
 	Hits, Misses uint64
-	// Evictions are good tokens removed to make room for others: the
-	// cache is too small for the tokens in use when they climb.
+	// Evictions are unexpired tokens removed from a full cache to make
+	// room for others, the least recently used first (usually a token its
+	// sender has replaced): the cache is too small for the tokens in use
+	// when they climb with the misses.
 	Evictions uint64
 	// Expired are tokens forgotten after their exp (with the leeway),
 	// their slots reused: a cache's normal turnover.
